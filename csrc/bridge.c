@@ -1,0 +1,474 @@
+/*
+ * bridge.c -- DLPack import: __dlpack__ call, capsule checks, view building.
+ *
+ * Written against the DLPack specification v1.x
+ * (https://dmlc.github.io/dlpack/latest/), its two parts:
+ *   [C]  "C API": DLTensor, DLManagedTensor, DLManagedTensorVersioned, the
+ *        version and flags fields (csrc/dlpack.h declares them);
+ *   [PY] "Python specification for DLPack": __dlpack__(stream=, max_version=),
+ *        __dlpack_device__(), the capsule names "dltensor_versioned" /
+ *        "dltensor", the renaming to "used_..." on consumption, who calls the
+ *        deleter.
+ * The structure follows numpy/_core/src/multiarray/dlpack.c (from_dlpack): the
+ * capsule is validated while it still carries its original name, so on any
+ * failure before consumption dropping our reference lets the producer's
+ * capsule destructor free the tensor; once the view is built the capsule is
+ * renamed and from then on we own the managed tensor and call its deleter
+ * exactly once (vgct_import_release).
+ */
+#include "bridge.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+/* [PY] capsule names.  PyCapsule_SetName keeps the pointer: string literals. */
+#define NAME_VERSIONED "dltensor_versioned"
+#define NAME_LEGACY "dltensor"
+#define NAME_USED_VERSIONED "used_dltensor_versioned"
+#define NAME_USED_LEGACY "used_dltensor"
+
+/* Lower-case name of a DLDeviceType for messages, or NULL when unknown. */
+static const char *device_type_name(int t) {
+  switch (t) {
+    case kDLCPU: return "cpu";
+    case kDLCUDA: return "cuda";
+    case kDLCUDAHost: return "cuda_host";
+    case kDLOpenCL: return "opencl";
+    case kDLVulkan: return "vulkan";
+    case kDLMetal: return "metal";
+    case kDLVPI: return "vpi";
+    case kDLROCM: return "rocm";
+    case kDLROCMHost: return "rocm_host";
+    case kDLExtDev: return "ext_dev";
+    case kDLCUDAManaged: return "cuda_managed";
+    case kDLOneAPI: return "oneapi";
+    case kDLWebGPU: return "webgpu";
+    case kDLHexagon: return "hexagon";
+    case kDLMAIA: return "maia";
+    default: return NULL;
+  }
+}
+
+/* Name of a DLDataTypeCode for messages ([C] DLDataTypeCode). */
+static const char *dtype_code_name(int code) {
+  static const char *const names[] = {
+      "int",          "uint",          "float",          "opaque_handle",
+      "bfloat",       "complex",       "bool",           "float8_e3m4",
+      "float8_e4m3",  "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz",
+      "float8_e5m2",  "float8_e5m2fnuz",    "float8_e8m0fnu", "float6_e2m3fn",
+      "float6_e3m2fn", "float4_e2m1fn"};
+  if (code >= 0 && code < (int)(sizeof names / sizeof names[0])) return names[code];
+  return "unknown";
+}
+
+static void supported_dtypes(char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < VGCT_NUM_DTYPES && used < len; ++i) {
+    int w = snprintf(buf + used, len - used, "%s%s", i ? ", " : "", vgct_dtype_names[i]);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+}
+
+/*
+ * vgct_format_shape -- numpy's spelling of a shape tuple: "()", "(5,)",
+ * "(2, 3)".  Truncated (with "...") when it does not fit.
+ */
+void vgct_format_shape(const vgct_view *v, char *buf, size_t len) {
+  size_t used = 0;
+  int w = snprintf(buf, len, "(");
+  used = w > 0 ? (size_t)w : 0;
+  for (int k = 0; k < v->ndim && used < len; ++k) {
+    w = snprintf(buf + used, len - used, "%s%" PRId64, k ? ", " : "", v->shape[k]);
+    if (w < 0) return;
+    used += (size_t)w;
+  }
+  if (used < len) snprintf(buf + used, len - used, v->ndim == 1 ? ",)" : ")");
+  if (used >= len && len > 4) memcpy(buf + len - 4, "...", 4);
+}
+
+/* "cpu" or "cuda:K". */
+void vgct_format_device(int type, int id, char *buf, size_t len) {
+  if (type == kDLCUDA) snprintf(buf, len, "cuda:%d", id);
+  else snprintf(buf, len, "cpu");
+}
+
+/* vgct_dtype for a numpy/torch dtype name, or -1. */
+int vgct_dtype_from_name(const char *name) {
+  for (int i = 0; i < VGCT_NUM_DTYPES; ++i)
+    if (strcmp(name, vgct_dtype_names[i]) == 0) return i;
+  return -1;
+}
+
+/*
+ * vgct_bridge_device -- check the protocol and read __dlpack_device__().
+ *
+ * [PY]: __dlpack_device__() returns a (device_type, device_id) tuple of
+ * integers (enum members are int subclasses).  The device is read before any
+ * export so that the caller can reject a device mismatch without exporting
+ * anything, and pass a stream only to CUDA producers.
+ *
+ * Accepted: kDLCPU; kDLCUDAHost (pinned host memory, read as CPU memory);
+ * kDLCUDA; kDLCUDAManaged (read on its CUDA device).
+ *
+ * Errors: TypeError when obj lacks __dlpack__ or __dlpack_device__, or the
+ * device is not a tuple of two ints; BufferError for any other device type;
+ * whatever __dlpack_device__() itself raised.
+ */
+int vgct_bridge_device(PyObject *obj, const char *argname, vgct_device *dev) {
+  if (!PyObject_HasAttrString(obj, "__dlpack__") ||
+      !PyObject_HasAttrString(obj, "__dlpack_device__")) {
+    PyErr_Format(PyExc_TypeError,
+                 "%s: expected an object implementing __dlpack__ (a torch.Tensor, "
+                 "numpy.ndarray, cupy/jax array), got %.200s",
+                 argname, Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  PyObject *res = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
+  if (res == NULL) return -1;
+  if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != 2 ||
+      !PyLong_Check(PyTuple_GET_ITEM(res, 0)) || !PyLong_Check(PyTuple_GET_ITEM(res, 1))) {
+    PyErr_Format(PyExc_TypeError,
+                 "%s: __dlpack_device__() returned %.200R, expected a (device_type, "
+                 "device_id) tuple of two ints (DLPack Python specification)",
+                 argname, res);
+    Py_DECREF(res);
+    return -1;
+  }
+  long type = PyLong_AsLong(PyTuple_GET_ITEM(res, 0));
+  long id = type == -1 && PyErr_Occurred() ? -1 : PyLong_AsLong(PyTuple_GET_ITEM(res, 1));
+  Py_DECREF(res);
+  if (PyErr_Occurred()) return -1;
+  if (id < INT32_MIN || id > INT32_MAX) {
+    PyErr_Format(PyExc_BufferError, "%s: __dlpack_device__() device_id %ld out of range",
+                 argname, id);
+    return -1;
+  }
+  dev->dl_type = (int)type;
+  dev->dl_id = (int)id;
+  switch (type) {
+    case kDLCPU:
+    case kDLCUDAHost:
+      dev->type = kDLCPU;
+      dev->id = 0;
+      return 0;
+    case kDLCUDA:
+    case kDLCUDAManaged:
+      if (id < 0) {
+        PyErr_Format(PyExc_BufferError, "%s: CUDA device_id %ld is negative", argname, id);
+        return -1;
+      }
+      dev->type = kDLCUDA;
+      dev->id = (int)id;
+      return 0;
+    default: {
+      const char *nm = device_type_name((int)type);
+      PyErr_Format(PyExc_BufferError,
+                   "%s: tensor on device %s:%ld (DLPack device type %ld) is not supported; "
+                   "vgct_ext reads cpu, cuda_host, cuda and cuda_managed memory",
+                   argname, nm ? nm : "unknown", id, type);
+      return -1;
+    }
+  }
+}
+
+/*
+ * call_dlpack -- obj.__dlpack__(stream=stream, max_version=(1, 0)), falling
+ * back to obj.__dlpack__(stream=stream) when the first call raises TypeError.
+ *
+ * [PY]: "max_version ... consumers must pass it as a keyword; producers that
+ * do not support it raise TypeError, and the consumer may retry without it
+ * to receive a legacy 'dltensor' capsule" (numpy's from_dlpack does the same).
+ * A new producer may still answer with a legacy capsule (it supports no
+ * versioned export); the caller accepts both names.
+ *
+ * Returns a new reference, or NULL with the producer's exception set.
+ */
+static PyObject *call_dlpack(PyObject *obj, PyObject *stream) {
+  PyObject *meth = PyObject_GetAttrString(obj, "__dlpack__");
+  if (meth == NULL) return NULL;
+  PyObject *cap = NULL;
+  PyObject *noargs = PyTuple_New(0);
+  PyObject *kw = Py_BuildValue("{s:O,s:(ii)}", "stream", stream, "max_version",
+                               DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
+  if (noargs != NULL && kw != NULL) {
+    cap = PyObject_Call(meth, noargs, kw);
+    if (cap == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
+      PyErr_Clear();
+      if (PyDict_DelItemString(kw, "max_version") == 0) cap = PyObject_Call(meth, noargs, kw);
+    }
+  }
+  Py_XDECREF(kw);
+  Py_XDECREF(noargs);
+  Py_DECREF(meth);
+  return cap;
+}
+
+/*
+ * fill_view -- build a vgct_view from a DLTensor, checking everything the
+ * engines rely on ([C] DLTensor field comments decide each rule):
+ *   - device equals what __dlpack_device__ reported (else BufferError);
+ *   - 0 <= ndim <= VGCT_MAX_NDIM (negative: BufferError; too many: ValueError);
+ *   - shape non-NULL when ndim > 0, entries >= 0 (BufferError), element count
+ *     fits int64 (ValueError);
+ *   - dtype one of vgct_dtype (lanes 1) (TypeError naming code/bits/lanes and
+ *     the supported list); an override must have the same itemsize (ValueError);
+ *   - strides: NULL means compact row-major ([C]: "strides ... can be NULL,
+ *     indicating tensor is compact and row-majored"); 0 and negative strides
+ *     are accepted; every reachable byte offset must fit int64 (ValueError);
+ *   - data: may be NULL only for an empty tensor ([C] allows NULL data for
+ *     size-0 tensors); data + byte_offset is the first element ([C]
+ *     "byte_offset: the offset in bytes to the beginning pointer to data").
+ *     Any alignment on the CPU (the loaders use memcpy); on a CUDA device the
+ *     kernels load elements naturally aligned (BufferError otherwise).
+ * Returns 0, or -1 with an exception set.
+ */
+static int fill_view(const DLTensor *t, const char *argname, const vgct_device *dev,
+                     int dtype_override, vgct_view *v) {
+  memset(v, 0, sizeof *v);
+  if ((int)t->device.device_type != dev->dl_type || (int)t->device.device_id != dev->dl_id) {
+    const char *n1 = device_type_name(dev->dl_type), *n2 = device_type_name(t->device.device_type);
+    PyErr_Format(PyExc_BufferError,
+                 "%s: the DLPack capsule is on device %s:%d but __dlpack_device__() said %s:%d",
+                 argname, n2 ? n2 : "unknown", (int)t->device.device_id, n1 ? n1 : "unknown",
+                 dev->dl_id);
+    return -1;
+  }
+  if (t->ndim < 0) {
+    PyErr_Format(PyExc_BufferError, "%s: malformed DLTensor: ndim is %d", argname, (int)t->ndim);
+    return -1;
+  }
+  if (t->ndim > VGCT_MAX_NDIM) {
+    PyErr_Format(PyExc_ValueError, "%s: tensor has %d dimensions; vgct_ext supports at most %d",
+                 argname, (int)t->ndim, VGCT_MAX_NDIM);
+    return -1;
+  }
+  if (t->ndim > 0 && t->shape == NULL) {
+    PyErr_Format(PyExc_BufferError, "%s: malformed DLTensor: shape is NULL with ndim %d",
+                 argname, (int)t->ndim);
+    return -1;
+  }
+  int dt = vgct_dtype_from_dlpack(t->dtype.code, t->dtype.bits, t->dtype.lanes);
+  if (dt < 0) {
+    char list[256];
+    supported_dtypes(list, sizeof list);
+    PyErr_Format(PyExc_TypeError,
+                 "%s: unsupported dtype (DLPack code %d '%s', bits %d, lanes %d); "
+                 "supported: %s",
+                 argname, (int)t->dtype.code, dtype_code_name(t->dtype.code),
+                 (int)t->dtype.bits, (int)t->dtype.lanes, list);
+    return -1;
+  }
+  if (dtype_override >= 0) {
+    if (vgct_dtype_itemsize[dtype_override] != vgct_dtype_itemsize[dt]) {
+      PyErr_Format(PyExc_ValueError,
+                   "%s: dtype override %s (itemsize %d) cannot reinterpret %s (itemsize %d)",
+                   argname, vgct_dtype_names[dtype_override], vgct_dtype_itemsize[dtype_override],
+                   vgct_dtype_names[dt], vgct_dtype_itemsize[dt]);
+      return -1;
+    }
+    dt = dtype_override;
+  }
+  v->dtype = dt;
+  v->ndim = (int)t->ndim;
+  v->device_type = dev->type;
+  v->device_id = dev->id;
+
+  int64_t numel = 1;
+  int empty = 0;
+  for (int k = 0; k < v->ndim; ++k) {
+    if (t->shape[k] < 0) {
+      PyErr_Format(PyExc_BufferError, "%s: malformed DLTensor: shape[%d] = %" PRId64,
+                   argname, k, t->shape[k]);
+      return -1;
+    }
+    v->shape[k] = t->shape[k];
+    empty |= t->shape[k] == 0;
+  }
+  if (empty) {
+    numel = 0;
+  } else {
+    for (int k = 0; k < v->ndim; ++k) {
+      if (v->shape[k] > INT64_MAX / numel) {
+        PyErr_Format(PyExc_ValueError, "%s: the element count overflows int64", argname);
+        return -1;
+      }
+      numel *= v->shape[k];
+    }
+  }
+
+  if (t->strides == NULL) {
+    int64_t s = 1;
+    for (int k = v->ndim - 1; k >= 0; --k) {
+      v->strides[k] = s;
+      s *= v->shape[k]; /* <= numel (or 0 when empty): no overflow */
+    }
+  } else {
+    for (int k = 0; k < v->ndim; ++k) v->strides[k] = t->strides[k];
+  }
+
+  const int64_t isz = vgct_dtype_itemsize[dt];
+  if (numel > 0) {
+    /* the lowest and highest element offsets must fit int64 in bytes */
+    const int64_t lim = INT64_MAX / isz;
+    int64_t lo = 0, hi = 0;
+    for (int k = 0; k < v->ndim; ++k) {
+      int64_t m = v->shape[k] - 1, st = v->strides[k];
+      if (m == 0 || st == 0) continue;
+      if (st == INT64_MIN || (st < 0 ? -st : st) > lim / m) goto range;
+      int64_t span = st * m;
+      if (span > 0) {
+        if (hi > lim - span) goto range;
+        hi += span;
+      } else {
+        if (lo < -lim - span) goto range;
+        lo += span;
+      }
+    }
+    if (t->data == NULL) {
+      PyErr_Format(PyExc_BufferError,
+                   "%s: malformed DLTensor: data is NULL for a tensor of %" PRId64 " elements",
+                   argname, numel);
+      return -1;
+    }
+  }
+  v->data = t->data ? (const char *)t->data + t->byte_offset : NULL;
+  if (numel > 0 && v->device_type == kDLCUDA && ((uintptr_t)v->data % (uintptr_t)isz) != 0) {
+    PyErr_Format(PyExc_BufferError,
+                 "%s: CUDA data pointer %p is not aligned to the %s itemsize %d "
+                 "(the GPU kernels load naturally aligned elements)",
+                 argname, (const void *)v->data, vgct_dtype_names[dt], (int)isz);
+    return -1;
+  }
+  return 0;
+range:
+  PyErr_Format(PyExc_ValueError,
+               "%s: strides reach beyond the int64 byte range (shape x strides overflow)",
+               argname);
+  return -1;
+}
+
+/*
+ * vgct_bridge_import -- export obj through DLPack and build out->view.
+ *
+ * Steps ([PY] "consumer" side):
+ *  1. call __dlpack__ (call_dlpack): CUDA producers get the consumer's stream
+ *     so that they order their pending work before ours; CPU producers get
+ *     stream=None ([PY]: stream must be None for CPU; numpy raises otherwise);
+ *  2. the result must be a PyCapsule (TypeError) named "dltensor_versioned"
+ *     or "dltensor" (BufferError; "used_..." means already consumed);
+ *  3. versioned: version.major must be 1 ([C]: "the consumer must check the
+ *     major version and refuse a tensor whose major version it does not
+ *     support"; BufferError naming the version), the rest of the struct is
+ *     read only after that check;
+ *  4. fill_view (the DLTensor rules above);
+ *  5. rename the capsule to "used_dltensor_versioned"/"used_dltensor" ([PY]:
+ *     marks it consumed so its destructor no longer calls the deleter) and
+ *     take ownership of the managed tensor: vgct_import_release calls the
+ *     deleter exactly once.
+ * Until step 5 every failure only drops our capsule reference: the capsule
+ * still has its original name and its destructor frees the tensor.  The
+ * read-only flag (DLPACK_FLAG_BITMASK_READ_ONLY) is recorded, not refused: we
+ * never write.
+ */
+int vgct_bridge_import(PyObject *obj, const char *argname, const vgct_device *dev,
+                       PyObject *stream, int dtype_override, vgct_import *out) {
+  out->managed = NULL;
+  out->versioned = 0;
+  out->flags = 0;
+  PyObject *cap = call_dlpack(obj, dev->type == kDLCUDA ? stream : Py_None);
+  if (cap == NULL) return -1;
+  if (!PyCapsule_CheckExact(cap)) {
+    PyErr_Format(PyExc_TypeError,
+                 "%s: __dlpack__() returned %.200s, expected a PyCapsule named "
+                 "'dltensor_versioned' or 'dltensor' (DLPack Python specification)",
+                 argname, Py_TYPE(cap)->tp_name);
+    Py_DECREF(cap);
+    return -1;
+  }
+  const char *name = PyCapsule_GetName(cap);
+  if (name == NULL && PyErr_Occurred()) {
+    Py_DECREF(cap);
+    return -1;
+  }
+  int versioned = name != NULL && strcmp(name, NAME_VERSIONED) == 0;
+  int legacy = name != NULL && strcmp(name, NAME_LEGACY) == 0;
+  if (!versioned && !legacy) {
+    int used = name != NULL && strncmp(name, "used_", 5) == 0;
+    PyErr_Format(PyExc_BufferError,
+                 "%s: __dlpack__() returned a capsule named %s%s%s, expected 'dltensor_versioned' "
+                 "or 'dltensor'%s",
+                 argname, name ? "'" : "", name ? name : "NULL", name ? "'" : "",
+                 used ? " (a 'used_' capsule was already consumed; export a new one)" : "");
+    Py_DECREF(cap);
+    return -1;
+  }
+  void *ptr = PyCapsule_GetPointer(cap, name); /* never NULL for a valid capsule */
+  if (ptr == NULL) {
+    Py_DECREF(cap);
+    return -1;
+  }
+  const DLTensor *t;
+  uint64_t flags = 0;
+  if (versioned) {
+    DLManagedTensorVersioned *mv = (DLManagedTensorVersioned *)ptr;
+    if (mv->version.major != DLPACK_MAJOR_VERSION) {
+      PyErr_Format(PyExc_BufferError,
+                   "%s: the producer exported DLPack version %u.%u; vgct_ext reads DLPack %d.x",
+                   argname, (unsigned)mv->version.major, (unsigned)mv->version.minor,
+                   DLPACK_MAJOR_VERSION);
+      Py_DECREF(cap);
+      return -1;
+    }
+    t = &mv->dl_tensor;
+    flags = mv->flags;
+  } else {
+    t = &((DLManagedTensor *)ptr)->dl_tensor;
+  }
+  if (fill_view(t, argname, dev, dtype_override, &out->view) < 0) {
+    Py_DECREF(cap);
+    return -1;
+  }
+  if (PyCapsule_SetName(cap, versioned ? NAME_USED_VERSIONED : NAME_USED_LEGACY) < 0) {
+    Py_DECREF(cap);
+    return -1;
+  }
+  out->managed = ptr;
+  out->versioned = versioned;
+  out->flags = flags;
+  Py_DECREF(cap); /* renamed: its destructor leaves the tensor to us */
+  return 0;
+}
+
+/*
+ * vgct_import_release -- call the producer's deleter once and forget the
+ * tensor.  [C]: the deleter "should be called to destruct the manager_ctx"
+ * and may be NULL when the producer needs no clean-up.  Producers' deleters
+ * may run Python code (numpy's DECREFs the array), so a pending exception is
+ * saved across the call.
+ */
+void vgct_import_release(vgct_import *imp) {
+  void *m = imp->managed;
+  imp->managed = NULL;
+  if (m == NULL) return;
+#if PY_VERSION_HEX >= 0x030C0000
+  PyObject *exc = PyErr_GetRaisedException();
+#else
+  PyObject *et, *ev, *tb;
+  PyErr_Fetch(&et, &ev, &tb);
+#endif
+  if (imp->versioned) {
+    DLManagedTensorVersioned *mv = (DLManagedTensorVersioned *)m;
+    if (mv->deleter) mv->deleter(mv);
+  } else {
+    DLManagedTensor *ml = (DLManagedTensor *)m;
+    if (ml->deleter) ml->deleter(ml);
+  }
+#if PY_VERSION_HEX >= 0x030C0000
+  PyErr_SetRaisedException(exc);
+#else
+  PyErr_Restore(et, ev, tb);
+#endif
+}

@@ -1,0 +1,1315 @@
+/*
+ * cpu_engine.c -- the CPU engine: vgct_cpu_reduce, vgct_cpu_select,
+ * vgct_cpu_fingerprint (contracts: vgct_engine.h).
+ *
+ * The statistics themselves are defined once, in vgct_stats.h; elements become
+ * doubles only through vgct_dtypes.h.  This file decides the ORDER in which
+ * pairs are folded, which fixes every rounding, and makes that order fast:
+ *
+ *  iteration  The two views are walked in one "iteration order": the logical
+ *             dims, size-1 dims dropped, permuted towards memory order when
+ *             both inputs agree (a transposed pair is read sequentially), and
+ *             merged where contiguous for BOTH inputs and for the logical flat
+ *             index.  Position p (0..n-1) in that order has a flat logical
+ *             index idx(p) (== p when no permutation happened: "monotonic").
+ *  segments   [0, n) is cut into segments of SEG positions; SEG depends only
+ *             on n (seg_size()).  Each segment is folded alone into one
+ *             vgct_acc; segment results are merged pairwise in index order.
+ *             Threads only decide WHO folds a segment, never how, so results
+ *             are bitwise identical for any thread count and across calls.
+ *  tiles      Inside a segment, pairs are loaded TILE at a time into double
+ *             buffers (one loader loop per dtype, per run of the innermost
+ *             dim: no per-element dispatch).  A tile is folded into a FRESH
+ *             accumulator: NLANE lane accumulators, element j of the tile
+ *             going to lane j % NLANE with vgct_acc_update, the lanes merged
+ *             in order with vgct_acc_merge; tile accumulators are merged
+ *             pairwise (a binary-counter stack), so rounding error grows like
+ *             log(n), not n.  For the scaled (float64) update every lane
+ *             starts at the tile scale S = pow2_ceil(max finite |a|,|e| of the
+ *             tile) (a valid accumulator state: sums are relative to a power
+ *             of two >= every value), so no rescaling happens inside a tile.
+ *  fast path  A tile whose pairs are all finite is folded by fold_fast(),
+ *             which evaluates the same expressions lane by lane in
+ *             vectorisable loops and reproduces the lane fold above BIT FOR
+ *             BIT (tested: tests/.../vgct/test_engine_internals.py forces the
+ *             definition path on every tile and compares); maxima and their
+ *             lowest indices are exact either way.  Tiles with a NaN/Inf go
+ *             through vgct_acc_update itself.
+ *  slices     With dim >= 0 the segments are grouped into at most 8 blocks
+ *             (count fixed by n and the slice count); each block owns an array
+ *             of vgct_slice_acc, the blocks are merged in order at the end.
+ *             A tile lying in one slice (slice axis outer) contributes one
+ *             partial (NLANE lanes of vgct_slice_update at scale S, merged in
+ *             lane order -- equal to the tile's own sums); otherwise each pair
+ *             goes to its slice with vgct_slice_update in iteration order.
+ *  select     Radix selection on the vgct_absdiff_key keys: histogram passes
+ *             over 16-bit digits (threads: per-thread histograms, exact sums),
+ *             narrowing each requested rank to one bucket, until the buckets
+ *             that hold the ranks fit a bounded candidate buffer; one more
+ *             pass gathers them and an in-memory multi-select finishes.
+ *
+ * No allocation depends on n except through bounded quantities: segment
+ * results (<= 2^14), slice blocks (<= 8 x slices), and the candidate buffer
+ * (<= 2^20 keys).  Failures return VGCT_ENOMEM / VGCT_EVALUE with a message.
+ */
+#define _POSIX_C_SOURCE 200809L
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF /* a*b+c must round twice, as in vgct_stats.h */
+#endif
+
+#include <float.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vgct_engine.h"
+
+#define TILE 1024
+#define NLANE 8
+#define SEG_MIN ((int64_t)1 << 16)
+#define SEG_MAX_COUNT ((int64_t)1 << 14)
+#define PAR_MIN_N ((int64_t)1 << 18)
+#define MAX_THREADS 64
+#define MAX_SLICE_BLOCKS 8
+#define SLICE_BLOCK_BUDGET ((int64_t)1 << 22) /* nblk * nslices <= this */
+#define SELECT_CAP ((int64_t)1 << 20)         /* candidate keys held at once */
+
+/* Test hooks: compiled in only with -DVGCT_CPU_TESTING (the ctypes harness of
+ * the engine tests); the extension build sees constants. */
+#ifdef VGCT_CPU_TESTING
+int vgct_cpu_test_force_slow = 0;      /* fold every tile by the definition */
+int64_t vgct_cpu_test_seg_min = 0;     /* override SEG_MIN when > 0         */
+int64_t vgct_cpu_test_par_min = -1;    /* override PAR_MIN_N when >= 0      */
+int64_t vgct_cpu_test_select_cap = 0;  /* override SELECT_CAP when > 0      */
+int vgct_cpu_test_last_passes = 0;     /* data passes of the last select   */
+int vgct_cpu_test_level = -1;          /* cap the x86 code level when >= 0  */
+#define FORCE_SLOW vgct_cpu_test_force_slow
+#define SEG_MIN_EFF (vgct_cpu_test_seg_min > 0 ? vgct_cpu_test_seg_min : SEG_MIN)
+#define PAR_MIN_EFF (vgct_cpu_test_par_min >= 0 ? vgct_cpu_test_par_min : PAR_MIN_N)
+#define SELECT_CAP_EFF (vgct_cpu_test_select_cap > 0 ? vgct_cpu_test_select_cap : SELECT_CAP)
+#else
+#define FORCE_SLOW 0
+#define SEG_MIN_EFF SEG_MIN
+#define PAR_MIN_EFF PAR_MIN_N
+#define SELECT_CAP_EFF SELECT_CAP
+#endif
+
+static void set_err(char *err, size_t errlen, const char *fmt, const char *what, long long v) {
+  if (err && errlen) snprintf(err, errlen, fmt, what, v);
+}
+
+/* ======================================================================
+ * Element loaders: one loop per dtype over a strided run, built on the
+ * vgct_dtypes.h readers and converters (the contiguous case is a separate
+ * loop so that compilers vectorise it).
+ * ====================================================================== */
+typedef void (*loader_fn)(const char *p, int64_t stride, int64_t cnt, double *out);
+
+static inline double cv_bool(uint8_t v) { return v ? 1.0 : 0.0; }
+static inline double cv_i8(int8_t v) { return (double)v; }
+static inline double cv_i16(int16_t v) { return (double)v; }
+static inline double cv_i32(int32_t v) { return (double)v; }
+static inline double cv_i64(int64_t v) { return (double)v; }
+static inline double cv_u8(uint8_t v) { return (double)v; }
+static inline double cv_f32(float v) { return (double)v; }
+static inline double cv_f64(double v) { return v; }
+
+#define DEF_LOADER1(NAME, T, CONV, ATTR)                                        \
+  ATTR static void NAME(const char *p, int64_t st, int64_t cnt, double *out) {  \
+    if (st == 1) {                                                              \
+      for (int64_t i = 0; i < cnt; ++i) out[i] = CONV(VGCT_RD(T, p + i * (int64_t)sizeof(T))); \
+    } else {                                                                    \
+      const int64_t bst = st * (int64_t)sizeof(T);                              \
+      for (int64_t i = 0; i < cnt; ++i) out[i] = CONV(VGCT_RD(T, p + i * bst)); \
+    }                                                                           \
+  }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(VGCT_NO_CPU_DISPATCH)
+#define DEF_LOADER(NAME, T, CONV)  \
+  DEF_LOADER1(NAME, T, CONV, )     \
+  DEF_LOADER1(NAME##_avx2, T, CONV, __attribute__((target("avx2"))))
+#define LOADER_TABLE(SUFFIX)                                                              \
+  {ld_bool##SUFFIX, ld_i8##SUFFIX, ld_i16##SUFFIX, ld_i32##SUFFIX, ld_i64##SUFFIX,         \
+   ld_u8##SUFFIX, ld_f16##SUFFIX, ld_bf16##SUFFIX, ld_f32##SUFFIX, ld_f64##SUFFIX,         \
+   ld_e4m3##SUFFIX, ld_e5m2##SUFFIX}
+#else
+#define DEF_LOADER(NAME, T, CONV) DEF_LOADER1(NAME, T, CONV, )
+#endif
+DEF_LOADER(ld_bool, uint8_t, cv_bool)
+DEF_LOADER(ld_i8, int8_t, cv_i8)
+DEF_LOADER(ld_i16, int16_t, cv_i16)
+DEF_LOADER(ld_i32, int32_t, cv_i32)
+DEF_LOADER(ld_i64, int64_t, cv_i64)
+DEF_LOADER(ld_u8, uint8_t, cv_u8)
+DEF_LOADER(ld_f16, uint16_t, vgct_f16_to_f64)
+DEF_LOADER(ld_bf16, uint16_t, vgct_bf16_to_f64)
+DEF_LOADER(ld_f32, float, cv_f32)
+DEF_LOADER(ld_f64, double, cv_f64)
+DEF_LOADER(ld_e4m3, uint8_t, vgct_e4m3fn_to_f64)
+DEF_LOADER(ld_e5m2, uint8_t, vgct_e5m2_to_f64)
+#undef DEF_LOADER
+#undef DEF_LOADER1
+
+static const loader_fn loaders[VGCT_NUM_DTYPES] = {
+    ld_bool, ld_i8, ld_i16, ld_i32, ld_i64, ld_u8,
+    ld_f16, ld_bf16, ld_f32, ld_f64, ld_e4m3, ld_e5m2};
+#ifdef LOADER_TABLE
+static const loader_fn loaders_avx2[VGCT_NUM_DTYPES] = LOADER_TABLE(_avx2);
+#endif
+
+/* 0 baseline, 1 AVX2, 2 AVX-512F (x86-64 with GCC or clang; else 0) */
+static int cpu_level(void) {
+  int lv = 0;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(VGCT_NO_CPU_DISPATCH)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw"))
+    lv = 2;
+  else if (__builtin_cpu_supports("avx2"))
+    lv = 1;
+#endif
+#ifdef VGCT_CPU_TESTING
+  if (vgct_cpu_test_level >= 0 && vgct_cpu_test_level < lv) lv = vgct_cpu_test_level;
+#endif
+  return lv;
+}
+
+static const loader_fn *pick_loaders(void) {
+#ifdef LOADER_TABLE
+  if (cpu_level() >= 1) return loaders_avx2;
+#endif
+  return loaders;
+}
+
+/* ======================================================================
+ * Iteration plan
+ * ====================================================================== */
+typedef struct {
+  int nd;                       /* iteration dims (>= 1), outer -> inner */
+  int64_t n;
+  int64_t shape[VGCT_MAX_NDIM];
+  int64_t sa[VGCT_MAX_NDIM];    /* element strides of a, e               */
+  int64_t se[VGCT_MAX_NDIM];
+  int64_t sl[VGCT_MAX_NDIM];    /* logical flat-index strides            */
+  int dpos;                     /* iteration dim that is the slice axis  */
+  int monotonic;                /* idx(p) == p                           */
+  const char *pa, *pe;
+  int dta, dte, isa, ise;
+  loader_fn lda, lde;
+} plan_t;
+
+static inline int64_t iabs64(int64_t x) { return x < 0 ? -x : x; }
+
+/* 1 when iteration dim j (currently inner to i) should move outside i: every
+ * operand with an opinion (both strides non-zero) prefers it, one strictly. */
+static int prefer_outer(const plan_t *P, int j, int i) {
+  int yes = 0, no = 0;
+  const int64_t *ss[2] = {P->sa, P->se};
+  for (int o = 0; o < 2; ++o) {
+    int64_t sj = iabs64(ss[o][j]), si = iabs64(ss[o][i]);
+    if (sj == 0 || si == 0) continue;
+    if (sj > si) yes = 1;
+    else if (sj < si) no = 1;
+  }
+  return yes && !no;
+}
+
+static void plan_build(const vgct_view *a, const vgct_view *e, int dim, plan_t *P) {
+  memset(P, 0, sizeof *P);
+  P->n = vgct_numel(a);
+  P->pa = a->data; P->pe = e->data;
+  P->dta = a->dtype; P->dte = e->dtype;
+  P->isa = vgct_dtype_itemsize[a->dtype]; P->ise = vgct_dtype_itemsize[e->dtype];
+  const loader_fn *ld = pick_loaders();
+  P->lda = ld[a->dtype]; P->lde = ld[e->dtype];
+  P->dpos = -1;
+  int64_t lstride[VGCT_MAX_NDIM];
+  int64_t acc = 1;
+  for (int k = a->ndim - 1; k >= 0; --k) { lstride[k] = acc; acc *= a->shape[k]; }
+  int nd = 0;
+  for (int k = 0; k < a->ndim; ++k) {
+    if (a->shape[k] == 1) continue; /* also a size-1 slice axis: slice 0 */
+    P->shape[nd] = a->shape[k];
+    P->sa[nd] = a->strides[k];
+    P->se[nd] = e->strides[k];
+    P->sl[nd] = lstride[k];
+    if (k == dim) P->dpos = nd;
+    ++nd;
+  }
+  if (nd == 0) { /* a single element (or none) */
+    P->nd = 1; P->shape[0] = P->n; P->sa[0] = P->se[0] = P->sl[0] = 1;
+    P->monotonic = 1;
+    return;
+  }
+  P->nd = nd;
+  /* insertion sort towards memory order (stable; no move without agreement) */
+  int permuted = 0;
+  for (int j = 1; j < nd; ++j) {
+    for (int k = j; k > 0 && prefer_outer(P, k, k - 1); --k) {
+      int64_t t;
+      t = P->shape[k]; P->shape[k] = P->shape[k - 1]; P->shape[k - 1] = t;
+      t = P->sa[k]; P->sa[k] = P->sa[k - 1]; P->sa[k - 1] = t;
+      t = P->se[k]; P->se[k] = P->se[k - 1]; P->se[k - 1] = t;
+      t = P->sl[k]; P->sl[k] = P->sl[k - 1]; P->sl[k - 1] = t;
+      if (P->dpos == k) P->dpos = k - 1;
+      else if (P->dpos == k - 1) P->dpos = k;
+      permuted = 1;
+    }
+  }
+  P->monotonic = !permuted;
+  /* merge (outer k, inner k+1) when contiguous for a, e and the flat index */
+  int w = 0;
+  for (int k = 1; k < nd; ++k) {
+    int mergeable = P->dpos != w && P->dpos != k &&
+                    P->sa[w] == P->sa[k] * P->shape[k] && P->se[w] == P->se[k] * P->shape[k] &&
+                    P->sl[w] == P->sl[k] * P->shape[k];
+    if (mergeable) {
+      P->shape[w] *= P->shape[k];
+      P->sa[w] = P->sa[k]; P->se[w] = P->se[k]; P->sl[w] = P->sl[k];
+    } else {
+      ++w;
+      P->shape[w] = P->shape[k]; P->sa[w] = P->sa[k]; P->se[w] = P->se[k]; P->sl[w] = P->sl[k];
+      if (P->dpos == k) P->dpos = w;
+    }
+  }
+  P->nd = w + 1;
+}
+
+typedef struct {
+  int64_t idx[VGCT_MAX_NDIM];
+  int64_t oa, oe, ol; /* element offsets of a, e and the flat index */
+  int64_t pos;
+} iter_t;
+
+static void iter_seek(const plan_t *P, iter_t *it, int64_t pos) {
+  it->pos = pos;
+  it->oa = it->oe = it->ol = 0;
+  int64_t r = pos;
+  for (int k = P->nd - 1; k >= 0; --k) {
+    int64_t q = r / P->shape[k];
+    int64_t i = r - q * P->shape[k];
+    r = q;
+    it->idx[k] = i;
+    it->oa += i * P->sa[k]; it->oe += i * P->se[k]; it->ol += i * P->sl[k];
+  }
+}
+
+/* advance by cnt positions, cnt <= what is left of the current inner run */
+static inline void iter_advance(const plan_t *P, iter_t *it, int64_t cnt) {
+  int k = P->nd - 1;
+  it->pos += cnt;
+  it->idx[k] += cnt;
+  it->oa += cnt * P->sa[k]; it->oe += cnt * P->se[k]; it->ol += cnt * P->sl[k];
+  while (it->idx[k] >= P->shape[k] && k > 0) {
+    it->oa -= P->shape[k] * P->sa[k]; it->oe -= P->shape[k] * P->se[k];
+    it->ol -= P->shape[k] * P->sl[k];
+    it->idx[k] = 0;
+    --k;
+    it->idx[k] += 1;
+    it->oa += P->sa[k]; it->oe += P->se[k]; it->ol += P->sl[k];
+  }
+}
+
+/* ======================================================================
+ * Tiles
+ * ====================================================================== */
+typedef struct {
+  int off, len;
+  int64_t l0;  /* flat index of the first pair; then + j * lstep   */
+  int64_t s0;  /* slice index of the first pair (dim inner: + j)   */
+} run_t;
+
+typedef struct {
+  double A[TILE], E[TILE];
+  run_t runs[TILE];
+  unsigned char bad[TILE]; /* patched (non-finite) pairs, valid when npatch > 0 */
+  int nr, len, npatch;
+  int64_t lstep; /* flat-index stride along the inner dim */
+} tile_t;
+
+/* Fill a tile from it->pos (< end).  A run of the inner dim longer than TILE
+ * is cut in TILE chunks from its start; shorter runs are packed whole. */
+static void tile_fill(const plan_t *P, iter_t *it, int64_t end, tile_t *t) {
+  const int k = P->nd - 1;
+  const int64_t R = P->shape[k];
+  t->len = 0; t->nr = 0; t->npatch = 0; t->lstep = P->sl[k];
+  while (it->pos < end) {
+    int64_t rem = R - it->idx[k];
+    if (rem > end - it->pos) rem = end - it->pos;
+    if (t->len == 0) { if (rem > TILE) rem = TILE; }
+    else if (rem > TILE - t->len) break;
+    run_t *r = &t->runs[t->nr++];
+    r->off = t->len; r->len = (int)rem; r->l0 = it->ol;
+    r->s0 = P->dpos >= 0 ? it->idx[P->dpos] : 0;
+    const char *qa = P->pa + it->oa * P->isa, *qe = P->pe + it->oe * P->ise;
+#if defined(__GNUC__) || defined(__clang__)
+    /* contiguous runs: ask for the next tile's lines now, so that memory
+     * works while this tile is folded */
+    if (P->sa[k] == 1 && P->se[k] == 1) {
+      const int64_t ba = rem * P->isa, be = rem * P->ise;
+      for (int64_t o = 0; o < ba; o += 64) __builtin_prefetch(qa + ba + o);
+      for (int64_t o = 0; o < be; o += 64) __builtin_prefetch(qe + be + o);
+    }
+#endif
+    P->lda(qa, P->sa[k], rem, t->A + t->len);
+    P->lde(qe, P->se[k], rem, t->E + t->len);
+    t->len += (int)rem;
+    iter_advance(P, it, rem);
+  }
+}
+
+static inline int64_t tile_lidx(const tile_t *t, int j) {
+  int r = 0;
+  if (t->nr > 1) { /* binary search the run holding j */
+    int lo = 0, hi = t->nr - 1;
+    while (lo < hi) { int mid = (lo + hi + 1) / 2; if (t->runs[mid].off <= j) lo = mid; else hi = mid - 1; }
+    r = lo;
+  }
+  return t->runs[r].l0 + (int64_t)(j - t->runs[r].off) * t->lstep;
+}
+
+/* Scale of a tile for the scaled update: pow2_ceil of the largest finite
+ * magnitude (VGCT_MIN_SCALE when there is none, or all are zero). */
+static inline double tile_scale(double m) { return m > 0.0 ? vgct_pow2_ceil(m) : VGCT_MIN_SCALE; }
+
+/* ======================================================================
+ * The fast fold of an all-finite tile (see the header comment).
+ *
+ * Computes the tile's sums exactly as NLANE lanes of vgct_acc_update merged
+ * in lane order would (the lanes are the 8 elements of one vector: every
+ * lane still folds its own elements in order with the same IEEE operations,
+ * no reassociation, no FMA), plus the tile's max |d|, max |e|, max excess,
+ * unequal and mismatch counts.  max_rel needs a division per pair; instead
+ * the loop flags pairs that could reach the caller's threshold `relc`
+ * (|d| >= relc*|e|, e != 0; with nz also |d| > 0) and the caller divides
+ * only for tiles with such a candidate.  Returns 0 (and the caller uses the
+ * definition path) when the tile holds a NaN or an infinity.
+ * ====================================================================== */
+typedef struct {
+  double scale, saa, see, sae, sdd, sd;
+  double mad, mex, mref;
+  double nuneq, nmm;
+  int rel_cand;
+} fold_t;
+
+typedef int (*fold_fn)(const double *, const double *, int, double, double, double, int, fold_t *);
+
+#if defined(__GNUC__) || defined(__clang__)
+#define VGCT_HAVE_VEC 1
+/* one instantiation per native vector width: GCC scalarises vectors wider
+ * than the target's registers, so each target gets its own width */
+typedef double vgct_v2d __attribute__((vector_size(16)));
+typedef long long vgct_v2i __attribute__((vector_size(16)));
+#define FOLD_NAME fold_vec2
+#define FOLD_VD vgct_v2d
+#define FOLD_VI vgct_v2i
+#define FOLD_VW 2
+#define FOLD_ATTR
+#include "cpu_fold.inc"
+#undef FOLD_NAME
+#undef FOLD_VD
+#undef FOLD_VI
+#undef FOLD_VW
+#undef FOLD_ATTR
+
+#define DEF_FOLDS(SUFFIX, IMPL, ATTR)                                                          \
+  ATTR static int fold_u##SUFFIX(const double *A, const double *E, int len, double rtol,       \
+                                 double atol, double relc, int nz, fold_t *o) {                \
+    return IMPL(A, E, len, rtol, atol, relc, nz, 0, o);                                        \
+  }                                                                                            \
+  ATTR static int fold_s##SUFFIX(const double *A, const double *E, int len, double rtol,       \
+                                 double atol, double relc, int nz, fold_t *o) {                \
+    return IMPL(A, E, len, rtol, atol, relc, nz, 1, o);                                        \
+  }
+DEF_FOLDS(, fold_vec2, )
+
+/* x86-64: the same source compiled for AVX2 and AVX-512 as well, picked at
+ * run time.  No FMA in the targets (contraction would change roundings); the
+ * same lanes and operations, so results are bitwise those of the baseline
+ * (tested across levels by the engine tests). */
+#if defined(__x86_64__) && !defined(VGCT_NO_CPU_DISPATCH)
+#define VGCT_X86_DISPATCH 1
+#define VGCT_AVX2 __attribute__((target("avx2")))
+#define VGCT_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw")))
+typedef double vgct_v4d __attribute__((vector_size(32)));
+typedef long long vgct_v4i __attribute__((vector_size(32)));
+typedef double vgct_v8d __attribute__((vector_size(64)));
+typedef long long vgct_v8i __attribute__((vector_size(64)));
+#define FOLD_NAME fold_vec4
+#define FOLD_VD vgct_v4d
+#define FOLD_VI vgct_v4i
+#define FOLD_VW 4
+#define FOLD_ATTR VGCT_AVX2
+#include "cpu_fold.inc"
+#undef FOLD_NAME
+#undef FOLD_VD
+#undef FOLD_VI
+#undef FOLD_VW
+#undef FOLD_ATTR
+#define FOLD_NAME fold_vec8
+#define FOLD_VD vgct_v8d
+#define FOLD_VI vgct_v8i
+#define FOLD_VW 8
+#define FOLD_ATTR VGCT_AVX512
+#include "cpu_fold.inc"
+#undef FOLD_NAME
+#undef FOLD_VD
+#undef FOLD_VI
+#undef FOLD_VW
+#undef FOLD_ATTR
+DEF_FOLDS(_avx2, fold_vec4, VGCT_AVX2)
+DEF_FOLDS(_avx512, fold_vec8, VGCT_AVX512)
+#endif
+#undef DEF_FOLDS
+
+static fold_fn pick_fold(int scaled) {
+#ifdef VGCT_X86_DISPATCH
+  int lv = cpu_level();
+  if (lv == 2) return scaled ? fold_s_avx512 : fold_u_avx512;
+  if (lv == 1) return scaled ? fold_s_avx2 : fold_u_avx2;
+#endif
+  return scaled ? fold_s : fold_u;
+}
+#else  /* no vector extensions: every tile takes the definition path */
+static int fold_none(const double *A, const double *E, int len, double rtol, double atol,
+                     double relc, int nz, fold_t *o) {
+  (void)A; (void)E; (void)len; (void)rtol; (void)atol; (void)relc; (void)nz; (void)o;
+  return 0;
+}
+static fold_fn pick_fold(int scaled) { (void)scaled; return fold_none; }
+#endif
+
+/* ======================================================================
+ * Pairwise merge stack (binary counter): deterministic, O(log n) state.
+ * ====================================================================== */
+typedef struct {
+  vgct_acc st[64];
+  int lv[64];
+  int top;
+} mstack_t;
+
+static void ms_push(mstack_t *m, const vgct_acc *x) {
+  vgct_acc cur = *x;
+  int lv = 0;
+  while (m->top > 0 && m->lv[m->top - 1] == lv) {
+    vgct_acc left = m->st[m->top - 1];
+    vgct_acc_merge(&left, &cur);
+    cur = left;
+    --m->top;
+    ++lv;
+  }
+  m->st[m->top] = cur;
+  m->lv[m->top] = lv;
+  ++m->top;
+}
+
+/* merge what is left, right to left; returns 0 when empty */
+static int ms_finish(mstack_t *m, vgct_acc *out) {
+  if (m->top == 0) return 0;
+  vgct_acc cur = m->st[m->top - 1];
+  for (int k = m->top - 2; k >= 0; --k) {
+    vgct_acc left = m->st[k];
+    vgct_acc_merge(&left, &cur);
+    cur = left;
+  }
+  *out = cur;
+  return 1;
+}
+
+/* ======================================================================
+ * Threads: units [0, nunits) handed out dynamically; what a unit computes
+ * never depends on which thread runs it.
+ * ====================================================================== */
+typedef struct par_s {
+  atomic_llong next;
+  int64_t nunits;
+  void (*fn)(void *ctx, int64_t unit, int tid);
+  void *ctx;
+} par_t;
+
+typedef struct { par_t *par; int tid; } par_arg_t;
+
+static void *par_worker(void *arg) {
+  par_arg_t *pa = (par_arg_t *)arg;
+  par_t *par = pa->par;
+  for (;;) {
+    long long u = atomic_fetch_add(&par->next, 1);
+    if (u >= par->nunits) break;
+    par->fn(par->ctx, (int64_t)u, pa->tid);
+  }
+  return NULL;
+}
+
+/* runs fn over all units with up to nthreads threads (the caller is one) */
+static void par_run(int nthreads, int64_t nunits, void (*fn)(void *, int64_t, int), void *ctx) {
+  par_t par;
+  atomic_init(&par.next, 0);
+  par.nunits = nunits; par.fn = fn; par.ctx = ctx;
+  pthread_t th[MAX_THREADS];
+  par_arg_t args[MAX_THREADS];
+  int started = 0;
+  for (int t = 1; t < nthreads; ++t) {
+    args[t].par = &par; args[t].tid = t;
+    if (pthread_create(&th[t], NULL, par_worker, &args[t]) != 0) break; /* fewer threads */
+    ++started;
+  }
+  args[0].par = &par; args[0].tid = 0;
+  par_worker(&args[0]);
+  for (int t = 1; t <= started; ++t) pthread_join(th[t], NULL);
+}
+
+static int64_t seg_size(int64_t n) {
+  int64_t seg = SEG_MIN_EFF;
+  while ((n + seg - 1) / seg > SEG_MAX_COUNT) seg *= 2;
+  return seg;
+}
+
+static int pick_threads(int req, int64_t n, int64_t nunits) {
+  int t = req < 1 ? 1 : req;
+  if (t > MAX_THREADS) t = MAX_THREADS;
+  if (n < PAR_MIN_EFF) t = 1;
+  if ((int64_t)t > nunits) t = (int)(nunits < 1 ? 1 : nunits);
+  return t;
+}
+
+/* ======================================================================
+ * vgct_cpu_reduce
+ * ====================================================================== */
+typedef struct {
+  const plan_t *P;
+  double rtol, atol;
+  int scaled;
+  int64_t seg, nseg;
+  vgct_acc *res;            /* [nseg] */
+  int has_slices;
+  int64_t nslices, nblk;
+  vgct_slice_acc *blk;      /* [nblk][nslices] */
+  tile_t **tiles;           /* per thread */
+  fold_fn fold;
+} red_ctx;
+
+/* Maxima of a fast tile into `best` (lowest flat index among ties).  `v` is
+ * the tile maximum of quantity `what`; finding its index costs a scan, done
+ * only when it could win. */
+enum { Q_ABS, Q_EXC };
+
+static inline double q_value(int what, double a, double e, double rtol, double atol) {
+  double ad = fabs(a - e), ae = fabs(e);
+  if (what == Q_ABS) return ad;
+  double tol = atol + rtol * ae;
+  return ad > tol ? ad - tol : -1.0;
+}
+
+static void tile_max_into(const tile_t *t, const plan_t *P, int what, double v, double rtol,
+                          double atol, double *bv, int64_t *bi, double *ba, double *be) {
+  if (v < 0.0) return; /* no candidate in this tile */
+  if (*bi >= 0 && v < *bv) return;
+  if (*bi >= 0 && v == *bv && P->monotonic) return; /* later positions, larger indices */
+  int64_t best_i = -1;
+  int best_j = -1;
+  for (int j = 0; j < t->len; ++j) {
+    if (t->npatch && t->bad[j]) continue;
+    if (q_value(what, t->A[j], t->E[j], rtol, atol) == v) {
+      int64_t li = tile_lidx(t, j);
+      if (best_i < 0 || li < best_i) { best_i = li; best_j = j; }
+      if (P->monotonic) break;
+    }
+  }
+  if (best_j < 0) return; /* cannot happen: v came from this tile */
+  if (vgct_better(v, best_i, *bv, *bi)) {
+    *bv = v; *bi = best_i;
+    if (ba) { *ba = t->A[best_j]; *be = t->E[best_j]; }
+  }
+}
+
+/* max_rel over the tile's pairs with e != 0, into best (exact, lowest index) */
+static void tile_rel_into(const tile_t *t, vgct_acc *best, double relc, int nz) {
+  const double z = nz ? 0.0 : -1.0;
+  for (int r = 0; r < t->nr; ++r) {
+    const run_t *ru = &t->runs[r];
+    for (int j = 0; j < ru->len; ++j) {
+      const double a = t->A[ru->off + j], e = t->E[ru->off + j];
+      const double ad = fabs(a - e), ae = fabs(e);
+      if (e != 0.0 && ad >= relc * ae && ad > z) { /* the fold's candidate test */
+        const double v = fabs(a - e) / fabs(e);
+        const int64_t li = ru->l0 + (int64_t)j * t->lstep;
+        if (vgct_better(v, li, best->max_rel, best->max_rel_i)) { best->max_rel = v; best->max_rel_i = li; }
+      }
+    }
+  }
+}
+
+/* the slice of every pair of the tile when it is a single one, else -1 */
+static inline int64_t tile_single_slice(const tile_t *t, const plan_t *P) {
+  if (P->dpos == P->nd - 1) return (t->nr == 1 && t->len == 1) ? t->runs[0].s0 : -1;
+  for (int r = 1; r < t->nr; ++r)
+    if (t->runs[r].s0 != t->runs[0].s0) return -1;
+  return t->runs[0].s0;
+}
+
+static void slices_per_pair(const tile_t *t, const plan_t *P, vgct_slice_acc *sl, int scaled) {
+  const int inner = P->dpos == P->nd - 1;
+  for (int r = 0; r < t->nr; ++r) {
+    const run_t *ru = &t->runs[r];
+    vgct_slice_acc *base = sl + ru->s0;
+    for (int j = 0; j < ru->len; ++j) {
+      const int q = ru->off + j;
+      if (t->npatch && t->bad[q]) continue; /* non-finite: vgct_slice_update ignores it */
+      vgct_slice_acc *dst = inner ? base + j : base;
+      if (scaled) vgct_slice_update(dst, t->A[q], t->E[q], 1);
+      else vgct_slice_update(dst, t->A[q], t->E[q], 0);
+    }
+  }
+}
+
+/* Tiles with NaN/Inf: each non-finite pair is folded by vgct_acc_update into
+ * `nf` (it only counts: classes, unequal, first class mismatch) and replaced
+ * by (0, 0) in the buffers, marked in t->bad.  For the lane sums a (0, 0)
+ * pair is an exact no-op, as the skipped pair is in the definition (sums
+ * start at +0 and can never become -0, so s + 0 == s bit for bit); maxima
+ * scans and per-pair slice updates skip marked pairs; the caller takes
+ * n_finite = len - npatch.  Returns the number of pairs patched. */
+static int tile_patch(tile_t *t, double rtol, double atol, int scaled, vgct_acc *nf) {
+  vgct_acc_init(nf, scaled);
+  int np = 0;
+  for (int r = 0; r < t->nr; ++r) {
+    const run_t *ru = &t->runs[r];
+    for (int j = 0; j < ru->len; ++j) {
+      const int q = ru->off + j;
+      const double a = t->A[q], e = t->E[q];
+      const int ok = vgct_class(a) == VGCT_FINITE && vgct_class(e) == VGCT_FINITE;
+      t->bad[q] = (unsigned char)!ok;
+      if (!ok) {
+        const int64_t li = ru->l0 + (int64_t)j * t->lstep;
+        if (scaled) vgct_acc_update(nf, a, e, li, rtol, atol, 1);
+        else vgct_acc_update(nf, a, e, li, rtol, atol, 0);
+        t->A[q] = 0.0; t->E[q] = 0.0;
+        ++np;
+      }
+    }
+  }
+  t->npatch = np;
+  return np;
+}
+
+/* The definition: fold a tile with vgct_acc_update into NLANE lanes. */
+static void tile_slow(const tile_t *t, const plan_t *P, double rtol, double atol, int scaled,
+                      vgct_acc *tacc, vgct_slice_acc *sl) {
+  double S = 1.0;
+  if (scaled) {
+    double M = 0.0;
+    for (int j = 0; j < t->len; ++j) {
+      double a = t->A[j], e = t->E[j];
+      if (vgct_class(a) == VGCT_FINITE && vgct_class(e) == VGCT_FINITE) {
+        double m = fmax(fabs(a), fabs(e));
+        if (m > M) M = m;
+      }
+    }
+    S = tile_scale(M);
+  }
+  vgct_acc lane[NLANE];
+  for (int l = 0; l < NLANE; ++l) { vgct_acc_init(&lane[l], scaled); if (scaled) lane[l].scale = S; }
+  for (int r = 0; r < t->nr; ++r) {
+    const run_t *ru = &t->runs[r];
+    for (int j = 0; j < ru->len; ++j) {
+      int q = ru->off + j;
+      int64_t li = ru->l0 + (int64_t)j * t->lstep;
+      if (scaled) vgct_acc_update(&lane[q % NLANE], t->A[q], t->E[q], li, rtol, atol, 1);
+      else vgct_acc_update(&lane[q % NLANE], t->A[q], t->E[q], li, rtol, atol, 0);
+    }
+  }
+  for (int l = 1; l < NLANE; ++l) vgct_acc_merge(&lane[0], &lane[l]);
+  *tacc = lane[0];
+  if (sl) {
+    int64_t c = tile_single_slice(t, P);
+    if (c >= 0) {
+      vgct_slice_acc sp[NLANE];
+      for (int l = 0; l < NLANE; ++l) { vgct_slice_init(&sp[l], scaled); if (scaled) sp[l].scale = S; }
+      for (int q = 0; q < t->len; ++q) {
+        if (scaled) vgct_slice_update(&sp[q % NLANE], t->A[q], t->E[q], 1);
+        else vgct_slice_update(&sp[q % NLANE], t->A[q], t->E[q], 0);
+      }
+      for (int l = 1; l < NLANE; ++l) vgct_slice_merge(&sp[0], &sp[l]);
+      vgct_slice_merge(&sl[c], &sp[0]);
+    } else {
+      slices_per_pair(t, P, sl, scaled);
+    }
+  }
+}
+
+static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl) {
+  const plan_t *P = C->P;
+  const int scaled = C->scaled;
+  const int64_t start = s * C->seg;
+  const int64_t end = start + C->seg < P->n ? start + C->seg : P->n;
+  iter_t it;
+  iter_seek(P, &it, start);
+  mstack_t ms;
+  ms.top = 0;
+  vgct_acc best; /* maxima of fast tiles */
+  vgct_acc_init(&best, scaled);
+  while (it.pos < end) {
+    tile_fill(P, &it, end, t);
+    fold_t f;
+    memset(&f, 0, sizeof f);
+    /* max_rel candidates: pairs whose ratio could reach the best so far
+     * (margin 2^-40 >> the rounding of relc*|e|); in a monotonic segment a
+     * ratio of 0 never beats an existing best (later index) */
+    double relc = -1.0;
+    int nz = 0;
+    if (best.max_rel_i >= 0) {
+      relc = best.max_rel >= 0x1p-1000 ? best.max_rel * (1.0 - 0x1p-40) : 0.0;
+      nz = P->monotonic;
+    }
+    int fast = !FORCE_SLOW && C->fold(t->A, t->E, t->len, C->rtol, C->atol, relc, nz, &f);
+    vgct_acc tacc;
+    vgct_acc nf;
+    if (!fast && !FORCE_SLOW) {
+      tile_patch(t, C->rtol, C->atol, scaled, &nf);
+      if (t->npatch == t->len) { /* nothing finite: counts only */
+        ms_push(&ms, &nf);
+        continue;
+      }
+      /* all finite now: the fold cannot fail (see fold_fast_vec) */
+      fast = C->fold(t->A, t->E, t->len, C->rtol, C->atol, relc, nz, &f);
+    }
+    if (!fast) {
+      tile_slow(t, P, C->rtol, C->atol, scaled, &tacc, sl);
+      ms_push(&ms, &tacc);
+      continue;
+    }
+    const int nfin = t->len - t->npatch;
+    vgct_acc_init(&tacc, scaled);
+    tacc.scale = f.scale;
+    tacc.s_aa = f.saa; tacc.s_ee = f.see; tacc.s_ae = f.sae; tacc.s_dd = f.sdd; tacc.s_d = f.sd;
+    tacc.n = nfin; tacc.n_finite = nfin;
+    tacc.n_unequal = (int64_t)f.nuneq; tacc.n_mismatch = (int64_t)f.nmm;
+    if (t->npatch) vgct_acc_merge(&tacc, &nf); /* zero sums at a scale <= f.scale: sums unchanged */
+    ms_push(&ms, &tacc);
+    if (f.mref > best.max_abs_ref) best.max_abs_ref = f.mref;
+    tile_max_into(t, P, Q_ABS, f.mad, C->rtol, C->atol, &best.max_abs, &best.max_abs_i,
+                  &best.max_abs_a, &best.max_abs_e);
+    tile_max_into(t, P, Q_EXC, f.mex, C->rtol, C->atol, &best.worst_excess, &best.worst_i, NULL, NULL);
+    if (f.rel_cand) tile_rel_into(t, &best, relc, nz);
+    if (sl) {
+      int64_t c = tile_single_slice(t, P);
+      if (c >= 0) {
+        vgct_slice_acc sp; /* == NLANE lanes of vgct_slice_update, merged in order */
+        sp.scale = f.scale; sp.s_dd = f.sdd; sp.s_ee = f.see; sp.s_d = f.sd;
+        sp.max_abs = f.mad; sp.n_finite = nfin;
+        vgct_slice_merge(&sl[c], &sp);
+      } else {
+        slices_per_pair(t, P, sl, scaled);
+      }
+    }
+  }
+  vgct_acc r;
+  if (!ms_finish(&ms, &r)) vgct_acc_init(&r, scaled);
+  vgct_acc_merge(&r, &best);
+  C->res[s] = r;
+}
+
+static void reduce_unit(void *ctx, int64_t u, int tid) {
+  red_ctx *C = (red_ctx *)ctx;
+  tile_t *t = C->tiles[tid];
+  if (!C->has_slices) { reduce_segment(C, u, t, NULL); return; }
+  vgct_slice_acc *sl = C->blk + u * C->nslices;
+  for (int64_t j = 0; j < C->nslices; ++j) vgct_slice_init(&sl[j], C->scaled);
+  int64_t s0 = u * C->nseg / C->nblk, s1 = (u + 1) * C->nseg / C->nblk;
+  for (int64_t s = s0; s < s1; ++s) reduce_segment(C, s, t, sl);
+}
+
+static int alloc_tiles(tile_t **tiles, int nthreads) {
+  for (int i = 0; i < nthreads; ++i) tiles[i] = NULL;
+  for (int i = 0; i < nthreads; ++i) {
+    tiles[i] = (tile_t *)malloc(sizeof(tile_t));
+    if (!tiles[i]) return 0;
+  }
+  return 1;
+}
+static void free_tiles(tile_t **tiles, int nthreads) {
+  for (int i = 0; i < nthreads; ++i) free(tiles[i]);
+}
+
+static void acc_merge_all(const vgct_acc *v, int64_t cnt, vgct_acc *out) {
+  mstack_t ms;
+  ms.top = 0;
+  for (int64_t i = 0; i < cnt; ++i) ms_push(&ms, &v[i]);
+  ms_finish(&ms, out);
+}
+
+int vgct_cpu_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p,
+                    vgct_acc *out, vgct_slice_acc *slices, char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  const int scaled = vgct_needs_scaling(a, e);
+  vgct_acc_init(out, scaled);
+  const int has_slices = p->dim >= 0;
+  if (has_slices && (p->dim >= a->ndim || !slices)) {
+    set_err(err, errlen, "vgct_cpu_reduce: %s %lld out of range (or no slice array)", "dim",
+            (long long)p->dim);
+    return VGCT_EVALUE;
+  }
+  const int64_t nslices = has_slices ? a->shape[p->dim] : 0;
+  for (int64_t j = 0; j < nslices; ++j) vgct_slice_init(&slices[j], scaled);
+  plan_t P;
+  plan_build(a, e, has_slices ? p->dim : -1, &P);
+  if (P.n == 0) return VGCT_OK;
+
+  red_ctx C;
+  memset(&C, 0, sizeof C);
+  C.P = &P; C.rtol = p->rtol; C.atol = p->atol; C.scaled = scaled;
+  C.fold = pick_fold(scaled);
+  C.seg = seg_size(P.n);
+  C.nseg = (P.n + C.seg - 1) / C.seg;
+  C.has_slices = has_slices;
+  C.nslices = nslices;
+  int64_t nunits = C.nseg;
+  if (has_slices) {
+    int64_t nb = MAX_SLICE_BLOCKS;
+    if (nb > C.nseg) nb = C.nseg;
+    while (nb > 1 && nb * nslices > SLICE_BLOCK_BUDGET) --nb;
+    C.nblk = nb;
+    nunits = nb;
+  }
+  int nthreads = pick_threads(p->nthreads, P.n, nunits);
+  tile_t *tiles[MAX_THREADS];
+  C.tiles = tiles;
+  C.res = (vgct_acc *)malloc((size_t)C.nseg * sizeof(vgct_acc));
+  if (has_slices) C.blk = (vgct_slice_acc *)malloc((size_t)(C.nblk * nslices) * sizeof(vgct_slice_acc));
+  int ok = C.res && (!has_slices || C.blk) && alloc_tiles(tiles, nthreads);
+  if (!ok) {
+    free_tiles(tiles, nthreads); free(C.res); free(C.blk);
+    set_err(err, errlen, "vgct_cpu_reduce: out of memory (%s; %lld segments)",
+            "segment results, slice blocks or tile buffers", (long long)C.nseg);
+    return VGCT_ENOMEM;
+  }
+  par_run(nthreads, nunits, reduce_unit, &C);
+  acc_merge_all(C.res, C.nseg, out);
+  if (has_slices) {
+    for (int64_t j = 0; j < nslices; ++j) slices[j] = C.blk[j];
+    for (int64_t b = 1; b < C.nblk; ++b)
+      for (int64_t j = 0; j < nslices; ++j) vgct_slice_merge(&slices[j], &C.blk[b * nslices + j]);
+  }
+  free_tiles(tiles, nthreads);
+  free(C.res);
+  free(C.blk);
+  return VGCT_OK;
+}
+
+/* ======================================================================
+ * vgct_cpu_select: radix selection over vgct_absdiff_key keys
+ * ====================================================================== */
+#define NLEVEL 4
+static const int lv_shift[NLEVEL] = {47, 31, 15, 0};
+static const int lv_width[NLEVEL] = {16, 16, 16, 15};
+#define HBINS 65536
+#define MAX_PEND 4   /* groups histogrammed in one pass */
+#define MAX_GATH 8   /* groups gathered in one pass     */
+#define LBUF 256     /* per-thread gather staging       */
+
+typedef struct {
+  uint64_t prefix; /* key >> shift == prefix for the group's keys */
+  int shift;       /* bits below the known prefix                  */
+  int level;       /* next digit level to histogram                */
+  int64_t count;   /* keys in the group                            */
+  int nr;          /* ranks (indices into the rank arrays)          */
+  int first;       /* index of the first of them in the order list */
+} group_t;
+
+typedef struct {
+  const plan_t *P;
+  int64_t seg, nseg;
+  int npend, ngath;
+  uint64_t pend_prefix[MAX_PEND];
+  int pend_pshift, pend_dshift;  /* prefix = key >> pshift; digit = (key >> dshift) & dmask */
+  uint64_t dmask;
+  uint64_t gath_prefix[MAX_GATH];
+  int gath_shift[MAX_GATH];
+  uint64_t *gath_buf[MAX_GATH];
+  atomic_llong gath_pos[MAX_GATH];
+  uint64_t **hist;   /* per thread: [npend][HBINS] */
+  int64_t *total;    /* per thread: finite pairs   */
+  tile_t **tiles;
+  uint64_t (*stage)[MAX_GATH][LBUF]; /* per thread */
+} sel_ctx;
+
+static void stage_flush(sel_ctx *C, int tid, int g, int cnt) {
+  long long at = atomic_fetch_add(&C->gath_pos[g], cnt);
+  memcpy(C->gath_buf[g] + at, C->stage[tid][g], (size_t)cnt * sizeof(uint64_t));
+}
+
+/* The selection keys of a tile's finite pairs (vgct_absdiff_key), in tile
+ * order; returns their number.  A tile without NaN/Inf (exponent field not
+ * all ones, tested with integer operations that vectorise) takes a loop
+ * without class tests, which computes the same keys. */
+static int tile_keys(const tile_t *t, uint64_t *restrict keys) {
+  const uint64_t EXP = 0x7ff0000000000000ULL;
+  const int len = t->len;
+  uint64_t bad = 0;
+  for (int j = 0; j < len; ++j) {
+    const uint64_t ba = vgct_bits_from_f64(t->A[j]), be = vgct_bits_from_f64(t->E[j]);
+    bad |= (uint64_t)((ba & EXP) == EXP) | (uint64_t)((be & EXP) == EXP);
+  }
+  if (!bad) {
+    for (int j = 0; j < len; ++j) keys[j] = vgct_bits_from_f64(fabs(t->A[j] - t->E[j]));
+    return len;
+  }
+  int m = 0;
+  for (int j = 0; j < len; ++j)
+    if (vgct_absdiff_key(t->A[j], t->E[j], &keys[m])) ++m;
+  return m;
+}
+
+static void select_unit(void *ctx, int64_t s, int tid) {
+  sel_ctx *C = (sel_ctx *)ctx;
+  const plan_t *P = C->P;
+  tile_t *t = C->tiles[tid];
+  uint64_t *h = C->hist[tid];
+  int nst[MAX_GATH];
+  for (int g = 0; g < C->ngath; ++g) nst[g] = 0;
+  const int64_t start = s * C->seg;
+  const int64_t end = start + C->seg < P->n ? start + C->seg : P->n;
+  int64_t fin = 0;
+  iter_t it;
+  iter_seek(P, &it, start);
+  while (it.pos < end) {
+    tile_fill(P, &it, end, t);
+    uint64_t keys[TILE];
+    const int m = tile_keys(t, keys);
+    fin += m;
+    if (C->npend == 1 && C->pend_pshift >= 63) { /* the first pass: every key */
+      for (int j = 0; j < m; ++j) h[(keys[j] >> C->pend_dshift) & C->dmask]++;
+    } else if (C->npend > 0) {
+      for (int j = 0; j < m; ++j) {
+        uint64_t pre = keys[j] >> C->pend_pshift;
+        for (int g = 0; g < C->npend; ++g)
+          if (pre == C->pend_prefix[g]) { h[(size_t)g * HBINS + ((keys[j] >> C->pend_dshift) & C->dmask)]++; break; }
+      }
+    }
+    for (int g = 0; g < C->ngath; ++g) {
+      const int sh = C->gath_shift[g];
+      const uint64_t pre = C->gath_prefix[g];
+      uint64_t *stg = C->stage[tid][g];
+      for (int j = 0; j < m; ++j) {
+        if ((keys[j] >> sh) == pre) {
+          stg[nst[g]++] = keys[j];
+          if (nst[g] == LBUF) { stage_flush(C, tid, g, LBUF); nst[g] = 0; }
+        }
+      }
+    }
+  }
+  for (int g = 0; g < C->ngath; ++g)
+    if (nst[g]) stage_flush(C, tid, g, nst[g]);
+  C->total[tid] += fin;
+}
+
+/* ---- in-memory multi-select on uint64 (introselect, heapsort fallback) -- */
+static void u64_sift(uint64_t *x, int64_t i, int64_t n) {
+  for (;;) {
+    int64_t c = 2 * i + 1;
+    if (c >= n) return;
+    if (c + 1 < n && x[c + 1] > x[c]) ++c;
+    if (x[i] >= x[c]) return;
+    uint64_t t = x[i]; x[i] = x[c]; x[c] = t;
+    i = c;
+  }
+}
+static void u64_heapsort(uint64_t *x, int64_t n) {
+  for (int64_t i = n / 2 - 1; i >= 0; --i) u64_sift(x, i, n);
+  for (int64_t m = n - 1; m > 0; --m) {
+    uint64_t t = x[0]; x[0] = x[m]; x[m] = t;
+    u64_sift(x, 0, m);
+  }
+}
+static void u64_isort(uint64_t *x, int64_t n) {
+  for (int64_t i = 1; i < n; ++i) {
+    uint64_t v = x[i];
+    int64_t j = i;
+    while (j > 0 && x[j - 1] > v) { x[j] = x[j - 1]; --j; }
+    x[j] = v;
+  }
+}
+
+/* after the call, x[r] holds the value of rank r (ascending) for each r in
+ * rk[0..nr) (sorted ascending, within [lo, hi)) */
+static void u64_mselect(uint64_t *x, int64_t lo, int64_t hi, const int64_t *rk, int nr, int depth) {
+  while (nr > 0) {
+    int64_t n = hi - lo;
+    if (n <= 32) { u64_isort(x + lo, n); return; }
+    if (depth-- <= 0) { u64_heapsort(x + lo, n); return; }
+    uint64_t a = x[lo], b = x[lo + n / 2], c = x[hi - 1];
+    uint64_t pv = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
+    /* three-way partition: [lo, lt) < pv, [lt, gt) == pv, [gt, hi) > pv */
+    int64_t lt = lo, i = lo, gt = hi;
+    while (i < gt) {
+      uint64_t v = x[i];
+      if (v < pv) { x[i] = x[lt]; x[lt] = v; ++lt; ++i; }
+      else if (v > pv) { --gt; x[i] = x[gt]; x[gt] = v; }
+      else ++i;
+    }
+    int k0 = 0;
+    while (k0 < nr && rk[k0] < lt) ++k0;
+    int k1 = k0;
+    while (k1 < nr && rk[k1] < gt) ++k1;
+    /* ranks in [lt, gt) are settled; recurse into the smaller side, loop on the other */
+    if (k0 > 0 && nr - k1 > 0) {
+      if (lt - lo < hi - gt) { u64_mselect(x, lo, lt, rk, k0, depth); lo = gt; rk += k1; nr -= k1; }
+      else { u64_mselect(x, gt, hi, rk + k1, nr - k1, depth); hi = lt; nr = k0; }
+    } else if (k0 > 0) { hi = lt; nr = k0; }
+    else { lo = gt; rk += k1; nr -= k1; }
+  }
+}
+
+typedef struct { int64_t rank; int orig; } rank_ref;
+static int cmp_rank_ref(const void *x, const void *y) {
+  const rank_ref *a = (const rank_ref *)x, *b = (const rank_ref *)y;
+  if (a->rank != b->rank) return a->rank < b->rank ? -1 : 1;
+  return a->orig - b->orig;
+}
+
+int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p,
+                    const int64_t *ranks, int nranks, double *values,
+                    char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  if (nranks <= 0) return VGCT_OK;
+  for (int r = 0; r < nranks; ++r)
+    if (ranks[r] < 0) {
+      set_err(err, errlen, "vgct_cpu_select: %s %lld is negative", "rank", (long long)ranks[r]);
+      return VGCT_EVALUE;
+    }
+  plan_t P;
+  plan_build(a, e, -1, &P);
+  const int64_t cap = SELECT_CAP_EFF;
+
+  /* working state, all bounded by nranks and constants */
+  int rc = VGCT_OK;
+  rank_ref *order = (rank_ref *)malloc((size_t)nranks * sizeof(rank_ref));
+  int64_t *rel = (int64_t *)malloc((size_t)nranks * sizeof(int64_t)); /* rank within its group, by order index */
+  group_t *groups = (group_t *)malloc((size_t)nranks * sizeof(group_t) * 2);
+  int *gstate = (int *)malloc((size_t)nranks * 2 * sizeof(int)); /* 0 pend 1 gather 2 done */
+  sel_ctx C;
+  memset(&C, 0, sizeof C);
+  C.P = &P;
+  C.seg = seg_size(P.n);
+  C.nseg = P.n > 0 ? (P.n + C.seg - 1) / C.seg : 0;
+  int nthreads = pick_threads(p->nthreads, P.n, C.nseg);
+  tile_t *tiles[MAX_THREADS];
+  uint64_t *hist[MAX_THREADS];
+  int64_t total[MAX_THREADS];
+  for (int i = 0; i < nthreads; ++i) { hist[i] = NULL; tiles[i] = NULL; }
+  C.tiles = tiles; C.hist = hist; C.total = total;
+  C.stage = malloc((size_t)nthreads * sizeof *C.stage);
+  uint64_t *gbuf = NULL;
+  int ok = order && rel && groups && gstate && C.stage && alloc_tiles(tiles, nthreads);
+  for (int i = 0; ok && i < nthreads; ++i) {
+    hist[i] = (uint64_t *)malloc((size_t)MAX_PEND * HBINS * sizeof(uint64_t));
+    ok = hist[i] != NULL;
+  }
+  if (ok) { gbuf = (uint64_t *)malloc((size_t)(cap > 0 ? cap : 1) * sizeof(uint64_t)); ok = gbuf != NULL; }
+  if (!ok) {
+    set_err(err, errlen, "vgct_cpu_select: out of memory (%s, %lld threads)",
+            "histograms, tile buffers or the candidate buffer", (long long)nthreads);
+    rc = VGCT_ENOMEM;
+    goto done;
+  }
+  for (int r = 0; r < nranks; ++r) { order[r].rank = ranks[r]; order[r].orig = r; }
+  qsort(order, (size_t)nranks, sizeof(rank_ref), cmp_rank_ref);
+  for (int r = 0; r < nranks; ++r) rel[r] = order[r].rank;
+
+  /* one root group holding every finite key (prefix: the sign bit, 0) */
+  int ng = 1;
+  groups[0].prefix = 0; groups[0].shift = 63; groups[0].level = 0; groups[0].count = -1;
+  groups[0].nr = nranks; groups[0].first = 0;
+  gstate[0] = 0;
+  int64_t n_finite = -1;
+  int passes = 0;
+  for (;;) {
+    /* choose this pass's work: pending groups (same level) and gather groups */
+    int pend[MAX_PEND], gath[MAX_GATH];
+    C.npend = 0; C.ngath = 0;
+    int level = -1;
+    for (int g = 0; g < ng && C.npend < MAX_PEND; ++g)
+      if (gstate[g] == 0 && (level < 0 || groups[g].level == level)) {
+        level = groups[g].level;
+        pend[C.npend++] = g;
+      }
+    int64_t used = 0;
+    for (int g = 0; g < ng && C.ngath < MAX_GATH; ++g)
+      if (gstate[g] == 1 && used + groups[g].count <= cap) {
+        gath[C.ngath++] = g;
+        used += groups[g].count;
+      }
+    if (C.npend == 0 && C.ngath == 0) break;
+    if (C.npend) {
+      C.pend_dshift = lv_shift[level];
+      C.pend_pshift = lv_shift[level] + lv_width[level];
+      C.dmask = ((uint64_t)1 << lv_width[level]) - 1;
+      for (int k = 0; k < C.npend; ++k) C.pend_prefix[k] = groups[pend[k]].prefix;
+      for (int i = 0; i < nthreads; ++i) memset(hist[i], 0, (size_t)C.npend * HBINS * sizeof(uint64_t));
+    }
+    used = 0;
+    for (int k = 0; k < C.ngath; ++k) {
+      group_t *G = &groups[gath[k]];
+      C.gath_prefix[k] = G->prefix; C.gath_shift[k] = G->shift;
+      C.gath_buf[k] = gbuf + used;
+      atomic_init(&C.gath_pos[k], 0);
+      used += G->count;
+    }
+    for (int i = 0; i < nthreads; ++i) total[i] = 0;
+    par_run(nthreads, C.nseg, select_unit, &C);
+    ++passes;
+    if (n_finite < 0) {
+      n_finite = 0;
+      for (int i = 0; i < nthreads; ++i) n_finite += total[i];
+      groups[0].count = n_finite;
+      for (int r = 0; r < nranks; ++r)
+        if (order[r].rank >= n_finite) {
+          set_err(err, errlen, "vgct_cpu_select: %s %lld out of range (finite pairs: see n_finite)",
+                  "rank", (long long)order[r].rank);
+          rc = VGCT_EVALUE;
+          goto done;
+        }
+    }
+    /* gathered groups: finish in memory */
+    for (int k = 0; k < C.ngath; ++k) {
+      group_t *G = &groups[gath[k]];
+      uint64_t *x = C.gath_buf[k];
+      int64_t cnt = G->count;
+      if ((int64_t)atomic_load(&C.gath_pos[k]) != cnt) {
+        set_err(err, errlen, "vgct_cpu_select: internal error (%s: %lld keys gathered)",
+                "candidate count changed between passes", (long long)atomic_load(&C.gath_pos[k]));
+        rc = VGCT_EINTERNAL;
+        goto done;
+      }
+      int64_t rk[64];
+      int done_r = 0;
+      int depth = 2;
+      for (int64_t c = cnt; c > 1; c >>= 1) depth += 2;
+      while (done_r < G->nr) { /* ranks in batches of 64 (sorted, deduplicated) */
+        int m = 0, q0 = done_r;
+        while (done_r < G->nr && (m < 64 || rk[m - 1] == rel[G->first + done_r])) {
+          int64_t v = rel[G->first + done_r];
+          if (m == 0 || rk[m - 1] != v) rk[m++] = v;
+          ++done_r;
+        }
+        u64_mselect(x, 0, cnt, rk, m, depth);
+        /* read this batch out before the next one moves keys around */
+        for (int q = q0; q < done_r; ++q)
+          values[order[G->first + q].orig] = vgct_f64_from_bits(x[rel[G->first + q]]);
+      }
+      gstate[gath[k]] = 2;
+    }
+    /* histogrammed groups: split by digit */
+    for (int k = 0; k < C.npend; ++k) {
+      group_t *G = &groups[pend[k]];
+      uint64_t *hsum = hist[0] + (size_t)k * HBINS;
+      for (int i = 1; i < nthreads; ++i) {
+        const uint64_t *hh = hist[i] + (size_t)k * HBINS;
+        for (int b = 0; b < HBINS; ++b) hsum[b] += hh[b];
+      }
+      int64_t below = 0;
+      int b = 0;
+      int q = 0;
+      while (q < G->nr) {
+        int64_t r = rel[G->first + q];
+        while (below + (int64_t)hsum[b] <= r) { below += (int64_t)hsum[b]; ++b; }
+        /* new group: the ranks of G falling in bucket b */
+        int q0 = q;
+        while (q < G->nr && rel[G->first + q] < below + (int64_t)hsum[b]) { rel[G->first + q] -= below; ++q; }
+        group_t *N = &groups[ng];
+        N->prefix = (G->prefix << lv_width[G->level]) | (uint64_t)b;
+        N->shift = lv_shift[G->level];
+        N->level = G->level + 1;
+        N->count = (int64_t)hsum[b];
+        N->nr = q - q0;
+        N->first = G->first + q0;
+        if (N->level == NLEVEL) { /* every bit known: the value is the key */
+          for (int z = q0; z < q; ++z) values[order[G->first + z].orig] = vgct_f64_from_bits(N->prefix);
+          gstate[ng] = 2;
+        } else {
+          gstate[ng] = N->count <= cap ? 1 : 0;
+        }
+        ++ng;
+      }
+      gstate[pend[k]] = 2;
+    }
+    /* groups are append-only; compact finished ones away to bound the table */
+    int w = 0;
+    for (int g = 0; g < ng; ++g)
+      if (gstate[g] != 2) { groups[w] = groups[g]; gstate[w] = gstate[g]; ++w; }
+    ng = w;
+  }
+#ifdef VGCT_CPU_TESTING
+  vgct_cpu_test_last_passes = passes;
+#endif
+  (void)passes;
+done:
+  for (int i = 0; i < nthreads; ++i) free(hist[i]);
+  free_tiles(tiles, nthreads);
+  free(C.stage);
+  free(gbuf);
+  free(order); free(rel); free(groups); free(gstate);
+  return rc;
+}
+
+/* ======================================================================
+ * vgct_cpu_fingerprint
+ * ====================================================================== */
+typedef struct {
+  const plan_t *P;
+  int64_t seg;
+  uint64_t *part; /* per segment */
+} fp_ctx;
+
+static void fp_unit(void *ctx, int64_t s, int tid) {
+  (void)tid;
+  fp_ctx *C = (fp_ctx *)ctx;
+  const plan_t *P = C->P;
+  const int k = P->nd - 1;
+  const int64_t start = s * C->seg;
+  const int64_t end = start + C->seg < P->n ? start + C->seg : P->n;
+  const int is = P->isa;
+  const int64_t bst = P->sa[k] * is, lst = P->sl[k];
+  uint64_t sum = 0;
+  iter_t it;
+  iter_seek(P, &it, start);
+  while (it.pos < end) {
+    int64_t rem = P->shape[k] - it.idx[k];
+    if (rem > end - it.pos) rem = end - it.pos;
+    const char *q = P->pa + it.oa * is;
+    const int64_t l0 = it.ol;
+    switch (is) { /* raw storage bits, zero-extended */
+      case 1: for (int64_t j = 0; j < rem; ++j) sum += vgct_fp_element(VGCT_RD(uint8_t, q + j * bst), l0 + j * lst); break;
+      case 2: for (int64_t j = 0; j < rem; ++j) sum += vgct_fp_element(VGCT_RD(uint16_t, q + j * bst), l0 + j * lst); break;
+      case 4: for (int64_t j = 0; j < rem; ++j) sum += vgct_fp_element((uint32_t)VGCT_RD(int32_t, q + j * bst), l0 + j * lst); break;
+      default: for (int64_t j = 0; j < rem; ++j) sum += vgct_fp_element((uint64_t)VGCT_RD(int64_t, q + j * bst), l0 + j * lst); break;
+    }
+    iter_advance(P, &it, rem);
+  }
+  C->part[s] = sum;
+}
+
+int vgct_cpu_fingerprint(const vgct_view *x, int nthreads, uint64_t *out, char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  plan_t P;
+  plan_build(x, x, -1, &P);
+  uint64_t sum = 0;
+  if (P.n > 0) {
+    fp_ctx C;
+    C.P = &P;
+    C.seg = seg_size(P.n);
+    int64_t nseg = (P.n + C.seg - 1) / C.seg;
+    C.part = (uint64_t *)malloc((size_t)nseg * sizeof(uint64_t));
+    if (!C.part) {
+      set_err(err, errlen, "vgct_cpu_fingerprint: out of memory (%s for %lld segments)",
+              "partial sums", (long long)nseg);
+      return VGCT_ENOMEM;
+    }
+    par_run(pick_threads(nthreads, P.n, nseg), nseg, fp_unit, &C);
+    for (int64_t s = 0; s < nseg; ++s) sum += C.part[s]; /* mod 2^64: order-free */
+    free(C.part);
+  }
+  *out = vgct_fp_finish(sum, x->dtype, x->ndim, x->shape);
+  return VGCT_OK;
+}

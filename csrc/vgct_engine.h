@@ -1,0 +1,124 @@
+/*
+ * vgct_engine.h -- the C interface between the Python bridge (csrc/module.c,
+ * csrc/bridge.c) and the two engines: the CPU core (csrc/cpu_engine.c) and the
+ * CUDA kernels (the cuda/ kernels, compiled only when nvcc is found; VGCT_HAVE_CUDA).
+ *
+ * The bridge turns each DLPack tensor into a vgct_view (no copy) and checks
+ * everything the engines rely on: same logical shape, same device, supported
+ * dtypes, ndim <= VGCT_MAX_NDIM, strides filled in (compact row-major when
+ * the producer gave NULL), data pointer already advanced by byte_offset.
+ * Engines only compute; they never touch Python objects and run with the GIL
+ * released.
+ *
+ * Conventions shared by every entry point:
+ *   - the "flat index" of an element is its row-major index in the LOGICAL
+ *     shape (what numpy's ravel() would give), whatever the strides;
+ *   - int64 everywhere for sizes, strides and indices (> 2^31 elements);
+ *   - return 0 on success; on failure return a VGCT_E* code and write a
+ *     NUL-terminated message (which call failed and why) into err[errlen].
+ */
+#ifndef VGCT_ENGINE_H_
+#define VGCT_ENGINE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#include "vgct_dtypes.h"
+#include "vgct_stats.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VGCT_MAX_NDIM 32
+
+/* error codes (the bridge maps them to Python exceptions) */
+#define VGCT_OK 0
+#define VGCT_ENOMEM 1   /* MemoryError                          */
+#define VGCT_EVALUE 2   /* ValueError: bad argument             */
+#define VGCT_ECUDA 3    /* RuntimeError: a CUDA call failed     */
+#define VGCT_EINTERNAL 4
+
+typedef struct {
+  const char *data;                /* first element (byte_offset applied); may be
+                                      NULL when numel == 0                     */
+  int ndim;
+  int64_t shape[VGCT_MAX_NDIM];
+  int64_t strides[VGCT_MAX_NDIM];  /* in ELEMENTS, may be 0 or negative      */
+  int dtype;                       /* vgct_dtype                              */
+  int device_type;                 /* DLPack DLDeviceType (kDLCPU, kDLCUDA...) */
+  int device_id;
+} vgct_view;
+
+typedef struct {
+  double rtol, atol;
+  int dim;      /* axis for per-slice statistics, or -1 for none         */
+  int nthreads; /* CPU only: upper bound on worker threads (>= 1)        */
+} vgct_params;
+
+static inline int64_t vgct_numel(const vgct_view *v) {
+  int64_t n = 1;
+  for (int i = 0; i < v->ndim; ++i) n *= v->shape[i];
+  return n;
+}
+
+/* 1 when the scaled (overflow-safe) update is needed: an input is float64. */
+static inline int vgct_needs_scaling(const vgct_view *a, const vgct_view *e) {
+  return a->dtype == VGCT_FLOAT64 || e->dtype == VGCT_FLOAT64;
+}
+
+/* ---- CPU engine (csrc/cpu_engine.c) ----------------------------------- */
+
+/* One pass over all pairs: the whole-tensor accumulator `out`, and when
+ * p->dim >= 0 also one vgct_slice_acc per index along that axis in `slices`
+ * (caller-allocated, a->shape[p->dim] entries).  Deterministic: the result
+ * does not depend on p->nthreads. */
+int vgct_cpu_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p,
+                    vgct_acc *out, vgct_slice_acc *slices, char *err, size_t errlen);
+
+/* Exact order statistics of the |a_i - e_i| over finite pairs: for each of
+ * the nranks 0-based ranks (each < out->n_finite of the same inputs, any
+ * order, duplicates allowed) write the value of that rank in ascending order
+ * into values[].  Exact (radix selection over the float64 bit patterns), extra
+ * memory bounded independently of n (O(2^16) counters + a bounded candidate
+ * buffer), deterministic. */
+int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p,
+                    const int64_t *ranks, int nranks, double *values,
+                    char *err, size_t errlen);
+
+/* 64-bit content hash of one tensor (definition: vgct_stats.h, "fingerprint"). */
+int vgct_cpu_fingerprint(const vgct_view *x, int nthreads, uint64_t *out, char *err, size_t errlen);
+
+/* ---- CUDA engine (the cuda/ kernels), only when built with VGCT_HAVE_CUDA ------- */
+
+/* Same contracts as the CPU functions, for views on one CUDA device
+ * (device_id), enqueued on `stream` (a cudaStream_t as an integer; 0 means the
+ * legacy default stream).  The caller's current device is restored.  Results
+ * are copied to the host once per call (the only synchronization is on that
+ * stream). */
+int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p,
+                     uintptr_t stream, vgct_acc *out, vgct_slice_acc *slices,
+                     char *err, size_t errlen);
+int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vgct_params *p,
+                     uintptr_t stream, const int64_t *ranks, int nranks, double *values,
+                     char *err, size_t errlen);
+
+int vgct_cuda_fingerprint(const vgct_view *x, uintptr_t stream, uint64_t *out,
+                          char *err, size_t errlen);
+
+/* Build/run-time facts for build_info(): never fails; a machine without a
+ * driver or GPU reports driver_version 0 / device_count 0. */
+typedef struct {
+  int runtime_version; /* cudaRuntimeGetVersion, e.g. 13000 */
+  int driver_version;  /* cudaDriverGetVersion, 0 without a driver */
+  int device_count;    /* 0 without a GPU */
+  char archs[128];     /* the -gencode list the kernels were built for */
+} vgct_cuda_info;
+void vgct_cuda_get_info(vgct_cuda_info *info);
+
+/* Name and compute capability of a device, for reports; 0 on success. */
+int vgct_cuda_device_props(int device, char *name, size_t namelen, int *major, int *minor);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VGCT_ENGINE_H_ */

@@ -1,0 +1,411 @@
+/*
+ * vgct_stats.h -- the ONE definition of every paired statistic.
+ *
+ * Both engines (csrc/cpu_engine.c and the cuda/ kernels) visit pairs (a_i, e_i) of an
+ * `actual` and an `expected` tensor, already converted to float64 by
+ * vgct_dtypes.h, and fold them into the accumulators below with
+ * vgct_acc_update() / vgct_slice_update(); partial accumulators are combined
+ * with vgct_acc_merge() / vgct_slice_merge(), which are associative and, with
+ * the index tie rules below, give the same maxima and indices in any merge
+ * order (sums differ only by rounding; each engine merges in a FIXED order so
+ * repeated calls are bitwise identical).  Finalisation (norms, ratios,
+ * quantile interpolation) is also here, so CPU and GPU results mean the same
+ * thing.  docs/metrics.md states the definitions in prose; the method they
+ * serve is ../shared/method (relative L2, cosine, max abs, p99 abs, per-channel
+ * mean shift, "handle a zero-norm reference explicitly").
+ *
+ * Definitions (i runs over the flat row-major logical index of the tensors):
+ *   finite pair   a_i and e_i both finite.  Only finite pairs enter sums,
+ *                 maxima, mismatches and quantiles.
+ *   d_i           a_i - e_i, in float64.
+ *   rel_l2        ||d||_2 / ||e||_2 over finite pairs; undefined (None) when
+ *                 ||e||_2 == 0 ("zero reference").
+ *   cosine        <a,e> / (||a||_2 ||e||_2); undefined when either norm is 0.
+ *                 Clamped to [-1, 1] (a change of at most a few ulps).
+ *   max_abs_err   max |d_i|, lowest i among ties; the pair (a_i, e_i) there.
+ *   max_rel_err   max |d_i| / |e_i| over finite pairs with e_i != 0.
+ *   mismatch      finite pair with |d_i| > atol + rtol*|e_i| (torch.allclose
+ *                 convention); the worst is the largest excess
+ *                 |d_i| - (atol + rtol*|e_i|), lowest i among ties.
+ *   unequal       !(a_i == e_i) and not (both NaN): +0 == -0, Inf == Inf.
+ *   class         finite / NaN / +Inf / -Inf; a class mismatch is a position
+ *                 whose two classes differ.
+ *   mean_diff     sum(d_i) / n_finite.
+ *
+ * Overflow and underflow.  When an input is float64 the engines use the
+ * SCALED update: every sum is kept relative to a power of two `scale`
+ * >= max(|a_i|, |e_i|) seen so far (the idea of BLAS nrm2 / LAPACK dlassq),
+ * rescaled exactly when a larger value arrives, so 1e300 and 1e-310 both give
+ * correct norms.  For every other dtype the squares of finite values fit
+ * float64 with room to spare (float32 max^2 ~ 1.2e77, int64 max^2 ~ 8.5e37,
+ * smallest float32 subnormal^2 ~ 2e-90), so the UNSCALED update (scale == 1)
+ * is exact in range and cheaper.  The scale never goes below 2^-1000 so that
+ * 1/scale stays finite.
+ */
+#ifndef VGCT_STATS_H_
+#define VGCT_STATS_H_
+
+#include <stdint.h>
+#include <math.h>
+#include "vgct_dtypes.h"
+
+/* Classes of a value. */
+enum { VGCT_FINITE = 0, VGCT_NAN = 1, VGCT_POSINF = 2, VGCT_NEGINF = 3 };
+
+VGCT_HD int vgct_class(double x) {
+  if (x != x) return VGCT_NAN;
+  if (x == (double)INFINITY) return VGCT_POSINF;
+  if (x == -(double)INFINITY) return VGCT_NEGINF;
+  return VGCT_FINITE;
+}
+
+#define VGCT_MIN_SCALE 0x1p-1000
+
+/* Whole-tensor accumulator.  Plain old data: engines copy it to and from the
+ * device and across ranks ([E]) as bytes; the layout is part of the record
+ * format (VGCT_ACC_VERSION). */
+#define VGCT_ACC_VERSION 1
+typedef struct {
+  double scale;       /* power of two; sums below are relative to it        */
+  double s_aa;        /* sum (a/scale)^2                                    */
+  double s_ee;        /* sum (e/scale)^2                                    */
+  double s_ae;        /* sum (a/scale)(e/scale)                             */
+  double s_dd;        /* sum (d/scale)^2, d/scale = a/scale - e/scale       */
+  double s_d;         /* sum d/scale                                        */
+  double max_abs;     /* max |d|; -1 when no finite pair yet                */
+  double max_abs_a;   /* a at max_abs_i                                     */
+  double max_abs_e;   /* e at max_abs_i                                     */
+  double max_rel;     /* max |d|/|e| over e != 0; -1 when none              */
+  double worst_excess;/* max |d| - (atol + rtol |e|) over mismatches; -1 none */
+  double max_abs_ref; /* max |e| over finite pairs; -1 none (zero-ref gates) */
+  int64_t max_abs_i;  /* flat index, -1 when none                           */
+  int64_t max_rel_i;
+  int64_t worst_i;
+  int64_t n;          /* pairs visited                                      */
+  int64_t n_finite;
+  int64_t n_unequal;
+  int64_t n_mismatch;
+  int64_t n_nan_a, n_posinf_a, n_neginf_a;
+  int64_t n_nan_e, n_posinf_e, n_neginf_e;
+  int64_t n_class_diff;
+  int64_t first_class_diff; /* lowest flat index whose classes differ; -1 none */
+} vgct_acc;
+
+/* Per-slice accumulator for compare(dim=k): one per index along axis k. */
+typedef struct {
+  double scale;
+  double s_dd, s_ee, s_d; /* relative to scale, as in vgct_acc */
+  double max_abs;         /* -1 when no finite pair               */
+  int64_t n_finite;
+} vgct_slice_acc;
+
+VGCT_HD void vgct_acc_init(vgct_acc *s, int scaled) {
+  s->scale = scaled ? VGCT_MIN_SCALE : 1.0;
+  s->s_aa = s->s_ee = s->s_ae = s->s_dd = s->s_d = 0.0;
+  s->max_abs = s->max_rel = s->worst_excess = s->max_abs_ref = -1.0;
+  s->max_abs_a = s->max_abs_e = 0.0;
+  s->max_abs_i = s->max_rel_i = s->worst_i = -1;
+  s->n = s->n_finite = s->n_unequal = s->n_mismatch = 0;
+  s->n_nan_a = s->n_posinf_a = s->n_neginf_a = 0;
+  s->n_nan_e = s->n_posinf_e = s->n_neginf_e = 0;
+  s->n_class_diff = 0;
+  s->first_class_diff = -1;
+}
+
+VGCT_HD void vgct_slice_init(vgct_slice_acc *s, int scaled) {
+  s->scale = scaled ? VGCT_MIN_SCALE : 1.0;
+  s->s_dd = s->s_ee = s->s_d = 0.0;
+  s->max_abs = -1.0;
+  s->n_finite = 0;
+}
+
+/* A power of two > m (m finite, > 0): 2^(floor(log2 m) + 1), clamped to
+ * [VGCT_MIN_SCALE, 2^1023]. */
+VGCT_HD double vgct_pow2_ceil(double m) {
+  int ex;
+  double f = frexp(m, &ex); /* m = f * 2^ex, f in [0.5, 1) */
+  (void)f;
+  if (ex > 1023) ex = 1023; /* m >= 2^1023: 2^1024 is not a double; |x|/2^1023 <= 2 still
+                               squares far below overflow (fixes |x| >= 2^1023 zeroing sums) */
+  double p = ldexp(1.0, ex);
+  return p < VGCT_MIN_SCALE ? VGCT_MIN_SCALE : p;
+}
+
+/* (value, index) is better than (bv, bi): larger value, or equal value and
+ * lower index.  Index -1 means "none" and always loses. */
+VGCT_HD int vgct_better(double v, int64_t i, double bv, int64_t bi) {
+  if (i < 0) return 0;
+  if (bi < 0) return 1;
+  return v > bv || (v == bv && i < bi);
+}
+
+/* Exact shortcut for max_rel (added for the CUDA engine, [B]; results are
+ * unchanged): 0 only when ad/ae (ae > 0), rounded, is certainly < best, so
+ * the float64 division -- the costliest step of an update on a GPU -- can be
+ * skipped.  With p = fl(fl(best*ae)*(1-2^-40)) a normal number: ad <= p
+ * implies ad/ae <= best*(1-2^-40)(1+2^-53)^2 < best*(1-2^-41), and rounding
+ * the quotient cannot reach best.  Otherwise (no best yet, p subnormal,
+ * infinite or NaN) the caller divides as before. */
+VGCT_HD int vgct_rel_may_win(double ad, double ae, double best, int64_t best_i) {
+  if (best_i < 0) return 1;
+  double p = best * ae * (1.0 - 0x1p-40);
+  return !(p >= 0x1p-1000 && p <= 0x1.fffffffffffffp+1023 && ad <= p);
+}
+
+/* Fold one pair (a, e) at flat index idx.  `scaled` is a compile-time
+ * constant in the engines' instantiations (0 unless an input is float64). */
+VGCT_HD void vgct_acc_update(vgct_acc *s, double a, double e, int64_t idx,
+                             double rtol, double atol, int scaled) {
+  s->n += 1;
+  int ca = vgct_class(a), ce = vgct_class(e);
+  if ((ca | ce) != VGCT_FINITE) {
+    s->n_nan_a += ca == VGCT_NAN;
+    s->n_posinf_a += ca == VGCT_POSINF;
+    s->n_neginf_a += ca == VGCT_NEGINF;
+    s->n_nan_e += ce == VGCT_NAN;
+    s->n_posinf_e += ce == VGCT_POSINF;
+    s->n_neginf_e += ce == VGCT_NEGINF;
+    if (ca != ce) {
+      s->n_class_diff += 1;
+      if (s->first_class_diff < 0 || idx < s->first_class_diff) s->first_class_diff = idx;
+    }
+    /* unequal unless equal infinities or both NaN */
+    s->n_unequal += !(a == e || (ca == VGCT_NAN && ce == VGCT_NAN));
+    return;
+  }
+  s->n_finite += 1;
+  s->n_unequal += (a != e);
+  double d = a - e;
+  double ad = fabs(d), ae = fabs(e);
+  /* ad >= max_abs first: one compare on the common path (max_abs is -1
+     while none is set, so the first pair still reaches vgct_better) */
+  if (ad >= s->max_abs && vgct_better(ad, idx, s->max_abs, s->max_abs_i)) {
+    s->max_abs = ad; s->max_abs_i = idx; s->max_abs_a = a; s->max_abs_e = e;
+  }
+  if (ae > s->max_abs_ref) s->max_abs_ref = ae;
+  if (e != 0.0 && vgct_rel_may_win(ad, ae, s->max_rel, s->max_rel_i)) {
+    double r = ad / ae;
+    if (vgct_better(r, idx, s->max_rel, s->max_rel_i)) { s->max_rel = r; s->max_rel_i = idx; }
+  }
+  double tol = atol + rtol * ae;
+  if (ad > tol) {
+    s->n_mismatch += 1;
+    double ex = ad - tol;
+    if (vgct_better(ex, idx, s->worst_excess, s->worst_i)) { s->worst_excess = ex; s->worst_i = idx; }
+  }
+  if (scaled) {
+    double m = fmax(fabs(a), ae);
+    if (m > s->scale) {
+      double ns = vgct_pow2_ceil(m);
+      double r = s->scale / ns; /* exact power of two */
+      s->s_aa *= r * r; s->s_ee *= r * r; s->s_ae *= r * r; s->s_dd *= r * r; s->s_d *= r;
+      s->scale = ns;
+    }
+    double inv = 1.0 / s->scale; /* exact: scale is a power of two >= 2^-1000 */
+    double as = a * inv, es = e * inv, ds = as - es;
+    s->s_aa += as * as; s->s_ee += es * es; s->s_ae += as * es;
+    s->s_dd += ds * ds; s->s_d += ds;
+  } else {
+    s->s_aa += a * a; s->s_ee += e * e; s->s_ae += a * e;
+    s->s_dd += d * d; s->s_d += d;
+  }
+}
+
+VGCT_HD void vgct_slice_update(vgct_slice_acc *s, double a, double e, int scaled) {
+  if (vgct_class(a) != VGCT_FINITE || vgct_class(e) != VGCT_FINITE) return;
+  s->n_finite += 1;
+  double d = a - e;
+  double ad = fabs(d);
+  if (ad > s->max_abs) s->max_abs = ad;
+  if (scaled) {
+    double m = fmax(fabs(a), fabs(e));
+    if (m > s->scale) {
+      double ns = vgct_pow2_ceil(m);
+      double r = s->scale / ns;
+      s->s_dd *= r * r; s->s_ee *= r * r; s->s_d *= r;
+      s->scale = ns;
+    }
+    double inv = 1.0 / s->scale;
+    double as = a * inv, es = e * inv, ds = as - es;
+    s->s_dd += ds * ds; s->s_ee += es * es; s->s_d += ds;
+  } else {
+    s->s_dd += d * d; s->s_ee += e * e; s->s_d += d;
+  }
+}
+
+/* Merges bring both operands to the larger scale by exact powers of two;
+ * only contributions below 2^-1074 of the new scale squared are lost, far
+ * below float64 resolution of the result. */
+VGCT_HD void vgct_acc_merge(vgct_acc *s, const vgct_acc *o) {
+  double r_s = 1.0, r_o = 1.0;
+  double scale = s->scale;
+  if (o->scale > s->scale) { r_s = s->scale / o->scale; scale = o->scale; }
+  else if (o->scale < s->scale) { r_o = o->scale / s->scale; }
+  s->s_aa = s->s_aa * (r_s * r_s) + o->s_aa * (r_o * r_o);
+  s->s_ee = s->s_ee * (r_s * r_s) + o->s_ee * (r_o * r_o);
+  s->s_ae = s->s_ae * (r_s * r_s) + o->s_ae * (r_o * r_o);
+  s->s_dd = s->s_dd * (r_s * r_s) + o->s_dd * (r_o * r_o);
+  s->s_d = s->s_d * r_s + o->s_d * r_o;
+  s->scale = scale;
+  if (vgct_better(o->max_abs, o->max_abs_i, s->max_abs, s->max_abs_i)) {
+    s->max_abs = o->max_abs; s->max_abs_i = o->max_abs_i;
+    s->max_abs_a = o->max_abs_a; s->max_abs_e = o->max_abs_e;
+  }
+  if (vgct_better(o->max_rel, o->max_rel_i, s->max_rel, s->max_rel_i)) {
+    s->max_rel = o->max_rel; s->max_rel_i = o->max_rel_i;
+  }
+  if (vgct_better(o->worst_excess, o->worst_i, s->worst_excess, s->worst_i)) {
+    s->worst_excess = o->worst_excess; s->worst_i = o->worst_i;
+  }
+  if (o->max_abs_ref > s->max_abs_ref) s->max_abs_ref = o->max_abs_ref;
+  s->n += o->n;
+  s->n_finite += o->n_finite;
+  s->n_unequal += o->n_unequal;
+  s->n_mismatch += o->n_mismatch;
+  s->n_nan_a += o->n_nan_a; s->n_posinf_a += o->n_posinf_a; s->n_neginf_a += o->n_neginf_a;
+  s->n_nan_e += o->n_nan_e; s->n_posinf_e += o->n_posinf_e; s->n_neginf_e += o->n_neginf_e;
+  s->n_class_diff += o->n_class_diff;
+  if (o->first_class_diff >= 0 &&
+      (s->first_class_diff < 0 || o->first_class_diff < s->first_class_diff))
+    s->first_class_diff = o->first_class_diff;
+}
+
+VGCT_HD void vgct_slice_merge(vgct_slice_acc *s, const vgct_slice_acc *o) {
+  double r_s = 1.0, r_o = 1.0;
+  double scale = s->scale;
+  if (o->scale > s->scale) { r_s = s->scale / o->scale; scale = o->scale; }
+  else if (o->scale < s->scale) { r_o = o->scale / s->scale; }
+  s->s_dd = s->s_dd * (r_s * r_s) + o->s_dd * (r_o * r_o);
+  s->s_ee = s->s_ee * (r_s * r_s) + o->s_ee * (r_o * r_o);
+  s->s_d = s->s_d * r_s + o->s_d * r_o;
+  s->scale = scale;
+  if (o->max_abs > s->max_abs) s->max_abs = o->max_abs;
+  s->n_finite += o->n_finite;
+}
+
+/* The slice accumulator of the pairs folded into *s (added for the CUDA
+ * engine, [B]).  vgct_slice_update/vgct_slice_merge apply to (scale, s_dd,
+ * s_ee, s_d, max_abs, n_finite) exactly the operations vgct_acc_update/
+ * vgct_acc_merge apply to the fields of the same names (same rescaling
+ * rule, same order; max_abs is the same maximum), so when every pair of an
+ * accumulator belongs to one slice, its projection IS that slice's
+ * accumulator, bit for bit, and merges commute with the projection. */
+VGCT_HD void vgct_slice_from_acc(const vgct_acc *s, vgct_slice_acc *o) {
+  o->scale = s->scale;
+  o->s_dd = s->s_dd;
+  o->s_ee = s->s_ee;
+  o->s_d = s->s_d;
+  o->max_abs = s->max_abs;
+  o->n_finite = s->n_finite;
+}
+
+/* ---- finalisation ------------------------------------------------------ */
+
+/* sqrt(s) * scale without overflow in between (the true norm may still be
+ * +Inf if it exceeds DBL_MAX, which only float64 inputs near DBL_MAX reach). */
+VGCT_HD double vgct_norm(double s, double scale) { return sqrt(s) * scale; }
+
+typedef struct {
+  double norm_a, norm_e, norm_d; /* L2 norms over finite pairs        */
+  double rel_l2;                 /* NaN encodes "undefined" (zero ref) */
+  double cosine;                 /* NaN encodes "undefined"            */
+  double mean_diff;              /* NaN when n_finite == 0             */
+  int zero_reference;            /* ||e|| == 0                         */
+} vgct_derived;
+
+VGCT_HD void vgct_acc_finalize(const vgct_acc *s, vgct_derived *out) {
+  double ra = sqrt(s->s_aa), re = sqrt(s->s_ee), rd = sqrt(s->s_dd);
+  out->norm_a = ra * s->scale;
+  out->norm_e = re * s->scale;
+  out->norm_d = rd * s->scale;
+  out->zero_reference = (s->s_ee == 0.0);
+  out->rel_l2 = out->zero_reference ? (double)NAN : rd / re; /* scale cancels */
+  if (s->s_aa == 0.0 || s->s_ee == 0.0) {
+    out->cosine = (double)NAN;
+  } else {
+    double c = s->s_ae / ra / re; /* divide twice: ra*re may underflow/overflow */
+    out->cosine = c > 1.0 ? 1.0 : (c < -1.0 ? -1.0 : c);
+  }
+  out->mean_diff = s->n_finite ? (s->s_d / (double)s->n_finite) * s->scale : (double)NAN;
+}
+
+/* Per-slice results (SliceStats), defined from vgct_slice_acc exactly as
+ * vgct_acc_finalize defines the whole-tensor ones; NaN encodes "undefined". */
+typedef struct {
+  double mean_shift;  /* sum(d) / n_finite; NaN when n_finite == 0        */
+  double rel_l2;      /* ||d|| / ||e||; NaN when ||e|| == 0 (zero ref)     */
+  double max_abs_err; /* max |d|; NaN when n_finite == 0                   */
+  double ref_rms;     /* sqrt(sum(e^2) / n_finite); NaN when n_finite == 0 */
+} vgct_slice_derived;
+
+VGCT_HD void vgct_slice_finalize(const vgct_slice_acc *s, vgct_slice_derived *out) {
+  double nf = (double)s->n_finite;
+  out->mean_shift = s->n_finite ? (s->s_d / nf) * s->scale : (double)NAN;
+  out->rel_l2 = s->s_ee == 0.0 ? (double)NAN : sqrt(s->s_dd) / sqrt(s->s_ee); /* scale cancels */
+  out->max_abs_err = s->n_finite ? s->max_abs : (double)NAN;
+  out->ref_rms = s->n_finite ? sqrt(s->s_ee / nf) * s->scale : (double)NAN;
+}
+
+/* ---- quantiles (numpy's default, method="linear") ----------------------
+ * numpy.quantile(x, q, method="linear") (Hyndman & Fan type 7), as
+ * numpy/lib/_function_base_impl.py computes it:
+ *   h = (n - 1) * q                       (_QuantileMethods['linear'])
+ *   lo = floor(h), hi = lo + 1; when h >= n - 1 both are n - 1 (_get_indexes)
+ *   gamma = h - floor(h)                  (_get_gamma)
+ *   result = _lerp(x_(lo), x_(hi), gamma): a + (b - a)*t, replaced by
+ *            b - (b - a)*(1 - t) where t >= 0.5.
+ * The expressions are evaluated in the same order, so results match numpy
+ * bit for bit given the same order statistics.  Requires n >= 1, 0 <= q <= 1.
+ * lo/hi are 0-based ranks among the n finite |d| values (ascending). */
+VGCT_HD void vgct_quantile_ranks(int64_t n, double q, int64_t *lo, int64_t *hi, double *gamma) {
+  double h = (double)(n - 1) * q;
+  double f = floor(h);
+  *gamma = h - f;
+  if (h >= (double)(n - 1)) {
+    *lo = n - 1; *hi = n - 1;
+  } else {
+    *lo = (int64_t)f; *hi = (int64_t)f + 1;
+  }
+}
+
+VGCT_HD double vgct_lerp(double a, double b, double t) {
+  double diff = b - a;
+  return t >= 0.5 ? b - diff * (1.0 - t) : a + diff * t;
+}
+
+/* Selection key of a finite pair: the bits of |a - e| as an unsigned
+ * integer.  For non-negative doubles (including +Inf from an overflowing
+ * float64 difference) the integer order is the numeric order, so exact
+ * selection is a radix selection over these keys.  Returns 0 for a
+ * non-finite pair (excluded from quantiles). */
+VGCT_HD int vgct_absdiff_key(double a, double e, uint64_t *key) {
+  if (vgct_class(a) != VGCT_FINITE || vgct_class(e) != VGCT_FINITE) return 0;
+  *key = vgct_bits_from_f64(fabs(a - e));
+  return 1;
+}
+
+/* ---- fingerprint ---------------------------------------------------------
+ * fingerprint(x): a 64-bit hash of a tensor's logical contents.  Each element
+ * contributes vgct_fp_element(bits, i), where bits are its raw storage bits
+ * zero-extended to 64 and i its flat (row-major logical) index; contributions
+ * are summed modulo 2^64 (order-free, so any reduction tree gives the same
+ * value on CPU and GPU), then vgct_fp_finish mixes in the dtype and shape.
+ * Bit patterns, not values: -0.0 and +0.0 differ, as do NaN payloads. */
+VGCT_HD uint64_t vgct_mix64(uint64_t z) { /* splitmix64 finaliser (Steele et al. 2014) */
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+VGCT_HD uint64_t vgct_fp_element(uint64_t bits, int64_t i) {
+  return vgct_mix64(bits ^ vgct_mix64((uint64_t)i + 0x9e3779b97f4a7c15ULL));
+}
+
+VGCT_HD uint64_t vgct_fp_finish(uint64_t sum, int dtype, int ndim, const int64_t *shape) {
+  uint64_t h = vgct_mix64(sum ^ (0x5851f42d4c957f2dULL * (uint64_t)(dtype + 1)));
+  h = vgct_mix64(h ^ (uint64_t)ndim);
+  for (int k = 0; k < ndim; ++k) h = vgct_mix64(h ^ (uint64_t)shape[k]);
+  return h;
+}
+
+#endif /* VGCT_STATS_H_ */

@@ -1,0 +1,429 @@
+/*
+ * reduce.cu -- vgct_cuda_reduce: every whole-tensor statistic (and the
+ * per-slice ones for compare(dim=k)) in ONE pass over both inputs.
+ *
+ * What each kernel computes: every thread folds its elements into a private
+ * vgct_acc with vgct_acc_update (float64, the shared definition); the block
+ * folds its threads' accumulators with a fixed shuffle tree
+ * (vg_block_merge); each block writes one partial; the last block to finish
+ * (integer counter, vg_last_block) folds the partials in block order and
+ * writes the result record.  No floating-point atomics and a fixed
+ * element->thread->block assignment, so the result is bitwise repeatable.
+ * Per-slice accumulators come from vgct_slice_from_acc (vgct_stats.h): a
+ * block (row mode) or a thread (column mode) only ever sees one slice, and
+ * the projection of its vgct_acc is that slice's vgct_slice_acc bit for bit
+ * -- the slice statistics cost no extra arithmetic.
+ *
+ * Kernels (one template over (dtype_a, dtype_e, scaled); dtypes as
+ * compile-time constants so vgct_load folds to one conversion):
+ *   k_reduce_flat  both inputs unit-stride after the host's reordering
+ *                  (contiguous, or reversed): 16-byte vector loads of CH
+ *                  elements when both bases are 16-byte aligned, scalar loads
+ *                  otherwise (bf16 x[1:]); RU chunks in flight per thread.
+ *                  Trade-off: fastest, only for that layout.
+ *   k_reduce_gen   any strides: per chunk of CH elements along the inner
+ *                  axis one row decomposition (FastDiv, no divides), vector
+ *                  loads where the inner axis is unit-stride and the chunk
+ *                  aligned; also per-slice "row mode" (slice axis outermost,
+ *                  >= VG_ROW_MIN elements per slice, each block inside one
+ *                  slice).  Trade-off: a few integer ops per chunk more.
+ *   k_reduce_col   per-slice "column mode" (few elements per slice, e.g. the
+ *                  channel axis innermost): one thread per slice, loads
+ *                  coalesced across neighbouring slices.  Trade-off: only as
+ *                  much parallelism as there are slices.
+ * Dtype pairs outside the typed list (ints, bool, mixed rare pairs) run the
+ * same kernels with run-time dtypes (DA = DE = -1): scalar loads through the
+ * same vgct_load.
+ */
+#include <stdio.h>
+#include <string.h>
+#include "vgct_cuda_internal.cuh"
+
+#define RT 256       /* threads per block                               */
+#define RU 2         /* chunks in flight per thread                     */
+#define VG_ROW_MIN 4096 /* row mode when a slice has at least this many */
+
+struct RArgs {
+  IterSpec it;
+  int64_t nchunk; /* chunks per slice                                   */
+  int64_t cpr;    /* chunks per inner row (gen)                         */
+  FastDiv cprd;
+  int64_t rows;   /* inner rows per slice (col)                         */
+  int64_t cpb;    /* chunks per block                                   */
+  int64_t bpj;    /* blocks per slice (row mode)                        */
+  double rtol, atol;
+  int vec;        /* flat: both bases 16-byte aligned                   */
+  int slice_mode; /* 0 none, 1 row mode (gen), 2 column mode (col)      */
+  vgct_acc *part;
+  unsigned *counter;
+  vgct_acc *res;
+  vgct_slice_acc *sres;
+};
+
+template <int DA, int DE>
+struct VChunk {
+  uint4 va[vg_chunk<DA, DE>::NVA];
+  uint4 ve[vg_chunk<DA, DE>::NVE];
+};
+
+/* Block partial, then (last block) the fixed-order fold of all partials. */
+template <int SC>
+__device__ __forceinline__ void vg_reduce_finish(const RArgs &A, vgct_acc &acc, vgct_acc *sm) {
+  vg_block_merge<RT>(acc, sm);
+  if (threadIdx.x == 0) A.part[blockIdx.x] = acc;
+  if (!vg_last_block(A.counter)) return;
+  vgct_acc m;
+  vgct_acc_init(&m, SC);
+  for (unsigned i = threadIdx.x; i < gridDim.x; i += RT) {
+    vgct_acc p = vg_ldcg(&A.part[i]);
+    vgct_acc_merge(&m, &p);
+  }
+  vg_block_merge<RT>(m, sm);
+  if (threadIdx.x == 0) {
+    *A.res = m;
+    *A.counter = 0;
+  }
+  if (A.slice_mode == 1) {
+    for (int64_t j = threadIdx.x; j < A.it.S; j += RT) {
+      vgct_slice_acc s;
+      vgct_slice_init(&s, SC);
+      for (int64_t g = 0; g < A.bpj; ++g) {
+        vgct_acc p = vg_ldcg(&A.part[j * A.bpj + g]);
+        vgct_slice_acc ps;
+        vgct_slice_from_acc(&p, &ps);
+        vgct_slice_merge(&s, &ps);
+      }
+      A.sres[j] = s;
+    }
+  }
+}
+
+/* Fold CH elements held in registers (vector path). */
+template <int DA, int DE, int SC>
+__device__ __forceinline__ void vg_fold_vec(vgct_acc &acc, const VChunk<DA, DE> &c, int64_t f,
+                                            int64_t sf, double rtol, double atol) {
+  typedef vg_chunk<DA, DE> G;
+  const char *ba = reinterpret_cast<const char *>(c.va);
+  const char *be = reinterpret_cast<const char *>(c.ve);
+#pragma unroll
+  for (int q = 0; q < G::CH; ++q) {
+    double x = vgct_load(ba + q * G::ISA, DA);
+    double y = vgct_load(be + q * G::ISE, DE);
+    vgct_acc_update(&acc, x, y, f + q * sf, rtol, atol, SC);
+  }
+}
+
+/* Fold up to CH elements read one by one (any alignment or stride). */
+template <int DA, int DE, int SC>
+__device__ __forceinline__ void vg_fold_scalar(vgct_acc &acc, const IterSpec &it, const char *qa,
+                                               const char *qe, int64_t sa, int64_t se, int cnt,
+                                               int64_t f, int64_t sf, double rtol, double atol) {
+  typedef vg_chunk<DA, DE> G;
+  const int64_t ba = sa * (G::TYPED ? (int64_t)G::ISA : (int64_t)it.isa);
+  const int64_t be = se * (G::TYPED ? (int64_t)G::ISE : (int64_t)it.ise);
+#pragma unroll 1
+  for (int q = 0; q < G::CH; ++q) {
+    if (q < cnt) {
+      double x = vg_ld<DA>(qa + q * ba, it.da);
+      double y = vg_ld<DE>(qe + q * be, it.de);
+      vgct_acc_update(&acc, x, y, f + q * sf, rtol, atol, SC);
+    }
+  }
+}
+
+template <int DA, int DE, int SC>
+__global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ RArgs A) {
+  typedef vg_chunk<DA, DE> G;
+  __shared__ vgct_acc sm[RT / 32];
+  const IterSpec &it = A.it;
+  vgct_acc acc;
+  vgct_acc_init(&acc, SC);
+  const int64_t c0 = (int64_t)blockIdx.x * A.cpb;
+  const int64_t c1 = min(c0 + A.cpb, A.nchunk);
+  const int64_t m = it.m, sf = it.sf[0];
+  const int64_t isa = G::TYPED ? G::ISA : it.isa, ise = G::TYPED ? G::ISE : it.ise;
+  for (int64_t c = c0 + threadIdx.x; c < c1; c += (int64_t)RT * RU) {
+    VChunk<DA, DE> ch[RU];
+    bool v[RU];
+#pragma unroll
+    for (int u = 0; u < RU; ++u) {
+      const int64_t cc = c + (int64_t)u * RT;
+      v[u] = G::TYPED && A.vec && cc < c1 && (cc + 1) * G::CH <= m;
+      if (v[u]) {
+        const uint4 *pa = reinterpret_cast<const uint4 *>(it.pa + cc * G::CH * isa);
+        const uint4 *pe = reinterpret_cast<const uint4 *>(it.pe + cc * G::CH * ise);
+#pragma unroll
+        for (int i = 0; i < G::NVA; ++i) ch[u].va[i] = __ldcs(pa + i);
+#pragma unroll
+        for (int i = 0; i < G::NVE; ++i) ch[u].ve[i] = __ldcs(pe + i);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < RU; ++u) {
+      const int64_t cc = c + (int64_t)u * RT;
+      if (cc < c1) {
+        const int64_t i0 = cc * G::CH;
+        if (v[u]) {
+          vg_fold_vec<DA, DE, SC>(acc, ch[u], it.f0 + i0 * sf, sf, A.rtol, A.atol);
+        } else {
+          const int cnt = (int)min((int64_t)G::CH, m - i0);
+          vg_fold_scalar<DA, DE, SC>(acc, it, it.pa + i0 * isa, it.pe + i0 * ise, 1, 1, cnt,
+                                     it.f0 + i0 * sf, sf, A.rtol, A.atol);
+        }
+      }
+    }
+  }
+  vg_reduce_finish<SC>(A, acc, sm);
+}
+
+template <int DA, int DE, int SC>
+__global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RArgs A) {
+  typedef vg_chunk<DA, DE> G;
+  __shared__ vgct_acc sm[RT / 32];
+  const IterSpec &it = A.it;
+  vgct_acc acc;
+  vgct_acc_init(&acc, SC);
+  const int64_t j = (int64_t)blockIdx.x / A.bpj, g = (int64_t)blockIdx.x - j * A.bpj;
+  const int64_t c0 = g * A.cpb;
+  const int64_t c1 = min(c0 + A.cpb, A.nchunk);
+  const int K = it.k;
+  const int64_t L = it.sh[K - 1], sai = it.sa[K - 1], sei = it.se[K - 1], sfi = it.sf[K - 1];
+  const int64_t isa = G::TYPED ? G::ISA : it.isa, ise = G::TYPED ? G::ISE : it.ise;
+  const int64_t ja = j * it.ssa, je = j * it.sse, jf = it.f0 + j * it.ssf;
+  const bool unit = G::TYPED && sai == 1 && sei == 1;
+  for (int64_t c = c0 + threadIdx.x; c < c1; c += (int64_t)RT * RU) {
+    VChunk<DA, DE> ch[RU];
+    bool v[RU];
+    const char *qa[RU], *qe[RU];
+    int64_t fq[RU];
+    int cnt[RU];
+#pragma unroll
+    for (int u = 0; u < RU; ++u) {
+      const int64_t cc = c + (int64_t)u * RT;
+      v[u] = false;
+      cnt[u] = 0;
+      if (cc < c1) {
+        const uint64_t row = vg_div((uint64_t)cc, A.cprd);
+        const int64_t col0 = (cc - (int64_t)row * A.cpr) * G::CH;
+        int64_t oa, oe, of;
+        vg_row_offsets(it, row, oa, oe, of);
+        oa += ja + col0 * sai;
+        oe += je + col0 * sei;
+        fq[u] = jf + of + col0 * sfi;
+        cnt[u] = (int)min((int64_t)G::CH, L - col0);
+        qa[u] = it.pa + oa * isa;
+        qe[u] = it.pe + oe * ise;
+        v[u] = unit && cnt[u] == G::CH && ((reinterpret_cast<uintptr_t>(qa[u]) & 15) == 0) &&
+               ((reinterpret_cast<uintptr_t>(qe[u]) & 15) == 0);
+        if (v[u]) {
+#pragma unroll
+          for (int i = 0; i < G::NVA; ++i) ch[u].va[i] = __ldcs(reinterpret_cast<const uint4 *>(qa[u]) + i);
+#pragma unroll
+          for (int i = 0; i < G::NVE; ++i) ch[u].ve[i] = __ldcs(reinterpret_cast<const uint4 *>(qe[u]) + i);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < RU; ++u) {
+      if (v[u])
+        vg_fold_vec<DA, DE, SC>(acc, ch[u], fq[u], sfi, A.rtol, A.atol);
+      else if (cnt[u] > 0)
+        vg_fold_scalar<DA, DE, SC>(acc, it, qa[u], qe[u], sai, sei, cnt[u], fq[u], sfi, A.rtol,
+                                   A.atol);
+    }
+  }
+  vg_reduce_finish<SC>(A, acc, sm);
+}
+
+template <int DA, int DE, int SC>
+__global__ void __launch_bounds__(RT, 2) k_reduce_col(const __grid_constant__ RArgs A) {
+  __shared__ vgct_acc sm[RT / 32];
+  const IterSpec &it = A.it;
+  vgct_acc acc;
+  vgct_acc_init(&acc, SC);
+  const int64_t j = (int64_t)blockIdx.x * RT + threadIdx.x;
+  if (j < it.S) {
+    const int K = it.k;
+    const int64_t L = it.sh[K - 1], sai = it.sa[K - 1], sei = it.se[K - 1], sfi = it.sf[K - 1];
+    const int64_t isa = it.isa, ise = it.ise;
+    const int64_t ja = j * it.ssa, je = j * it.sse, jf = it.f0 + j * it.ssf;
+    for (int64_t r = 0; r < A.rows; ++r) {
+      int64_t oa, oe, of;
+      vg_row_offsets(it, (uint64_t)r, oa, oe, of);
+      const char *qa = it.pa + (ja + oa) * isa, *qe = it.pe + (je + oe) * ise;
+      const int64_t f = jf + of;
+      for (int64_t q = 0; q < L; ++q) {
+        double x = vg_ld<DA>(qa + q * sai * isa, it.da);
+        double y = vg_ld<DE>(qe + q * sei * ise, it.de);
+        vgct_acc_update(&acc, x, y, f + q * sfi, A.rtol, A.atol, SC);
+      }
+    }
+    vgct_slice_from_acc(&acc, &A.sres[j]);
+  }
+  vg_reduce_finish<SC>(A, acc, sm);
+}
+
+/* ---- launchers ---------------------------------------------------------- */
+
+template <int DA, int DE, int SC>
+static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_t s) {
+  if (kind == 0)
+    k_reduce_flat<DA, DE, SC><<<grid, RT, 0, s>>>(A);
+  else if (kind == 1)
+    k_reduce_gen<DA, DE, SC><<<grid, RT, 0, s>>>(A);
+  else if constexpr (DA < 0 && DE < 0) /* column mode reads scalars: generic dtypes only */
+    k_reduce_col<DA, DE, SC><<<grid, RT, 0, s>>>(A);
+  else
+    return launch_reduce<-1, -1, SC>(kind, grid, A, s);
+  return cudaGetLastError();
+}
+
+/* The typed dtype pairs (vector loads, conversions inlined): the floating
+ * same-dtype pairs of the speed goals and bf16/fp16 against an fp32
+ * reference; every other pair (fp8, ints, bool, mixed) runs the generic
+ * instantiation with run-time dtypes: correct for all, slower, and it keeps
+ * the build to 3 x 8 reduce kernels. */
+#ifdef VG_QUICK
+#define VG_TYPED_PAIRS(X) X(VGCT_BFLOAT16, VGCT_BFLOAT16)
+#else
+#define VG_TYPED_PAIRS(X)                                                              \
+  X(VGCT_BFLOAT16, VGCT_BFLOAT16) X(VGCT_FLOAT16, VGCT_FLOAT16)                        \
+  X(VGCT_FLOAT32, VGCT_FLOAT32) X(VGCT_FLOAT64, VGCT_FLOAT64)                          \
+  X(VGCT_BFLOAT16, VGCT_FLOAT32) X(VGCT_FLOAT16, VGCT_FLOAT32)
+#endif
+
+static cudaError_t dispatch_reduce(int da, int de, int scaled, int kind, int grid, const RArgs &A,
+                                   cudaStream_t s, int *typed) {
+#define VG_CASE(X, Y)                                                                \
+  if (da == X && de == Y) {                                                          \
+    *typed = 1;                                                                      \
+    return launch_reduce<X, Y, (X == VGCT_FLOAT64 || Y == VGCT_FLOAT64)>(kind, grid, A, s); \
+  }
+  VG_TYPED_PAIRS(VG_CASE)
+#undef VG_CASE
+  *typed = 0;
+  return scaled ? launch_reduce<-1, -1, 1>(kind, grid, A, s) : launch_reduce<-1, -1, 0>(kind, grid, A, s);
+}
+
+static int is_typed_pair(int da, int de) {
+#define VG_CASE(X, Y) if (da == X && de == Y) return 1;
+  VG_TYPED_PAIRS(VG_CASE)
+#undef VG_CASE
+  return 0;
+}
+
+static int chunk_elems(int da, int de) {
+  if (!is_typed_pair(da, de)) return 4; /* vg_chunk<-1,-1>::CH */
+  int ia = vgct_dtype_itemsize[da], ie = vgct_dtype_itemsize[de];
+  return 16 / (ia < ie ? ia : ie);
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+/* workspace layout (bytes from d_ws) */
+#define WS_COUNTER 0
+#define WS_RES 4096
+#define WS_SRES (WS_RES + 256)
+#define WS_PART (WS_SRES + (size_t)VG_SLICE_CHUNK * sizeof(vgct_slice_acc) + 256)
+
+extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p,
+                                uintptr_t stream, vgct_acc *out, vgct_slice_acc *slices,
+                                char *err, size_t errlen) {
+  static_assert(WS_PART + (size_t)VG_MAX_PARTS * sizeof(vgct_acc) <= VG_WS_BYTES, "workspace");
+  static_assert(sizeof(vgct_acc) + (size_t)VG_SLICE_CHUNK * sizeof(vgct_slice_acc) <= VG_PIN_BYTES,
+                "pinned buffer");
+  const int scaled = vgct_needs_scaling(a, e);
+  vgct_acc_init(out, scaled);
+  const int dim = p->dim;
+  const int64_t nsl = dim >= 0 ? a->shape[dim] : 0;
+  for (int64_t j = 0; j < nsl; ++j) vgct_slice_init(&slices[j], scaled);
+  if (vgct_numel(a) == 0) return VGCT_OK;
+
+  IterSpec it;
+  int rc = vg_prepare(a, e, nsl > 1 ? dim : -1, &it, err, errlen);
+  if (rc) return rc;
+  CallCtx cx("vgct_cuda_reduce", a->device_id, stream, err, errlen);
+  if (!cx.ok()) return cx.rc;
+  DevWS *ws = cx.ws;
+
+  RArgs A;
+  memset(&A, 0, sizeof A);
+  A.rtol = p->rtol;
+  A.atol = p->atol;
+  A.counter = (unsigned *)(ws->d_ws + WS_COUNTER);
+  A.res = (vgct_acc *)(ws->d_ws + WS_RES);
+  A.sres = (vgct_slice_acc *)(ws->d_ws + WS_SRES);
+  A.part = (vgct_acc *)(ws->d_ws + WS_PART);
+  const int CH = chunk_elems(it.da, it.de);
+  const int64_t target = (int64_t)ws->sms * 8; /* blocks per launch, about */
+
+  const int64_t S = it.S;
+  int kind;
+  int64_t per_launch;
+  if (S == 1) {
+    kind = (it.k == 1 && it.sa[0] == 1 && it.se[0] == 1) ? 0 : 1;
+    per_launch = 1;
+  } else if (it.m >= VG_ROW_MIN) {
+    kind = 1;
+    per_launch = VG_MAX_PARTS < VG_SLICE_CHUNK ? VG_MAX_PARTS : VG_SLICE_CHUNK;
+  } else {
+    kind = 2;
+    per_launch = VG_SLICE_CHUNK;
+  }
+  const char *pa0 = it.pa, *pe0 = it.pe;
+  const int64_t f00 = it.f0;
+  for (int64_t j0 = 0; j0 < S; j0 += per_launch) {
+    const int64_t Sc = S - j0 < per_launch ? S - j0 : per_launch;
+    it.pa = pa0 + j0 * it.ssa * it.isa;
+    it.pe = pe0 + j0 * it.sse * it.ise;
+    it.f0 = f00 + j0 * it.ssf;
+    it.S = Sc;
+    A.it = it;
+    int64_t grid;
+    if (kind == 0) {
+      A.slice_mode = 0;
+      A.nchunk = ceil_div(it.m, CH);
+      A.cpb = round_up(ceil_div(A.nchunk, target), RT);
+      A.bpj = 1;
+      grid = ceil_div(A.nchunk, A.cpb);
+      A.vec = ((uintptr_t)it.pa % 16 == 0) && ((uintptr_t)it.pe % 16 == 0);
+    } else if (kind == 1) {
+      A.slice_mode = S > 1 ? 1 : 0;
+      const int64_t L = it.sh[it.k - 1];
+      A.cpr = ceil_div(L, CH);
+      A.cprd = vg_make_div((uint64_t)A.cpr);
+      A.nchunk = (it.m / L) * A.cpr;
+      int64_t bpj = ceil_div(target, Sc);
+      if (bpj * Sc > VG_MAX_PARTS) bpj = VG_MAX_PARTS / Sc;
+      if (bpj < 1) bpj = 1;
+      A.cpb = round_up(ceil_div(A.nchunk, bpj), RT);
+      A.bpj = ceil_div(A.nchunk, A.cpb);
+      grid = Sc * A.bpj;
+    } else {
+      A.slice_mode = 2;
+      A.rows = it.m / it.sh[it.k - 1];
+      A.bpj = 1;
+      grid = ceil_div(Sc, RT);
+    }
+    int typed = 0;
+    if (!cx.check(dispatch_reduce(it.da, it.de, scaled, kind, (int)grid, A, cx.stream, &typed),
+                  kind == 0 ? "k_reduce_flat launch"
+                            : kind == 1 ? "k_reduce_gen launch" : "k_reduce_col launch"))
+      return cx.rc;
+    const size_t bytes = S > 1 ? (WS_SRES - WS_RES) + (size_t)Sc * sizeof(vgct_slice_acc) : sizeof(vgct_acc);
+    if (!cx.check(cudaMemcpyAsync(ws->h_pin, ws->d_ws + WS_RES, bytes, cudaMemcpyDeviceToHost,
+                                  cx.stream),
+                  "cudaMemcpyAsync (result record to host)"))
+      return cx.rc;
+    if (!cx.check(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (after reduce)"))
+      return cx.rc;
+    vgct_acc part;
+    memcpy(&part, ws->h_pin, sizeof part);
+    vgct_acc_merge(out, &part);
+    if (S > 1)
+      memcpy(&slices[j0], ws->h_pin + (WS_SRES - WS_RES), (size_t)Sc * sizeof(vgct_slice_acc));
+  }
+  if (nsl == 1) vgct_slice_from_acc(out, &slices[0]);
+  return cx.rc;
+}

@@ -1,0 +1,234 @@
+/*
+ * vgct_cuda_internal.cuh -- what the cuda/ translation units share.
+ *
+ *   runtime.cu      per-device workspace, device/stream guards, error text,
+ *                   the host-side view preparation (IterSpec), get_info/props
+ *   reduce.cu       vgct_cuda_reduce: the fused one-pass statistics kernels
+ *   select.cu       vgct_cuda_select: exact order statistics (radix select)
+ *   fingerprint.cu  vgct_cuda_fingerprint
+ *
+ * Nothing here defines a statistic: every kernel folds pairs with
+ * vgct_acc_update / vgct_acc_merge (csrc/vgct_stats.h) and converts elements
+ * with vgct_load (csrc/vgct_dtypes.h), both __host__ __device__.
+ *
+ * Iteration model (shared by every kernel).  The host turns the two views
+ * into an IterSpec: the slice axis (compare(dim=k)) is taken out and becomes
+ * the outermost loop; the remaining axes are reordered by |stride| of
+ * `actual` (then `expected`) descending, axes with negative strides are
+ * flipped, size-1 axes dropped, and axes contiguous in all three stride sets
+ * (actual, expected, and the LOGICAL row-major stride that yields the flat
+ * index) are merged.  A kernel then walks "rows" of the innermost axis in
+ * chunks of CH consecutive elements (one 16-byte load of the narrower dtype
+ * when both inner strides are 1 and the addresses are aligned), and computes
+ * each element's flat logical index as f0 + sum(coord_d * sf_d): visiting in
+ * memory order never changes a result, because every index-bearing statistic
+ * compares flat indices (lowest index among ties) and the sums are merged in
+ * a fixed order (bitwise repeatable; within 1e-12 of the CPU engine).
+ */
+#ifndef VGCT_CUDA_INTERNAL_CUH_
+#define VGCT_CUDA_INTERNAL_CUH_
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <pthread.h>
+#include "vgct_engine.h"
+
+#define VG_MAXK VGCT_MAX_NDIM
+
+/* ---- exact 64-bit division by a run-time constant ----------------------
+ * libdivide's "branchfull" u64 algorithm (Granlund & Montgomery 1994;
+ * ridiculousfish/libdivide, libdivide_internal_u64_gen / u64_do): exact
+ * floor(n / d) for every 64-bit n with one __umul64hi, no divide. */
+struct FastDiv {
+  uint64_t d, magic;
+  int shift, add;
+};
+
+__host__ __device__ __forceinline__ uint64_t vg_mulhi(uint64_t a, uint64_t b) {
+#ifdef __CUDA_ARCH__
+  return __umul64hi(a, b);
+#else
+  uint64_t a0 = (uint32_t)a, a1 = a >> 32, b0 = (uint32_t)b, b1 = b >> 32;
+  uint64_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+  uint64_t mid = (p00 >> 32) + (uint32_t)p01 + (uint32_t)p10;
+  return p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+#endif
+}
+
+__host__ __device__ __forceinline__ uint64_t vg_div(uint64_t n, const FastDiv &f) {
+  if (f.magic == 0) return n >> f.shift;
+  uint64_t q = vg_mulhi(f.magic, n);
+  if (f.add) return (((n - q) >> 1) + q) >> f.shift;
+  return q >> f.shift;
+}
+
+FastDiv vg_make_div(uint64_t d); /* d >= 1 (runtime.cu) */
+
+/* ---- the prepared iteration space ------------------------------------- */
+struct IterSpec {
+  const char *pa, *pe;   /* element (0,...,0) of slice 0, after flips      */
+  int64_t f0;            /* its flat logical index                         */
+  int isa, ise;          /* item sizes                                     */
+  int da, de;            /* vgct_dtype                                     */
+  int k;                 /* axes of the inner space (>= 1)                 */
+  int64_t sh[VG_MAXK];   /* inner-space shape, outermost first             */
+  int64_t sa[VG_MAXK], se[VG_MAXK], sf[VG_MAXK]; /* element strides; sf: flat */
+  FastDiv dv[VG_MAXK];   /* divisors for sh[]                              */
+  int64_t m;             /* elements per slice (prod sh)                   */
+  int64_t S;             /* slices (1 when no slice axis)                  */
+  int64_t ssa, sse, ssf; /* slice-axis strides (elements; ssf: flat)       */
+};
+
+/* Build the spec.  slice_dim < 0: no slice axis.  Returns 0, or an error
+ * code with err filled.  n == 0 must be handled by the caller. */
+int vg_prepare(const vgct_view *a, const vgct_view *e, int slice_dim, IterSpec *it,
+               char *err, size_t errlen);
+/* The same for one tensor (fingerprint): e = a. */
+
+/* ---- per-device workspace --------------------------------------------- */
+#define VG_WS_BYTES (16u << 20)     /* the whole device workspace           */
+#define VG_PIN_BYTES (4u << 20)     /* pinned host buffer for result records */
+#define VG_MAX_PARTS 16384          /* reduce: whole-tensor partials         */
+#define VG_SLICE_CHUNK 65536        /* reduce: slices per launch             */
+
+struct DevWS {
+  pthread_mutex_t mu;
+  int ready;
+  int sms;            /* multiprocessors                                    */
+  size_t smem_optin;  /* max dynamic shared memory per block                */
+  char *d_ws;         /* VG_WS_BYTES of device memory                       */
+  char *h_pin;        /* VG_PIN_BYTES of pinned host memory                 */
+};
+
+/* Scope guard for one entry-point call: switches to the view's device,
+ * locks its workspace (allocating it on first use), and on exit unlocks and
+ * restores the caller's current device.  ok() false: err filled. */
+struct CallCtx {
+  int prev_dev, dev, switched, locked;
+  DevWS *ws;
+  cudaStream_t stream;
+  const char *fn;
+  char *err;
+  size_t errlen;
+  int rc;
+  CallCtx(const char *fn, int device, uintptr_t stream, char *err, size_t errlen);
+  ~CallCtx();
+  bool ok() const { return rc == 0; }
+  /* record a failed CUDA call (first failure wins) and clear the
+   * non-sticky error state; returns false. */
+  bool fail(cudaError_t e, const char *what);
+  bool check(cudaError_t e, const char *what) { return e == cudaSuccess ? true : fail(e, what); }
+  bool check_launch(const char *what) { return check(cudaGetLastError(), what); }
+};
+
+/* ---- device helpers shared by the kernels ----------------------------- */
+#ifdef __CUDACC__
+
+template <int D> struct vg_isz { enum { v = 0 }; };
+template <> struct vg_isz<VGCT_BOOL> { enum { v = 1 }; };
+template <> struct vg_isz<VGCT_INT8> { enum { v = 1 }; };
+template <> struct vg_isz<VGCT_INT16> { enum { v = 2 }; };
+template <> struct vg_isz<VGCT_INT32> { enum { v = 4 }; };
+template <> struct vg_isz<VGCT_INT64> { enum { v = 8 }; };
+template <> struct vg_isz<VGCT_UINT8> { enum { v = 1 }; };
+template <> struct vg_isz<VGCT_FLOAT16> { enum { v = 2 }; };
+template <> struct vg_isz<VGCT_BFLOAT16> { enum { v = 2 }; };
+template <> struct vg_isz<VGCT_FLOAT32> { enum { v = 4 }; };
+template <> struct vg_isz<VGCT_FLOAT64> { enum { v = 8 }; };
+template <> struct vg_isz<VGCT_FLOAT8_E4M3FN> { enum { v = 1 }; };
+template <> struct vg_isz<VGCT_FLOAT8_E5M2> { enum { v = 1 }; };
+
+/* One element to float64 through THE loader (vgct_load).  D >= 0: the dtype is
+ * a compile-time constant and vgct_load's switch folds away; D < 0: the
+ * run-time dtype `rt` (the generic instantiation for rare dtype pairs). */
+template <int D>
+__device__ __forceinline__ double vg_ld(const char *p, int rt) {
+  return vgct_load(p, D >= 0 ? D : rt);
+}
+
+/* Chunk geometry of a dtype pair: CH elements per chunk = one 16-byte vector
+ * of the narrower type; NVA/NVE 16-byte vectors per chunk of each input. */
+template <int DA, int DE> struct vg_chunk {
+  enum {
+    ISA = vg_isz<DA>::v, ISE = vg_isz<DE>::v,
+    TYPED = (DA >= 0 && DE >= 0),
+    MINIS = TYPED ? (ISA < ISE ? ISA : ISE) : 4,
+    CH = 16 / MINIS,
+    NVA = TYPED ? CH * ISA / 16 : 1,
+    NVE = TYPED ? CH * ISE / 16 : 1,
+  };
+};
+
+/* Shuffle a POD struct word by word (merges of warp-tree reductions). */
+template <typename T>
+__device__ __forceinline__ T vg_shfl_down(const T &v, int off) {
+  static_assert(sizeof(T) % 4 == 0, "POD of 32-bit words");
+  T r;
+  const unsigned *s = reinterpret_cast<const unsigned *>(&v);
+  unsigned *d = reinterpret_cast<unsigned *>(&r);
+#pragma unroll
+  for (int i = 0; i < (int)(sizeof(T) / 4); ++i) d[i] = __shfl_down_sync(0xffffffffu, s[i], off);
+  return r;
+}
+
+/* Load a POD record written by other blocks of this grid (L2, not L1). */
+template <typename T>
+__device__ __forceinline__ T vg_ldcg(const T *p) {
+  static_assert(sizeof(T) % 8 == 0, "POD of 64-bit words");
+  T r;
+  const unsigned long long *s = reinterpret_cast<const unsigned long long *>(p);
+  unsigned long long *d = reinterpret_cast<unsigned long long *>(&r);
+#pragma unroll
+  for (int i = 0; i < (int)(sizeof(T) / 8); ++i) d[i] = __ldcg(s + i);
+  return r;
+}
+
+/* Fixed-shape block reduction of vgct_acc: a shuffle tree inside each warp,
+ * then warp 0 folds the warps' results in warp order.  The result is valid in
+ * thread 0.  Deterministic: the tree does not depend on timing. */
+template <int NT>
+__device__ __forceinline__ void vg_block_merge(vgct_acc &acc, vgct_acc *sm /* NT/32 */) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    vgct_acc o = vg_shfl_down(acc, off);
+    vgct_acc_merge(&acc, &o);
+  }
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  if (lane == 0) sm[w] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int i = 1; i < NT / 32; ++i) vgct_acc_merge(&acc, &sm[i]);
+  __syncthreads();
+}
+
+/* "Last block done" detection (the threadFenceReduction pattern of the CUDA
+ * samples): every block publishes its partial, fences, and bumps an integer
+ * counter; the block that sees gridDim-1 merges all partials in a fixed order
+ * and resets the counter for the next launch.  Integer atomics only. */
+__device__ __forceinline__ bool vg_last_block(unsigned *counter) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
+/* Inner-space decomposition: row index (over axes 0..k-2) -> offsets. */
+__device__ __forceinline__ void vg_row_offsets(const IterSpec &it, uint64_t row, int64_t &oa,
+                                               int64_t &oe, int64_t &of) {
+  oa = oe = of = 0;
+  for (int d = it.k - 2; d >= 0; --d) {
+    uint64_t q = vg_div(row, it.dv[d]);
+    int64_t r = (int64_t)(row - q * (uint64_t)it.sh[d]);
+    oa += r * it.sa[d];
+    oe += r * it.se[d];
+    of += r * it.sf[d];
+    row = q;
+  }
+}
+
+#endif /* __CUDACC__ */
+#endif /* VGCT_CUDA_INTERNAL_CUH_ */

@@ -1,0 +1,1 @@
+"""attention component tests (issue [D])."""

@@ -1,0 +1,3 @@
+"""The attention component tests share the visual_gen test environment (see _components.component_test_env)."""
+
+from _components import component_test_env  # noqa: F401

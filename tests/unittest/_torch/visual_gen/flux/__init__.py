@@ -1,0 +1,1 @@
+"""flux component tests (issue [D])."""

@@ -1,0 +1,1 @@
+"""schedulers component tests (issue [D])."""

@@ -1,0 +1,1 @@
+"""text_encoders component tests (issue [D])."""

@@ -1,0 +1,1 @@
+"""vae component tests (issue [D])."""

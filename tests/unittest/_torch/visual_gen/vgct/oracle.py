@@ -1,0 +1,303 @@
+"""Independent float64 oracle for the paired statistics (docs/metrics.md).
+
+Everything here is plain NumPy float64 and ``math.fsum``; nothing is shared with
+the C engine.  Sums of squares are taken after an exact power-of-two scaling by
+the largest magnitude (so 1e300 and 1e-310 are fine), then ``math.fsum``
+(correctly rounded sum of the rounded terms).  Maxima use ``np.argmax``
+(first occurrence = lowest flat index), quantiles ``np.quantile`` (method
+"linear").
+
+Decoders for the dtypes NumPy lacks (bfloat16, float8_e4m3fn, float8_e5m2) work
+from raw bits with the formulas of the OCP 8-bit FP spec v1.0 and the bfloat16
+definition (upper half of an IEEE binary32), written independently of
+csrc/vgct_dtypes.h.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, Iterable, Optional
+
+import numpy as np
+
+
+# ---- decoders (raw bits -> float64) ----------------------------------------------
+
+def decode_bf16(bits: np.ndarray) -> np.ndarray:
+    u = np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)
+    return u.view(np.float32).astype(np.float64)
+
+
+def _minifloat_table(ebits: int, mbits: int, bias: int, ieee_specials: bool) -> np.ndarray:
+    out = np.empty(256, dtype=np.float64)
+    for b in range(256):
+        s = -1.0 if b & 0x80 else 1.0
+        ex = (b >> mbits) & ((1 << ebits) - 1)
+        m = b & ((1 << mbits) - 1)
+        if ieee_specials and ex == (1 << ebits) - 1:
+            v = math.inf if m == 0 else math.nan
+        elif not ieee_specials and ex == (1 << ebits) - 1 and m == (1 << mbits) - 1:
+            v = math.nan  # E4M3FN: S.1111.111 is NaN, no infinities
+        elif ex == 0:
+            v = math.ldexp(m, 1 - bias - mbits)
+        else:
+            v = math.ldexp(1.0 + m / (1 << mbits), ex - bias)
+        out[b] = s * v if not math.isnan(v) else math.nan
+    return out
+
+
+E4M3_TABLE = _minifloat_table(4, 3, 7, ieee_specials=False)
+E5M2_TABLE = _minifloat_table(5, 2, 15, ieee_specials=True)
+
+
+def decode_e4m3(bits: np.ndarray) -> np.ndarray:
+    return E4M3_TABLE[np.asarray(bits, dtype=np.uint8)]
+
+
+def decode_e5m2(bits: np.ndarray) -> np.ndarray:
+    return E5M2_TABLE[np.asarray(bits, dtype=np.uint8)]
+
+
+def to_f64(x) -> np.ndarray:
+    """A NumPy array or a CPU torch tensor -> float64 NumPy array (same logical shape)."""
+    if isinstance(x, np.ndarray):
+        return x.astype(np.float64)
+    import torch  # only reached for torch inputs
+
+    t = x.detach()
+    if t.dtype == torch.bfloat16:
+        return decode_bf16(t.contiguous().view(torch.int16).numpy().view(np.uint16))
+    if t.dtype == torch.float8_e4m3fn:
+        return decode_e4m3(t.contiguous().view(torch.uint8).numpy())
+    if t.dtype == torch.float8_e5m2:
+        return decode_e5m2(t.contiguous().view(torch.uint8).numpy())
+    return t.contiguous().numpy().astype(np.float64)
+
+
+# ---- sums -----------------------------------------------------------------------
+
+def _pow2_exponent(x: np.ndarray) -> int:
+    m = float(np.max(np.abs(x))) if x.size else 0.0
+    if m == 0.0:
+        return 0
+    return math.frexp(m)[1]
+
+
+def norm_parts(x: np.ndarray):
+    """(m, k) with ||x||_2 = m * 2^k, m computed on the exactly rescaled values (no
+    overflow or underflow, so ratios of norms stay accurate even when the norms
+    themselves are subnormal)."""
+    x = np.asarray(x, dtype=np.float64).ravel()
+    k = _pow2_exponent(x)
+    y = np.ldexp(x, -k)
+    return math.sqrt(math.fsum(y * y)), k
+
+
+def norm(x: np.ndarray) -> float:
+    """||x||_2, overflow/underflow-free: exact 2^-k scaling, fsum of squares."""
+    m, k = norm_parts(x)
+    try:
+        return math.ldexp(m, k)
+    except OverflowError:  # the true norm exceeds DBL_MAX
+        return math.inf
+
+
+def norm_ratio(x: np.ndarray, y: np.ndarray) -> float:
+    """||x|| / ||y|| (y not all zero), accurate for any magnitudes."""
+    mx, kx = norm_parts(x)
+    my, ky = norm_parts(y)
+    return math.ldexp(mx / my, kx - ky)
+
+
+def cosine(x: np.ndarray, y: np.ndarray) -> float:
+    """<x,y>/(||x|| ||y||) on exactly rescaled copies (no overflow of the dot product)."""
+    x = np.asarray(x, dtype=np.float64).ravel()
+    y = np.asarray(y, dtype=np.float64).ravel()
+    xs, ys = np.ldexp(x, -_pow2_exponent(x)), np.ldexp(y, -_pow2_exponent(y))
+    return math.fsum(xs * ys) / norm(xs) / norm(ys)
+
+
+def _argmax_first(v: np.ndarray):
+    """(value, flat index) of the max of v (entries < 0 mean 'absent'), or (None, None)."""
+    if v.size == 0:
+        return None, None
+    i = int(np.argmax(v))
+    if v[i] < 0:
+        return None, None
+    return float(v[i]), i
+
+
+# ---- the oracle -------------------------------------------------------------------
+
+def oracle(a64: np.ndarray, e64: np.ndarray, rtol: float = 1e-3, atol: float = 1e-3,
+           quantiles: Iterable[float] = (0.99,), dim: Optional[int] = None) -> Dict:
+    """All statistics of vgct_ext.compare for float64 arrays of one shape."""
+    a = np.ascontiguousarray(a64, dtype=np.float64).ravel()
+    e = np.ascontiguousarray(e64, dtype=np.float64).ravel()
+    assert a.shape == e.shape
+    n = a.size
+    fin = np.isfinite(a) & np.isfinite(e)
+    af, ef = a[fin], e[fin]
+    with np.errstate(all="ignore"):
+        d_all = a - e
+    df = d_all[fin]
+    out: Dict = {"n": n, "n_finite": int(fin.sum())}
+    na, ne, nd = norm(af), norm(ef), norm(df)
+    out.update(norm_actual=na, norm_expected=ne, norm_diff=nd)
+    out["zero_reference"] = ne == 0.0
+    out["rel_l2"] = None if ne == 0.0 else norm_ratio(df, ef)
+    if na == 0.0 or ne == 0.0:
+        out["cosine"] = None
+    else:
+        c = cosine(af, ef)
+        out["cosine"] = min(1.0, max(-1.0, c))
+    out["mean_diff"] = math.fsum(df) / df.size if df.size else None
+
+    ad = np.where(fin, np.abs(d_all), -1.0)
+    v, i = _argmax_first(ad)
+    out["max_abs_err"], out["max_abs_err_flat"] = v, i
+    out["max_abs_err_actual"] = float(a[i]) if i is not None else None
+    out["max_abs_err_expected"] = float(e[i]) if i is not None else None
+    ae = np.abs(e)
+    with np.errstate(all="ignore"):
+        rel = np.where(fin & (e != 0), np.abs(d_all) / ae, -1.0)
+    out["max_rel_err"], out["max_rel_err_flat"] = _argmax_first(rel)
+    out["max_abs_expected"] = float(ae[fin].max()) if fin.any() else None
+    with np.errstate(all="ignore"):
+        tol = atol + rtol * ae
+        mm = fin & (np.abs(d_all) > tol)
+        exc = np.where(mm, np.abs(d_all) - tol, -1.0)
+    out["mismatches"] = int(mm.sum())
+    out["mismatch_fraction"] = out["mismatches"] / out["n_finite"] if out["n_finite"] else 0.0
+    out["worst_mismatch_excess"], out["worst_mismatch_flat"] = _argmax_first(exc)
+    both_nan = np.isnan(a) & np.isnan(e)
+    out["n_unequal"] = int(((a != e) & ~both_nan).sum())
+
+    def cls(x):
+        c = np.zeros(x.shape, dtype=np.int8)
+        c[np.isnan(x)] = 1
+        c[x == np.inf] = 2
+        c[x == -np.inf] = 3
+        return c
+
+    ca, ce = cls(a), cls(e)
+    for side, c in (("actual", ca), ("expected", ce)):
+        out[f"nan_{side}"] = int((c == 1).sum())
+        out[f"posinf_{side}"] = int((c == 2).sum())
+        out[f"neginf_{side}"] = int((c == 3).sum())
+    diff = np.nonzero(ca != ce)[0]
+    out["n_class_mismatch"] = int(diff.size)
+    out["first_class_mismatch_flat"] = int(diff[0]) if diff.size else None
+
+    qs = tuple(float(q) for q in quantiles)
+    if df.size:
+        with np.errstate(all="ignore"):
+            absd = np.abs(df)
+        out["quantiles"] = {q: float(np.quantile(absd, q)) for q in qs}
+    else:
+        out["quantiles"] = {q: None for q in qs}
+
+    if dim is not None:
+        out["slices"] = slice_oracle(a64, e64, dim)
+    return out
+
+
+def slice_oracle(a64: np.ndarray, e64: np.ndarray, dim: int) -> Dict[str, np.ndarray]:
+    a = np.moveaxis(np.asarray(a64, dtype=np.float64), dim, 0)
+    e = np.moveaxis(np.asarray(e64, dtype=np.float64), dim, 0)
+    k = a.shape[0]
+    a = a.reshape(k, -1)
+    e = e.reshape(k, -1)
+    res = {f: np.full(k, np.nan) for f in ("mean_shift", "rel_l2", "max_abs_err", "ref_rms")}
+    res["count"] = np.zeros(k, dtype=np.int64)
+    for j in range(k):
+        fin = np.isfinite(a[j]) & np.isfinite(e[j])
+        af, ef = a[j][fin], e[j][fin]
+        d = af - ef
+        c = int(fin.sum())
+        res["count"][j] = c
+        if c == 0:
+            continue
+        res["mean_shift"][j] = math.fsum(d) / c
+        me, ke = norm_parts(ef)
+        res["rel_l2"][j] = norm_ratio(d, ef) if me != 0.0 else np.nan
+        res["max_abs_err"][j] = float(np.max(np.abs(d)))
+        res["ref_rms"][j] = math.ldexp(me / math.sqrt(c), ke)
+    return res
+
+
+def rel_close(x: Optional[float], y: Optional[float], tol: float = 1e-12) -> bool:
+    """x within tol relative of y (both None, or equal non-finite values, also pass)."""
+    if x is None or y is None:
+        return x is None and y is None
+    if math.isnan(x) or math.isnan(y):
+        return math.isnan(x) and math.isnan(y)
+    if math.isinf(x) or math.isinf(y):
+        return x == y
+    return abs(x - y) <= tol * abs(y) or x == y
+
+
+# ---- comparison of a PairedStats against the oracle --------------------------------
+
+SUM_FIELDS = ("rel_l2", "cosine", "norm_actual", "norm_expected", "norm_diff", "mean_diff")
+EXACT_FIELDS = ("n", "n_finite", "zero_reference", "max_abs_err", "max_abs_err_actual",
+                "max_abs_err_expected", "max_rel_err", "max_abs_expected", "mismatches",
+                "mismatch_fraction", "worst_mismatch_excess", "n_unequal", "nan_actual",
+                "posinf_actual", "neginf_actual", "nan_expected", "posinf_expected",
+                "neginf_expected", "n_class_mismatch")
+INDEX_FIELDS = {"max_abs_err_index": "max_abs_err_flat", "max_rel_err_index": "max_rel_err_flat",
+                "worst_mismatch_index": "worst_mismatch_flat",
+                "first_class_mismatch_index": "first_class_mismatch_flat"}
+
+
+def _same_exact(x, y) -> bool:
+    if x is None or y is None:
+        return x is None and y is None
+    if isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y):
+        return True
+    return x == y
+
+
+def mismatches_vs_oracle(stats, a64: np.ndarray, e64: np.ndarray, rtol: float = 1e-3,
+                         atol: float = 1e-3, quantiles=(0.99,), dim: Optional[int] = None,
+                         tol: float = 1e-12) -> Dict[str, tuple]:
+    """{field: (engine, oracle)} for every field that disagrees (empty when all agree).
+
+    Sums within `tol` relative, everything else exact (floats bitwise), quantiles
+    bitwise equal to np.quantile, indices as multi-indices of the logical shape."""
+    o = oracle(a64, e64, rtol, atol, quantiles, dim)
+    shape = tuple(np.shape(a64))
+    bad: Dict[str, tuple] = {}
+    for f in SUM_FIELDS:
+        if not rel_close(getattr(stats, f), o[f], tol):
+            bad[f] = (getattr(stats, f), o[f])
+    for f in EXACT_FIELDS:
+        if not _same_exact(getattr(stats, f), o[f]):
+            bad[f] = (getattr(stats, f), o[f])
+    for f, of in INDEX_FIELDS.items():
+        want = None if o[of] is None else tuple(int(i) for i in np.unravel_index(o[of], shape))
+        if getattr(stats, f) != want:
+            bad[f] = (getattr(stats, f), want)
+    for q, v in o["quantiles"].items():
+        got = stats.quantiles.get(q, "missing")
+        if not (got is None and v is None) and not (
+                isinstance(got, float) and v is not None and
+                (got == v or (math.isnan(got) and math.isnan(v)))):
+            bad[f"quantile[{q}]"] = (got, v)
+    if dim is not None:
+        s = stats.slices
+        want = o["slices"]
+        if s is None:
+            bad["slices"] = (None, "expected")
+        else:
+            if not np.array_equal(s.count, want["count"]):
+                bad["slices.count"] = (s.count, want["count"])
+            if not np.array_equal(s.max_abs_err, want["max_abs_err"], equal_nan=True):
+                bad["slices.max_abs_err"] = (s.max_abs_err, want["max_abs_err"])
+            for f in ("mean_shift", "rel_l2", "ref_rms"):
+                x, y = np.asarray(getattr(s, f)), want[f]
+                ok = np.array_equal(np.isnan(x), np.isnan(y)) and all(
+                    rel_close(float(p), float(q), tol) for p, q in zip(x[~np.isnan(x)], y[~np.isnan(y)]))
+                if not ok:
+                    bad[f"slices.{f}"] = (x, y)
+    return bad

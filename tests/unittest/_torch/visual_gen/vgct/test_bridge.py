@@ -1,0 +1,899 @@
+"""The DLPack bridge (csrc/bridge.c) and the _C argument layer (csrc/module.c).
+
+Oracles: float64 NumPy (math.fsum for sums, numpy.quantile for quantiles); capsule
+bookkeeping is checked with a ctypes producer whose every DLPack field we choose and
+whose deleter counts its calls, and with real numpy/torch capsules (names after use,
+reference counts).
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import math
+import sys
+
+import numpy as np
+import pytest
+
+import vgct_ext
+from vgct_ext import _C, _dlpack
+
+# ---------------------------------------------------------------------------
+# A DLPack producer written with ctypes (layouts: csrc/dlpack.h, DLPack spec v1.0)
+
+
+class DLDevice(C.Structure):
+    _fields_ = [("device_type", C.c_int), ("device_id", C.c_int32)]
+
+
+class DLDataType(C.Structure):
+    _fields_ = [("code", C.c_uint8), ("bits", C.c_uint8), ("lanes", C.c_uint16)]
+
+
+class DLTensor(C.Structure):
+    _fields_ = [("data", C.c_void_p), ("device", DLDevice), ("ndim", C.c_int32),
+                ("dtype", DLDataType), ("shape", C.POINTER(C.c_int64)),
+                ("strides", C.POINTER(C.c_int64)), ("byte_offset", C.c_uint64)]
+
+
+class DLPackVersion(C.Structure):
+    _fields_ = [("major", C.c_uint32), ("minor", C.c_uint32)]
+
+
+DELETER = C.CFUNCTYPE(None, C.c_void_p)
+DESTRUCTOR = C.CFUNCTYPE(None, C.c_void_p)
+
+
+class DLManagedTensorVersioned(C.Structure):
+    _fields_ = [("version", DLPackVersion), ("manager_ctx", C.c_void_p), ("deleter", DELETER),
+                ("flags", C.c_uint64), ("dl_tensor", DLTensor)]
+
+
+class DLManagedTensor(C.Structure):
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", C.c_void_p), ("deleter", DELETER)]
+
+
+_api = C.pythonapi
+_api.PyCapsule_New.restype = C.py_object
+_api.PyCapsule_New.argtypes = [C.c_void_p, C.c_char_p, C.c_void_p]
+_api.PyCapsule_GetName.restype = C.c_char_p
+_api.PyCapsule_GetName.argtypes = [C.py_object]
+
+_get_name_raw = C.PYFUNCTYPE(C.c_char_p, C.c_void_p)(("PyCapsule_GetName", _api))
+_get_pointer_raw = C.PYFUNCTYPE(C.c_void_p, C.c_void_p, C.c_char_p)(("PyCapsule_GetPointer", _api))
+
+NUMPY_DL = {  # numpy dtype -> DLPack (code, bits)
+    np.dtype(np.float32): (2, 32), np.dtype(np.float64): (2, 64), np.dtype(np.float16): (2, 16),
+    np.dtype(np.int32): (0, 32), np.dtype(np.uint8): (1, 8), np.dtype(np.int8): (0, 8),
+}
+
+
+def capsule_name(cap) -> str:
+    return _api.PyCapsule_GetName(cap).decode()
+
+
+_KEEP_CALLBACKS = []  # ctypes callbacks must outlive every capsule that points at them
+
+
+class CtypesProducer:
+    """A DLPack producer with full control over the exported fields.
+
+    Exports ``arr``'s memory (kept alive by the producer). Every keyword overrides one field.
+    ``deleter_calls`` counts calls of the managed tensor's deleter, whoever made them: the
+    consumer after renaming, or this producer's capsule destructor for a capsule left unused
+    (the DLPack Python spec's rule).
+    """
+
+    def __init__(self, arr, *, versioned=True, version=(1, 0), device=(1, 0), capsule_device=None,
+                 dtype=None, ndim=None, shape=None, strides="auto", data="auto", byte_offset=0,
+                 name=None, flags=0, returns=None, legacy_signature=False):
+        self.arr = arr
+        self.versioned, self.version, self.device = versioned, version, device
+        self.capsule_device = capsule_device or device
+        self.dtype = dtype or (*NUMPY_DL[arr.dtype], 1)
+        self.ndim = arr.ndim if ndim is None else ndim
+        self.shape = list(arr.shape) if shape is None else list(shape)
+        if strides == "auto":
+            strides = [s // arr.itemsize for s in arr.strides]
+        self.strides = strides
+        self.data = arr.ctypes.data if data == "auto" else data
+        self.byte_offset, self.flags = byte_offset, flags
+        self.name = name or ("dltensor_versioned" if versioned else "dltensor")
+        self.returns = returns
+        self.calls = []
+        self.capsules = []
+        self._keep = []
+        # the callbacks close over a counter, not self: a capsule may outlive our __dict__
+        count = self._count = [0]
+
+        def on_delete(ptr):
+            count[0] += 1
+
+        def on_destroy(cap_ptr):
+            if _get_name_raw(cap_ptr) in (b"dltensor", b"dltensor_versioned"):
+                count[0] += 1  # not consumed: the producer frees it
+
+        self._deleter = DELETER(on_delete)
+        self._destructor = DESTRUCTOR(on_destroy)
+        _KEEP_CALLBACKS.append((self._deleter, self._destructor))
+
+    @property
+    def deleter_calls(self) -> int:
+        return self._count[0]
+
+    def __dlpack_device__(self):
+        return self.device
+
+    def _export(self):
+        shape = (C.c_int64 * max(len(self.shape), 1))(*self.shape)
+        strides = None
+        if self.strides is not None:
+            strides = (C.c_int64 * max(len(self.strides), 1))(*self.strides)
+        t = DLTensor(C.c_void_p(self.data), DLDevice(*self.capsule_device), self.ndim,
+                     DLDataType(*self.dtype), C.cast(shape, C.POINTER(C.c_int64)),
+                     C.cast(strides, C.POINTER(C.c_int64)) if strides is not None else None,
+                     self.byte_offset)
+        if self.versioned:
+            m = DLManagedTensorVersioned(DLPackVersion(*self.version), None, self._deleter,
+                                         self.flags, t)
+        else:
+            m = DLManagedTensor(t, None, self._deleter)
+        name = self.name.encode()
+        self._keep += [shape, strides, m, name]
+        cap = _api.PyCapsule_New(C.addressof(m), name, C.cast(self._destructor, C.c_void_p))
+        self.capsules.append(cap)
+        return cap
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        self.calls.append({"stream": stream, "max_version": max_version})
+        if self.returns is not None:
+            return self.returns
+        return self._export()
+
+
+class LegacyCtypesProducer(CtypesProducer):
+    """A pre-1.0 producer: __dlpack__ has no max_version keyword (TypeError if passed)."""
+
+    def __init__(self, arr, **kw):
+        super().__init__(arr, versioned=False, **kw)
+
+    def __dlpack__(self, stream=None):  # noqa: D105 - the legacy signature is the point
+        self.calls.append({"stream": stream})
+        return self._export()
+
+
+class NumpyLegacyProducer:
+    """Wraps numpy's own __dlpack__ behind the legacy signature (stream only)."""
+
+    def __init__(self, arr):
+        self.arr, self.calls, self.capsules = arr, [], []
+
+    def __dlpack_device__(self):
+        return self.arr.__dlpack_device__()
+
+    def __dlpack__(self, stream=None):
+        self.calls.append(stream)
+        cap = self.arr.__dlpack__(stream=stream)
+        self.capsules.append(cap)
+        return cap
+
+
+class NumpyVersionedProducer(NumpyLegacyProducer):
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        self.calls.append((stream, max_version))
+        cap = self.arr.__dlpack__(stream=stream, max_version=max_version)
+        self.capsules.append(cap)
+        return cap
+
+
+# ---------------------------------------------------------------------------
+# float64 oracle
+
+
+def oracle(a, e, q=0.99):
+    a = np.asarray(a, dtype=np.float64).ravel()
+    e = np.asarray(e, dtype=np.float64).ravel()
+    fin = np.isfinite(a) & np.isfinite(e)
+    d = a[fin] - e[fin]
+    ee = math.fsum((e[fin] ** 2).tolist())
+    out = {"n_finite": int(fin.sum()),
+           "rel_l2": math.sqrt(math.fsum((d * d).tolist())) / math.sqrt(ee) if ee else None}
+    if d.size:
+        ad = np.abs(d)
+        k = int(np.argmax(ad))
+        out["max_abs_err"] = float(ad[k])
+        out["max_abs_err_flat"] = int(np.flatnonzero(fin)[k])
+        out["q"] = float(np.quantile(ad, q))
+        out["mean_diff"] = math.fsum(d.tolist()) / d.size
+    return out
+
+
+def check_against_oracle(s, a64, e64, q=0.99):
+    o = oracle(a64, e64, q)
+    assert s.n == np.asarray(a64).size
+    assert s.n_finite == o["n_finite"]
+    if o["rel_l2"] is None:
+        assert s.rel_l2 is None and s.zero_reference
+    else:
+        assert s.rel_l2 == pytest.approx(o["rel_l2"], rel=1e-12, abs=0)
+    if "max_abs_err" in o:
+        assert s.max_abs_err == o["max_abs_err"]
+        assert s.max_abs_err_index == tuple(int(i) for i in np.unravel_index(o["max_abs_err_flat"], s.shape))
+        assert s.quantile(q) == o["q"]
+        assert s.mean_diff == pytest.approx(o["mean_diff"], rel=1e-12, abs=1e-300)
+
+
+def torch_or_skip():
+    return pytest.importorskip("torch")
+
+
+# ---------------------------------------------------------------------------
+# zero copy
+
+
+def test_numpy_zero_copy_in_place_change_changes_result():
+    a = np.zeros((4, 5), np.float32)
+    e = np.zeros((4, 5), np.float64)
+    assert vgct_ext.compare(a, e).max_abs_err == 0.0
+    a[2, 3] = 0.5  # in place: the next compare must read the same memory
+    s = vgct_ext.compare(a, e)
+    assert s.max_abs_err == 0.5 and s.max_abs_err_index == (2, 3)
+
+
+def test_torch_cpu_zero_copy_in_place_change_changes_result():
+    torch = torch_or_skip()
+    a = torch.zeros(3, 4, dtype=torch.bfloat16)
+    e = torch.zeros(3, 4, dtype=torch.float32)
+    view = a[:, 1:]  # a view: shares a's storage
+    assert vgct_ext.compare(view, e[:, 1:]).n_unequal == 0
+    a[1, 2] = 2.0
+    s = vgct_ext.compare(view, e[:, 1:])
+    assert s.n_unequal == 1 and s.max_abs_err == 2.0 and s.max_abs_err_index == (1, 1)
+
+
+def test_ctypes_producer_reads_the_exported_pointer():
+    buf = np.arange(8, dtype=np.float32)
+    p = CtypesProducer(buf)
+    s = vgct_ext.compare(p, np.zeros(8))
+    assert s.max_abs_err == 7.0 and s.max_abs_err_index == (7,)
+    buf[0] = -100
+    assert vgct_ext.compare(CtypesProducer(buf), np.zeros(8)).max_abs_err == 100.0
+
+
+# ---------------------------------------------------------------------------
+# versioned capsule, legacy fallback, renaming, deleter exactly once
+
+
+def test_versioned_capsule_is_requested_renamed_and_deleted_once():
+    p = CtypesProducer(np.arange(6, dtype=np.float32).reshape(2, 3))
+    s = vgct_ext.compare(p, np.arange(6, dtype=np.float64).reshape(2, 3))
+    assert s.n_unequal == 0
+    assert p.calls == [{"stream": None, "max_version": (1, 0)}]  # CPU: stream None
+    assert capsule_name(p.capsules[0]) == "used_dltensor_versioned"
+    assert p.deleter_calls == 1
+    del s
+    p.capsules.clear()  # dropping the used capsule must not call the deleter again
+    assert p.deleter_calls == 1
+
+
+def test_legacy_producer_fallback_on_type_error():
+    p = LegacyCtypesProducer(np.arange(5, dtype=np.float32))
+    s = vgct_ext.compare(p, np.arange(5, dtype=np.float32) + 1)
+    assert s.max_abs_err == 1.0 and s.mismatches == 5
+    # first call with max_version raised TypeError (not recorded), then the legacy call
+    assert p.calls == [{"stream": None}]
+    assert capsule_name(p.capsules[0]) == "used_dltensor"
+    assert p.deleter_calls == 1
+
+
+def test_numpy_legacy_capsule_through_fallback():
+    arr = np.linspace(-1, 1, 11)
+    prod = NumpyLegacyProducer(arr)
+    before = sys.getrefcount(arr)
+    s = vgct_ext.compare(prod, arr * 0.5)
+    check_against_oracle(s, arr, arr * 0.5)
+    assert prod.calls == [None]
+    assert capsule_name(prod.capsules[0]) == "used_dltensor"
+    prod.capsules.clear()
+    # numpy's deleter releases its reference on the array: called exactly once
+    assert sys.getrefcount(arr) == before
+
+
+def test_numpy_versioned_capsule_renamed_and_refcount_restored():
+    arr = np.linspace(-1, 1, 11, dtype=np.float32)
+    prod = NumpyVersionedProducer(arr)
+    before = sys.getrefcount(arr)
+    vgct_ext.compare(prod, arr)
+    assert prod.calls == [(None, (1, 0))]
+    assert capsule_name(prod.capsules[0]) == "used_dltensor_versioned"
+    prod.capsules.clear()
+    assert sys.getrefcount(arr) == before
+
+
+def test_refcounts_restored_on_every_path():
+    a = np.ones((3, 2), np.float32)
+    e = np.ones((2, 3), np.float32)
+    ra, re_ = sys.getrefcount(a), sys.getrefcount(e)
+    for _ in range(20):
+        with pytest.raises(ValueError):
+            vgct_ext.compare(a, e)  # both imported, then refused: both deleters called
+        vgct_ext.compare(a, a)
+        with pytest.raises(ValueError):
+            vgct_ext.compare(a, a, dim=5)
+    assert (sys.getrefcount(a), sys.getrefcount(e)) == (ra, re_)
+
+
+@pytest.mark.parametrize("case", ["shape_mismatch", "bad_dim", "ok", "bad_dtype_second"])
+def test_ctypes_deleter_called_exactly_once_per_export(case):
+    pa = CtypesProducer(np.zeros((2, 3), np.float32))
+    if case == "shape_mismatch":
+        pe = CtypesProducer(np.zeros((3, 2), np.float32))
+        with pytest.raises(ValueError):
+            vgct_ext.compare(pa, pe)
+    elif case == "bad_dim":
+        pe = CtypesProducer(np.zeros((2, 3), np.float32))
+        with pytest.raises(ValueError):
+            vgct_ext.compare(pa, pe, dim=2)
+    elif case == "bad_dtype_second":
+        pe = CtypesProducer(np.zeros((2, 3), np.float32), dtype=(5, 64, 1))  # complex64
+        with pytest.raises(TypeError):
+            vgct_ext.compare(pa, pe)
+    else:
+        pe = CtypesProducer(np.zeros((2, 3), np.float32))
+        vgct_ext.compare(pa, pe)
+    pa.capsules.clear()
+    pe.capsules.clear()
+    assert pa.deleter_calls == 1 and pe.deleter_calls == 1
+
+
+def test_unsupported_version_is_refused_and_left_to_the_producer():
+    p = CtypesProducer(np.zeros(3, np.float32), version=(2, 0))
+    with pytest.raises(BufferError, match=r"actual: .*DLPack version 2\.0.*DLPack 1\.x"):
+        vgct_ext.compare(p, np.zeros(3))
+    assert capsule_name(p.capsules[0]) == "dltensor_versioned"  # not consumed
+    assert p.deleter_calls == 0
+    p.capsules.clear()  # the producer's capsule destructor frees it
+    assert p.deleter_calls == 1
+
+
+def test_minor_version_above_ours_is_accepted():
+    p = CtypesProducer(np.arange(3, dtype=np.float32), version=(1, 3))
+    assert vgct_ext.compare(p, np.arange(3, dtype=np.float32)).n_unequal == 0
+    assert p.deleter_calls == 1
+
+
+def test_read_only_flag_is_accepted():
+    p = CtypesProducer(np.arange(3, dtype=np.float32), flags=1)  # DLPACK_FLAG_BITMASK_READ_ONLY
+    assert vgct_ext.compare(p, np.arange(3.0)).n_unequal == 0
+
+
+def test_read_only_numpy_arrays():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    e = a.astype(np.float64) + 0.25
+    a.setflags(write=False)
+    e.setflags(write=False)
+    s = vgct_ext.compare(a, e)
+    check_against_oracle(s, a, e)
+
+
+# ---------------------------------------------------------------------------
+# malformed capsules and producers
+
+
+def test_object_without_dlpack():
+    with pytest.raises(TypeError) as ei:
+        vgct_ext.compare([1.0, 2.0], np.zeros(2))
+    assert str(ei.value) == ("actual: expected an object implementing __dlpack__ (a torch.Tensor, "
+                             "numpy.ndarray, cupy/jax array), got list")
+    with pytest.raises(TypeError, match=r"^expected: .*got int$"):
+        vgct_ext.compare(np.zeros(2), 3)
+
+
+def test_dlpack_without_device_method():
+    class NoDevice:
+        def __dlpack__(self, **kw):
+            return np.zeros(2).__dlpack__()
+
+    with pytest.raises(TypeError, match=r"actual: expected an object implementing __dlpack__.*NoDevice"):
+        vgct_ext.compare(NoDevice(), np.zeros(2))
+
+
+def test_malformed_device_tuple():
+    p = CtypesProducer(np.zeros(2, np.float32), device=("cpu", 0))
+    with pytest.raises(TypeError, match=r"actual: __dlpack_device__\(\) returned \('cpu', 0\).*tuple of two ints"):
+        vgct_ext.compare(p, np.zeros(2))
+    assert p.calls == []  # refused before any export
+
+
+def test_dlpack_returning_a_non_capsule():
+    p = CtypesProducer(np.zeros(2, np.float32), returns=42)
+    with pytest.raises(TypeError, match=r"expected: __dlpack__\(\) returned int, expected a PyCapsule named "
+                                        r"'dltensor_versioned' or 'dltensor'"):
+        vgct_ext.compare(np.zeros(2), p)
+
+
+@pytest.mark.parametrize("name,hint", [("foo", ""), ("used_dltensor", "already consumed"),
+                                       ("used_dltensor_versioned", "already consumed")])
+def test_capsule_with_wrong_name(name, hint):
+    p = CtypesProducer(np.zeros(2, np.float32), name=name)
+    with pytest.raises(BufferError, match=rf"actual: __dlpack__\(\) returned a capsule named '{name}', "
+                                          rf"expected 'dltensor_versioned' or 'dltensor'.*{hint}"):
+        vgct_ext.compare(p, np.zeros(2))
+    assert capsule_name(p.capsules[0]) == name  # untouched
+    assert p.deleter_calls == 0  # not ours to free, and not a live name for the producer either
+
+
+def test_producer_exception_propagates():
+    class Refusing(NumpyVersionedProducer):
+        def __dlpack__(self, **kw):
+            raise BufferError("producer says no")
+
+    with pytest.raises(BufferError, match="producer says no"):
+        vgct_ext.compare(Refusing(np.zeros(2)), np.zeros(2))
+
+
+def test_null_data_pointer_with_elements():
+    p = CtypesProducer(np.zeros(4, np.float32), data=None)
+    with pytest.raises(BufferError, match=r"actual: malformed DLTensor: data is NULL for a tensor of 4 elements"):
+        vgct_ext.compare(p, np.zeros(4))
+    p.capsules.clear()
+    assert p.deleter_calls == 1
+
+
+def test_null_data_pointer_zero_size_is_fine():
+    p = CtypesProducer(np.zeros((0, 3), np.float32), data=None)
+    s = vgct_ext.compare(p, np.zeros((0, 3)))
+    assert s.n == 0 and s.n_finite == 0 and s.shape == (0, 3)
+    assert s.rel_l2 is None and s.zero_reference and s.max_abs_err is None
+    assert s.quantiles == {0.99: None}
+    assert p.deleter_calls == 1
+
+
+def test_negative_ndim_and_shape():
+    with pytest.raises(BufferError, match="ndim is -1"):
+        vgct_ext.compare(CtypesProducer(np.zeros(2, np.float32), ndim=-1), np.zeros(2))
+    with pytest.raises(BufferError, match=r"shape\[0\] = -2"):
+        vgct_ext.compare(CtypesProducer(np.zeros(2, np.float32), shape=[-2]), np.zeros(2))
+
+
+def test_too_many_dimensions():
+    arr = np.zeros([1] * 33, np.float32)
+    p = CtypesProducer(arr)
+    with pytest.raises(ValueError, match=r"actual: tensor has 33 dimensions; vgct_ext supports at most 32"):
+        vgct_ext.compare(p, p)
+    # 32 is fine
+    a32 = np.zeros([1] * 32, np.float32)
+    assert vgct_ext.compare(a32, a32).n == 1
+
+
+def test_element_count_overflow_and_stride_overflow():
+    p = CtypesProducer(np.zeros(1, np.float32), ndim=2, shape=[2 ** 62, 4], strides=[0, 0])
+    with pytest.raises(ValueError, match="element count overflows int64"):
+        vgct_ext.compare(p, p)
+    q = CtypesProducer(np.zeros(2, np.float32), shape=[2], strides=[2 ** 62])
+    with pytest.raises(ValueError, match="strides reach beyond the int64 byte range"):
+        vgct_ext.compare(q, np.zeros(2))
+
+
+def test_capsule_device_disagrees_with_dlpack_device():
+    p = CtypesProducer(np.zeros(2, np.float32), device=(1, 0), capsule_device=(3, 0))
+    with pytest.raises(BufferError, match=r"capsule is on device cuda_host:0 but __dlpack_device__\(\) said cpu:0"):
+        vgct_ext.compare(p, np.zeros(2))
+
+
+@pytest.mark.parametrize("code,bits,lanes,what", [
+    (5, 64, 1, "code 5 'complex', bits 64, lanes 1"),
+    (2, 32, 4, "code 2 'float', bits 32, lanes 4"),
+    (1, 16, 1, "code 1 'uint', bits 16"),
+    (8, 8, 1, "code 8 'float8_e4m3'"),
+    (3, 64, 1, "'opaque_handle'"),
+])
+def test_unsupported_dtypes(code, bits, lanes, what):
+    p = CtypesProducer(np.zeros(2, np.float32), dtype=(code, bits, lanes))
+    with pytest.raises(TypeError) as ei:
+        vgct_ext.compare(p, np.zeros(2))
+    msg = str(ei.value)
+    assert msg.startswith("actual: unsupported dtype") and what in msg
+    assert ("supported: bool, int8, int16, int32, int64, uint8, float16, bfloat16, float32, float64, "
+            "float8_e4m3fn, float8_e5m2") in msg
+
+
+def test_unsupported_numpy_dtype_complex():
+    with pytest.raises(TypeError, match=r"expected: unsupported dtype \(DLPack code 5 'complex'"):
+        vgct_ext.compare(np.zeros(3), np.zeros(3, np.complex64))
+
+
+@pytest.mark.parametrize("dev,name", [((4, 0), "opencl:0"), ((10, 1), "rocm:1"), ((8, 0), "metal:0"),
+                                      ((99, 0), "unknown:0")])
+def test_unsupported_devices(dev, name):
+    p = CtypesProducer(np.zeros(2, np.float32), device=dev)
+    with pytest.raises(BufferError, match=rf"actual: tensor on device {name} \(DLPack device type {dev[0]}\) "
+                                          r"is not supported; vgct_ext reads cpu, cuda_host, cuda and cuda_managed"):
+        vgct_ext.compare(p, np.zeros(2))
+    assert p.calls == []
+
+
+def test_cuda_host_memory_is_read_as_cpu():
+    host = np.arange(4, dtype=np.float32)
+    p = CtypesProducer(host, device=(3, 0))  # kDLCUDAHost (pinned host memory)
+    s = vgct_ext.compare(p, np.arange(4.0))
+    assert s.device == "cpu" and s.n_unequal == 0
+    assert p.calls[0]["stream"] is None
+
+
+def test_device_mismatch_cpu_vs_cuda_no_export():
+    p = CtypesProducer(np.zeros(2, np.float32), device=(2, 0))
+    with pytest.raises(ValueError, match=r"device mismatch: actual is on cpu, expected on cuda:0; vgct_ext makes "
+                                         r"no hidden copies"):
+        vgct_ext.compare(np.zeros(2), p)
+    assert p.calls == []
+
+
+def test_device_mismatch_two_cuda_devices():
+    p0 = CtypesProducer(np.zeros(2, np.float32), device=(2, 0))
+    p1 = CtypesProducer(np.zeros(2, np.float32), device=(13, 1))  # managed memory on device 1
+    with pytest.raises(ValueError, match=r"device mismatch: actual is on cuda:0, expected on cuda:1"):
+        vgct_ext.compare(p0, p1)
+    assert p0.calls == [] and p1.calls == []
+
+
+@pytest.mark.skipif(vgct_ext.build_info()["cuda_compiled"], reason="CPU-only build behaviour")
+def test_cuda_input_on_cpu_only_build():
+    p = CtypesProducer(np.zeros(2, np.float32), device=(2, 0))
+    with pytest.raises(RuntimeError, match="vgct_ext was built without CUDA; rebuild with nvcc available"):
+        vgct_ext.compare(p, p)
+    with pytest.raises(RuntimeError, match="built without CUDA"):
+        vgct_ext.fingerprint(p)
+
+
+def test_shape_mismatch_names_both_shapes():
+    with pytest.raises(ValueError) as ei:
+        vgct_ext.compare(np.zeros((2, 3)), np.zeros((3, 2)))
+    assert "shape mismatch: actual has shape (2, 3), expected has shape (3, 2)" in str(ei.value)
+    with pytest.raises(ValueError, match=r"actual has shape \(6,\), expected has shape \(\)"):
+        vgct_ext.compare(np.zeros(6), np.zeros(()))
+    with pytest.raises(ValueError, match=r"\(2, 3\).*\(1, 3\)"):  # no broadcasting
+        vgct_ext.compare(np.zeros((2, 3)), np.zeros((1, 3)))
+
+
+# ---------------------------------------------------------------------------
+# argument validation
+
+
+@pytest.mark.parametrize("kw,exc,msg", [
+    ({"rtol": float("nan")}, ValueError, "rtol must be a finite number >= 0, got nan"),
+    ({"rtol": -1e-3}, ValueError, "rtol must be a finite number >= 0, got -0.001"),
+    ({"atol": float("inf")}, ValueError, "atol must be a finite number >= 0, got inf"),
+    ({"quantiles": (0.5, 1.5)}, ValueError, r"quantiles\[1\] must be a finite float in \[0, 1\], got 1.5"),
+    ({"quantiles": (float("nan"),)}, ValueError, r"quantiles\[0\] must be a finite float in \[0, 1\], got nan"),
+    ({"quantiles": (-0.1,)}, ValueError, r"quantiles\[0\]"),
+    ({"quantiles": ("a",)}, TypeError, r"quantiles\[0\] must be a float in \[0, 1\], got str"),
+    ({"quantiles": tuple([0.5] * 65)}, ValueError, "at most 64 quantiles per call, got 65"),
+    ({"dim": 2}, ValueError, r"dim 2 out of range for a tensor of 2 dims \(shape \(3, 4\)\)"),
+    ({"dim": -3}, ValueError, r"dim -3 out of range"),
+    ({"dim": 1.0}, TypeError, "dim must be None or an int, got float"),
+])
+def test_argument_errors(kw, exc, msg):
+    with pytest.raises(exc, match=msg):
+        vgct_ext.compare(np.zeros((3, 4)), np.zeros((3, 4)), **kw)
+
+
+def test_c_level_argument_errors():
+    x = np.zeros(3)
+    with pytest.raises(ValueError, match="stream 0 is not allowed by the DLPack spec"):
+        _C.compare(x, x, 1e-3, 1e-3, (), None, 0)
+    with pytest.raises(TypeError, match="stream must be None or an int"):
+        _C.compare(x, x, 1e-3, 1e-3, (), None, "s")
+    with pytest.raises(ValueError, match="dtype_actual: unknown dtype name 'float7'"):
+        _C.compare(x, x, dtype_actual="float7")
+    with pytest.raises(ValueError, match=r"expected: dtype override bfloat16 \(itemsize 2\) cannot reinterpret "
+                                         r"float64 \(itemsize 8\)"):
+        _C.compare(x, x, dtype_expected="bfloat16")
+    with pytest.raises(TypeError, match="must be None or a dtype name"):
+        _C.compare(x, x, dtype_actual=3)
+
+
+def test_quantile_arguments_accepted_forms():
+    x = np.arange(10.0)
+    y = np.zeros(10)
+    assert vgct_ext.compare(x, y, quantiles=0.5).quantiles == {0.5: 4.5}
+    assert vgct_ext.compare(x, y, quantiles=[0, 1]).quantiles == {0.0: 0.0, 1.0: 9.0}
+    assert vgct_ext.compare(x, y, quantiles=None).quantiles == {}
+    assert len(vgct_ext.compare(x, y, quantiles=np.linspace(0, 1, 64)).quantiles) == 64
+
+
+def test_negative_dim_is_normalized():
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    s = vgct_ext.compare(a, np.zeros((2, 3, 4)), dim=-1)
+    assert s.dim == 2 and s.slices.dim == 2 and len(s.slices) == 4
+    with pytest.raises(ValueError, match="dim 0 out of range for a tensor of 0 dims"):
+        vgct_ext.compare(np.array(1.0), np.array(1.0), dim=0)
+
+
+# ---------------------------------------------------------------------------
+# strides, offsets, views
+
+
+def test_strides_null_means_row_major():
+    arr = np.arange(12, dtype=np.float32).reshape(3, 4)
+    e = np.zeros((3, 4))
+    s_null = vgct_ext.compare(CtypesProducer(arr, strides=None), e)
+    s_expl = vgct_ext.compare(arr, e)
+    assert s_null == s_expl
+    assert s_null.max_abs_err == 11.0 and s_null.max_abs_err_index == (2, 3)
+
+
+def test_stride_zero_broadcast():
+    a = np.broadcast_to(np.arange(4, dtype=np.float32), (5, 4))
+    e = np.zeros((5, 4))
+    assert a.strides[0] == 0
+    s = vgct_ext.compare(a, e, quantiles=(0.5,))
+    check_against_oracle(s, a, e, 0.5)
+    assert s.max_abs_err_index == (0, 3)  # lowest flat index among the 5 ties
+
+
+def test_negative_strides_numpy():
+    base = np.arange(20, dtype=np.float64).reshape(4, 5)
+    a = base[::-1, ::-2]
+    e = np.ascontiguousarray(a) * 0.5
+    assert a.strides[0] < 0 and a.strides[1] < 0
+    s = vgct_ext.compare(a, e)
+    check_against_oracle(s, a, e)
+    assert s.max_abs_err_index == (0, 0)  # a[0, 0] = base[3, 4] = 19, the largest |a - a/2|
+    i = s.max_abs_err_index
+    assert s.max_abs_err_actual == a[i] and s.max_abs_err_expected == e[i]
+
+
+def test_negative_strides_ctypes_with_byte_offset():
+    buf = np.arange(6, dtype=np.float32)
+    # a reversed view described as data=base, byte_offset=5*4, stride -1
+    p = CtypesProducer(buf, strides=[-1], byte_offset=5 * 4)
+    s = vgct_ext.compare(p, buf[::-1].astype(np.float64))
+    assert s.n_unequal == 0 and s.n == 6
+
+
+def test_non_contiguous_views():
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((6, 7, 8)).astype(np.float32)
+    a = base.transpose(2, 0, 1)[::2, 1:, ::3]
+    e = rng.standard_normal(a.shape)
+    s = vgct_ext.compare(a, e, quantiles=(0.9,))
+    check_against_oracle(s, a, e, 0.9)
+
+
+def test_misaligned_data_pointer_cpu():
+    raw = np.zeros(4 * 8 + 1, np.uint8)
+    vals = np.array([1.5, -2.0, 3.25, 0.0, 7.0, 1e-3, -1e3, 2.0], np.float32)
+    raw[1:] = vals.view(np.uint8)
+    f32 = np.frombuffer(raw.data, dtype=np.float32, offset=1, count=8)  # address % 4 == 1
+    assert not f32.flags.aligned
+    s = vgct_ext.compare(f32, np.zeros(8))
+    check_against_oracle(s, vals, np.zeros(8))
+    # the same through byte_offset = 1 on an aligned base pointer
+    p = CtypesProducer(raw, dtype=(2, 32, 1), shape=[8], strides=[1], byte_offset=1)
+    assert vgct_ext.compare(p, vals).n_unequal == 0
+
+
+def test_torch_bf16_misaligned_slice_and_views():
+    torch = torch_or_skip()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1001, generator=g).to(torch.bfloat16)
+    a = x[1:]  # data pointer at an odd multiple of 2 bytes
+    e = torch.randn(1000, generator=g)
+    s = vgct_ext.compare(a, e)
+    check_against_oracle(s, a.double().numpy(), e.double().numpy())
+    y = torch.randn(8, 9, 10, generator=g).to(torch.bfloat16)
+    a2 = y.permute(2, 0, 1)[:, 1::2, ::3]
+    e2 = torch.randn(a2.shape, generator=g)
+    s2 = vgct_ext.compare(a2, e2, quantiles=(0.5, 0.99))
+    check_against_oracle(s2, a2.double().numpy(), e2.double().numpy())
+    # torch stride-0 expand
+    a3 = torch.arange(4, dtype=torch.float16).expand(3, 4)
+    s3 = vgct_ext.compare(a3, torch.zeros(3, 4))
+    assert s3.max_abs_err == 3.0 and s3.max_abs_err_index == (0, 3)
+
+
+def test_zero_size_inputs():
+    for shape in [(0,), (3, 0), (0, 4, 5)]:
+        s = vgct_ext.compare(np.zeros(shape, np.float32), np.zeros(shape), dim=0)
+        assert s.n == 0 and s.n_finite == 0 and s.shape == shape
+        assert s.rel_l2 is None and s.cosine is None and s.zero_reference
+        assert s.max_abs_err is None and s.max_abs_err_index is None and s.mean_diff is None
+        assert s.quantiles == {0.99: None} and s.mismatches == 0 and s.mismatch_fraction == 0.0
+        assert len(s.slices) == shape[0]
+
+
+def test_zero_size_torch():
+    torch = torch_or_skip()
+    s = vgct_ext.compare(torch.empty(0, 3, dtype=torch.bfloat16), torch.empty(0, 3))
+    assert s.n == 0 and s.shape == (0, 3)
+
+
+def test_scalar_zero_dim():
+    s = vgct_ext.compare(np.array(2.5, np.float32), np.array(2.0))
+    assert s.shape == () and s.n == 1 and s.max_abs_err == 0.5 and s.max_abs_err_index == ()
+
+
+@pytest.mark.slow
+def test_more_than_2_31_elements_stride_zero():
+    n = 2 ** 31 + 3
+    a = np.broadcast_to(np.float32(1.5), (n,))
+    e = np.broadcast_to(np.float64(1.0), (n,))
+    s = vgct_ext.compare(a, e, quantiles=())
+    assert s.n == n and s.n_finite == n
+    assert s.rel_l2 == 0.5  # exact: every partial sum is a multiple of 1/4 below 2^53
+    assert s.norm_diff == math.sqrt(0.25 * n)
+    assert s.mismatches == n and s.max_abs_err == 0.5 and s.max_abs_err_index == (0,)
+    assert s.mean_diff == 0.5
+
+
+# ---------------------------------------------------------------------------
+# dtypes through the bridge
+
+
+@pytest.mark.parametrize("dt", [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
+                                np.float16, np.float32, np.float64])
+def test_numpy_dtypes_against_float64_oracle(dt):
+    rng = np.random.default_rng(1)
+    if dt is np.bool_:
+        a = rng.integers(0, 2, (7, 9)).astype(dt)
+    elif np.issubdtype(dt, np.integer):
+        info = np.iinfo(dt)
+        a = rng.integers(max(info.min, -1000), min(info.max, 1000), (7, 9)).astype(dt)
+    else:
+        a = (rng.standard_normal((7, 9)) * 10).astype(dt)
+    e = rng.standard_normal((7, 9))
+    s = vgct_ext.compare(a, e, quantiles=(0.99,))
+    assert s.dtype_actual == np.dtype(dt).name if dt is not np.bool_ else s.dtype_actual == "bool"
+    check_against_oracle(s, a.astype(np.float64), e)
+
+
+def test_mixed_bf16_vs_fp32_torch():
+    torch = torch_or_skip()
+    g = torch.Generator().manual_seed(2)
+    e = torch.randn(64, 33, generator=g)
+    a = (e * 1.01).to(torch.bfloat16)
+    s = vgct_ext.compare(a, e, dim=1)
+    assert (s.dtype_actual, s.dtype_expected) == ("bfloat16", "float32")
+    a64, e64 = a.double().numpy(), e.double().numpy()
+    check_against_oracle(s, a64, e64)
+    d = a64 - e64
+    np.testing.assert_allclose(s.slices.mean_shift, d.mean(axis=0), rtol=1e-12, atol=1e-300)
+    np.testing.assert_array_equal(s.slices.max_abs_err, np.abs(d).max(axis=0))
+    np.testing.assert_allclose(s.slices.rel_l2, np.linalg.norm(d, axis=0) / np.linalg.norm(e64, axis=0),
+                               rtol=1e-12)
+    np.testing.assert_allclose(s.slices.ref_rms, np.sqrt((e64 ** 2).mean(axis=0)), rtol=1e-12)
+    np.testing.assert_array_equal(s.slices.count, np.full(33, 64))
+
+
+def _fp8_decode(code: int, kind: str) -> float:
+    """Independent decoder (OCP 8-bit FP spec v1.0) for the oracle."""
+    sign = -1.0 if code & 0x80 else 1.0
+    if kind == "e4m3fn":
+        ex, m = (code >> 3) & 0xF, code & 0x7
+        if ex == 0xF and m == 0x7:
+            return math.nan
+        return sign * (m / 8 * 2.0 ** -6 if ex == 0 else (1 + m / 8) * 2.0 ** (ex - 7))
+    ex, m = (code >> 2) & 0x1F, code & 0x3
+    if ex == 0x1F:
+        return math.nan if m else sign * math.inf
+    return sign * (m / 4 * 2.0 ** -14 if ex == 0 else (1 + m / 4) * 2.0 ** (ex - 15))
+
+
+@pytest.mark.parametrize("kind", ["e4m3fn", "e5m2"])
+@pytest.mark.parametrize("force_view", [False, True])
+def test_fp8_torch_every_code_against_decoder(kind, force_view, monkeypatch):
+    torch = torch_or_skip()
+    tdt = getattr(torch, f"float8_{kind}")
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    a = codes.view(tdt)
+    oracle64 = np.array([_fp8_decode(c, kind) for c in range(256)])
+    if force_view:  # the uint8-view fallback for a torch without float8 DLPack export
+        monkeypatch.setattr(_dlpack, "_torch_fp8_export", False)
+    obj, override = _dlpack.prepare(a)
+    assert (override == f"float8_{kind}") == force_view
+    s = vgct_ext.compare(a, oracle64, quantiles=())
+    assert s.dtype_actual == f"float8_{kind}"
+    assert s.n_unequal == 0 and s.n_class_mismatch == 0  # every code decodes exactly (NaN == NaN)
+    assert s.nan_actual == int(np.isnan(oracle64).sum()) == (2 if kind == "e4m3fn" else 6)
+    assert s.posinf_actual == (0 if kind == "e4m3fn" else 1)
+    assert s.max_abs_expected == (448.0 if kind == "e4m3fn" else 57344.0)
+
+
+@pytest.mark.parametrize("kind", ["e4m3fn", "e5m2"])
+def test_fp8_torch_values_against_float64_oracle(kind):
+    torch = torch_or_skip()
+    g = torch.Generator().manual_seed(3)
+    e = torch.randn(500, generator=g) * 4
+    a = e.to(getattr(torch, f"float8_{kind}"))
+    s = vgct_ext.compare(a, e, quantiles=(0.5, 0.99))
+    a64 = np.array([_fp8_decode(int(c), kind) for c in a.view(torch.uint8).tolist()])
+    check_against_oracle(s, a64, e.double().numpy())
+    check_against_oracle(s, a64, e.double().numpy(), 0.5)
+
+
+def test_fp8_override_through_c_directly():
+    torch = torch_or_skip()
+    a = torch.tensor([1.0, -2.0, 448.0]).to(torch.float8_e4m3fn)
+    d = _C.compare(a.view(torch.uint8), np.array([1.0, -2.0, 448.0]), dtype_actual="float8_e4m3fn")
+    assert d["dtype_actual"] == "float8_e4m3fn" and d["n_unequal"] == 0
+
+
+def test_requires_grad_tensor_is_detached_without_copy():
+    torch = torch_or_skip()
+    w = torch.nn.Parameter(torch.zeros(4, 4))
+    e = torch.zeros(4, 4)
+    assert vgct_ext.compare(w, e).n_unequal == 0
+    with torch.no_grad():
+        w[1, 1] = 3.0  # in place on the parameter: the detached view sees it
+    s = vgct_ext.compare(w, e)
+    assert s.max_abs_err == 3.0 and s.max_abs_err_index == (1, 1)
+    x = torch.ones(3, requires_grad=True) * 2  # non-leaf requiring grad
+    assert vgct_ext.compare(x, torch.full((3,), 2.0)).n_unequal == 0
+    assert vgct_ext.fingerprint(x) == vgct_ext.fingerprint(x.detach())
+
+
+def test_torch_and_numpy_mixed_producers():
+    torch = torch_or_skip()
+    e = np.linspace(-3, 3, 50)
+    a = torch.from_numpy(e).to(torch.float16)
+    s = vgct_ext.compare(a, e)
+    check_against_oracle(s, a.double().numpy(), e)
+
+
+# ---------------------------------------------------------------------------
+# fingerprint through the bridge
+
+
+def test_fingerprint_layout_independent_and_dtype_sensitive():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    f = vgct_ext.fingerprint(a)
+    assert isinstance(f, int) and 0 <= f < 2 ** 64
+    assert vgct_ext.fingerprint(np.asfortranarray(a)) == f
+    assert vgct_ext.fingerprint(CtypesProducer(a, strides=None)) == f
+    assert vgct_ext.fingerprint(a.astype(np.int32)) != f
+    assert vgct_ext.fingerprint(a.reshape(4, 3)) != f
+    b = a.copy()
+    b[2, 3] = np.nextafter(b[2, 3], np.float32(100))
+    assert vgct_ext.fingerprint(b) != f
+    with pytest.raises(TypeError, match=r"^x: expected an object implementing __dlpack__"):
+        vgct_ext.fingerprint([1, 2])
+
+
+def test_fingerprint_fp8_override_matches_native():
+    torch = torch_or_skip()
+    a = torch.randn(64).to(torch.float8_e5m2)
+    assert _C.fingerprint(a.view(torch.uint8), None, "float8_e5m2") == vgct_ext.fingerprint(a)
+
+
+# ---------------------------------------------------------------------------
+# GIL released: another Python thread runs while the engine works
+
+
+def test_gil_released_during_compare():
+    import threading
+    import time
+
+    a = np.broadcast_to(np.float32(1.0), (60_000_000,))
+    e = np.broadcast_to(np.float64(1.0), (60_000_000,))
+    ticks = []
+    done = threading.Event()
+
+    def ticker():
+        while not done.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.001)
+
+    t = threading.Thread(target=ticker)
+    t.start()
+    try:
+        time.sleep(0.01)
+        t0 = time.perf_counter()
+        vgct_ext.compare(a, e, quantiles=())
+        t1 = time.perf_counter()
+    finally:
+        done.set()
+        t.join()
+    during = [x for x in ticks if t0 < x < t1]
+    if t1 - t0 > 0.05:  # only meaningful when the call takes a while
+        assert len(during) >= 3, (t1 - t0, len(during))

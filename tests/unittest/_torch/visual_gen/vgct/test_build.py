@@ -1,0 +1,189 @@
+"""The build (setup.py, pyproject.toml), build_info(), the package surface."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import vgct_ext
+from vgct_ext import _C
+
+ROOT = Path(__file__).resolve().parents[5]
+
+
+def _no_gpu_here() -> bool:
+    return not (os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0"))
+
+
+def _pyproject():
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python < 3.11
+        tomllib = pytest.importorskip("tomli")
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_import_does_not_import_torch():
+    code = ("import sys, vgct_ext; vgct_ext.build_info(); "
+            "import numpy as np; vgct_ext.compare(np.zeros(3), np.zeros(3)); "
+            "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_build_info_fields():
+    bi = vgct_ext.build_info()
+    assert bi["version"] == vgct_ext.__version__ == _C.__version__ == _pyproject()["project"]["version"]
+    assert isinstance(bi["cuda_compiled"], bool)
+    for k in ("cuda_runtime_version", "cuda_driver_version", "cuda_device_count", "max_threads"):
+        assert isinstance(bi[k], int) and bi[k] >= 0, k
+    assert bi["dlpack_version"] == "1.0"
+    assert bi["max_threads"] >= 1
+    if bi["cuda_compiled"]:
+        assert re.fullmatch(r"\d+\.\d+(\.\d+)?", bi["nvcc_version"])
+        assert "-gencode arch=compute_" in bi["cuda_archs"]
+        if not os.environ.get("VGCT_CUDA_ARCHS"):
+            # default: sm_90 SASS plus compute_90 PTX
+            assert bi["cuda_archs"] == ("-gencode arch=compute_90,code=sm_90 "
+                                        "-gencode arch=compute_90,code=compute_90")
+        assert bi["cuda_runtime_version"] >= 11000  # the static runtime answers without a driver
+    else:
+        assert bi["nvcc_version"] is None and bi["cuda_archs"] is None
+        assert bi["cuda_runtime_version"] == bi["cuda_driver_version"] == bi["cuda_device_count"] == 0
+
+
+@pytest.mark.skipif(not _no_gpu_here(), reason="a GPU is present")
+def test_build_info_without_gpu_reports_zero_devices():
+    bi = vgct_ext.build_info()
+    assert bi["cuda_device_count"] == 0
+    if bi["cuda_compiled"]:
+        with pytest.raises(ValueError, match=r"no CUDA device 0 \(device_count 0"):
+            _C.device_props(0)
+
+
+def test_device_props_on_cpu_only_build():
+    if vgct_ext.build_info()["cuda_compiled"]:
+        pytest.skip("CUDA build")
+    with pytest.raises(RuntimeError, match="vgct_ext was built without CUDA; rebuild with nvcc available"):
+        _C.device_props(0)
+
+
+def test_nvcc_presence_decides_cuda_build():
+    """A tree with cuda/*.cu built where nvcc exists (and VGCT_CUDA != 0) has CUDA compiled in."""
+    cu = list((ROOT / "cuda").glob("*.cu"))
+    nvcc = (os.environ.get("CUDA_HOME") and os.path.exists(os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc"))) \
+        or shutil.which("nvcc")
+    if not (cu and nvcc) or os.environ.get("VGCT_CUDA") == "0":
+        pytest.skip("no nvcc or no cuda/*.cu, or VGCT_CUDA=0: CPU-only build expected")
+    assert vgct_ext.build_info()["cuda_compiled"], "nvcc and cuda/*.cu present but the module has no CUDA"
+
+
+def test_stub_matches_module():
+    stub = (ROOT / "vgct_ext" / "_C.pyi").read_text()
+    public = sorted(n for n in dir(_C) if not n.startswith("_") and callable(getattr(_C, n)))
+    assert public == ["build_info", "compare", "device_props", "fingerprint"]
+    for n in public:
+        assert f"def {n}(" in stub
+    assert (ROOT / "vgct_ext" / "py.typed").exists()
+
+
+def test_public_api():
+    for n in ("compare", "PairedStats", "SliceStats", "fingerprint", "build_info", "__version__"):
+        assert n in vgct_ext.__all__ and hasattr(vgct_ext, n)
+    with pytest.raises(AttributeError):
+        vgct_ext.does_not_exist  # noqa: B018
+
+
+def test_pyproject_metadata():
+    pp = _pyproject()
+    proj = pp["project"]
+    assert proj["name"] == "vgct_ext" and proj["version"] == "0.1.0"
+    assert "numpy>=1.26" in proj["dependencies"]
+    assert any(r.startswith("numpy>=1.26") for r in pp["build-system"]["requires"])
+    assert pp["build-system"]["build-backend"] == "setuptools.build_meta"
+    extras = proj["optional-dependencies"]
+    assert set(extras["test"]) >= {"pytest", "hypothesis", "safetensors"}
+    assert extras["torch"] == ["torch>=2.6"]
+    assert "diffusers" in extras
+    assert proj["entry-points"]["pytest11"] == {"vgct": "vgct_ext.plugin"}
+    ini = pp["tool"]["pytest"]["ini_options"]
+    assert ini["testpaths"] == ["tests"] and "-ra" in ini["addopts"]
+    names = {m.split(":")[0] for m in ini["markers"]}
+    assert names >= {"gpu", "t1", "t2", "component", "feature", "slow"}
+
+
+def test_pytest_plugin_entry_point_imports():
+    eps = importlib.metadata.entry_points(group="pytest11")
+    ep = [e for e in eps if e.name == "vgct"]
+    assert ep and ep[0].value == "vgct_ext.plugin"
+    ep[0].load()
+
+
+@pytest.mark.slow
+def test_cpu_only_build_into_scratch_dir(tmp_path):
+    """VGCT_CUDA=0 builds a CPU-only module (into a scratch dir, the tree is not touched)."""
+    env = dict(os.environ, VGCT_CUDA="0")
+    r = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "-b", str(tmp_path / "b"),
+                        "-t", str(tmp_path / "t")], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "CPU-only build (VGCT_CUDA=0)" in r.stdout
+    so = list((tmp_path / "b" / "vgct_ext").glob("_C*.so"))
+    assert len(so) == 1
+    code = textwrap.dedent(f"""
+        import importlib.util, sys
+        spec = importlib.util.spec_from_file_location("vgct_ext._C", {str(so[0])!r})
+        m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+        bi = m.build_info()
+        import numpy as np
+        d = m.compare(np.arange(4.0), np.zeros(4))
+        assert not bi["cuda_compiled"] and bi["cuda_device_count"] == 0, bi
+        assert d["max_abs_err"] == 3.0, d
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+def test_paired_stats_surface():
+    a = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.5]], np.float32)
+    e = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    s = vgct_ext.compare(a, e, quantiles=(0.5, 0.99), dim=1)
+    with pytest.raises(Exception):
+        s.n = 3  # frozen
+    assert s.p99 == s.quantile(0.99) == s.quantiles[0.99] == float(np.quantile([0, 0, 0, 0, 0, 0.5], 0.99))
+    with pytest.raises(KeyError, match="quantile 0.9 was not computed"):
+        s.quantile(0.9)
+    d = s.as_dict()
+    import json
+
+    back = json.loads(json.dumps(d, allow_nan=False))
+    assert back["shape"] == [2, 3] and back["max_abs_err_index"] == [1, 2]
+    assert back["slices"]["count"] == [2, 2, 2]
+    line = s.summary()
+    assert "\n" not in line and "float32 vs float64" in line and "rel_l2=" in line
+    text = str(s)
+    assert text.startswith("PairedStats\n") and "max |a-e|" in text and "(1, 2)" in text
+    assert s.slices.worst() == 2
+    assert vgct_ext.compare(a, e, dim=1) == vgct_ext.compare(a, e, dim=1)  # deterministic, value equality
+
+
+def test_slice_worst_rules():
+    # slice 0: zero reference with an error -> worst despite slice 1's rel_l2
+    a = np.array([[0.1, 1.0], [0.0, 3.0]])
+    e = np.array([[0.0, 1.0], [0.0, 1.0]])
+    s = vgct_ext.compare(a, e, dim=1)
+    assert np.isnan(s.slices.rel_l2[0]) and s.slices.ref_rms[0] == 0.0
+    assert s.slices.worst() == 0
+    s2 = vgct_ext.compare(np.full((2, 2), np.nan), np.zeros((2, 2)), dim=0)
+    assert s2.slices.worst() is None and list(s2.slices.count) == [0, 0]
+    assert np.isnan(s2.slices.mean_shift).all() and np.isnan(s2.slices.max_abs_err).all()

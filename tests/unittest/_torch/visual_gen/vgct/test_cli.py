@@ -1,0 +1,127 @@
+"""``python -m vgct_ext compare A.safetensors B.safetensors [--gate t1]`` and ``python -m vgct_ext info``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from safetensors.torch import save_file  # noqa: E402
+
+from vgct_ext.__main__ import main  # noqa: E402
+
+
+@pytest.fixture
+def files(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 8, generator=g, dtype=torch.float64)
+    y = torch.randn(16, generator=g)
+    a = tmp_path / "A.safetensors"
+    b = tmp_path / "B.safetensors"
+    save_file({"x": x * (1 + 1e-4), "y": y.bfloat16(), "z": x * 1.03, "only_a": y.clone()}, str(a))
+    save_file({"x": x, "y": y, "z": x.clone(), "only_b": y.clone(), "w": y.clone()}, str(b))
+    return a, b, x, y
+
+
+def _rows(out):
+    return {line.split()[0]: line for line in out.splitlines() if line and line.split()[0] in
+            ("x", "y", "z", "w", "only_a", "only_b")}
+
+
+def test_compare_without_gate_prints_statistics(files, capsys):
+    a, b, x, y = files
+    rc = main(["compare", str(a), str(b)])
+    out = capsys.readouterr().out
+    rows = _rows(out)
+    assert rc == 1  # names present in only one file are failures
+    assert "float64/float64" in rows["x"] and "4x8" in rows["x"] and "1.0000e-04" in rows["x"]
+    assert rows["x"].rstrip().endswith("-")
+    yb = y.bfloat16().double().numpy()
+    rel = float(np.linalg.norm(yb - y.double().numpy()) / np.linalg.norm(y.double().numpy()))
+    assert "bfloat16/float32" in rows["y"] and f"{rel:.4e}" in rows["y"]
+    assert "MISSING in B" in rows["only_a"] and "MISSING in A" in rows["only_b"]
+    assert "MISSING in A" in rows["w"]
+    assert "6 tensor(s), 3 failed (no gate: statistics only)" in out
+
+
+def test_compare_with_t1_gate_gives_verdicts_and_messages(files, capsys):
+    a, b, *_ = files
+    rc = main(["compare", str(a), str(b), "--gate", "t1"])
+    out = capsys.readouterr().out
+    rows = _rows(out)
+    assert rc == 1
+    assert rows["x"].rstrip().endswith("pass")
+    assert rows["z"].rstrip().endswith("FAIL") and "3.0000e-02" in rows["z"]
+    assert rows["y"].rstrip().endswith("FAIL")  # bf16 rounding is not within rtol=1e-3
+    assert "T1 gate failed: component 'z', feature 'A.safetensors vs B.safetensors'" in out
+    assert "actual float64 vs expected float64, shape (4, 8)" in out
+
+
+def test_compare_passes_and_exits_zero(tmp_path, capsys):
+    x = torch.linspace(-1, 1, 32)
+    save_file({"out": x * (1 + 1e-5)}, str(tmp_path / "on.safetensors"))
+    save_file({"out": x}, str(tmp_path / "off.safetensors"))
+    assert main(["compare", str(tmp_path / "on.safetensors"), str(tmp_path / "off.safetensors"), "--gate", "t1"]) == 0
+    assert "1 tensor(s), 0 failed" in capsys.readouterr().out
+
+
+def test_compare_relax_and_refused_request(files, capsys):
+    a, b, *_ = files
+    assert main(["compare", str(a), str(b), "--gate", "t1", "--rel-l2", "0.02"]) == 2
+    assert "finding" in capsys.readouterr().err
+    assert main(["compare", str(a), str(b), "--gate", "t1", "--relax", "not a cause"]) == 2
+    assert "named accumulation cause" in capsys.readouterr().err
+    main(["compare", str(a), str(b), "--gate", "t1", "--relax", "compile fusion"])
+    rows = _rows(capsys.readouterr().out)
+    assert rows["z"].rstrip().endswith("pass")  # 3e-2 is inside the outer band
+    assert main(["compare", str(a), str(b), "--rtol", "1e-2"]) == 2  # bars without a gate
+
+
+def test_compare_shape_mismatch_and_json(tmp_path, capsys):
+    save_file({"t": torch.zeros(2, 3), "u": torch.ones(4)}, str(tmp_path / "a.safetensors"))
+    save_file({"t": torch.zeros(3, 2), "u": torch.ones(4)}, str(tmp_path / "b.safetensors"))
+    rc = main(["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"), "--json",
+               "--gate", "t1"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 1
+    by = {t["name"]: t for t in doc["tensors"]}
+    assert by["t"]["verdict"] == "shape mismatch" and by["t"]["shape_b"] == [3, 2]
+    assert by["u"]["verdict"] == "pass" and by["u"]["stats"]["rel_l2"] == 0.0 and by["u"]["stats"]["n"] == 4
+
+
+def test_compare_dim_names_worst_slice(tmp_path, capsys):
+    e = torch.ones(3, 5, dtype=torch.float64)
+    a = e.clone()
+    a[:, 4] += 0.1
+    save_file({"t": a}, str(tmp_path / "a.safetensors"))
+    save_file({"t": e}, str(tmp_path / "b.safetensors"))
+    main(["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"), "--gate", "t1", "--dim", "1"])
+    assert "worst slice along dim 1: index 4 of 5" in capsys.readouterr().out
+
+
+def test_missing_file_is_a_usage_error(tmp_path, capsys):
+    assert main(["compare", str(tmp_path / "nope.safetensors"), str(tmp_path / "nope2.safetensors")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_info_json(capsys):
+    assert main(["info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["build"]["version"] and "cuda_compiled" in info["build"]
+    assert info["hardware"]["cpu"]["cores"] >= 1 and isinstance(info["hardware"]["gpus"], list)
+    assert info["versions"]["torch"] == torch.__version__
+
+
+def test_module_entry_point_subprocess(files):
+    a, b, *_ = files
+    r = subprocess.run([sys.executable, "-m", "vgct_ext", "compare", str(a), str(b), "--gate", "t1"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "T1 gate failed" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "vgct_ext", "info"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "vgct_ext build" in r.stdout and "cpu:" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "vgct_ext"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "usage" in r.stderr

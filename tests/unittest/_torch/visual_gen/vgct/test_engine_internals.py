@@ -1,0 +1,254 @@
+"""The CPU engine's own guarantees, through the ctypes test build (_cengine.py).
+
+* the fast tile fold (vectorised, all-finite tiles, patched non-finite pairs)
+  is BITWISE the definition path (every tile through vgct_acc_update), for
+  every dtype, layout, slice axis, value mix, and every x86 code level;
+* results are bitwise independent of the thread count and repeatable;
+* the radix selection is exact for any cap on its candidate buffer (several
+  passes, several rank groups), and the fingerprint is layout- and
+  thread-independent and follows its definition.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import _cengine
+from oracle import decode_bf16, decode_e4m3, decode_e5m2, norm
+
+hyp = pytest.importorskip("hypothesis")
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+NP_DTYPES = ["float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8", "bool"]
+RAW = {"bfloat16": (np.uint16, decode_bf16), "float8_e4m3fn": (np.uint8, decode_e4m3),
+       "float8_e5m2": (np.uint8, decode_e5m2)}
+SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 5e-324, 1e-310, 1e300, -1e300, 65504.0]
+
+
+def make(rng, shape, dt, nonfinite=0.0, rel=1e-3):
+    """(a, e, a64, e64, dta, dte): data of dtype dt (raw bits for the RAW types)."""
+    base = rng.standard_normal(shape) * 2
+    x = base + rng.standard_normal(shape) * rel
+    if dt in RAW:
+        bits_t, dec = RAW[dt]
+        if bits_t == np.uint16:  # bfloat16: the upper half of float32 (truncation is fine here)
+            def enc(v):
+                return (v.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        else:
+            def enc(v):
+                return rng.integers(0, 256, size=v.shape, dtype=np.uint8)
+        a, e = enc(x), enc(base)
+        if nonfinite:
+            m = rng.random(shape) < nonfinite
+            a[m] = 0x7FC0 if bits_t == np.uint16 else 0x7F
+        return a, e, dec(a), dec(e), dt, dt
+    dtn = np.dtype(dt)
+    if dtn == np.bool_:
+        a, e = x > 0, base > 0
+    elif dtn.kind in "iu":
+        info = np.iinfo(dtn)
+        a = np.clip(np.round(x * 30), info.min, info.max).astype(dtn)
+        e = np.clip(np.round(base * 30), info.min, info.max).astype(dtn)
+    else:
+        a, e = x.astype(dtn), base.astype(dtn)
+        if nonfinite:
+            with np.errstate(over="ignore"):
+                sp = np.array(SPECIALS).astype(dtn)
+            for arr in (a, e):
+                m = rng.random(shape) < nonfinite
+                arr[m] = rng.choice(sp, size=int(m.sum()))
+    return a, e, a.astype(np.float64), e.astype(np.float64), None, None
+
+
+LAYOUTS = {
+    "contiguous": lambda x: x,
+    "transposed": lambda x: x.T,
+    "reversed": lambda x: x[::-1, ::-1],
+    "stepped": lambda x: x[::2, 1::3],
+    "fortran": lambda x: np.asfortranarray(x),
+}
+
+
+def acc_bits(res):
+    acc, sl = res
+    return acc.as_tuple(), [bytes(s) for s in sl]
+
+
+def run_both(eng, a, e, dim, dta, dte, **knobs):
+    eng.configure(**knobs)
+    fast = acc_bits(eng.reduce(a, e, dim=dim, dta=dta, dte=dte, nthreads=2))
+    eng.configure(force_slow=1, **knobs)
+    slow = acc_bits(eng.reduce(a, e, dim=dim, dta=dta, dte=dte, nthreads=1))
+    eng.configure()
+    return fast, slow
+
+
+@given(dt=st.sampled_from(NP_DTYPES + list(RAW)), layout=st.sampled_from(sorted(LAYOUTS)),
+       rows=st.integers(1, 40), cols=st.integers(1, 300), nonfinite=st.sampled_from([0, 0.002, 0.3]),
+       dim=st.sampled_from([-1, 0, 1]), seed=st.integers(0, 2 ** 31),
+       seg=st.sampled_from([0, 1024, 2048]))
+def test_fast_path_is_the_definition_bitwise(cengine, dt, layout, rows, cols, nonfinite, dim, seed, seg):
+    rng = np.random.default_rng(seed)
+    a, e, _, _, dta, dte = make(rng, (rows, cols), dt, nonfinite)
+    f = LAYOUTS[layout]
+    a, e = f(a), f(e)
+    fast, slow = run_both(cengine, a, e, dim, dta, dte, seg_min=seg, par_min=0)
+    assert fast == slow
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64", "bfloat16", "int16"])
+@pytest.mark.parametrize("nonfinite", [0.0, 0.01])
+def test_code_levels_agree_bitwise(engine, dt, nonfinite):
+    """Baseline SSE2, AVX2 and AVX-512 instantiations of the fold give the same bits."""
+    rng = np.random.default_rng(5)
+    a, e, _, _, dta, dte = make(rng, (61, 1003), dt, nonfinite)
+    outs = []
+    for level in (0, 1, 2):
+        engine.configure(level=level)
+        outs.append(acc_bits(engine.reduce(a, e, dim=1, dta=dta, dte=dte)))
+        outs.append(acc_bits(engine.reduce(a.T, e.T, dim=0, dta=dta, dte=dte)))
+    assert all(o == outs[0] or o == outs[1] for o in outs)
+    assert outs[0::2] == [outs[0]] * 3 and outs[1::2] == [outs[1]] * 3
+
+
+@pytest.mark.parametrize("dim", [-1, 0, 2])
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_thread_count_independent(engine, dim, dt):
+    rng = np.random.default_rng(11)
+    a, e, *_ = make(rng, (7, 33, 1000), dt, 0.001)
+    engine.configure(seg_min=1024, par_min=0)  # many segments, threads even for small n
+    res = [acc_bits(engine.reduce(a.transpose(2, 0, 1), e.transpose(2, 0, 1), dim=dim, nthreads=t))
+           for t in (1, 2, 3, 8, 1)]
+    assert all(r == res[0] for r in res)
+
+
+def test_reduce_matches_oracle_for_raw_dtypes(engine):
+    """bf16 / fp8 decoding (vgct_dtypes.h) against the independent decoders of oracle.py."""
+    rng = np.random.default_rng(2)
+    for dt in RAW:
+        a, e, a64, e64, dta, dte = make(rng, (40, 97), dt, 0.01)
+        acc, _ = engine.reduce(a, e, dta=dta, dte=dte)
+        fin = np.isfinite(a64) & np.isfinite(e64)
+        d = np.where(fin, np.abs(a64 - e64), -1).ravel()
+        i = int(np.argmax(d))
+        assert acc.n_finite == fin.sum()
+        assert acc.n_nan_a == np.isnan(a64).sum() and acc.n_posinf_a == (a64 == np.inf).sum()
+        assert acc.n_neginf_e == (e64 == -np.inf).sum()
+        assert (acc.max_abs, acc.max_abs_i, acc.max_abs_a, acc.max_abs_e) == (d[i], i, a64.ravel()[i], e64.ravel()[i])
+        assert math.sqrt(acc.s_dd) * acc.scale == pytest.approx(norm((a64 - e64)[fin]), rel=1e-12)
+
+
+def test_tile_boundaries_and_odd_lengths(engine):
+    """Lengths around TILE and NLANE multiples: tails of every size."""
+    rng = np.random.default_rng(3)
+    for n in (1, 7, 8, 9, 1023, 1024, 1025, 2047, 4096 + 5):
+        a, e, a64, e64, *_ = make(rng, (n,), "float32")
+        fast, slow = run_both(engine, a, e, -1, None, None)
+        assert fast == slow
+        acc, _ = engine.reduce(a, e)
+        assert acc.n == n and math.sqrt(acc.s_ee) == pytest.approx(norm(e64), rel=1e-12)
+
+
+# ---- select -------------------------------------------------------------------------
+
+@given(n=st.integers(1, 5000), nr=st.integers(1, 80), cap=st.sampled_from([0, 1, 7, 100, 4096]),
+       kind=st.sampled_from(["normal", "ties", "tiny", "wide", "inf"]), seed=st.integers(0, 2 ** 31),
+       nthreads=st.sampled_from([1, 2]))
+def test_select_exact(cengine, n, nr, cap, kind, seed, nthreads):
+    rng = np.random.default_rng(seed)
+    if kind == "ties":
+        a = rng.integers(0, 4, n).astype(np.float64)
+        e = np.zeros(n)
+    elif kind == "tiny":
+        a = rng.standard_normal(n) * 1e-310
+        e = rng.standard_normal(n) * 1e-310
+    elif kind == "wide":
+        a = rng.standard_normal(n) * 10.0 ** rng.integers(-300, 300, n)
+        e = rng.standard_normal(n)
+    elif kind == "inf":  # finite pairs whose difference overflows
+        a = np.where(rng.random(n) < 0.3, 1.7e308, rng.standard_normal(n))
+        e = np.where(rng.random(n) < 0.3, -1.7e308, rng.standard_normal(n))
+        a[rng.random(n) < 0.1] = np.nan
+    else:
+        a = rng.standard_normal(n).astype(np.float32)
+        e = (a + rng.standard_normal(n).astype(np.float32) * 1e-3)
+    with np.errstate(over="ignore", invalid="ignore"):
+        keys = np.abs(a.astype(np.float64) - e.astype(np.float64))
+    keys = np.sort(keys[np.isfinite(a) & np.isfinite(e)])
+    if keys.size == 0:
+        return
+    ranks = rng.integers(0, keys.size, nr)
+    cengine.configure(select_cap=cap, par_min=0, seg_min=1024)
+    try:
+        got = cengine.select(a, e, ranks, nthreads=nthreads)
+    finally:
+        cengine.configure()
+    assert got.tobytes() == keys[ranks].tobytes()
+
+
+def test_select_passes_and_bounded_buffer(engine):
+    """A small cap forces more histogram levels; the default gathers after one."""
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal(300_000).astype(np.float32)
+    e = a + rng.standard_normal(a.size).astype(np.float32) * 1e-3
+    keys = np.sort(np.abs(a.astype(np.float64) - e))
+    ranks = [0, 1, 150_000, 296_999, 297_000, 299_999]
+    passes = {}
+    for cap in (0, 64, 1):
+        engine.configure(select_cap=cap)
+        assert engine.select(a, e, ranks).tolist() == keys[ranks].tolist()
+        passes[cap] = engine.last_select_passes
+    assert passes[0] == 2 and passes[1] >= passes[64] > passes[0]
+
+
+def test_select_errors(engine):
+    a = np.array([1.0, np.nan, 3.0])
+    e = np.array([0.0, 0.0, np.inf])
+    assert engine.select(a, e, [0]).tolist() == [1.0]
+    with pytest.raises(ValueError, match="out of range"):
+        engine.select(a, e, [1])  # one finite pair
+    with pytest.raises(ValueError, match="negative"):
+        engine.select(a, e, [-1])
+    assert engine.select(a, e, []).tolist() == []
+
+
+# ---- fingerprint ------------------------------------------------------------------------
+
+M64 = (1 << 64) - 1
+
+
+def _mix64(z):
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def fingerprint_py(x: np.ndarray, dtype_code: int) -> int:
+    """The definition of vgct_stats.h, in Python (row-major logical order, raw bits)."""
+    raw = np.ascontiguousarray(x).view(np.dtype(f"u{x.itemsize}")).ravel()
+    s = 0
+    for i, b in enumerate(raw.tolist()):
+        s = (s + _mix64(b ^ _mix64((i + 0x9E3779B97F4A7C15) & M64))) & M64
+    h = _mix64(s ^ ((0x5851F42D4C957F2D * (dtype_code + 1)) & M64))
+    h = _mix64(h ^ x.ndim)
+    for k in x.shape:
+        h = _mix64(h ^ k)
+    return h
+
+
+def test_fingerprint_definition_layouts_threads(engine):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((37, 29)).astype(np.float32)
+    x[0, 0] = -0.0
+    want = fingerprint_py(x, _cengine.FLOAT32)
+    for v in (x, np.asfortranarray(x), x.T.copy().T, x[::-1].copy()[::-1]):
+        assert engine.fingerprint(v) == want
+    y = x.copy()
+    y[0, 0] = 0.0
+    assert engine.fingerprint(y) != want  # bits, not values
+    big = rng.standard_normal((3, 400_000)).astype(np.float16)
+    engine.configure(seg_min=1024, par_min=0)
+    assert len({engine.fingerprint(big.T.copy().T, nthreads=t) for t in (1, 2, 5)}) == 1
+    assert engine.fingerprint(big) == engine.fingerprint(np.asfortranarray(big))

@@ -1,0 +1,391 @@
+"""T1/T2 gates on constructed inputs with known statistics (float64 NumPy oracle).
+
+Each gate passes and fails where the construction says it must, and every failure message carries the items
+the method asks for: component, feature, both dtypes, shape, device/architecture, every statistic against its bar
+with the margin, the worst element's index and values, the worst slice (with ``dim``), the non-finite counts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+from vgct_ext import evidence as ev
+from vgct_ext.gates import (
+    OUTER_BAND,
+    T1_DEFAULT,
+    EvidenceMissing,
+    GateFailure,
+    Relax,
+    TransparencyFinding,
+    assert_t1,
+    assert_t2,
+    fmt_margin,
+    fmt_value,
+    resolve_t1_bars,
+)
+
+
+def _ref(shape=(4, 8, 16), seed=0):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def _oracle(a, e):
+    a = np.asarray(a, np.float64).ravel()
+    e = np.asarray(e, np.float64).ravel()
+    d = a - e
+    rel = math.sqrt(math.fsum(d * d)) / math.sqrt(math.fsum(e * e))
+    cos = math.fsum(a * e) / (math.sqrt(math.fsum(a * a)) * math.sqrt(math.fsum(e * e)))
+    i = int(np.argmax(np.abs(d)))
+    return rel, cos, i
+
+
+def _row(msg, label):
+    for line in msg.splitlines():
+        if line.strip().startswith(label):
+            return line
+    raise AssertionError(f"no row {label!r} in:\n{msg}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# bars and relax policy
+
+
+def test_default_and_outer_band_are_the_methods_numbers():
+    assert (T1_DEFAULT.rel_l2, T1_DEFAULT.cosine, T1_DEFAULT.rtol, T1_DEFAULT.atol) == (1e-2, 0.9999, 1e-3, 1e-3)
+    assert (OUTER_BAND.rel_l2, OUTER_BAND.cosine) == (5e-2, 0.999)
+    assert {m.value for m in Relax} == {"reduction reordering", "backend or kernel swap", "compile fusion",
+                                        "parallel partial-sum merge"}
+
+
+def test_relax_accepts_only_named_causes():
+    assert Relax.parse("compile fusion") is Relax.COMPILE_FUSION
+    assert Relax.parse("BACKEND_SWAP") is Relax.BACKEND_SWAP
+    assert Relax.parse(Relax.PARALLEL_MERGE) is Relax.PARALLEL_MERGE
+    e = _ref()
+    with pytest.raises(ValueError, match="not a named accumulation cause") as ei:
+        assert_t1(e, e, component="c", feature="f", relax="bf16 is noisy")
+    for m in Relax:
+        assert m.value in str(ei.value)
+
+
+def test_looser_bar_without_cause_is_a_finding():
+    e = _ref()
+    with pytest.raises(TransparencyFinding, match="finding") as ei:
+        assert_t1(e, e, component="wan.block", feature="sdpa", rel_l2=2e-2)
+    msg = str(ei.value)
+    assert "wan.block" in msg and "sdpa" in msg and "rel_l2" in msg and "no cause was named" in msg
+    for kw in ({"cosine": 0.999}, {"rtol": 2e-3}, {"atol": 1e-2}):
+        with pytest.raises(TransparencyFinding):
+            assert_t1(e, e, component="c", feature="f", **kw)
+
+
+def test_looser_than_outer_band_with_cause_is_a_finding():
+    e = _ref()
+    for kw in ({"rel_l2": 6e-2}, {"cosine": 0.99}, {"rtol": 0.1}, {"atol": 0.06}):
+        with pytest.raises(TransparencyFinding, match="outer band") as ei:
+            assert_t1(e, e, component="c", feature="f", relax=Relax.COMPILE_FUSION, **kw)
+        assert "finding" in str(ei.value) and "compile fusion" in str(ei.value)
+
+
+def test_bars_resolve_to_default_outer_band_or_request():
+    assert resolve_t1_bars(None)[0] == T1_DEFAULT
+    bars, cause = resolve_t1_bars("reduction reordering")
+    assert bars == OUTER_BAND and cause is Relax.REDUCTION_REORDERING
+    bars, _ = resolve_t1_bars(Relax.BACKEND_SWAP, rel_l2=2e-2, cosine=0.9995)
+    assert (bars.rel_l2, bars.cosine, bars.rtol) == (2e-2, 0.9995, 5e-2)
+    bars, _ = resolve_t1_bars(None, rel_l2=1e-5)  # tightening needs no cause
+    assert bars.rel_l2 == 1e-5
+    with pytest.raises(ValueError):
+        resolve_t1_bars(None, cosine=1.5)
+    with pytest.raises(TypeError):
+        resolve_t1_bars(None, rel_l2=float("nan"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# T1 on constructed inputs
+
+
+def test_t1_passes_scaled_reference_with_exact_statistics():
+    e = _ref()
+    eps = 1e-4
+    a = e * (1 + eps)  # rel_l2 = eps, cosine = 1, |a-e| = eps|e| <= rtol|e|
+    s = assert_t1(a, e, component="c", feature="f")
+    rel, cos, _ = _oracle(a, e)
+    assert s.rel_l2 == pytest.approx(rel, rel=1e-12)
+    assert s.rel_l2 == pytest.approx(eps, rel=1e-9)
+    assert s.cosine == pytest.approx(cos, abs=1e-15)
+    assert s.mismatches == 0 and s.rtol == 1e-3 and s.atol == 1e-3
+    assert 0.99 in s.quantiles  # p99 always reported
+
+
+def test_t1_fails_on_relative_l2_and_message_has_every_item():
+    e = _ref((4, 8, 16))
+    a = (e * (1 + 2e-2)).astype(np.float32)  # rel_l2 ~ 2e-2 > 1e-2, both dtypes differ
+    with pytest.raises(GateFailure) as ei:
+        assert_t1(a, e, component="wan.transformer_block", feature="attention backend swap", dim=1)
+    msg = str(ei.value)
+    rel, _, i = _oracle(a, e)
+    assert isinstance(ei.value, AssertionError)
+    assert "component 'wan.transformer_block'" in msg and "feature 'attention backend swap'" in msg
+    assert "actual float32 vs expected float64" in msg
+    assert "shape (4, 8, 16)" in msg and "n=512" in msg
+    assert re.search(r"device cpu \(\w+", msg)  # device and architecture
+    row = _row(msg, "relative L2")
+    assert fmt_value("rel_l2", rel) in row and "<= 1.0000e-02" in row and "FAIL" in row
+    assert fmt_margin(1e-2 - ei.value.stats.rel_l2) in row
+    assert "ok" in _row(msg, "cosine similarity") and ">= 0.99990000" in _row(msg, "cosine similarity")
+    assert "FAIL" in _row(msg, "elements beyond atol+rtol*|e|")
+    assert "max abs error" in msg and "p99 abs error" in msg
+    idx = np.unravel_index(i, e.shape)
+    assert f"worst element: index {tuple(int(x) for x in idx)}" in msg
+    assert f"expected {float(e[idx]):.9g}" in msg and f"actual {float(a[idx]):.9g}" in msg
+    # worst slice along dim 1: the one with the largest relative L2 (float64 oracle)
+    d = a.astype(np.float64) - e
+    per = np.sqrt((d ** 2).sum(axis=(0, 2))) / np.sqrt((e ** 2).sum(axis=(0, 2)))
+    assert f"worst slice along dim 1: index {int(np.argmax(per))} of 8" in msg
+    assert "non-finite: actual NaN 0, +Inf 0, -Inf 0; expected NaN 0, +Inf 0, -Inf 0" in msg
+    assert {c.statistic for c in ei.value.checks if not c.passed} == {"rel_l2", "mismatches"}
+
+
+def test_t1_cosine_gate_with_orthogonal_error():
+    e = _ref((4096,), seed=1)
+    r = _ref((4096,), seed=2)
+    r -= e * (r @ e) / (e @ e)  # orthogonal to e
+    d = r / np.linalg.norm(r) * 0.046 * np.linalg.norm(e)
+    a = e + d  # rel_l2 = 0.046 (inside the outer band), cosine = 1/sqrt(1 + 0.046^2) = 0.99894 < 0.999
+    with pytest.raises(GateFailure) as ei:
+        assert_t1(a, e, component="c", feature="f", relax=Relax.COMPILE_FUSION, rtol=5e-2, atol=5e-2)
+    s = ei.value.stats
+    assert s.rel_l2 == pytest.approx(0.046, rel=1e-9)
+    assert s.cosine == pytest.approx(1 / math.sqrt(1 + 0.046 ** 2), rel=1e-9)
+    msg = str(ei.value)
+    assert "ok" in _row(msg, "relative L2")
+    assert "FAIL" in _row(msg, "cosine similarity") and ">= 0.99900000" in _row(msg, "cosine similarity")
+    assert "(relax: compile fusion)" in msg
+
+
+def test_t1_relaxed_passes_what_default_refuses():
+    e = _ref()
+    a = e * (1 + 2e-2)
+    with pytest.raises(GateFailure):
+        assert_t1(a, e, component="c", feature="f")
+    s = assert_t1(a, e, component="c", feature="f", relax="parallel partial-sum merge")
+    assert s.rel_l2 == pytest.approx(2e-2, rel=1e-9)
+
+
+def test_t1_tightened_bar_fails():
+    e = _ref()
+    with pytest.raises(GateFailure, match="<= 1.0000e-05"):
+        assert_t1(e * (1 + 1e-4), e, component="c", feature="f", rel_l2=1e-5)
+
+
+def test_t1_elementwise_mismatch_fails_even_when_aggregates_pass():
+    e = _ref((10000,))
+    a = e.copy()
+    a[1234] += 0.5  # one localized error: rel_l2 ~ 0.005, cosine > 0.9999
+    with pytest.raises(GateFailure) as ei:
+        assert_t1(a, e, component="c", feature="f")
+    s = ei.value.stats
+    assert s.mismatches == 1 and s.rel_l2 < 1e-2 and s.cosine > 0.9999
+    msg = str(ei.value)
+    assert "worst element: index (1234,)" in msg and "worst mismatch: index (1234,)" in msg
+
+
+def test_t1_non_finite_fails_with_counts():
+    e = _ref((64,))
+    a = e.copy()
+    a[3] = np.nan
+    a[5] = np.inf
+    with pytest.raises(GateFailure) as ei:
+        assert_t1(a, e, component="c", feature="f")
+    msg = str(ei.value)
+    assert "FAIL" in _row(msg, "non-finite pairs") and " 2 " in _row(msg, "non-finite pairs")
+    assert "actual NaN 1, +Inf 1, -Inf 0" in msg and "2 positions differ in class (first at (3,))" in msg
+
+
+def test_t1_zero_reference_gates_on_absolute_error_and_says_so():
+    e = np.zeros((3, 5))
+    s = assert_t1(np.full((3, 5), 5e-4), e, component="c", feature="f")
+    assert s.zero_reference and s.rel_l2 is None
+    with pytest.raises(GateFailure) as ei:
+        assert_t1(np.full((3, 5), 2e-3), e, component="vae.decoder", feature="tiling")
+    msg = str(ei.value)
+    row = _row(msg, "max abs error")
+    assert "zero-norm reference" in row and "absolute error" in row and "<= 1.0000e-03" in row and "FAIL" in row
+    assert "relative L2 " not in msg.split("worst element")[0].replace("relative L2 and cosine", "")
+
+
+def test_t1_empty_comparison_fails():
+    with pytest.raises(GateFailure, match="empty comparison"):
+        assert_t1(np.zeros((0, 3)), np.zeros((0, 3)), component="c", feature="f")
+
+
+def test_t1_needs_names():
+    e = _ref((4,))
+    with pytest.raises(TypeError, match="component"):
+        assert_t1(e, e, component="", feature="f")
+
+
+def test_t1_torch_bf16_against_fp32_names_both_dtypes():
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(0)
+    e = torch.randn(2, 16, 64, generator=g)
+    a = (e * 1.03).to(torch.bfloat16)
+    with pytest.raises(GateFailure) as ei:
+        assert_t1(a, e, component="flux.single_block", feature="compile")
+    msg = str(ei.value)
+    assert "actual bfloat16 vs expected float32" in msg and "shape (2, 16, 64)" in msg
+    rel, _, _ = _oracle(a.float().numpy(), e.numpy())
+    assert ei.value.stats.rel_l2 == pytest.approx(rel, rel=1e-12)
+
+
+@pytest.mark.gpu
+def test_t1_on_gpu_names_architecture():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    e = torch.randn(1024, device="cuda")
+    with pytest.raises(GateFailure) as ei:
+        assert_t1(e * 1.05, e, component="c", feature="f")
+    major, minor = torch.cuda.get_device_capability(0)
+    assert f"cuda:0 (sm_{major}{minor}, {torch.cuda.get_device_name(0)})" in str(ei.value)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# T2
+
+
+def _write_evidence(path, key, stratum, entry):
+    data = {"format": ev.FORMAT, "entries": {key: {stratum: entry}}}
+    path.write_text(json.dumps(data))
+
+
+def _entry(a, e, bars, dim=None, **extra):
+    a, e = np.asarray(a), np.asarray(e)
+    d = {"dtype_actual": str(a.dtype), "dtype_expected": str(e.dtype), "shape": list(e.shape), "dim": dim,
+         "bars": bars, "investigation": None}
+    d.update(extra)
+    return d
+
+
+def test_t2_without_evidence_fails_and_says_how_to_record(tmp_path):
+    e = _ref()
+    path = tmp_path / "x.vgct-evidence.json"
+    with pytest.raises(EvidenceMissing) as ei:
+        assert_t2(e * 1.01, e, component="wan.block", feature="fp8 storage", evidence=path)
+    msg = str(ei.value)
+    assert isinstance(ei.value, AssertionError)
+    assert "no T2 evidence for 'wan.block | fp8 storage'" in msg and "pytest --vgct-calibrate" in msg
+    assert "stratum cpu" in msg and "never from a default" in msg
+    assert fmt_value("rel_l2", 0.01) in _row(msg, "relative L2")  # the measurement is still shown
+
+
+def test_t2_evidence_of_another_stratum_does_not_apply(tmp_path):
+    e = _ref()
+    path = tmp_path / "x.vgct-evidence.json"
+    _write_evidence(path, "c | f", "sm_90", _entry(e, e, {"rel_l2": 1.0, "cosine": 0.5}))
+    with pytest.raises(EvidenceMissing, match=r"no T2 evidence for stratum cpu .*recorded strata: sm_90"):
+        assert_t2(e, e, component="c", feature="f", evidence=path)
+
+
+def test_t2_gates_on_recorded_bars(tmp_path):
+    e = _ref()
+    a = e * (1 + 0.02)
+    path = tmp_path / "x.vgct-evidence.json"
+    bars = {"rel_l2": 0.03, "cosine": 0.999, "p99": 1.0, "max_abs_err": 1.0}
+    _write_evidence(path, "c | f | t=0.5", "cpu", _entry(a, e, bars))
+    s = assert_t2(a, e, component="c", feature="f", case="t=0.5", evidence=path)
+    assert s.rel_l2 == pytest.approx(0.02, rel=1e-9)
+    a2 = e * (1 + 0.04)
+    with pytest.raises(GateFailure) as ei:
+        assert_t2(a2, e, component="c", feature="f", case="t=0.5", evidence=path)
+    msg = str(ei.value)
+    row = _row(msg, "relative L2")
+    assert "FAIL" in row and "<= 3.0000e-02" in row and fmt_margin(0.03 - ei.value.stats.rel_l2) in row
+    assert "stratum cpu" in msg and "c | f | t=0.5" in msg
+    assert "p99 abs error" in msg and "worst element" in msg and "non-finite" in msg
+
+
+def test_t2_evidence_for_other_dtype_or_shape_is_refused(tmp_path):
+    e = _ref()
+    path = tmp_path / "x.vgct-evidence.json"
+    _write_evidence(path, "c | f", "cpu", _entry(e.astype(np.float32), e, {"rel_l2": 1.0}))
+    with pytest.raises(EvidenceMissing, match="different experiment.*dtype_actual"):
+        assert_t2(e, e, component="c", feature="f", evidence=path)
+
+
+def test_t2_cosine_bar_under_floor_needs_investigation_note(tmp_path):
+    e = _ref()
+    path = tmp_path / "x.vgct-evidence.json"
+    bars = {"rel_l2": 0.5, "cosine": 0.98, "p99": 10.0, "max_abs_err": 10.0}
+    _write_evidence(path, "c | f", "cpu", _entry(e, e, bars))
+    with pytest.raises(EvidenceMissing, match="investigation"):
+        assert_t2(e * 1.1, e, component="c", feature="f", evidence=path)
+    _write_evidence(path, "c | f", "cpu", _entry(e, e, bars, investigation="int4 weights: drift traced to ..."))
+    assert_t2(e * 1.1, e, component="c", feature="f", evidence=path)
+
+
+def test_t2_per_channel_mean_shift(tmp_path):
+    e = _ref((2, 4, 32))
+    a = e.copy()
+    a[:, 2, :] += 0.01  # a shift of exactly 0.01 in channel 2
+    path = tmp_path / "x.vgct-evidence.json"
+    bars = {"rel_l2": 1.0, "cosine": 0.99, "p99": 1.0, "max_abs_err": 1.0, "channel_mean_shift": 0.005}
+    _write_evidence(path, "c | fp8", "cpu", _entry(a, e, bars, dim=1))
+    with pytest.raises(GateFailure) as ei:
+        assert_t2(a, e, component="c", feature="fp8", dim=1, evidence=path)
+    row = _row(str(ei.value), "per-channel mean shift")
+    assert "FAIL" in row and "channel 2" in row and fmt_value("x", 0.01) in row
+    obs = ev.t2_statistics(ei.value.stats)
+    assert obs["channel_mean_shift"] == pytest.approx(0.01, rel=1e-9) and obs["channel_mean_shift_index"] == 2
+
+
+def test_t2_zero_reference_gates_on_absolute_error(tmp_path):
+    e = np.zeros(16)
+    path = tmp_path / "x.vgct-evidence.json"
+    _write_evidence(path, "c | f", "cpu", _entry(e, e, {"max_abs_err": 1e-3, "p99": 1e-3}))
+    with pytest.raises(GateFailure) as ei:
+        assert_t2(np.full(16, 2e-3), e, component="c", feature="f", evidence=path)
+    assert "zero-norm reference" in _row(str(ei.value), "max abs error")
+
+
+def test_derive_bars_worst_plus_headroom():
+    runs = [{"rel_l2": 0.01, "cosine": 0.9995, "p99": 0.1, "max_abs_err": 0.3},
+            {"rel_l2": 0.02, "cosine": 0.9990, "p99": 0.05, "max_abs_err": 0.2, "channel_mean_shift": 0.004}]
+    worst, bars = ev.derive_bars(runs, 0.5)
+    assert worst == {"rel_l2": 0.02, "cosine": 0.9990, "p99": 0.1, "max_abs_err": 0.3, "channel_mean_shift": 0.004}
+    assert bars["rel_l2"] == pytest.approx(0.03) and bars["p99"] == pytest.approx(0.15)
+    assert bars["cosine"] == pytest.approx(1 - 0.001 * 1.5) and bars["channel_mean_shift"] == pytest.approx(0.006)
+    with pytest.raises(ValueError):
+        ev.derive_bars(runs, -1)
+
+
+def test_evidence_default_path_is_next_to_the_calling_module():
+    assert ev.evidence_path() == __import__("pathlib").Path(__file__).with_name("test_gates.vgct-evidence.json")
+
+
+@pytest.fixture(autouse=True)
+def _gate_not_calibrate(monkeypatch):
+    """These tests check gating; keep them gating even under ``pytest --vgct-calibrate``."""
+    from vgct_ext import _context
+
+    s = _context.current_session()
+    if s is not None:
+        monkeypatch.setattr(s, "calibrate", False)
+
+
+def test_method_layer_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, vgct_ext, vgct_ext.gates, vgct_ext.probes, vgct_ext.experiment, vgct_ext.skips, "
+            "vgct_ext.evidence, vgct_ext.plugin, vgct_ext.__main__; "
+            "assert 'torch' not in sys.modules, 'torch imported'; print(vgct_ext.assert_t1.__module__)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "vgct_ext.gates"

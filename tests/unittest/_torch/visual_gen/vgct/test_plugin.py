@@ -1,0 +1,339 @@
+"""The vgct pytest plugin, tested with pytester: markers and selection, the summary table, the report JSON,
+calibrate-then-gate, --vgct-repeat catching planted nondeterminism, and strict mode."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+try:  # torch must be imported before any in-process pytester run: pytester restores sys.modules after each run,
+    import torch  # noqa: F401  # and torch's C extension cannot be imported a second time in one process
+except ImportError:
+    pass
+
+# pytester is enabled here rather than in a conftest: ``pytest_plugins`` in a non-root conftest is an error.
+pytest_plugins = ["pytester"]
+
+HEADER = """
+import os
+import numpy as np
+import pytest
+from vgct_ext.gates import Relax, assert_t1, assert_t2
+from vgct_ext.skips import requires_checkpoint, requires_gpu, requires_gpus, requires_reference, checkpoint_path
+
+E = np.linspace(-1.0, 1.0, 64).reshape(4, 16)
+"""
+
+
+@pytest.fixture
+def run(pytester, request):
+    """Run pytest in-process on pytester's directory, loading the plugin explicitly if it is not autoloaded."""
+    extra = [] if request.config.pluginmanager.has_plugin("vgct") else ["-p", "vgct_ext.plugin"]
+
+    def _run(*args):
+        return pytester.runpytest(*extra, "-p", "no:cacheprovider", *args)
+
+    return _run
+
+
+def _evidence(pytester, name="test_x"):
+    return json.loads((pytester.path / f"{name}.vgct-evidence.json").read_text())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_summary_table_lists_every_comparison(pytester, run):
+    pytester.makepyfile(test_x=HEADER + """
+@pytest.mark.t1
+@pytest.mark.component("wan.block")
+@pytest.mark.feature("sdpa swap")
+def test_pass(vgct):
+    vgct.assert_t1(E * (1 + 1e-4), E)
+    vgct.assert_feature_active(on=E * (1 + 1e-4), off=E)
+
+@pytest.mark.t1
+@pytest.mark.component("flux.block")
+@pytest.mark.feature("compile")
+def test_fail(vgct):
+    vgct.assert_t1(E * 1.02, E)
+""")
+    result = run("-rA")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*vgct comparisons*",
+        "test*component*feature*gate*dtype (a/e)*shape*statistic*value*bar*margin*result",
+        "test_x.py::test_pass*wan.block*sdpa swap*T1*float64/float64*4x16*"
+        "rel_l2*1.0000e-04*<= 1.0000e-02*+9.900e-03*pass",
+        "*cosine*>= 0.99990000*pass",
+        "*mismatches*0*<= 0*+0*pass",
+        "*non_finite_pairs*0*== 0*+0*pass",
+        "test_x.py::test_pass*wan.block*sdpa swap*active*feature delta*pass",
+        "test_x.py::test_fail*flux.block*compile*T1*rel_l2*2.0000e-02*<= 1.0000e-02*-1.000e-02*FAIL",
+    ])
+    # the failure itself names component, feature and the statistic that moved
+    result.stdout.fnmatch_lines(["*T1 gate failed: component 'flux.block', feature 'compile'*",
+                                 "*relative L2*2.0000e-02*<= 1.0000e-02*FAIL*"])
+
+
+def test_markers_select_by_component_feature_and_tier(pytester, run):
+    pytester.makepyfile(test_x=HEADER + """
+@pytest.mark.t1
+@pytest.mark.component("wan.transformer_block")
+@pytest.mark.feature("attention backend")
+def test_a(vgct):
+    vgct.assert_t1(E, E)
+
+@pytest.mark.t2
+@pytest.mark.component("flux.single_block")
+@pytest.mark.feature("fp8 storage")
+def test_b():
+    pass
+
+@requires_gpu(min_sm=90)
+def test_c():
+    pass
+""")
+    run("-k", "wan").assert_outcomes(passed=1, deselected=2)
+    run("-k", "fp8").assert_outcomes(passed=1, deselected=2)
+    run("-m", "t2").assert_outcomes(passed=1, deselected=2)
+    run("-m", "gpu").assert_outcomes(skipped=1, deselected=2)
+    result = run("--strict-markers", "-m", "not gpu")
+    result.assert_outcomes(passed=2, deselected=1)
+
+
+def test_report_json_has_what_an_engineer_hands_over(pytester, run):
+    pytester.makepyfile(test_x=HEADER + """
+@pytest.mark.t1
+@pytest.mark.component("wan.block")
+@pytest.mark.feature("sdpa swap")
+def test_a(vgct):
+    vgct.assert_t1(E.astype(np.float32), E, relax=Relax.BACKEND_SWAP)
+
+@requires_reference("vgct_no_such_reference_module")
+def test_b():
+    pass
+""")
+    result = run("--vgct-report=out/report.json")
+    result.assert_outcomes(passed=1, skipped=1)
+    rep = json.loads((pytester.path / "out" / "report.json").read_text())
+    assert rep["format"] == "vgct-report/1"
+    assert "--vgct-report=out/report.json" in rep["command"]
+    hw = rep["hardware"]
+    assert hw["cpu"]["cores"] >= 1 and hw["cpu"]["model"] and isinstance(hw["gpus"], list)
+    assert "cuda_driver_version" in hw["vgct_build"]
+    assert rep["software"]["vgct_ext"] and rep["software"]["numpy"] == np.__version__
+    assert rep["precision"]["dtypes"] == ["float32 vs float64"]
+    (c,) = rep["comparisons"]
+    assert (c["test"], c["component"], c["feature"], c["gate"], c["relax"]) == (
+        "test_x.py::test_a", "wan.block", "sdpa swap", "T1", "backend or kernel swap")
+    assert c["dtype_actual"] == "float32" and c["shape"] == [4, 16] and c["stratum"] == "cpu"
+    rel = {k["statistic"]: k for k in c["checks"]}["rel_l2"]
+    assert rel["bar"] == 5e-2 and rel["op"] == "<=" and rel["passed"] is True
+    assert rel["margin"] == pytest.approx(5e-2 - rel["value"])
+    assert c["statistics"]["rel_l2"] == rel["value"]
+    assert rep["skips"] == [{"test": "test_x.py::test_b",
+                             "reason": "Skipped: trusted reference 'vgct_no_such_reference_module' is not importable"}]
+    assert rep["summary"]["passed"] == 1 and rep["summary"]["skipped"] == 1
+    result.stdout.fnmatch_lines(["*vgct report: *report.json"])
+
+
+T2_TEST = HEADER + """
+K = float(os.environ.get("VGCT_TEST_DRIFT", "1"))
+
+@pytest.mark.t2
+@pytest.mark.component("wan.block")
+@pytest.mark.feature("fp8 storage")
+def test_lossy(vgct):
+    a = E * (1 + 0.02 * K)
+    a[:, 3] += 0.05 * K  # a per-channel shift in channel 3 (dim=1)
+    vgct.assert_t2(a, E, dim=1)
+"""
+
+
+def _oracle_t2(k):
+    a = np.linspace(-1.0, 1.0, 64).reshape(4, 16)
+    e = a.copy()
+    a = a * (1 + 0.02 * k)
+    a[:, 3] += 0.05 * k
+    d = a - e
+    return {"rel_l2": np.linalg.norm(d) / np.linalg.norm(e),
+            "cosine": float((a * e).sum() / (np.linalg.norm(a) * np.linalg.norm(e))),
+            "max_abs_err": float(np.abs(d).max()), "channel_mean_shift": float(np.abs(d.mean(axis=0)).max())}
+
+
+def test_calibrate_then_gate(pytester, run, monkeypatch):
+    pytester.makepyfile(test_x=T2_TEST)
+    result = run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*no T2 evidence for 'wan.block | fp8 storage'*never from a default*",
+                                 "*pytest --vgct-calibrate \"test_x.py::test_lossy\"*"])
+
+    result = run("--vgct-calibrate", "--vgct-repeat=2")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*vgct evidence written: *test_x.vgct-evidence.json ?wan.block | fp8 storage? "
+                                 "stratum cpu: 2 run(s)*"])
+    entry = _evidence(pytester)["entries"]["wan.block | fp8 storage"]["cpu"]
+    want = _oracle_t2(1)
+    assert len(entry["runs"]) == 2 and entry["runs"][0] == entry["runs"][1]
+    assert entry["headroom"] == 0.5 and "worst" in entry["headroom_rule"]
+    assert entry["observed_worst"]["rel_l2"] == pytest.approx(want["rel_l2"], rel=1e-12)
+    assert entry["observed_worst"]["channel_mean_shift"] == pytest.approx(want["channel_mean_shift"], rel=1e-9)
+    assert entry["bars"]["rel_l2"] == pytest.approx(1.5 * want["rel_l2"], rel=1e-12)
+    assert entry["bars"]["cosine"] == pytest.approx(1 - 1.5 * (1 - want["cosine"]), abs=1e-12)
+    assert entry["bars"]["max_abs_err"] == pytest.approx(1.5 * want["max_abs_err"], rel=1e-12)
+    assert (entry["dtype_actual"], entry["dtype_expected"], entry["shape"], entry["dim"]) == (
+        "float64", "float64", [4, 16], 1)
+    assert entry["tests"] == ["test_x.py::test_lossy"] and "--vgct-calibrate" in entry["command"]
+    assert entry["investigation"] is None and entry["versions"]["numpy"] == np.__version__
+
+    run().assert_outcomes(passed=1)  # gates on the recorded bars now
+
+    monkeypatch.setenv("VGCT_TEST_DRIFT", "1.6")  # the feature drifts 60% more than calibrated
+    result = run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*T2 gate failed: component 'wan.block', feature 'fp8 storage' (stratum cpu*",
+                                 "*relative L2*<= *FAIL*", "*per-channel mean shift*FAIL*channel 3*"])
+
+    # recalibrating keeps a human's investigation note and other strata
+    data = _evidence(pytester)
+    data["entries"]["wan.block | fp8 storage"]["cpu"]["investigation"] = "checked by hand"
+    data["entries"]["wan.block | fp8 storage"]["sm_90"] = {"bars": {"rel_l2": 0.1}}
+    (pytester.path / "test_x.vgct-evidence.json").write_text(json.dumps(data))
+    run("--vgct-calibrate", "--vgct-headroom=1.0").assert_outcomes(passed=1)
+    strata = _evidence(pytester)["entries"]["wan.block | fp8 storage"]
+    assert strata["sm_90"] == {"bars": {"rel_l2": 0.1}}
+    assert strata["cpu"]["investigation"] == "checked by hand" and strata["cpu"]["headroom"] == 1.0
+    assert strata["cpu"]["bars"]["rel_l2"] == pytest.approx(2 * _oracle_t2(1.6)["rel_l2"], rel=1e-12)
+
+
+def test_calibration_of_a_failing_test_is_not_recorded(pytester, run):
+    pytester.makepyfile(test_x=HEADER + """
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_lossy(vgct):
+    vgct.assert_t2(E * 1.1, E)
+    assert False, "the test failed after the measurement"
+""")
+    result = run("--vgct-calibrate")
+    result.assert_outcomes(failed=1)
+    assert not (pytester.path / "test_x.vgct-evidence.json").exists()
+    result.stdout.fnmatch_lines(["*--vgct-calibrate recorded no T2 evidence*"])
+
+
+def test_cosine_bar_under_floor_needs_investigation(pytester, run):
+    pytester.makepyfile(test_x=HEADER + """
+@pytest.mark.component("c")
+@pytest.mark.feature("int4")
+def test_lossy(vgct):
+    vgct.assert_t2(E + 0.5 * np.sin(7 * E), E)   # cosine ~0.9, a bar far under 0.99
+""")
+    result = run("--vgct-calibrate")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*cosine bar 0.* < 0.99 for c | int4*investigation note*"])
+    result = run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*under the 0.99 floor that requires investigation*"])
+    data = _evidence(pytester)
+    data["entries"]["c | int4"]["cpu"]["investigation"] = "int4 weight-only: drift measured against fp16, ok"
+    (pytester.path / "test_x.vgct-evidence.json").write_text(json.dumps(data))
+    run().assert_outcomes(passed=1)
+
+
+def test_repeat_flags_planted_nondeterminism(pytester, run):
+    pytester.makepyfile(test_x=HEADER + """
+STATE = {"n": 0, "plain": 0}
+
+@pytest.mark.t1
+@pytest.mark.component("wan.block")
+@pytest.mark.feature("sdpa swap")
+def test_flaky(vgct):
+    STATE["n"] += 1
+    vgct.assert_t1(E * (1 + 1e-7 * STATE["n"]), E)   # passes every time, but not bitwise the same
+
+@pytest.mark.t1
+@pytest.mark.component("wan.block")
+@pytest.mark.feature("eager")
+def test_stable(vgct):
+    vgct.assert_t1(E * (1 + 1e-7), E)
+    r = vgct.run_twice(lambda x: x * 2, E)
+    assert r.identical
+
+def test_plain():
+    STATE["plain"] += 1
+    assert STATE["plain"] == 1   # not a paired test: run once
+""")
+    result = run("--vgct-repeat=3", "--vgct-report=r.json")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines([
+        "*nondeterminism (--vgct-repeat=3) in test_x.py::test_flaky*",
+        "*t1 #1 (wan.block / sdpa swap): repetition 2 differs from repetition 1 in * statistic(s): *rel_l2*",
+        "*vgct NONDETERMINISM in test_x.py::test_flaky*",
+    ])
+    rep = json.loads((pytester.path / "r.json").read_text())
+    assert [n["test"] for n in rep["nondeterminism"]] == ["test_x.py::test_flaky"]
+    stable = [c for c in rep["comparisons"] if c["test"] == "test_x.py::test_stable"]
+    assert sorted(c["repetition"] for c in stable if c["kind"] == "t1") == [0, 1, 2]
+    assert rep["options"]["repeat"] == 3
+
+
+def test_strict_mode_turns_missing_reference_into_failure(pytester, run, monkeypatch, tmp_path):
+    (tmp_path / "models" / "Wan-tiny").mkdir(parents=True)
+    monkeypatch.setenv("LLM_MODELS_ROOT", str(tmp_path / "models"))
+    monkeypatch.delenv("VGCT_STRICT", raising=False)
+    pytester.makepyfile(test_x=HEADER + """
+@requires_reference("vgct_no_such_reference_module")
+def test_ref():
+    pass
+
+@requires_checkpoint("not-downloaded")
+def test_ckpt():
+    pass
+
+@requires_checkpoint("Wan-tiny")
+def test_ckpt_present():
+    assert checkpoint_path("Wan-tiny").is_dir()
+
+def test_ckpt_imperative():
+    checkpoint_path("also-missing")
+
+@requires_gpus(64)
+def test_hw():
+    pass
+""")
+    result = run("-rs")
+    result.assert_outcomes(passed=1, skipped=4)
+    result.stdout.fnmatch_lines([
+        "SKIPPED ?1? test_x.py:*: trusted reference 'vgct_no_such_reference_module' is not importable",
+        "SKIPPED ?1? test_x.py:*: checkpoint 'not-downloaded' not found under LLM_MODELS_ROOT=*",
+        "SKIPPED ?1? test_x.py:*: checkpoint 'also-missing' not found under LLM_MODELS_ROOT=*",
+    ])
+    result = run("--vgct-strict")
+    result.assert_outcomes(passed=1, skipped=1, errors=2, failed=1)  # hardware still skips
+    result.stdout.fnmatch_lines(["*vgct strict mode: trusted reference 'vgct_no_such_reference_module'*",
+                                 "*vgct strict mode: checkpoint 'not-downloaded'*"])
+    monkeypatch.setenv("VGCT_STRICT", "1")
+    run().assert_outcomes(passed=1, skipped=1, errors=2, failed=1)
+
+
+def test_fixture_needs_component_and_feature(pytester, run):
+    pytester.makepyfile(test_x=HEADER + """
+def test_unnamed(vgct):
+    vgct.assert_t1(E, E)
+
+@pytest.mark.component("c")
+def test_override(vgct):
+    s = vgct.assert_t1(E, E, feature="given here")
+    assert vgct.records[-1]["feature"] == "given here" and vgct.records[-1]["component"] == "c"
+""")
+    result = run()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*no component named: mark the test with @pytest.mark.component*"])
+
+
+def test_bad_options_are_usage_errors(pytester, run):
+    pytester.makepyfile(test_x="def test_a():\n    pass\n")
+    result = run("--vgct-repeat=0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR

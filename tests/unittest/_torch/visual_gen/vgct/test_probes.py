@@ -1,0 +1,437 @@
+"""Feature-active probes, fingerprints, poison, and the paired-experiment helpers on torch CPU tensors
+(GPU variants marked ``gpu``)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+import vgct_ext  # noqa: E402
+from vgct_ext.experiment import (  # noqa: E402
+    Nondeterminism,
+    capture,
+    guard_inputs,
+    load_reference,
+    make_noise,
+    run_twice,
+    save_reference,
+)
+from vgct_ext.probes import (  # noqa: E402
+    FeatureInactive,
+    assert_all_written,
+    assert_feature_active,
+    assert_same_weights,
+    count_calls,
+    count_unwritten,
+    poison,
+    weights_fingerprint,
+    weights_fingerprints,
+)
+from vgct_ext.skips import requires_gpu  # noqa: E402
+
+
+def _randn(*shape, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+class Block(torch.nn.Module):
+    """A block whose 'feature' routes through an alternate path (gelu-tanh vs exact gelu)."""
+
+    def __init__(self, fast: bool = False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.proj = torch.nn.Linear(8, 8)
+        self.out = torch.nn.Linear(8, 8)
+        self.fast = fast
+        self.used_fast_path = False
+
+    def helper(self, x):
+        return x * 2
+
+    @staticmethod
+    def stat(x):
+        return x + 1
+
+    @classmethod
+    def klass(cls, x):
+        return x - 1
+
+    def forward(self, x):
+        h = self.proj(x)
+        if self.fast:
+            self.used_fast_path = True
+            h = F.gelu(h, approximate="tanh")
+        else:
+            h = F.gelu(h)
+        return self.out(h)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# feature delta
+
+
+def test_feature_delta_passes_with_known_relative_l2():
+    off = _randn(4, 64, dtype=torch.float64)
+    on = off * (1 + 1e-3)
+    r = assert_feature_active(component="c", feature="f", on=on, off=off, floor=1e-4)
+    assert r.passed and r.stats.n_unequal == off.numel()
+    assert r.stats.rel_l2 == pytest.approx(1e-3, rel=1e-9)
+
+
+def test_feature_delta_fails_when_outputs_identical():
+    off = _randn(4, 64)
+    with pytest.raises(FeatureInactive) as ei:
+        assert_feature_active(component="flux.block", feature="first block cache", on=off.clone(), off=off)
+    msg = str(ei.value)
+    assert "flux.block" in msg and "first block cache" in msg and "0 of 256 elements differ" in msg
+    assert "bitwise" in msg and "FAIL feature delta" in msg
+
+
+def test_feature_delta_below_floor_fails():
+    off = _randn(1000)
+    on = off.clone()
+    on[0] += 1e-3  # one element: n_unequal = 1 but relative L2 tiny
+    rel = abs(1e-3) / math.sqrt(float((off.double() ** 2).sum()))
+    with pytest.raises(FeatureInactive, match=r"1 of 1000 elements differ .* relative L2"):
+        assert_feature_active(component="c", feature="f", on=on, off=off, floor=10 * rel)
+    assert_feature_active(component="c", feature="f", on=on, off=off, floor=rel / 10)
+
+
+def test_feature_delta_against_zero_output():
+    off = torch.zeros(8)
+    assert_feature_active(component="c", feature="f", on=off + 1, off=off)
+    with pytest.raises(FeatureInactive, match="zero norm"):
+        assert_feature_active(component="c", feature="f", on=off.clone(), off=off)
+
+
+def test_probe_needs_a_form_and_both_sides():
+    with pytest.raises(TypeError, match="at least one form"):
+        assert_feature_active(component="c", feature="f")
+    with pytest.raises(TypeError, match="both on="):
+        assert_feature_active(component="c", feature="f", on=torch.zeros(2))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# call counts
+
+
+def test_count_calls_module_function_and_restores():
+    b = Block(fast=True)
+    original = F.gelu
+    with count_calls(F, "gelu") as calls:
+        b(_randn(2, 8))
+        b(_randn(2, 8))
+    assert calls.count == 2 and int(calls) == 2
+    assert F.gelu is original
+    assert_feature_active(component="c", feature="gelu path", calls=calls, min_calls=2)
+    with pytest.raises(FeatureInactive, match=r"called 2 time\(s\) \(>= 3 required\)"):
+        assert_feature_active(component="c", feature="f", calls=calls, min_calls=3)
+
+
+def test_count_calls_module_forward_and_submodule_path():
+    b = Block()
+    seq = torch.nn.Sequential(b, torch.nn.Identity())
+    with count_calls(b, "forward") as fwd, count_calls(seq, "0.out") as out, count_calls(b, "proj") as proj:
+        seq(_randn(3, 8))
+        seq(_randn(3, 8))
+    assert (fwd.count, out.count, proj.count) == (2, 2, 2)
+    assert not b._forward_pre_hooks  # hooks removed
+    seq(_randn(3, 8))
+    assert fwd.count == 2
+
+
+def test_count_calls_instance_method_class_static_and_classmethods():
+    b = Block()
+    with count_calls(b, "helper") as c:
+        b.helper(1)
+        Block().helper(1)  # another instance: not counted
+    assert c.count == 1 and "helper" not in b.__dict__
+    with count_calls(Block, "helper") as c1, count_calls(Block, "stat") as c2, count_calls(Block, "klass") as c3:
+        assert Block().helper(3) == 6 and Block.stat(1) == 2 and Block.klass(1) == 0 and b.stat(0) == 1
+    assert (c1.count, c2.count, c3.count) == (1, 2, 1)
+    assert isinstance(Block.__dict__["stat"], staticmethod) and isinstance(Block.__dict__["klass"], classmethod)
+
+
+def test_count_calls_restores_on_error_and_rejects_missing():
+    original = F.gelu
+    with pytest.raises(RuntimeError):
+        with count_calls(F, "gelu"):
+            raise RuntimeError("boom")
+    assert F.gelu is original
+    with pytest.raises(AttributeError, match="no attribute or submodule 'nope'"):
+        with count_calls(Block(), "nope"):
+            pass
+    with pytest.raises(TypeError, match="not callable"):
+        with count_calls(Block(), "fast"):
+            pass
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# flags and sharding
+
+
+def test_path_flag():
+    b = Block(fast=True)
+    b(_randn(1, 8))
+    assert_feature_active(component="c", feature="fast", flag=(b, "used_fast_path"))
+    with pytest.raises(FeatureInactive, match=r"Block.used_fast_path = False"):
+        assert_feature_active(component="c", feature="fast", flag=(Block(), "used_fast_path"))
+
+
+def test_sharding_state():
+    full = _randn(2, 16, 8)
+    local = full[:, :8]
+    r = assert_feature_active(component="wan.attn", feature="ulysses", sharding=(local, full.shape, 1))
+    assert "local shape (2, 8, 8) of global (2, 16, 8)" in r.forms[0][2]
+    with pytest.raises(FeatureInactive, match="not sharded"):
+        assert_feature_active(component="wan.attn", feature="ulysses", sharding=(full, full.shape, 1))
+    with pytest.raises(TypeError):
+        assert_feature_active(component="c", feature="f", sharding=full)
+
+
+def test_all_forms_must_hold():
+    off = _randn(8)
+    with pytest.raises(FeatureInactive) as ei:
+        assert_feature_active(component="c", feature="f", on=off * 2, off=off, flag=False)
+    msg = str(ei.value)
+    assert "ok   feature delta" in msg and "FAIL path flag" in msg
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# fingerprints
+
+
+def test_fingerprint_is_logical_and_weights_fingerprint_detects_changes():
+    w = _randn(8, 4)
+    strided = w.t().contiguous().t()  # same logical values, other strides
+    assert vgct_ext.fingerprint(strided) == vgct_ext.fingerprint(w)
+    a, b = Block(), Block()
+    assert weights_fingerprint(a) == weights_fingerprint(b) == weights_fingerprint(b.state_dict())
+    assert assert_same_weights(a, b, component="block") == weights_fingerprint(a)
+    with torch.no_grad():
+        b.out.weight[3, 5] += 1e-6
+    assert weights_fingerprint(a) != weights_fingerprint(b)
+    with pytest.raises(AssertionError, match=r"(?s)component 'block': 1 tensor\(s\) differ.*out.weight"):
+        assert_same_weights(a, b, component="block")
+    half = {k: v.half() for k, v in a.state_dict().items()}
+    assert weights_fingerprint(half) != weights_fingerprint(a)
+    transposed = dict(a.state_dict(), **{"out.weight": a.out.weight.detach().t().contiguous()})
+    assert weights_fingerprints(transposed)["out.weight"] != weights_fingerprints(a)["out.weight"]
+    with pytest.raises(AssertionError, match="only in the first"):
+        assert_same_weights(a.state_dict(), {k: v for k, v in a.state_dict().items() if k != "proj.bias"},
+                            component="block")
+
+
+@requires_gpu()
+def test_fingerprint_equal_on_cpu_and_gpu():
+    w = _randn(33, 17, dtype=torch.bfloat16)
+    assert vgct_ext.fingerprint(w.cuda()) == vgct_ext.fingerprint(w)
+    b = Block()
+    assert weights_fingerprint(Block().cuda()) == weights_fingerprint(b)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# poison / count_unwritten
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.float8_e4m3fn,
+                                   torch.float8_e5m2, torch.int32, torch.int8, torch.uint8, torch.int64])
+def test_poison_then_count_unwritten(dtype):
+    t = torch.empty(6, 10, dtype=dtype)
+    assert poison(t) is t
+    assert count_unwritten(t) == 60
+    t[:, :7] = torch.ones(6, 7).to(dtype)  # a kernel that forgot the last 3 columns
+    assert count_unwritten(t) == 18
+    with pytest.raises(AssertionError, match=r"18 of 60 elements .* first at index \(0, 7\)"):
+        assert_all_written(t, component="c", feature="f")
+    t[:, 7:] = 0
+    assert count_unwritten(t) == 0
+    assert_all_written(t, component="c")
+
+
+def test_poison_non_contiguous_view_and_legit_nan():
+    base = torch.zeros(8, 8)
+    view = base[:, ::2]
+    poison(view)
+    assert count_unwritten(base) == 32 and count_unwritten(view) == 32
+    view.copy_(torch.full_like(view, float("nan")))  # a computed NaN is written, not the sentinel
+    assert count_unwritten(view) == 0 and torch.isnan(view).all()
+
+
+def test_poison_numpy_and_bad_types():
+    a = np.empty((3, 4), np.float32)
+    poison(a)
+    a[0] = 1
+    assert count_unwritten(a) == 8 and np.isnan(a[1:]).all()
+    with pytest.raises(TypeError):
+        poison(torch.zeros(2, dtype=torch.bool))
+    with pytest.raises(TypeError):
+        poison([1.0])
+
+
+@requires_gpu()
+def test_poison_on_gpu():
+    t = poison(torch.empty(1000, device="cuda", dtype=torch.bfloat16))
+    t[:999] = 1
+    assert count_unwritten(t) == 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# capture / replay, identical inputs
+
+
+class Pipeline(torch.nn.Module):
+    def __init__(self, block):
+        super().__init__()
+        self.pre = torch.nn.Linear(8, 8)
+        self.block = block
+        self.post = torch.nn.Linear(8, 8)
+
+    def forward(self, x, scale=1.0):
+        h = self.pre(x)
+        for _ in range(3):
+            h = self.block(h * scale)
+        return self.post(h)
+
+
+def test_capture_records_component_io_and_replays_to_both_sides():
+    torch.manual_seed(1)
+    pipe = Pipeline(Block())
+    x = make_noise((2, 8), seed=3)
+    with capture(pipe.block) as cap, torch.no_grad():
+        pipe(x, scale=0.5)
+    assert len(cap) == 3
+    expected_in = pipe.pre(x).detach() * 0.5
+    assert vgct_ext.fingerprint(cap.args[0]) == vgct_ext.fingerprint(expected_in)
+    assert vgct_ext.fingerprint(cap.output) == vgct_ext.fingerprint(pipe.block(expected_in).detach())
+    on, off = Block(fast=True), Block(fast=False)
+    out_on, out_off = cap.replay(on, off, call=1)
+    assert vgct_ext.fingerprint(out_off) == vgct_ext.fingerprint(cap.calls[1].output)
+    assert on.used_fast_path and not off.used_fast_path
+    r = assert_feature_active(component="block", feature="gelu tanh", on=out_on, off=out_off)
+    assert r.stats.n_unequal > 0
+    assert not pipe.block._forward_hooks and not pipe.block._forward_pre_hooks
+
+
+def test_capture_stop_after_stops_the_pipeline_and_keeps_kwargs():
+    class KwBlock(torch.nn.Module):
+        def forward(self, x, *, t):
+            return x + t
+
+    class P(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blk = KwBlock()
+
+        def forward(self, x):
+            for i in range(5):
+                x = self.blk(x, t=torch.tensor(float(i)))
+            return x
+
+    p = P()
+    with count_calls(p.blk, "forward") as n, capture(p.blk, stop_after=2) as cap:
+        p(torch.zeros(3))
+    assert len(cap) == 2 and n.count == 2  # the pipeline stopped after the second call
+    assert float(cap.calls[1].kwargs["t"]) == 1.0
+    (out,) = cap.replay(KwBlock(), call=1)
+    assert torch.equal(out, cap.calls[1].output)
+    with pytest.raises(LookupError, match="never called"):
+        with capture(KwBlock()) as empty:
+            pass
+        _ = empty.args
+
+
+def test_make_noise_is_one_tensor_independent_of_global_rng():
+    torch.manual_seed(123)
+    a = make_noise((2, 3, 4), seed=7)
+    torch.rand(100)
+    b = make_noise((2, 3, 4), seed=7, dtype=torch.bfloat16)
+    assert vgct_ext.fingerprint(a.to(torch.bfloat16)) == vgct_ext.fingerprint(b)
+    assert make_noise((2, 3, 4), seed=8).ne(a).any()
+
+
+def test_guard_inputs_detects_in_place_writes():
+    x = make_noise((4,), seed=0)
+    with guard_inputs(x, latents=x * 2):
+        (x + 1).sum()
+    with pytest.raises(AssertionError, match=r"modified in place.*input\[0\]"):
+        with guard_inputs(x):
+            x.add_(1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# references through safetensors
+
+
+def test_save_and_load_reference_round_trip(tmp_path):
+    b = Block()
+    out = _randn(2, 3, 8, dtype=torch.bfloat16)
+    nc = _randn(8, 6).t()  # non-contiguous
+    path = tmp_path / "ref.safetensors"
+    info = save_reference(path, {"out": out, "nc": nc, "alias": out}, {"component": "wan.block", "seed": 0},
+                          weights=b)
+    ref = load_reference(path)
+    assert ref.meta == {"component": "wan.block", "seed": 0}
+    assert ref["out"].dtype == torch.bfloat16 and torch.equal(ref["out"], out) and torch.equal(ref["nc"], nc)
+    assert "alias" in ref and set(ref.keys()) == {"out", "nc", "alias"}
+    assert ref.weights_fingerprint == weights_fingerprint(b)
+    assert ref.versions["torch"] == torch.__version__ and "safetensors" in ref.versions
+    assert info["tensors"]["nc"]["shape"] == [6, 8] and info["tensors"]["out"]["dtype"] == "bfloat16"
+
+
+def test_load_reference_rejects_foreign_and_tampered_files(tmp_path):
+    from safetensors.torch import save_file
+
+    p = tmp_path / "plain.safetensors"
+    save_file({"x": torch.zeros(2)}, str(p))
+    with pytest.raises(ValueError, match="no 'vgct' metadata"):
+        load_reference(p)
+    q = tmp_path / "ref.safetensors"
+    save_reference(q, {"x": torch.arange(4.0)})
+    raw = bytearray(q.read_bytes())
+    raw[-1] ^= 0x40  # flip a bit of the last value
+    q.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="fingerprint"):
+        load_reference(q)
+    with pytest.raises(TypeError, match="JSON"):
+        save_reference(tmp_path / "m.safetensors", {"x": torch.zeros(1)}, {"bad": object()})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# run twice
+
+
+def test_run_twice_identical():
+    b = Block()
+    x = make_noise((2, 8), seed=0)
+    r = run_twice(lambda v: (b(v), {"aux": v * 2}), x)
+    assert r.identical and len(r.names) == 2 and r.fingerprints[0] == r.fingerprints[1]
+    r.assert_identical(component="block", feature="eager")
+
+
+def test_run_twice_reports_statistics_of_a_difference():
+    state = {"n": 0}
+    x = make_noise((256,), seed=0, dtype=torch.float64)
+
+    def flaky(v):
+        state["n"] += 1
+        return v * (1 + 1e-6 * state["n"])  # run 2 differs: relative L2 of run2 vs run1 = 1e-6 / (1 + 1e-6)
+
+    r = run_twice(flaky, x)
+    assert not r.identical and r.fingerprints[0] != r.fingerprints[1]
+    s = r.stats["out"]
+    assert s.rel_l2 == pytest.approx(1e-6 / (1 + 1e-6), rel=1e-6)
+    with pytest.raises(Nondeterminism, match=r"(?s)component 'c', feature 'f'.*out: fingerprints"):
+        r.assert_identical(component="c", feature="f")
+
+
+def test_run_twice_detects_input_mutation():
+    x = torch.zeros(4)
+    r = run_twice(lambda v: v.add_(1), x)
+    assert not r.identical and r.inputs_changed == ["input[0]"]

@@ -1,0 +1,304 @@
+"""vgct_ext.compare against the independent float64 oracle (oracle.py).
+
+Every statistic of docs/metrics.md: sums within 1e-12 relative of math.fsum,
+maxima, indices, counts and quantiles exact; every dtype NumPy exports, every
+layout (contiguous, transposed, negative and stride-0 views, slices), the edge
+values of the issue, and a stride-0 view of more than 2^31 elements.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import vgct_ext
+from oracle import mismatches_vs_oracle, oracle
+
+RNG = np.random.default_rng(20260501)
+QS = (0.0, 0.25, 0.5, 0.9, 0.99, 1.0)
+
+
+def check(a, e, rtol=1e-3, atol=1e-3, quantiles=QS, dim=None, a64=None, e64=None):
+    s = vgct_ext.compare(a, e, rtol=rtol, atol=atol, quantiles=quantiles, dim=dim)
+    a64 = np.asarray(a, dtype=np.float64) if a64 is None else a64
+    e64 = np.asarray(e, dtype=np.float64) if e64 is None else e64
+    bad = mismatches_vs_oracle(s, a64, e64, rtol, atol, quantiles, dim)
+    assert not bad, f"{a.dtype}/{e.dtype} shape {a.shape} strides {a.strides}/{e.strides}: {bad}"
+    return s
+
+
+def pair(shape, dt_a, dt_e=None, rel=1e-3, seed=None):
+    """Reference-like data and a perturbed copy, cast to the dtypes."""
+    rng = np.random.default_rng(seed) if seed is not None else RNG
+    dt_e = dt_e or dt_a
+    base = rng.standard_normal(shape) * 3
+    noise = rng.standard_normal(shape) * rel * 3
+
+    def cast(x, dt):
+        dt = np.dtype(dt)
+        if dt == np.bool_:
+            return x > 0
+        if dt.kind in "iu":
+            info = np.iinfo(dt)
+            return np.clip(np.round(x * 20), info.min, info.max).astype(dt)
+        return x.astype(dt)
+
+    return cast(base + noise, dt_a), cast(base, dt_e)
+
+
+DTYPES = ["float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"]
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_each_dtype_against_oracle(dt):
+    a, e = pair((37, 61), dt)
+    check(a, e)
+    check(a, e, dim=1)
+
+
+@pytest.mark.parametrize("dt_a,dt_e", [("float16", "float32"), ("float32", "float64"),
+                                       ("int32", "float64"), ("uint8", "int8"),
+                                       ("bool", "float16"), ("int64", "float32")])
+def test_mixed_dtypes(dt_a, dt_e):
+    a, e = pair((4, 1031), dt_a, dt_e)
+    check(a, e)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "negative", "stepped",
+                                    "broadcast", "mixed_orders", "fortran", "size1_dims"])
+@pytest.mark.parametrize("dt", ["float32", "float64", "float16"])
+def test_layouts(layout, dt):
+    a, e = pair((23, 17, 41), dt)
+    if layout == "transposed":
+        a, e = a.transpose(2, 0, 1), e.transpose(2, 0, 1)
+    elif layout == "negative":
+        a, e = a[::-1, :, ::-2], e[::-1, :, ::-2]
+    elif layout == "stepped":
+        a, e = a[1::2, ::3, 2:], e[1::2, ::3, 2:]
+    elif layout == "broadcast":
+        a = np.broadcast_to(a[:1], (5,) + a.shape[1:])
+        e = np.broadcast_to(e[:1, :1], (5,) + e.shape[1:])
+    elif layout == "mixed_orders":  # only one side transposed: no common memory order
+        a = np.ascontiguousarray(a.transpose(2, 1, 0)).transpose(2, 1, 0)
+    elif layout == "fortran":
+        a, e = np.asfortranarray(a), np.asfortranarray(e)
+    elif layout == "size1_dims":
+        a, e = a[:, None, :1, :, None], e[:, None, :1, :, None]
+    check(a, e)
+    for d in range(a.ndim):
+        check(a, e, dim=d, quantiles=(0.5,))
+
+
+def test_large_multi_segment_and_threads():
+    """> 2^18 pairs: several segments and both threads (the public path)."""
+    a, e = pair((3, 300_007), "float32")
+    check(a, e)
+    check(a.T, e.T)
+    check(a, e, dim=0)
+
+
+# ---- edge values ------------------------------------------------------------------
+
+def test_fp32_overflowing_square():
+    """[1e20, 1, 1]: squares overflow float32 (1e40), not the float64 accumulation."""
+    a = np.array([1e20, 1, 1], np.float32)
+    e = np.array([1e20, 1, 2], np.float32)
+    s = check(a, e)
+    assert s.norm_actual == pytest.approx(1e20, rel=1e-7) and math.isfinite(s.norm_actual)
+    assert s.rel_l2 == pytest.approx(1.0 / float(np.float32(1e20)), rel=1e-12)
+
+
+def test_fp16_near_max():
+    a = np.array([65504, 65504, -65504, 60000], np.float16)
+    e = np.array([65504, 65472, 65504, -65504], np.float16)
+    s = check(a, e)
+    assert s.max_abs_err == 131008.0  # |(-65504) - 65504| is not an fp16 value, it is here
+    assert s.max_abs_err_index == (2,)
+
+
+@pytest.mark.parametrize("scale", [1e300, 1e-300, 1e-310, 2.0 ** -1074])
+def test_float64_extreme_magnitudes(scale):
+    a, e = pair((1000,), "float64", seed=3)
+    s = check(a * scale, e * scale)
+    if scale >= 1e-300:  # the data keep their 53-bit values: the ratios are those of scale 1
+        s1 = vgct_ext.compare(a, e)
+        assert s.rel_l2 == pytest.approx(s1.rel_l2, rel=1e-12)
+        assert s.cosine == pytest.approx(s1.cosine, rel=1e-12)
+
+
+def test_float64_near_max_and_subnormal_mix():
+    a = np.array([1.2e308, 1e308, 1e-320, 0.0, -5e-324], np.float64)
+    e = np.array([1.2e308, 9e307, 3e-320, 1e-310, 5e-324], np.float64)
+    s = check(a, e)
+    assert math.isfinite(s.norm_actual) and math.isfinite(s.norm_expected)
+    s = check(a * 1.4, e)  # ||a|| > DBL_MAX: +inf, the ratios stay finite
+    assert s.norm_actual == math.inf and 0 < s.cosine <= 1 and math.isfinite(s.rel_l2)
+    b = np.array([np.finfo(np.float64).max, 1.0])
+    s = check(b, b / 2)
+    assert s.rel_l2 == pytest.approx(1.0, rel=1e-12) and s.cosine == pytest.approx(1.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0, 2), (0, 5)])
+def test_zero_size(shape):
+    a = np.zeros(shape, np.float32)
+    s = check(a, a.copy())
+    assert s.n == 0 and s.n_finite == 0 and s.rel_l2 is None and s.max_abs_err is None
+    assert s.quantiles == {q: None for q in QS}
+    if len(shape) > 1:
+        s = vgct_ext.compare(a, a.copy(), dim=len(shape) - 1)
+        assert s.slices.count.tolist() == [0] * shape[-1]
+
+
+def test_zero_reference():
+    a = np.array([0.5, -1.0, 0.0], np.float32)
+    e = np.zeros(3, np.float32)
+    s = check(a, e)
+    assert s.zero_reference and s.rel_l2 is None and s.cosine is None
+    assert s.max_rel_err is None and s.max_abs_expected == 0.0 and s.norm_diff > 0
+    s = check(e, e.copy())
+    assert s.zero_reference and s.rel_l2 is None and s.n_unequal == 0
+
+
+def test_all_nan():
+    a = np.full((3, 4), np.nan, np.float32)
+    s = check(a, a.copy())
+    assert s.n_finite == 0 and s.n_unequal == 0 and s.nan_actual == 12 and s.nan_expected == 12
+    assert s.n_class_mismatch == 0 and s.rel_l2 is None and s.quantiles[0.5] is None
+
+
+def test_nonfinite_accounting_and_first_class_mismatch():
+    a = np.array([1.0, np.nan, np.inf, -np.inf, 2.0, np.inf, np.nan, 3.0], np.float32)
+    e = np.array([1.0, np.nan, np.inf, np.inf, np.nan, 5.0, 1.0, 3.5], np.float32)
+    s = check(a, e)
+    assert (s.nan_actual, s.posinf_actual, s.neginf_actual) == (2, 2, 1)
+    assert (s.nan_expected, s.posinf_expected, s.neginf_expected) == (2, 2, 0)
+    assert s.n_class_mismatch == 4 and s.first_class_mismatch_index == (3,)
+    assert s.n_finite == 2 and s.n_unequal == 5  # (1,1),(nan,nan),(inf,inf) equal
+    # transposed: the lowest LOGICAL index wins, not the first in memory
+    a2 = np.zeros((4, 4), np.float32)
+    e2 = a2.copy()
+    a2[3, 0] = np.nan
+    a2[0, 3] = np.inf
+    s = check(a2.T, e2.T)
+    assert s.first_class_mismatch_index == (0, 3)
+
+
+def test_signed_zero_and_denormals():
+    a = np.array([-0.0, 0.0, 1e-45, -1e-45, 5e-324], np.float64)
+    e = np.array([0.0, -0.0, 1e-45, 1e-45, 0.0], np.float64)
+    s = check(a, e)
+    assert s.n_unequal == 2 and s.max_abs_err == 2e-45 and s.max_abs_err_index == (3,)
+
+
+def test_ties_lowest_logical_index():
+    """Ties of max |d|, max rel and worst excess: the lowest row-major index,
+    whatever the memory order (transposed and reversed views)."""
+    a = np.zeros((64, 48), np.float32)
+    e = np.ones((64, 48), np.float32)
+    for i, j in [(50, 1), (3, 40), (3, 41), (60, 0)]:
+        a[i, j] = 5.0
+    for view in (lambda x: x, lambda x: x.T, lambda x: x[::-1], lambda x: x.T[::-1, ::-1]):
+        av, ev = np.ascontiguousarray(view(a)), np.ascontiguousarray(view(e))
+        for layout in (lambda x: x, lambda x: np.asfortranarray(x)):
+            s = check(layout(av), layout(ev))
+            flat = np.flatnonzero(np.abs(av.astype(np.float64) - ev) == 4.0)[0]
+            assert s.max_abs_err_index == tuple(np.unravel_index(flat, av.shape))
+
+
+def test_mismatch_convention_is_allclose():
+    """|a-e| > atol + rtol*|e| (torch.allclose / numpy.isclose), equality is a match."""
+    e = np.ones(4, np.float64)
+    a = e + np.array([2.0 ** -10, 2.0 ** -10 + 2.0 ** -30, -(2.0 ** -10), 0.0])
+    s = check(a, e, rtol=2.0 ** -11, atol=2.0 ** -11)
+    assert s.mismatches == 1 and s.worst_mismatch_index == (1,)
+    want = int((~np.isclose(a, e, rtol=2.0 ** -11, atol=2.0 ** -11)).sum())
+    assert s.mismatches == want
+    x, y = pair((5000,), "float32", rel=1e-2)
+    s = check(x, y, rtol=1e-3, atol=1e-3)
+    assert s.mismatches == int((~np.isclose(x.astype(np.float64), y.astype(np.float64),
+                                            rtol=1e-3, atol=1e-3)).sum()) > 0
+
+
+def test_rank0_scalars():
+    s = check(np.array(2.5, np.float32), np.array(2.0, np.float32))
+    assert s.n == 1 and s.max_abs_err == 0.5 and s.max_abs_err_index == ()
+
+
+def test_repeatable_bitwise():
+    a, e = pair((7, 100_003), "float32")
+    r = [json.dumps(vgct_ext.compare(a.T, e.T, dim=0, quantiles=(0.5, 0.99)).as_dict(),
+                    default=lambda x: x.hex() if isinstance(x, float) else str(x), sort_keys=True)
+         for _ in range(3)]
+    assert r[0] == r[1] == r[2]
+
+
+_THREADS_SCRIPT = r"""
+import json, sys, numpy as np, vgct_ext
+rng = np.random.default_rng(7)
+a = rng.standard_normal((5, 300_017)).astype(np.float32)
+e = (a + rng.standard_normal(a.shape).astype(np.float32) * 1e-3)
+out = []
+for x, y, dim in ((a, e, None), (a.T, e.T, 1), (a.astype(np.float64) * 1e300, e.astype(np.float64) * 1e300, 0)):
+    d = vgct_ext.compare(x, y, dim=dim, quantiles=(0.5, 0.99)).as_dict()
+    out.append(json.dumps(d, sort_keys=True, default=str, allow_nan=True))
+    out.append(repr([v.hex() for v in (d['rel_l2'], d['cosine'], d['norm_diff'], d['mean_diff'])]))
+print(json.dumps(out))
+"""
+
+
+def test_thread_count_independent_bitwise():
+    """VGCT_NUM_THREADS=1 and =2 give bitwise identical results (the public path)."""
+    outs = []
+    for nt in ("1", "2"):
+        env = dict(os.environ, VGCT_NUM_THREADS=nt)
+        r = subprocess.run([sys.executable, "-c", _THREADS_SCRIPT], env=env, capture_output=True,
+                           text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        outs.append(r.stdout)
+    assert outs[0] == outs[1]
+
+
+# ---- more than 2^31 elements, no memory ----------------------------------------------
+
+@pytest.mark.slow
+def test_broadcast_view_over_2_31_elements_exact():
+    """A stride-0 view of 2^31 + 2^10 pairs (8 KiB of data): every statistic in closed form."""
+    rows = (1 << 21) + 1
+    x = np.linspace(-1, 1, 1024, dtype=np.float32)
+    y = (x * np.float32(0.5)).astype(np.float32)
+    y[100] = np.nan
+    a = np.broadcast_to(x, (rows, 1024))
+    e = np.broadcast_to(y, (rows, 1024))
+    n = rows * 1024
+    assert n > 2 ** 31
+    s = vgct_ext.compare(a, e, quantiles=(0.5, 0.99))
+    o = oracle(x.astype(np.float64), y.astype(np.float64), quantiles=(0.5, 0.99))
+    assert s.n == n and s.n_finite == rows * 1023 and s.nan_expected == rows
+    assert s.n_class_mismatch == rows and s.first_class_mismatch_index == (0, 100)
+    assert s.n_unequal == rows * o["n_unequal"]  # the (finite, NaN) pair included
+    assert s.mismatches == rows * o["mismatches"]
+    for f in ("rel_l2", "cosine"):
+        assert getattr(s, f) == pytest.approx(o[f], rel=1e-12)
+    for f in ("norm_actual", "norm_expected", "norm_diff"):
+        assert getattr(s, f) == pytest.approx(o[f] * math.sqrt(rows), rel=1e-12)
+    assert s.mean_diff == pytest.approx(o["mean_diff"], rel=1e-12)
+    assert s.max_abs_err == o["max_abs_err"]
+    assert s.max_abs_err_index == (0, o["max_abs_err_flat"])
+    assert s.max_rel_err_index == (0, o["max_rel_err_flat"])
+    assert s.worst_mismatch_index == (0, o["worst_mismatch_flat"])
+    # quantiles: each |d| value appears `rows` times, so the sorted order is known
+    absd = np.sort(np.abs(x.astype(np.float64) - y)[np.isfinite(y)])
+    big = np.repeat(absd, 1)  # value k of the full sort is absd[k // rows]
+    for q in (0.5, 0.99):
+        m = rows * absd.size
+        h = (m - 1) * q
+        lo = math.floor(h)
+        hi = min(lo + 1, m - 1)
+        g = h - lo
+        va, vb = big[lo // rows], big[hi // rows]
+        want = vb - (vb - va) * (1 - g) if g >= 0.5 else va + (vb - va) * g
+        assert s.quantiles[q] == want

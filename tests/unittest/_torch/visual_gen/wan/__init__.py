@@ -1,0 +1,1 @@
+"""wan component tests (issue [D])."""

@@ -1,0 +1,93 @@
+"""L2: WanTransformerBlock under an attention-backend swap (diffusers ``attention_backend``), against ``native``.
+
+One block, one feature: the same module instance and the same input tensors run once under the default
+``native`` backend (the reference) and once under the alternate backend. The alternate backend's calls are
+counted in diffusers' backend registry (feature-active proof: the swap was not a silent fallback).
+
+T1. Float32 on the CPU passes the default bars. In bfloat16 the two SDPA kernels round the attention output
+differently (1 bf16 ulp = 2^-8 relative), which the elementwise rtol = atol = 1e-3 cannot hold (measured: ~1000
+of 2304 elements), so bf16 cases relax for the named cause "backend or kernel swap" (outer band).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import _components as C
+from vgct_ext.gates import GateFailure, Relax
+from vgct_ext.probes import count_calls
+from vgct_ext.skips import requires_gpu
+
+pytestmark = [pytest.mark.t1, pytest.mark.component("wan.transformer_block"),
+              pytest.mark.feature("attention backend swap")]
+
+GPU = [pytest.mark.gpu, requires_gpu()]
+CASES = [
+    pytest.param("cpu", torch.float32, "_native_math", None, id="cpu-fp32-_native_math"),
+    pytest.param("cpu", torch.bfloat16, "_native_math", Relax.BACKEND_SWAP, id="cpu-bf16-_native_math"),
+    pytest.param("cuda", torch.float32, "_native_math", None, id="cuda-fp32-_native_math", marks=GPU),
+    pytest.param("cuda", torch.float32, "_native_efficient", None, id="cuda-fp32-_native_efficient", marks=GPU),
+    pytest.param("cuda", torch.bfloat16, "_native_math", Relax.BACKEND_SWAP, id="cuda-bf16-_native_math", marks=GPU),
+    pytest.param("cuda", torch.bfloat16, "_native_flash", Relax.BACKEND_SWAP, id="cuda-bf16-_native_flash",
+                 marks=GPU),
+    pytest.param("cuda", torch.bfloat16, "_native_efficient", Relax.BACKEND_SWAP,
+                 id="cuda-bf16-_native_efficient", marks=GPU),
+    pytest.param("cuda", torch.bfloat16, "_native_cudnn", Relax.BACKEND_SWAP, id="cuda-bf16-_native_cudnn",
+                 marks=GPU),
+]
+
+
+def run_swap(device, dtype, backend, *, fault=None):
+    """(feature-on output, reference output, call counters) for one Wan block.
+
+    ``fault`` plants a bug in the feature-on path only (after the reference ran): "skip_qk_norm" replaces the
+    self-attention's norm_q/norm_k with Identity.
+    """
+    from diffusers.models.attention_dispatch import attention_backend
+
+    dev = C.device_for(device)
+    block = C.load_one(C.wan_block, seed=0, device=dev, dtype=dtype, keep_in_fp32=C.WAN_KEEP_FP32)
+    inputs = C.wan_block_inputs(seed=10, device=dev, dtype=dtype)
+    with torch.no_grad():
+        with C.backend_calls("native") as ref_calls, attention_backend("native"):
+            expected = block(**C.clone_inputs(inputs))
+        if fault == "skip_qk_norm":
+            block.attn1.norm_q = torch.nn.Identity()
+            block.attn1.norm_k = torch.nn.Identity()
+        with C.backend_calls(backend) as alt_calls, attention_backend(backend):
+            actual = block(**C.clone_inputs(inputs))
+    return actual, expected, ref_calls, alt_calls
+
+
+@pytest.mark.parametrize("device,dtype,backend,relax", CASES)
+def test_wan_block_attention_backend_swap(vgct, device, dtype, backend, relax):
+    """L2. Boundary: WanTransformerBlock.forward -> hidden_states (1, 48, 48) (self-attention with 3-axis RoPE
+    and QK RMSNorm, cross-attention to 12 text tokens, FFN, adaLN modulation). Feature: the diffusers attention
+    backend ``backend`` (``_native_math`` forces the SDPA math kernel; on GPU also flash / memory-efficient /
+    cuDNN). Reference: the same block and inputs under the default ``native`` backend in the same process. T1
+    (fp32: default bars; bf16: relaxed for "backend or kernel swap", see module docstring)."""
+    actual, expected, ref_calls, alt_calls = run_swap(device, dtype, backend)
+    # both self- and cross-attention of the block went through the alternate backend, the reference through native
+    vgct.assert_feature_active(calls=alt_calls, min_calls=2)
+    assert ref_calls.count == 2, f"reference did not run on the native backend: {ref_calls}"
+    vgct.assert_t1(actual, expected, relax=relax, dim=1)
+
+
+def test_planted_fault_skipped_qk_norm_in_alternate_backend_path_is_caught(vgct):
+    """Planted fault: the feature-on path runs without its QK RMSNorm (a skipped norm). The backend-swap T1 gate
+    must fail and name the component and the moved statistics."""
+    actual, expected, _, alt_calls = run_swap("cpu", torch.float32, "_native_math", fault="skip_qk_norm")
+    vgct.assert_feature_active(calls=alt_calls, min_calls=2)
+    with pytest.raises(GateFailure) as e:
+        vgct.assert_t1(actual, expected, dim=1)
+    C.assert_fault_caught(e, "wan.transformer_block", statistics=("rel_l2", "cosine", "mismatches"))
+
+
+def test_planted_fault_skipped_qk_norm_is_caught_also_in_bf16(vgct):
+    """The same planted fault must also fail the relaxed (outer band) bf16 gate: the relaxation for the kernel
+    swap must not hide a real bug."""
+    actual, expected, _, _ = run_swap("cpu", torch.bfloat16, "_native_math", fault="skip_qk_norm")
+    with pytest.raises(GateFailure) as e:
+        vgct.assert_t1(actual, expected, relax=Relax.BACKEND_SWAP, dim=1)
+    C.assert_fault_caught(e, "wan.transformer_block", statistics=("rel_l2", "cosine", "mismatches"))

@@ -1,0 +1,39 @@
+"""vgct_ext: exact paired statistics between an ``actual`` and an ``expected`` tensor.
+
+The metric engine behind component-level numerical parity tests for diffusion models: a C
+extension (CPU, pthreads) and CUDA kernels compute relative L2, cosine, max abs error, exact
+quantiles of ``|a-e|``, per-slice mean shift, mismatch and non-finite counts over tensors
+received zero-copy through DLPack (PyTorch, NumPy, CuPy, JAX), any dtype, any strides.
+
+``import vgct_ext`` does not import torch.
+
+Public API: :func:`compare` -> :class:`PairedStats` (with :class:`SliceStats`),
+:func:`fingerprint`, :func:`build_info`. The method layer (gates, probes, experiment helpers, skips) lives in
+submodules; its public names are also reachable as ``vgct_ext.<name>`` (loaded on first use).
+"""
+
+from ._api import build_info, compare, fingerprint
+from ._stats import PairedStats, SliceStats
+
+__version__ = "0.1.0"
+
+__all__ = ["compare", "PairedStats", "SliceStats", "fingerprint", "build_info", "__version__"]
+
+# Method-layer modules whose __all__ names are forwarded lazily (PEP 562), so that a plain
+# `import vgct_ext` stays light and never imports torch.
+_LAZY_MODULES = ("gates", "probes", "experiment", "skips")
+
+
+def __getattr__(name: str):
+    import importlib
+
+    for mod in _LAZY_MODULES:
+        try:
+            m = importlib.import_module(f"{__name__}.{mod}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"{__name__}.{mod}":
+                continue
+            raise
+        if name in getattr(m, "__all__", ()):
+            return getattr(m, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,196 @@
+"""Command line: ``python -m vgct_ext compare A.safetensors B.safetensors [--gate t1]`` and ``python -m vgct_ext info``.
+
+``compare`` reads two safetensors files (A = actual, B = expected/reference), pairs tensors by name and prints
+one row per name: dtypes, shape, relative L2, cosine, max abs error, p99 abs error, elementwise mismatches and
+the verdict. With ``--gate t1`` each pair is gated by :func:`vgct_ext.gates.assert_t1` (``--relax`` and bars as
+there) and the failure messages follow the table. A name present in only one file, or a shape mismatch, is a
+failure. Exit status: 0 all compared (and passed the gate), 1 a failure, 2 a usage error or a refused request
+(:class:`vgct_ext.gates.TransparencyFinding`).
+
+``info`` prints the build (``vgct_ext.build_info()``), the hardware (CPU, GPUs, driver, CUDA) and the
+versions of the libraries that shape a result. ``--json`` gives either as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+
+def _load(path: str) -> Dict[str, Any]:
+    """``{name: tensor}``: torch tensors when torch is installed (bf16/fp8 need it), else NumPy arrays."""
+    from safetensors import safe_open
+
+    try:
+        import torch  # noqa: F401
+
+        framework = "pt"
+    except ImportError:
+        framework = "numpy"
+    with safe_open(path, framework=framework) as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
+
+
+def _dtype(t: Any) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from vgct_ext import compare
+
+    from .gates import GateFailure, TransparencyFinding, assert_t1, fmt_value, resolve_t1_bars
+
+    bar_kw = {k: getattr(args, k) for k in ("rel_l2", "cosine", "rtol", "atol") if getattr(args, k) is not None}
+    if args.gate == "t1":
+        try:
+            resolve_t1_bars(args.relax, **bar_kw, component="(command line)", feature="compare")
+        except (TransparencyFinding, ValueError, TypeError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    elif args.relax or bar_kw:
+        print("error: --relax/--rel-l2/--cosine/--rtol/--atol apply to --gate t1", file=sys.stderr)
+        return 2
+    for p in (args.a, args.b):
+        if not os.path.exists(p):
+            print(f"error: {p}: no such file", file=sys.stderr)
+            return 2
+    try:
+        ta, tb = _load(args.a), _load(args.b)
+    except Exception as exc:  # noqa: BLE001 - a corrupt/foreign file is a usage error here
+        print(f"error: cannot read safetensors: {exc}", file=sys.stderr)
+        return 2
+    feature = f"{os.path.basename(args.a)} vs {os.path.basename(args.b)}"
+    rows: List[Tuple[str, ...]] = []
+    messages: List[str] = []
+    records: List[Dict[str, Any]] = []
+    failed = False
+    for name in sorted(set(ta) | set(tb)):
+        if name not in tb or name not in ta:
+            where = "B" if name not in tb else "A"
+            t = ta.get(name, tb.get(name))
+            rows.append((name, _dtype(t), "x".join(map(str, t.shape)), "", "", "", "", "", f"MISSING in {where}"))
+            records.append({"name": name, "verdict": f"missing in {where}"})
+            failed = True
+            continue
+        a, b = ta[name], tb[name]
+        if tuple(a.shape) != tuple(b.shape):
+            rows.append((name, f"{_dtype(a)}/{_dtype(b)}", f"{tuple(a.shape)} vs {tuple(b.shape)}", "", "", "", "",
+                         "", "SHAPE MISMATCH"))
+            records.append({"name": name, "verdict": "shape mismatch", "shape_a": list(a.shape),
+                            "shape_b": list(b.shape)})
+            failed = True
+            continue
+        verdict = "-"
+        nd = len(a.shape)
+        dim = args.dim if args.dim is not None and -nd <= args.dim < nd else None  # only where the axis exists
+        try:
+            if args.gate == "t1":
+                try:
+                    s = assert_t1(a, b, component=name, feature=feature, relax=args.relax, dim=dim, **bar_kw)
+                    verdict = "pass"
+                except GateFailure as exc:
+                    s = exc.stats
+                    verdict = "FAIL"
+                    failed = True
+                    messages.append(str(exc))
+            else:
+                s = compare(a, b, dim=dim)
+        except (TypeError, ValueError, BufferError, RuntimeError) as exc:
+            rows.append((name, f"{_dtype(a)}/{_dtype(b)}", "x".join(map(str, a.shape)), "", "", "", "", "",
+                         f"ERROR: {exc}"))
+            records.append({"name": name, "verdict": "error", "error": str(exc)})
+            failed = True
+            continue
+        rows.append((name, f"{s.dtype_actual}/{s.dtype_expected}", "x".join(map(str, s.shape)) or "()",
+                     fmt_value("rel_l2", s.rel_l2), fmt_value("cosine", s.cosine), fmt_value("x", s.max_abs_err),
+                     fmt_value("x", s.quantiles.get(0.99)), f"{s.mismatches}/{s.n_finite}", verdict))
+        records.append({"name": name, "verdict": verdict, "stats": s.as_dict()})
+    if args.json:
+        json.dump({"a": args.a, "b": args.b, "gate": args.gate, "tensors": records}, sys.stdout, indent=2,
+                  default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o))
+        print()
+    else:
+        header = ("tensor", "dtype (A/B)", "shape", "rel_l2", "cosine", "max_abs_err", "p99", "mismatches",
+                  "verdict")
+        table = [header] + rows
+        w = [max(len(r[i]) for r in table) for i in range(len(header))]
+        for r in table:
+            print("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip())
+        for m in messages:
+            print()
+            print(m)
+        n_fail = sum(1 for r in rows if r[-1] not in ("pass", "-"))
+        note = "" if args.gate == "t1" else " (no gate: statistics only)"
+        print(f"\n{len(rows)} tensor(s), {n_fail} failed{note}")
+    return 1 if failed else 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    try:  # a GPU described through torch when it is installed; info must work without it
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+    import vgct_ext
+
+    from ._hardware import hardware_info, versions
+
+    info = {"build": vgct_ext.build_info(), "hardware": hardware_info(), "versions": versions()}
+    info["hardware"].pop("vgct_build", None)
+    if args.json:
+        json.dump(info, sys.stdout, indent=2, default=str)
+        print()
+        return 0
+    print("vgct_ext build")
+    for k, v in info["build"].items():
+        print(f"  {k}: {v}")
+    hw = info["hardware"]
+    print("hardware")
+    print(f"  cpu: {hw['cpu']['model']} ({hw['cpu']['machine']}, {hw['cpu']['cores']} cores)")
+    print(f"  platform: {hw['platform']}")
+    if not hw["gpus"]:
+        print("  gpus: none visible")
+    for g in hw["gpus"]:
+        print(f"  gpu {g.get('index')}: {g.get('name')} {g.get('architecture') or ''} driver {g.get('driver')}")
+    if hw.get("torch_cuda"):
+        print(f"  torch CUDA: {hw['torch_cuda']}")
+    print("versions")
+    for k, v in info["versions"].items():
+        print(f"  {k}: {v}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    from .gates import Relax
+
+    p = argparse.ArgumentParser(prog="python -m vgct_ext", description="vgct_ext: paired statistics and gates")
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("compare", help="compare the tensors of two safetensors files by name")
+    c.add_argument("a", help="A.safetensors (actual, e.g. feature on)")
+    c.add_argument("b", help="B.safetensors (expected, the reference)")
+    c.add_argument("--gate", choices=("none", "t1"), default="none", help="gate each pair (default: statistics only)")
+    c.add_argument("--relax", default=None, help="named cause for T1: " + ", ".join(repr(m.value) for m in Relax))
+    c.add_argument("--rel-l2", dest="rel_l2", type=float, default=None, help="T1 relative L2 bar")
+    c.add_argument("--cosine", type=float, default=None, help="T1 cosine bar")
+    c.add_argument("--rtol", type=float, default=None, help="T1 elementwise rtol")
+    c.add_argument("--atol", type=float, default=None, help="T1 elementwise atol")
+    c.add_argument("--dim", type=int, default=None, help="axis for per-slice statistics (worst slice in messages)")
+    c.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    c.set_defaults(func=cmd_compare)
+    i = sub.add_parser("info", help="build and hardware")
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(func=cmd_info)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    if getattr(args, "gate", None) == "none":
+        args.gate = None
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

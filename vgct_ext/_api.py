@@ -1,0 +1,78 @@
+"""The public functions of vgct_ext: compare, fingerprint, build_info."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, Optional, Union
+
+from . import _C, _dlpack
+from ._stats import PairedStats
+
+
+def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-3,
+            quantiles: Union[float, Iterable[float], None] = (0.99,),
+            dim: Optional[int] = None) -> PairedStats:
+    """Paired statistics of ``actual`` against the reference ``expected``, in one pass, float64.
+
+    Args:
+        actual, expected: any objects implementing the DLPack protocol (``__dlpack__`` /
+            ``__dlpack_device__``: torch.Tensor, numpy.ndarray, CuPy and JAX arrays), read
+            zero-copy through DLPack (DLPack spec v1.x, versioned capsule with a legacy
+            fallback). Same logical shape (no broadcasting), same device (CPU, or one CUDA
+            device: no hidden copies), any strides (0, negative, non-contiguous, any byte
+            offset), any of the dtypes bool, int8/16/32/64, uint8, float16, bfloat16,
+            float32, float64, float8_e4m3fn, float8_e5m2 -- the two may differ (bf16
+            against an fp32 reference). torch tensors that require grad are read through
+            ``detach()`` (no copy).
+        rtol, atol: finite, >= 0: a finite pair mismatches when ``|a-e| > atol + rtol*|e|``
+            (torch.allclose's convention).
+        quantiles: up to 64 probabilities in [0, 1]; each gives the exact quantile of
+            ``|a-e|`` over finite pairs as ``numpy.quantile(..., method="linear")`` defines
+            it (any n, not an approximation). A single float is accepted.
+        dim: an axis (negative counts from the end) for per-slice statistics
+            (``PairedStats.slices``), e.g. the channel axis for per-channel mean shift.
+
+    Returns:
+        :class:`vgct_ext.PairedStats` (definitions: docs/metrics.md).
+
+    Raises:
+        TypeError: an input without DLPack, an unsupported dtype, a bad argument type.
+        ValueError: shapes differ (both shapes named), devices differ, a bad rtol/atol/
+            quantile/dim, too many dimensions (> 32).
+        BufferError: an unsupported device or DLPack version, a malformed capsule, or the
+            producer's own refusal to export.
+        RuntimeError: a CUDA input with a build without CUDA, or a CUDA failure.
+        MemoryError: the engine could not allocate its work space.
+    """
+    a, da = _dlpack.prepare(actual)
+    e, de = _dlpack.prepare(expected)
+    if quantiles is None:
+        qs: tuple = ()
+    elif isinstance(quantiles, (int, float)):
+        qs = (quantiles,)
+    else:
+        qs = tuple(quantiles)
+    stream = _dlpack.consumer_stream(a, e)
+    d = _C.compare(a, e, rtol, atol, qs, dim, stream, da, de)
+    return PairedStats._from_c(d)
+
+
+def fingerprint(x: Any) -> int:
+    """64-bit hash (unsigned int) of a tensor's logical contents: raw element bits in row-major
+    logical order, dtype and shape (definition: csrc/vgct_stats.h "fingerprint"; strides and
+    memory layout do not matter; -0.0 and +0.0 differ, as do NaN payloads). Same input types
+    and errors as :func:`compare`.
+    """
+    obj, override = _dlpack.prepare(x)
+    return _C.fingerprint(obj, _dlpack.consumer_stream(obj), override)
+
+
+def build_info() -> Dict[str, Any]:
+    """How this vgct_ext was built and what CUDA it sees now.
+
+    Keys: ``version``; ``cuda_compiled`` (bool); ``nvcc_version`` and ``cuda_archs`` (the
+    ``-gencode`` list; both None for a CPU-only build); at run time ``cuda_runtime_version``,
+    ``cuda_driver_version`` (0 without a driver) and ``cuda_device_count`` (0 without a GPU;
+    all three 0 for a CPU-only build); ``compiler``; ``dlpack_version``; ``max_threads`` (CPU
+    worker threads, ``VGCT_NUM_THREADS`` or the CPU count).
+    """
+    return dict(_C.build_info())

@@ -1,0 +1,90 @@
+"""Where gates and probes record what they measured, and which test they belong to.
+
+Private. The pytest plugin (:mod:`vgct_ext.plugin`) pushes a :class:`Session` when pytest is configured
+and a :class:`TestContext` around each test call; gates and probes append records to both. Without
+the plugin (a plain script) nothing is recorded and the gates still raise. Sessions form a stack so that
+a pytest run inside a test (``pytester``) does not disturb the outer one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+__all__ = ["Session", "TestContext", "current_session", "current_test", "record", "strict_mode"]
+
+
+@dataclasses.dataclass
+class TestContext:
+    """The test a comparison belongs to: its pytest node id, module file, component and feature markers."""
+
+    nodeid: str
+    path: Optional[Path] = None
+    component: Optional[str] = None
+    feature: Optional[str] = None
+    repetition: int = 0
+    records: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Session:
+    """One pytest session's settings and everything its gates and probes recorded."""
+
+    strict: bool = False
+    calibrate: bool = False
+    headroom: float = 0.5
+    repeat: int = 1
+    records: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    # (evidence path, key, stratum) -> {"runs": [...], "meta": {...}, "tests": set()}
+    calibration: Dict[tuple, Dict[str, Any]] = dataclasses.field(default_factory=dict)
+    failed_tests: set = dataclasses.field(default_factory=set)
+    nondeterminism: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    evidence_written: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    test_stack: List[TestContext] = dataclasses.field(default_factory=list)
+    tests: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)  # nodeid -> outcome, reason
+    started: Optional[str] = None
+    report_path: Optional[str] = None
+
+
+_SESSIONS: List[Session] = []
+
+
+def push_session(session: Session) -> None:
+    _SESSIONS.append(session)
+
+
+def pop_session(session: Session) -> None:
+    if session in _SESSIONS:
+        _SESSIONS.remove(session)
+
+
+def current_session() -> Optional[Session]:
+    return _SESSIONS[-1] if _SESSIONS else None
+
+
+def current_test() -> Optional[TestContext]:
+    s = current_session()
+    return s.test_stack[-1] if s is not None and s.test_stack else None
+
+
+def record(rec: Dict[str, Any]) -> Dict[str, Any]:
+    """Stamp ``rec`` with the current test and repetition and append it to the session and the test."""
+    t = current_test()
+    rec.setdefault("test", t.nodeid if t is not None else None)
+    rec.setdefault("repetition", t.repetition if t is not None else 0)
+    s = current_session()
+    if s is not None:
+        s.records.append(rec)
+    if t is not None:
+        t.records.append(rec)
+    return rec
+
+
+def strict_mode() -> bool:
+    """True under ``--vgct-strict`` or ``VGCT_STRICT=1`` (missing checkpoints/references fail, not skip)."""
+    s = current_session()
+    if s is not None and s.strict:
+        return True
+    return os.environ.get("VGCT_STRICT", "").strip().lower() in ("1", "true", "yes", "on")

@@ -1,0 +1,107 @@
+"""DLPack hand-off from Python objects to :mod:`vgct_ext._C` (private).
+
+The C bridge (``csrc/bridge.c``) does the import itself; this shim only does
+what needs the producer's own Python API, without importing any framework
+(``import vgct_ext`` never imports torch; a torch tensor is recognised by
+``type(x).__module__`` and torch is then taken from ``sys.modules``):
+
+* a torch tensor with ``requires_grad=True`` is passed as ``x.detach()``
+  (a view of the same storage, no copy): torch's ``__dlpack__`` refuses
+  tensors that require grad;
+* a torch float8 tensor, when this torch cannot export float8 through
+  DLPack, is passed as ``x.view(torch.uint8)`` (same bytes, no copy) with the
+  dtype name as an override for ``_C`` (torch >= 2.7 exports float8 codes
+  ``kDLFloat8_e4m3fn`` / ``kDLFloat8_e5m2`` itself);
+* the consumer stream for CUDA inputs (docs/architecture.md; the Python array
+  API / DLPack ``__dlpack__(stream=...)`` convention): torch's current
+  stream for torch tensors, CuPy's current stream for CuPy arrays, else 1
+  (the legacy default stream; 0 is disallowed by the spec).  ``None`` for
+  CPU inputs.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional, Tuple
+
+_FP8 = ("float8_e4m3fn", "float8_e5m2")
+_CUDA_DEVICE_TYPES = (2, 13)  # kDLCUDA, kDLCUDAManaged
+_torch_fp8_export: Optional[bool] = None  # probed once per process
+
+
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def _is_cupy(x: Any) -> bool:
+    return type(x).__module__.startswith("cupy")
+
+
+def _torch_exports_fp8(torch: Any) -> bool:
+    """Whether this torch's ``__dlpack__`` accepts float8 tensors."""
+    global _torch_fp8_export
+    if _torch_fp8_export is None:
+        try:
+            torch.zeros(1, dtype=torch.float8_e4m3fn).__dlpack__()  # unconsumed: freed by its capsule
+            _torch_fp8_export = True
+        except Exception:  # noqa: BLE001 - any refusal means "use the uint8 view"
+            _torch_fp8_export = False
+    return _torch_fp8_export
+
+
+def prepare(x: Any, force_fp8_view: bool = False) -> Tuple[Any, Optional[str]]:
+    """Return ``(object to export, dtype override name or None)`` for ``x``.
+
+    Only torch tensors are touched (detach, float8 view); anything else is
+    returned unchanged and ``_C`` reports what is wrong with it.
+    ``force_fp8_view`` takes the uint8-view path even when torch could export
+    float8 (tests use it to exercise the fallback).
+    """
+    if not _is_torch(x):
+        return x, None
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(x, torch.Tensor):
+        return x, None
+    if x.requires_grad:
+        x = x.detach()
+    name = str(x.dtype).rpartition(".")[2]
+    if name in _FP8 and (force_fp8_view or not _torch_exports_fp8(torch)):
+        return x.view(torch.uint8), name
+    return x, None
+
+
+def _device(x: Any) -> Optional[Tuple[int, int]]:
+    f = getattr(x, "__dlpack_device__", None)
+    if f is None:
+        return None
+    try:
+        t, i = f()
+        return int(t), int(i)
+    except Exception:  # noqa: BLE001 - _C raises the precise error later
+        return None
+
+
+def consumer_stream(*xs: Any) -> Optional[int]:
+    """The stream ``_C`` passes to ``__dlpack__`` and computes on.
+
+    ``None`` when the inputs are not on a CUDA device; else the current
+    stream of the first torch tensor or CuPy array among ``xs`` (its integer
+    ``cudaStream_t``; the default stream, handle 0, becomes 1, the spec's
+    legacy default), else 1.
+    """
+    devs = [_device(x) for x in xs]
+    if not any(d is not None and d[0] in _CUDA_DEVICE_TYPES for d in devs):
+        return None
+    for x, d in zip(xs, devs):
+        if d is None or d[0] not in _CUDA_DEVICE_TYPES:
+            continue
+        try:
+            if _is_torch(x) and "torch" in sys.modules:
+                h = int(sys.modules["torch"].cuda.current_stream(x.device).cuda_stream)
+                return h if h != 0 else 1
+            if _is_cupy(x) and "cupy" in sys.modules:
+                h = int(sys.modules["cupy"].cuda.get_current_stream().ptr)
+                return h if h != 0 else 1
+        except Exception:  # noqa: BLE001 - fall back to the legacy default stream
+            pass
+    return 1

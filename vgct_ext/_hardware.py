@@ -1,0 +1,187 @@
+"""Hardware, stratum and software versions: what a report and a failure message must name.
+
+Private. Never imports torch: it uses torch only when the caller already imported it
+(``sys.modules``), else the core's ``build_info()`` / ``_C.device_props`` and ``nvidia-smi``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import warnings
+from typing import Any, Dict, List, Optional
+
+__all__ = ["stratum_of", "describe_device", "hardware_info", "versions", "precision_settings"]
+
+
+def _cuda_index(device: str) -> Optional[int]:
+    if not device.startswith("cuda"):
+        return None
+    _, _, idx = device.partition(":")
+    return int(idx) if idx.isdigit() else 0
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_props(index: int) -> Dict[str, Any]:
+    """``{"name", "major", "minor"}`` of CUDA device ``index`` (empty dict when unknown)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            p = torch.cuda.get_device_properties(index)
+            return {"name": p.name, "major": int(p.major), "minor": int(p.minor)}
+        except Exception:  # noqa: BLE001 - no CUDA in this torch build / no such device
+            pass
+    try:
+        from vgct_ext import _C  # type: ignore[attr-defined]
+
+        props = getattr(_C, "device_props", None)
+        if props is not None:
+            d = dict(props(index))
+            return {"name": d.get("name"), "major": int(d["major"]), "minor": int(d["minor"])}
+    except Exception:  # noqa: BLE001
+        pass
+    return {}
+
+
+def stratum_of(device: str) -> str:
+    """The hardware stratum a T2 bar belongs to: ``"cpu"``, or ``"sm_<major><minor>"`` of a CUDA device.
+
+    ``device`` is a ``PairedStats.device`` string (``"cpu"`` or ``"cuda:K"``). Raises ``RuntimeError`` when
+    the architecture of a CUDA device cannot be determined (a bar must never be applied to an unknown stratum).
+    """
+    idx = _cuda_index(device)
+    if idx is None:
+        if device == "cpu":
+            return "cpu"
+        raise RuntimeError(f"no hardware stratum is defined for device {device!r}")
+    p = _cuda_props(idx)
+    if not p:
+        raise RuntimeError(f"cannot determine the GPU architecture of {device}: neither torch.cuda nor "
+                           "vgct_ext._C.device_props answered")
+    return f"sm_{p['major']}{p['minor']}"
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def describe_device(device: str) -> str:
+    """``"cpu (x86_64, <model>)"`` or ``"cuda:0 (sm_90, NVIDIA H200)"`` for failure messages."""
+    idx = _cuda_index(device)
+    if idx is None:
+        return f"{device} ({platform.machine()}, {_cpu_model()})"
+    p = _cuda_props(idx)
+    if not p:
+        return f"{device} (architecture unknown)"
+    return f"{device} (sm_{p['major']}{p['minor']}, {p['name']})"
+
+
+def _nvidia_smi() -> List[Dict[str, str]]:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run([exe, "--query-gpu=index,name,compute_cap,driver_version,memory.total",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=20, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    gpus = []
+    for line in out.stdout.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 5:
+            gpus.append({"index": parts[0], "name": parts[1], "compute_cap": parts[2],
+                         "driver": parts[3], "memory": parts[4]})
+    return gpus
+
+
+def hardware_info() -> Dict[str, Any]:
+    """The machine: CPU (model, cores), GPUs (name, architecture, driver), CUDA runtime versions."""
+    info: Dict[str, Any] = {
+        "cpu": {"model": _cpu_model(), "machine": platform.machine(), "cores": os.cpu_count()},
+        "platform": platform.platform(),
+        "gpus": [],
+    }
+    smi = _nvidia_smi()
+    for g in smi:
+        cc = g["compute_cap"].replace(".", "")
+        info["gpus"].append({"index": int(g["index"]) if g["index"].isdigit() else g["index"],
+                             "name": g["name"], "architecture": f"sm_{cc}" if cc.isdigit() else None,
+                             "driver": g["driver"], "memory": g["memory"]})
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        info["torch_cuda"] = getattr(torch.version, "cuda", None)
+        try:
+            if not info["gpus"] and torch.cuda.is_available():
+                for i in range(torch.cuda.device_count()):
+                    p = _cuda_props(i)
+                    info["gpus"].append({"index": i, "name": p.get("name"),
+                                         "architecture": f"sm_{p['major']}{p['minor']}" if p else None,
+                                         "driver": None})
+        except Exception:  # noqa: BLE001
+            pass
+    try:
+        import vgct_ext
+
+        bi = vgct_ext.build_info()
+        info["vgct_build"] = {k: v for k, v in dict(bi).items()}
+    except Exception as exc:  # noqa: BLE001 - the report must still be written
+        info["vgct_build"] = {"error": repr(exc)}
+    return info
+
+
+def _dist_version(name: str) -> Optional[str]:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def versions(extra: tuple = ()) -> Dict[str, Optional[str]]:
+    """Versions of the producer libraries that shape a result (missing ones are omitted)."""
+    names = ("vgct_ext", "numpy", "torch", "diffusers", "transformers", "safetensors", "accelerate") + tuple(extra)
+    out: Dict[str, Optional[str]] = {"python": platform.python_version()}
+    for n in names:
+        v = _dist_version(n)
+        if v is not None:
+            out[n] = v
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out["torch"] = torch.__version__
+        if getattr(torch.version, "cuda", None):
+            out["torch_cuda"] = torch.version.cuda
+    return out
+
+
+def precision_settings() -> Dict[str, Any]:
+    """torch's global precision switches (TF32, matmul precision, determinism), when torch is loaded."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    out: Dict[str, Any] = {}
+    with warnings.catch_warnings():  # some of these switches are deprecated in newer torch releases
+        warnings.simplefilter("ignore")
+        _read_precision(torch, out)
+    return out
+
+
+def _read_precision(torch: Any, out: Dict[str, Any]) -> None:
+    try:
+        out["float32_matmul_precision"] = torch.get_float32_matmul_precision()
+        out["cuda_matmul_allow_tf32"] = bool(torch.backends.cuda.matmul.allow_tf32)
+        out["cudnn_allow_tf32"] = bool(torch.backends.cudnn.allow_tf32)
+        out["deterministic_algorithms"] = bool(torch.are_deterministic_algorithms_enabled())
+    except Exception:  # noqa: BLE001
+        pass

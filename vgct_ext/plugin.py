@@ -1,0 +1,440 @@
+"""The vgct pytest plugin (entry point ``pytest11: vgct = "vgct_ext.plugin"``).
+
+* Markers ``gpu``, ``t1``, ``t2``, ``component(name)``, ``feature(name)`` (component and feature names are also
+  keywords, so ``pytest -k wan`` selects a test marked ``component("wan.transformer_block")``), and
+  ``vgct_requires`` (written by :mod:`vgct_ext.skips`).
+* The ``vgct`` fixture: the gates and probes bound to the test's component and feature markers.
+* A terminal summary table of every comparison: test, component, feature, gate, dtypes, shape, each statistic,
+  its bar, the margin, pass/fail.
+* ``--vgct-report=FILE.json``: command line, hardware, precision, statistics, bars, skips with reasons.
+* ``--vgct-calibrate`` (with ``--vgct-headroom=H``): record T2 evidence for the current stratum.
+* ``--vgct-repeat=N``: run each paired test N times; any statistic that differs bitwise fails the test.
+* ``--vgct-strict`` (or ``VGCT_STRICT=1``): a missing checkpoint or reference fails instead of skipping.
+
+Source of the policy: the method ("Execute and calibrate": run the reference-paired test twice to detect
+nondeterminism; report exact commands, hardware, precision, observed statistics, thresholds, skips).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+from . import _context, skips
+from ._hardware import hardware_info, precision_settings, versions
+
+__all__ = ["VgctFixture"]
+
+STATE = pytest.StashKey[_context.Session]()
+SKIPPED_BY_REQUIREMENT = pytest.StashKey[bool]()
+PAIRED_MARKERS = ("t1", "t2", "component", "feature")
+MARKERS = (
+    "gpu: needs a CUDA GPU (vgct: added by requires_gpu/requires_gpus; skipped without one)",
+    "t1: vgct T1 gate: a transparent feature against its reference (tolerance bars from the method)",
+    "t2: vgct T2 gate: a lossy feature against bars calibrated from recorded evidence",
+    "component(name): vgct: the component under test (also a -k keyword)",
+    "feature(name): vgct: the feature under test (also a -k keyword)",
+    "vgct_requires(kind, **kw): vgct skip policy (written by vgct_ext.requires_*)",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("vgct", "vgct_ext component-test method")
+    g.addoption("--vgct-report", metavar="FILE.json", default=None,
+                help="write the evidence report (command, hardware, precision, statistics, bars, skips) as JSON")
+    g.addoption("--vgct-calibrate", action="store_true", default=False,
+                help="record T2 evidence for this hardware stratum next to each test module instead of gating")
+    g.addoption("--vgct-headroom", type=float, default=0.5, metavar="H",
+                help="headroom for --vgct-calibrate: bar = worst x (1+H); cosine 1-(1-worst)x(1+H) (default 0.5)")
+    g.addoption("--vgct-repeat", type=int, default=1, metavar="N",
+                help="run each paired test N times and fail any whose statistics differ bitwise")
+    g.addoption("--vgct-strict", action="store_true", default=False,
+                help="a missing checkpoint or reference fails instead of skipping (also VGCT_STRICT=1)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+    repeat = int(config.getoption("--vgct-repeat"))
+    if repeat < 1:
+        raise pytest.UsageError("--vgct-repeat must be >= 1")
+    headroom = float(config.getoption("--vgct-headroom"))
+    if not headroom >= 0:
+        raise pytest.UsageError("--vgct-headroom must be >= 0")
+    strict = bool(config.getoption("--vgct-strict")) or os.environ.get("VGCT_STRICT", "").strip().lower() in (
+        "1", "true", "yes", "on")
+    session = _context.Session(strict=strict, calibrate=bool(config.getoption("--vgct-calibrate")),
+                               headroom=headroom, repeat=repeat)
+    session.started = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+    config.stash[STATE] = session
+    _context.push_session(session)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    s = config.stash.get(STATE, None)
+    if s is not None:
+        _context.pop_session(s)
+
+
+def _marker_arg(item: pytest.Item, name: str) -> Optional[str]:
+    m = item.get_closest_marker(name)
+    if m is None:
+        return None
+    if m.args:
+        return str(m.args[0])
+    return str(m.kwargs["name"]) if "name" in m.kwargs else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    for item in items:
+        for name in ("component", "feature"):
+            v = _marker_arg(item, name)
+            if v:
+                item.extra_keyword_matches.add(v)
+        if any(m.args and m.args[0] in ("gpu", "gpus") for m in item.iter_markers(name=skips.MARK)):
+            if item.get_closest_marker("gpu") is None:
+                item.add_marker("gpu")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    unmet = skips.unmet_requirement(item)
+    if unmet is None:
+        return
+    reason, hard = unmet
+    if hard:
+        pytest.fail(f"vgct strict mode: {reason} (a missing checkpoint or reference must not turn a parity test "
+                    f"into a smoke test; run without --vgct-strict/VGCT_STRICT=1 to skip)", pytrace=False)
+    item.stash[SKIPPED_BY_REQUIREMENT] = True
+    pytest.skip(reason)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    rep = yield
+    if rep.skipped and item.stash.get(SKIPPED_BY_REQUIREMENT, False) and isinstance(rep.longrepr, tuple):
+        path, line = item.reportinfo()[:2]
+        rep.longrepr = (str(path), (line or 0) + 1, rep.longrepr[2])  # report the test, not this plugin
+    return rep
+
+
+def _is_paired(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(m) is not None for m in PAIRED_MARKERS) or \
+        "vgct" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    session = item.config.stash[STATE]
+    ctx = _context.TestContext(nodeid=item.nodeid, path=Path(str(item.path)),
+                               component=_marker_arg(item, "component"), feature=_marker_arg(item, "feature"))
+    session.test_stack.append(ctx)
+    n = session.repeat if _is_paired(item) else 1
+    try:
+        for i in range(n - 1):
+            ctx.repetition = i
+            item.runtest()
+        ctx.repetition = n - 1
+        result = yield
+    finally:
+        session.test_stack.remove(ctx)
+    if n > 1:
+        _check_repeats(session, ctx, n)
+    return result
+
+
+def _check_repeats(session: _context.Session, ctx: _context.TestContext, n: int) -> None:
+    """Compare the i-th record of every repetition with the first one's, bitwise."""
+    runs: List[List[Dict[str, Any]]] = [[r for r in ctx.records if r.get("repetition") == i] for i in range(n)]
+    problems: List[str] = []
+    base = runs[0]
+    for i in range(1, n):
+        if len(runs[i]) != len(base):
+            problems.append(f"repetition {i + 1} made {len(runs[i])} comparisons, the first made {len(base)}")
+            continue
+        for j, (a, b) in enumerate(zip(base, runs[i])):
+            sa, sb = a.get("signature") or {}, b.get("signature") or {}
+            diff = sorted((k for k in set(sa) | set(sb) if sa.get(k) != sb.get(k)), key=_priority)
+            if diff:
+                what = f"{a.get('kind')} #{j + 1} ({a.get('component')} / {a.get('feature')})"
+                shown = ", ".join(f"{k.lstrip('.')}: {_show(sa.get(k))} vs {_show(sb.get(k))}" for k in diff[:6])
+                problems.append(f"{what}: repetition {i + 1} differs from repetition 1 in {len(diff)} "
+                                f"statistic(s): {shown}")
+    if problems:
+        session.nondeterminism.append({"test": ctx.nodeid, "repeat": n, "differences": problems})
+        pytest.fail(f"nondeterminism (--vgct-repeat={n}) in {ctx.nodeid}: statistics differ bitwise between runs "
+                    f"on the same inputs\n  " + "\n  ".join(problems), pytrace=False)
+
+
+_FIRST = (".rel_l2", ".cosine", ".max_abs_err", ".quantiles", ".mismatches", ".n_unequal", ".mean_diff")
+
+
+def _priority(key: str) -> tuple:
+    """Headline statistics first in a nondeterminism report, then the rest by name."""
+    for i, p in enumerate(_FIRST):
+        if key == p or key.startswith(p + ".") or key.startswith(p + "["):
+            return (i, key)
+    return (len(_FIRST), key)
+
+
+def _show(v: Optional[str]) -> str:
+    if v is None:
+        return "absent"
+    if v.lstrip("-").startswith("0x") or v in ("inf", "-inf", "nan"):
+        return repr(float.fromhex(v))
+    return v
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    s = _context.current_session()
+    if s is None:
+        return
+    t = s.tests.setdefault(report.nodeid, {"nodeid": report.nodeid, "outcome": "passed", "duration": 0.0})
+    t["duration"] += float(getattr(report, "duration", 0.0))
+    if report.failed:
+        t["outcome"] = "failed" if report.when == "call" else "error"
+        s.failed_tests.add(report.nodeid)
+    elif report.skipped and t["outcome"] == "passed":
+        t["outcome"] = "skipped"
+        lr = report.longrepr
+        t["reason"] = str(lr[2]) if isinstance(lr, tuple) and len(lr) == 3 else str(lr)
+        if getattr(report, "wasxfail", None) is not None:
+            t["outcome"] = "xfailed"
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The vgct fixture
+
+
+class VgctFixture:
+    """The gates and probes bound to one test: ``component``/``feature`` default to the test's markers."""
+
+    def __init__(self, item: pytest.Item):
+        self.nodeid = item.nodeid
+        self.component = _marker_arg(item, "component")
+        self.feature = _marker_arg(item, "feature")
+        self._session = item.config.stash[STATE]
+
+    def _names(self, kw: Dict[str, Any]) -> Dict[str, Any]:
+        for n in ("component", "feature"):
+            if kw.get(n) is None:
+                v = getattr(self, n)
+                if v is None:
+                    raise TypeError(f"{self.nodeid}: no {n} named: mark the test with @pytest.mark.{n}(\"...\") "
+                                    f"or pass {n}=")
+                kw[n] = v
+        return kw
+
+    def assert_t1(self, actual: Any, expected: Any, **kw: Any) -> Any:
+        """:func:`vgct_ext.gates.assert_t1` with this test's component and feature."""
+        __tracebackhide__ = True
+        from .gates import assert_t1
+
+        return assert_t1(actual, expected, **self._names(kw))
+
+    def assert_t2(self, actual: Any, expected: Any, **kw: Any) -> Any:
+        """:func:`vgct_ext.gates.assert_t2` with this test's component and feature."""
+        __tracebackhide__ = True
+        from .gates import assert_t2
+
+        return assert_t2(actual, expected, **self._names(kw))
+
+    def assert_feature_active(self, **kw: Any) -> Any:
+        """:func:`vgct_ext.probes.assert_feature_active` with this test's component and feature."""
+        __tracebackhide__ = True
+        from .probes import assert_feature_active
+
+        return assert_feature_active(**self._names(kw))
+
+    def run_twice(self, fn: Any, *inputs: Any, **kwargs: Any) -> Any:
+        """:func:`vgct_ext.experiment.run_twice`."""
+        from .experiment import run_twice
+
+        return run_twice(fn, *inputs, **kwargs)
+
+    @property
+    def records(self) -> List[Dict[str, Any]]:
+        """Everything recorded so far by this test (gates, probes, run_twice)."""
+        return [r for r in self._session.records if r.get("test") == self.nodeid]
+
+    @property
+    def calibrating(self) -> bool:
+        return self._session.calibrate
+
+
+@pytest.fixture
+def vgct(request: pytest.FixtureRequest) -> VgctFixture:
+    """Ties each comparison to the test id, component and feature (from ``@pytest.mark.component`` /
+    ``@pytest.mark.feature``): ``vgct.assert_t1(a, e)``, ``vgct.assert_t2(a, e)``,
+    ``vgct.assert_feature_active(on=..., off=...)``, ``vgct.run_twice(fn, *inputs)``."""
+    return VgctFixture(request.node)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# End of session: evidence, report, summary
+
+
+def _command(config: pytest.Config) -> str:
+    args = list(config.invocation_params.args)
+    return "pytest " + " ".join(shlex.quote(str(a)) for a in args)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    s = config.stash.get(STATE, None)
+    if s is None:
+        return
+    if s.calibrate and s.calibration:
+        from .evidence import write_calibration
+
+        s.evidence_written = write_calibration(s, _command(config))
+    path = config.getoption("--vgct-report")
+    if path:
+        report = build_report(config, s, int(exitstatus))
+        p = Path(path)
+        if not p.is_absolute():
+            p = Path(str(config.invocation_params.dir)) / p
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2, default=_json_default)
+            f.write("\n")
+        s.report_path = str(p)
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    return str(o)
+
+
+def build_report(config: pytest.Config, s: _context.Session, exitstatus: int) -> Dict[str, Any]:
+    """The ``--vgct-report`` document (format ``vgct-report/1``)."""
+    tests = list(s.tests.values())
+    comparisons = [{k: v for k, v in r.items() if k != "signature"} for r in s.records]
+    return {
+        "format": "vgct-report/1",
+        "command": _command(config),
+        "argv": list(sys.argv),
+        "cwd": str(config.invocation_params.dir),
+        "started": s.started,
+        "finished": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
+        "exitstatus": exitstatus,
+        "hardware": hardware_info(),
+        "software": versions(),
+        "precision": {"torch": precision_settings(),
+                      "dtypes": sorted({f"{r['dtype_actual']} vs {r['dtype_expected']}" for r in s.records
+                                        if "dtype_actual" in r})},
+        "options": {"strict": s.strict, "calibrate": s.calibrate, "headroom": s.headroom, "repeat": s.repeat},
+        "summary": {o: sum(1 for t in tests if t["outcome"] == o)
+                    for o in ("passed", "failed", "error", "skipped", "xfailed")},
+        "comparisons": comparisons,
+        "tests": tests,
+        "skips": [{"test": t["nodeid"], "reason": t.get("reason", "")} for t in tests if t["outcome"] == "skipped"],
+        "nondeterminism": s.nondeterminism,
+        "evidence_written": s.evidence_written,
+    }
+
+
+def _fmt(stat: str, v: Any) -> str:
+    from .gates import fmt_value
+
+    return fmt_value(stat, v)
+
+
+def summary_rows(records: List[Dict[str, Any]]) -> List[tuple]:
+    """Rows (test, component, feature, gate, dtype, shape, statistic, value, bar, margin, result)."""
+    from .gates import fmt_margin
+
+    rows = []
+    for r in records:
+        kind = r.get("kind")
+        if kind not in ("t1", "t2", "probe", "run_twice"):
+            continue
+        rep = f" #{r['repetition'] + 1}" if r.get("repetition") else ""
+        test = (r.get("test") or "-") + rep
+        if kind == "probe":
+            for f in r["forms"]:
+                rows.append((test, r["component"], r["feature"], "active", "", "", f["form"], "", "", "",
+                             "pass" if f["passed"] else "FAIL"))
+            continue
+        if kind == "run_twice":
+            rows.append((test, "", "", "twice", "", "", f"{len(r['outputs'])} outputs", "identical" if
+                         r["identical"] else "DIFFER", "", "", "pass" if r["identical"] else "FAIL"))
+            continue
+        gate = r.get("gate", kind.upper())
+        if r.get("relax"):
+            gate += f" ({r['relax']})"
+        if r.get("calibrating"):
+            gate += " calibrating"
+        dtype = f"{r['dtype_actual']}/{r['dtype_expected']}"
+        shape = "x".join(str(d) for d in r["shape"]) or "()"
+        first = True
+        for c in r["checks"]:
+            if c["statistic"] == "mean_diff":
+                continue
+            head = (test, r["component"], r["feature"], gate, dtype, shape) if first else ("",) * 6
+            first = False
+            if c["gating"]:
+                bar = f"{c['op']} {_fmt(c['statistic'], c['bar'])}"
+                margin = fmt_margin(c["margin"])
+                res = "pass" if c["passed"] else "FAIL"
+            else:
+                bar, margin, res = "-", "", ("recorded" if r.get("calibrating") else "-")
+            rows.append(head + (c["statistic"], _fmt(c["statistic"], c["value"]), bar, margin, res))
+        if r.get("problem"):
+            rows.append(("",) * 6 + ("evidence", "missing", "", "", "FAIL"))
+    return rows
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    s = config.stash.get(STATE, None)
+    if s is None:
+        return
+    rows = summary_rows(s.records)
+    if rows:
+        header = ("test", "component", "feature", "gate", "dtype (a/e)", "shape", "statistic", "value", "bar",
+                  "margin", "result")
+        widths = [min(max(len(str(r[i])) for r in rows + [header]), 60 if i == 0 else 40) for i in range(11)]
+
+        def line(r: tuple) -> str:
+            cells = []
+            for i, c in enumerate(r):
+                c = str(c)
+                if len(c) > widths[i]:
+                    c = "..." + c[-(widths[i] - 3):]
+                cells.append(c.ljust(widths[i]))
+            return "  ".join(cells).rstrip()
+
+        terminalreporter.write_sep("=", "vgct comparisons")
+        terminalreporter.write_line(line(header))
+        terminalreporter.write_line(line(tuple("-" * w for w in widths)))
+        for r in rows:
+            terminalreporter.write_line(line(r), red=r[-1] == "FAIL")
+    for n in s.nondeterminism:
+        terminalreporter.write_line(f"vgct NONDETERMINISM in {n['test']} (--vgct-repeat={n['repeat']}): "
+                                    f"{len(n['differences'])} difference(s)", red=True)
+    for w in s.evidence_written:
+        terminalreporter.write_line(f"vgct evidence written: {w['file']} [{w['key']}] stratum {w['stratum']}: "
+                                    f"{w['runs']} run(s), bars " + ", ".join(f"{k} {v:.4g}" for k, v in
+                                                                           sorted(w["bars"].items())))
+        if w["needs_investigation"]:
+            terminalreporter.write_line(f"vgct: cosine bar {w['bars']['cosine']:.6f} < 0.99 for {w['key']}: the "
+                                        f"gate will fail until an investigation note is added to the evidence",
+                                        yellow=True)
+    if s.calibrate and not s.evidence_written:
+        terminalreporter.write_line("vgct: --vgct-calibrate recorded no T2 evidence (no passing assert_t2 ran)",
+                                    yellow=True)
+    rp = s.report_path
+    if rp:
+        terminalreporter.write_line(f"vgct report: {rp}")
