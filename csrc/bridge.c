@@ -62,7 +62,8 @@ static const char *dtype_code_name(int code) {
   return "unknown";
 }
 
-static void supported_dtypes(char *buf, size_t len) {
+/* "bool, int8, ..., float8_e5m2": every vgct_dtype name, from vgct_dtype_names. */
+void vgct_format_dtype_names(char *buf, size_t len) {
   size_t used = 0;
   buf[0] = '\0';
   for (int i = 0; i < VGCT_NUM_DTYPES && used < len; ++i) {
@@ -103,6 +104,53 @@ int vgct_dtype_from_name(const char *name) {
 }
 
 /*
+ * protocol_method -- obj.<name> as a new reference, or NULL.
+ *
+ * Only an AttributeError means "not implemented" (TypeError naming the
+ * argument and its type); anything else raised while looking the attribute
+ * up (a __getattr__ or property that fails) propagates unchanged.  An
+ * attribute that is not callable (`__dlpack__ = None`) is a TypeError too.
+ */
+static PyObject *protocol_method(PyObject *obj, const char *argname, const char *name) {
+  PyObject *m = PyObject_GetAttrString(obj, name);
+  if (m == NULL) {
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError,
+                 "%s: expected an object implementing __dlpack__ (a torch.Tensor, "
+                 "numpy.ndarray, cupy/jax array), got %.200s",
+                 argname, Py_TYPE(obj)->tp_name);
+    return NULL;
+  }
+  if (!PyCallable_Check(m)) {
+    PyErr_Format(PyExc_TypeError,
+                 "%s: %.200s.%s is %.200s, not a method; expected an object implementing "
+                 "the DLPack protocol (__dlpack__ and __dlpack_device__ methods)",
+                 argname, Py_TYPE(obj)->tp_name, name, Py_TYPE(m)->tp_name);
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
+}
+
+/* The ints of a __dlpack_device__() tuple; TypeError naming the argument when
+ * one does not fit a C long (no bare OverflowError). */
+static int device_field(PyObject *o, const char *argname, const char *what, long *out) {
+  int overflow = 0;
+  long v = PyLong_AsLongAndOverflow(o, &overflow);
+  if (v == -1 && PyErr_Occurred()) return -1;
+  if (overflow) {
+    PyErr_Format(PyExc_TypeError,
+                 "%s: __dlpack_device__() returned a %s that does not fit a C long; expected a "
+                 "(device_type, device_id) tuple of two small ints (DLPack Python specification)",
+                 argname, what);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/*
  * vgct_bridge_device -- check the protocol and read __dlpack_device__().
  *
  * [PY]: __dlpack_device__() returns a (device_type, device_id) tuple of
@@ -113,37 +161,56 @@ int vgct_dtype_from_name(const char *name) {
  * Accepted: kDLCPU; kDLCUDAHost (pinned host memory, read as CPU memory);
  * kDLCUDA; kDLCUDAManaged (read on its CUDA device).
  *
- * Errors: TypeError when obj lacks __dlpack__ or __dlpack_device__, or the
- * device is not a tuple of two ints; BufferError for any other device type;
- * whatever __dlpack_device__() itself raised.
+ * Errors: TypeError when obj lacks __dlpack__ or __dlpack_device__ (or they
+ * are not callable), or the device is not a tuple of two ints that fit a C
+ * long (messages name the type, never call repr(): a failing __repr__ cannot
+ * replace the error); BufferError for any other device type; whatever the
+ * attribute look-up or __dlpack_device__() itself raised.
  */
 int vgct_bridge_device(PyObject *obj, const char *argname, vgct_device *dev) {
-  if (!PyObject_HasAttrString(obj, "__dlpack__") ||
-      !PyObject_HasAttrString(obj, "__dlpack_device__")) {
-    PyErr_Format(PyExc_TypeError,
-                 "%s: expected an object implementing __dlpack__ (a torch.Tensor, "
-                 "numpy.ndarray, cupy/jax array), got %.200s",
-                 argname, Py_TYPE(obj)->tp_name);
-    return -1;
-  }
-  PyObject *res = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
+  PyObject *m = protocol_method(obj, argname, "__dlpack__");
+  if (m == NULL) return -1;
+  Py_DECREF(m);
+  m = protocol_method(obj, argname, "__dlpack_device__");
+  if (m == NULL) return -1;
+  PyObject *res = PyObject_CallNoArgs(m);
+  Py_DECREF(m);
   if (res == NULL) return -1;
   if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != 2 ||
       !PyLong_Check(PyTuple_GET_ITEM(res, 0)) || !PyLong_Check(PyTuple_GET_ITEM(res, 1))) {
-    PyErr_Format(PyExc_TypeError,
-                 "%s: __dlpack_device__() returned %.200R, expected a (device_type, "
-                 "device_id) tuple of two ints (DLPack Python specification)",
-                 argname, res);
+    if (PyTuple_Check(res) && PyTuple_GET_SIZE(res) == 2)
+      PyErr_Format(PyExc_TypeError,
+                   "%s: __dlpack_device__() returned a tuple of (%.100s, %.100s), expected a "
+                   "(device_type, device_id) tuple of two ints (DLPack Python specification)",
+                   argname, Py_TYPE(PyTuple_GET_ITEM(res, 0))->tp_name,
+                   Py_TYPE(PyTuple_GET_ITEM(res, 1))->tp_name);
+    else if (PyTuple_Check(res))
+      PyErr_Format(PyExc_TypeError,
+                   "%s: __dlpack_device__() returned a tuple of %zd items, expected a "
+                   "(device_type, device_id) tuple of two ints (DLPack Python specification)",
+                   argname, PyTuple_GET_SIZE(res));
+    else
+      PyErr_Format(PyExc_TypeError,
+                   "%s: __dlpack_device__() returned %.200s, expected a (device_type, "
+                   "device_id) tuple of two ints (DLPack Python specification)",
+                   argname, Py_TYPE(res)->tp_name);
     Py_DECREF(res);
     return -1;
   }
-  long type = PyLong_AsLong(PyTuple_GET_ITEM(res, 0));
-  long id = type == -1 && PyErr_Occurred() ? -1 : PyLong_AsLong(PyTuple_GET_ITEM(res, 1));
+  long type = 0, id = 0;
+  int rc = device_field(PyTuple_GET_ITEM(res, 0), argname, "device_type", &type);
+  if (rc == 0) rc = device_field(PyTuple_GET_ITEM(res, 1), argname, "device_id", &id);
   Py_DECREF(res);
-  if (PyErr_Occurred()) return -1;
+  if (rc < 0) return -1;
   if (id < INT32_MIN || id > INT32_MAX) {
     PyErr_Format(PyExc_BufferError, "%s: __dlpack_device__() device_id %ld out of range",
                  argname, id);
+    return -1;
+  }
+  if (type < INT32_MIN || type > INT32_MAX) {
+    PyErr_Format(PyExc_BufferError,
+                 "%s: __dlpack_device__() device_type %ld is not a DLPack device type", argname,
+                 type);
     return -1;
   }
   dev->dl_type = (int)type;
@@ -174,31 +241,136 @@ int vgct_bridge_device(PyObject *obj, const char *argname, vgct_device *dev) {
   }
 }
 
+/* Save / restore the pending exception around code that may run Python
+ * (capsule destructors, producers' deleters). */
+#if PY_VERSION_HEX >= 0x030C0000
+typedef struct { PyObject *exc; } saved_exc;
+static void exc_save(saved_exc *s) { s->exc = PyErr_GetRaisedException(); }
+static void exc_restore(saved_exc *s) { PyErr_SetRaisedException(s->exc); }
+#else
+typedef struct { PyObject *type, *value, *tb; } saved_exc;
+static void exc_save(saved_exc *s) { PyErr_Fetch(&s->type, &s->value, &s->tb); }
+static void exc_restore(saved_exc *s) { PyErr_Restore(s->type, s->value, s->tb); }
+#endif
+
 /*
- * call_dlpack -- obj.__dlpack__(stream=stream, max_version=(1, 0)), falling
- * back to obj.__dlpack__(stream=stream) when the first call raises TypeError.
+ * drop_capsule -- Py_DECREF(cap) on an error path.  The exception is already
+ * set; an unconsumed capsule's destructor runs the producer's clean-up, which
+ * may run Python code (numpy's deleter DECREFs the array) and call PyErr_*:
+ * the pending exception is saved across it so that it survives.
+ */
+static void drop_capsule(PyObject *cap) {
+  saved_exc s;
+  exc_save(&s);
+  Py_DECREF(cap);
+  exc_restore(&s);
+}
+
+/* The pending exception as a normalized value (new reference), cleared; or
+ * NULL when none is set. */
+static PyObject *take_exception(void) {
+#if PY_VERSION_HEX >= 0x030C0000
+  return PyErr_GetRaisedException();
+#else
+  PyObject *t, *v, *tb;
+  PyErr_Fetch(&t, &v, &tb);
+  if (t == NULL) return NULL;
+  PyErr_NormalizeException(&t, &v, &tb);
+  if (tb != NULL && v != NULL) PyException_SetTraceback(v, tb);
+  Py_XDECREF(t);
+  Py_XDECREF(tb);
+  return v;
+#endif
+}
+
+/* 1 when `exc` is `head` or in its __context__ chain (chaining would make a
+ * cycle). */
+static int in_context_chain(PyObject *head, PyObject *exc) {
+  int found = 0;
+  PyObject *e = head;
+  Py_INCREF(e);
+  for (int depth = 0; e != NULL && depth < 64; ++depth) {
+    if (e == exc) {
+      found = 1;
+      break;
+    }
+    PyObject *next = PyException_GetContext(e); /* new reference or NULL */
+    Py_DECREF(e);
+    e = next;
+  }
+  Py_XDECREF(e);
+  return found;
+}
+
+/*
+ * call_dlpack -- obj.__dlpack__(stream=stream, max_version=(1, 0), copy=False),
+ * falling back to obj.__dlpack__(stream=stream, max_version=(1, 0)) and then
+ * to the legacy obj.__dlpack__(stream=stream) when a call raises TypeError or
+ * NotImplementedError.
  *
- * [PY]: "max_version ... consumers must pass it as a keyword; producers that
- * do not support it raise TypeError, and the consumer may retry without it
- * to receive a legacy 'dltensor' capsule" (numpy's from_dlpack does the same).
- * A new producer may still answer with a legacy capsule (it supports no
- * versioned export); the caller accepts both names.
+ * [PY] / array API: "max_version ... consumers must pass it as a keyword;
+ * producers that do not support it raise TypeError, and the consumer may
+ * retry without it to receive a legacy 'dltensor' capsule" (numpy's
+ * from_dlpack does the same); some producers refuse a versioned export with
+ * NotImplementedError.  copy=False asks for a zero-copy export ("the function
+ * must never copy, and raise a BufferError in case a copy is deemed
+ * necessary"): vgct_ext reads the producer's memory, and a producer that
+ * cannot export without copying says so instead of silently copying.  The
+ * `copy` keyword came with max_version (array API 2023.12), so a producer
+ * that rejects it gets the plain versioned call first.  A capsule flagged
+ * DLPACK_FLAG_BITMASK_IS_COPIED is still accepted (the copy already
+ * happened; the values are the same).  A new producer may still answer with
+ * a legacy capsule (it supports no versioned export); the caller accepts both
+ * names.
  *
- * Returns a new reference, or NULL with the producer's exception set.
+ * Any other exception propagates at once.  When every attempt fails, the last
+ * attempt's exception is raised with the earlier ones as its __context__
+ * ("During handling of the above exception, another exception occurred"), so
+ * a producer's own TypeError is never hidden by the retry's.
+ *
+ * Returns a new reference, or NULL with an exception set.
  */
 static PyObject *call_dlpack(PyObject *obj, PyObject *stream) {
   PyObject *meth = PyObject_GetAttrString(obj, "__dlpack__");
   if (meth == NULL) return NULL;
-  PyObject *cap = NULL;
+  PyObject *cap = NULL, *prev = NULL;
   PyObject *noargs = PyTuple_New(0);
-  PyObject *kw = Py_BuildValue("{s:O,s:(ii)}", "stream", stream, "max_version",
-                               DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
+  PyObject *kw = Py_BuildValue("{s:O,s:(ii),s:O}", "stream", stream, "max_version",
+                               DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, "copy", Py_False);
+  static const char *const drop[] = {"copy", "max_version"};
   if (noargs != NULL && kw != NULL) {
-    cap = PyObject_Call(meth, noargs, kw);
-    if (cap == NULL && PyErr_ExceptionMatches(PyExc_TypeError)) {
-      PyErr_Clear();
-      if (PyDict_DelItemString(kw, "max_version") == 0) cap = PyObject_Call(meth, noargs, kw);
+    for (int attempt = 0;; ++attempt) {
+      cap = PyObject_Call(meth, noargs, kw);
+      if (cap != NULL) break;
+      PyObject *exc = take_exception();
+      if (prev != NULL && exc != NULL && !in_context_chain(prev, exc))
+        PyException_SetContext(exc, prev); /* steals prev */
+      else
+        Py_XDECREF(prev); /* e.g. a producer re-raising one instance: no cycle */
+      prev = exc;
+      int retry = exc != NULL && attempt < 2 &&
+                  (PyErr_GivenExceptionMatches(exc, PyExc_TypeError) ||
+                   PyErr_GivenExceptionMatches(exc, PyExc_NotImplementedError));
+      if (!retry || PyDict_DelItemString(kw, drop[attempt]) < 0) break;
     }
+    if (cap == NULL && prev != NULL) {
+      /* re-raise the last attempt's exception (its chain holds the others),
+       * unless the dict deletion itself failed and set a newer one */
+      if (PyErr_Occurred()) {
+        Py_DECREF(prev);
+      } else {
+#if PY_VERSION_HEX >= 0x030C0000
+        PyErr_SetRaisedException(prev);
+#else
+        PyObject *tb = PyException_GetTraceback(prev);
+        PyObject *type = (PyObject *)Py_TYPE(prev);
+        Py_INCREF(type);
+        PyErr_Restore(type, prev, tb);
+#endif
+      }
+      prev = NULL;
+    }
+    Py_XDECREF(prev);
   }
   Py_XDECREF(kw);
   Py_XDECREF(noargs);
@@ -214,10 +386,13 @@ static PyObject *call_dlpack(PyObject *obj, PyObject *stream) {
  *   - shape non-NULL when ndim > 0, entries >= 0 (BufferError), element count
  *     fits int64 (ValueError);
  *   - dtype one of vgct_dtype (lanes 1) (TypeError naming code/bits/lanes and
- *     the supported list); an override must have the same itemsize (ValueError);
+ *     the supported list); an override must have the same itemsize and apply
+ *     to a uint8/int8 byte view (ValueError);
  *   - strides: NULL means compact row-major ([C]: "strides ... can be NULL,
  *     indicating tensor is compact and row-majored"); 0 and negative strides
  *     are accepted; every reachable byte offset must fit int64 (ValueError);
+ *     an empty tensor (a 0 in its shape) gets all strides 0, whatever the
+ *     producer said (nothing is read; no product of its dims is formed);
  *   - data: may be NULL only for an empty tensor ([C] allows NULL data for
  *     size-0 tensors); data + byte_offset is the first element ([C]
  *     "byte_offset: the offset in bytes to the beginning pointer to data").
@@ -253,7 +428,7 @@ static int fill_view(const DLTensor *t, const char *argname, const vgct_device *
   int dt = vgct_dtype_from_dlpack(t->dtype.code, t->dtype.bits, t->dtype.lanes);
   if (dt < 0) {
     char list[256];
-    supported_dtypes(list, sizeof list);
+    vgct_format_dtype_names(list, sizeof list);
     PyErr_Format(PyExc_TypeError,
                  "%s: unsupported dtype (DLPack code %d '%s', bits %d, lanes %d); "
                  "supported: %s",
@@ -267,6 +442,16 @@ static int fill_view(const DLTensor *t, const char *argname, const vgct_device *
                    "%s: dtype override %s (itemsize %d) cannot reinterpret %s (itemsize %d)",
                    argname, vgct_dtype_names[dtype_override], vgct_dtype_itemsize[dtype_override],
                    vgct_dtype_names[dt], vgct_dtype_itemsize[dt]);
+      return -1;
+    }
+    /* the override exists for byte views of float8 data (a torch without
+     * float8 DLPack export hands over x.view(torch.uint8)): reinterpreting
+     * a typed tensor (float32 bits as int32) would be silently wrong */
+    if (dt != VGCT_UINT8 && dt != VGCT_INT8) {
+      PyErr_Format(PyExc_ValueError,
+                   "%s: dtype override %s applies only to a uint8/int8 byte view, but the "
+                   "tensor is %s",
+                   argname, vgct_dtype_names[dtype_override], vgct_dtype_names[dt]);
       return -1;
     }
     dt = dtype_override;
@@ -299,11 +484,16 @@ static int fill_view(const DLTensor *t, const char *argname, const vgct_device *
     }
   }
 
-  if (t->strides == NULL) {
+  if (empty) {
+    /* no element is ever addressed: all strides 0.  (The compact row-major
+     * products below could overflow int64 for a shape like (0, 2^62, 2^62),
+     * and engines may multiply shapes by strides.) */
+    for (int k = 0; k < v->ndim; ++k) v->strides[k] = 0;
+  } else if (t->strides == NULL) {
     int64_t s = 1;
     for (int k = v->ndim - 1; k >= 0; --k) {
       v->strides[k] = s;
-      s *= v->shape[k]; /* <= numel (or 0 when empty): no overflow */
+      s *= v->shape[k]; /* <= numel, checked above: no overflow */
     }
   } else {
     for (int k = 0; k < v->ndim; ++k) v->strides[k] = t->strides[k];
@@ -354,9 +544,12 @@ range:
  * vgct_bridge_import -- export obj through DLPack and build out->view.
  *
  * Steps ([PY] "consumer" side):
+ *  0. a tensor read as host memory (kDLCPU, kDLCUDAHost) takes only
+ *     stream=None ([PY]: "stream must be None" for the CPU; numpy raises
+ *     otherwise): any other stream is a ValueError, before any export;
  *  1. call __dlpack__ (call_dlpack): CUDA producers get the consumer's stream
- *     so that they order their pending work before ours; CPU producers get
- *     stream=None ([PY]: stream must be None for CPU; numpy raises otherwise);
+ *     (-1: [PY] "no synchronization") so that they order their pending work
+ *     before ours; CPU producers get stream=None;
  *  2. the result must be a PyCapsule (TypeError) named "dltensor_versioned"
  *     or "dltensor" (BufferError; "used_..." means already consumed);
  *  3. versioned: version.major must be 1 ([C]: "the consumer must check the
@@ -368,16 +561,23 @@ range:
  *     marks it consumed so its destructor no longer calls the deleter) and
  *     take ownership of the managed tensor: vgct_import_release calls the
  *     deleter exactly once.
- * Until step 5 every failure only drops our capsule reference: the capsule
- * still has its original name and its destructor frees the tensor.  The
- * read-only flag (DLPACK_FLAG_BITMASK_READ_ONLY) is recorded, not refused: we
- * never write.
+ * Until step 5 every failure only drops our capsule reference (drop_capsule:
+ * the capsule still has its original name and its destructor frees the
+ * tensor; the exception set before survives it).  The flags are not refused:
+ * READ_ONLY because we never write, IS_COPIED because a producer that copied
+ * despite copy=False still hands over the values asked for.
  */
 int vgct_bridge_import(PyObject *obj, const char *argname, const vgct_device *dev,
                        PyObject *stream, int dtype_override, vgct_import *out) {
   out->managed = NULL;
   out->versioned = 0;
-  out->flags = 0;
+  if (dev->type != kDLCUDA && stream != NULL && stream != Py_None) {
+    PyErr_Format(PyExc_ValueError,
+                 "%s: stream must be None for a tensor in host memory (the DLPack Python "
+                 "specification allows only None on the CPU), got %.200s",
+                 argname, Py_TYPE(stream)->tp_name);
+    return -1;
+  }
   PyObject *cap = call_dlpack(obj, dev->type == kDLCUDA ? stream : Py_None);
   if (cap == NULL) return -1;
   if (!PyCapsule_CheckExact(cap)) {
@@ -385,12 +585,12 @@ int vgct_bridge_import(PyObject *obj, const char *argname, const vgct_device *de
                  "%s: __dlpack__() returned %.200s, expected a PyCapsule named "
                  "'dltensor_versioned' or 'dltensor' (DLPack Python specification)",
                  argname, Py_TYPE(cap)->tp_name);
-    Py_DECREF(cap);
+    drop_capsule(cap);
     return -1;
   }
   const char *name = PyCapsule_GetName(cap);
   if (name == NULL && PyErr_Occurred()) {
-    Py_DECREF(cap);
+    drop_capsule(cap);
     return -1;
   }
   int versioned = name != NULL && strcmp(name, NAME_VERSIONED) == 0;
@@ -402,16 +602,15 @@ int vgct_bridge_import(PyObject *obj, const char *argname, const vgct_device *de
                  "or 'dltensor'%s",
                  argname, name ? "'" : "", name ? name : "NULL", name ? "'" : "",
                  used ? " (a 'used_' capsule was already consumed; export a new one)" : "");
-    Py_DECREF(cap);
+    drop_capsule(cap);
     return -1;
   }
   void *ptr = PyCapsule_GetPointer(cap, name); /* never NULL for a valid capsule */
   if (ptr == NULL) {
-    Py_DECREF(cap);
+    drop_capsule(cap);
     return -1;
   }
   const DLTensor *t;
-  uint64_t flags = 0;
   if (versioned) {
     DLManagedTensorVersioned *mv = (DLManagedTensorVersioned *)ptr;
     if (mv->version.major != DLPACK_MAJOR_VERSION) {
@@ -419,25 +618,23 @@ int vgct_bridge_import(PyObject *obj, const char *argname, const vgct_device *de
                    "%s: the producer exported DLPack version %u.%u; vgct_ext reads DLPack %d.x",
                    argname, (unsigned)mv->version.major, (unsigned)mv->version.minor,
                    DLPACK_MAJOR_VERSION);
-      Py_DECREF(cap);
+      drop_capsule(cap);
       return -1;
     }
     t = &mv->dl_tensor;
-    flags = mv->flags;
   } else {
     t = &((DLManagedTensor *)ptr)->dl_tensor;
   }
   if (fill_view(t, argname, dev, dtype_override, &out->view) < 0) {
-    Py_DECREF(cap);
+    drop_capsule(cap);
     return -1;
   }
   if (PyCapsule_SetName(cap, versioned ? NAME_USED_VERSIONED : NAME_USED_LEGACY) < 0) {
-    Py_DECREF(cap);
+    drop_capsule(cap);
     return -1;
   }
   out->managed = ptr;
   out->versioned = versioned;
-  out->flags = flags;
   Py_DECREF(cap); /* renamed: its destructor leaves the tensor to us */
   return 0;
 }
@@ -447,18 +644,15 @@ int vgct_bridge_import(PyObject *obj, const char *argname, const vgct_device *de
  * tensor.  [C]: the deleter "should be called to destruct the manager_ctx"
  * and may be NULL when the producer needs no clean-up.  Producers' deleters
  * may run Python code (numpy's DECREFs the array), so a pending exception is
- * saved across the call.
+ * saved across the call; one the deleter itself leaves set goes to
+ * PyErr_WriteUnraisable.
  */
 void vgct_import_release(vgct_import *imp) {
   void *m = imp->managed;
   imp->managed = NULL;
   if (m == NULL) return;
-#if PY_VERSION_HEX >= 0x030C0000
-  PyObject *exc = PyErr_GetRaisedException();
-#else
-  PyObject *et, *ev, *tb;
-  PyErr_Fetch(&et, &ev, &tb);
-#endif
+  saved_exc s;
+  exc_save(&s);
   if (imp->versioned) {
     DLManagedTensorVersioned *mv = (DLManagedTensorVersioned *)m;
     if (mv->deleter) mv->deleter(mv);
@@ -466,9 +660,17 @@ void vgct_import_release(vgct_import *imp) {
     DLManagedTensor *ml = (DLManagedTensor *)m;
     if (ml->deleter) ml->deleter(ml);
   }
-#if PY_VERSION_HEX >= 0x030C0000
-  PyErr_SetRaisedException(exc);
-#else
-  PyErr_Restore(et, ev, tb);
-#endif
+  /* a deleter has no way to report failure: an exception it left behind is
+   * reported like one from a __del__ (sys.unraisablehook), never raised from
+   * an unrelated call, nor allowed to replace the caller's own */
+  if (PyErr_Occurred()) {
+    saved_exc d;
+    exc_save(&d);
+    PyObject *ctx = PyUnicode_FromString("the DLPack deleter of a tensor read by vgct_ext");
+    if (ctx == NULL) PyErr_Clear();
+    exc_restore(&d);
+    PyErr_WriteUnraisable(ctx);
+    Py_XDECREF(ctx);
+  }
+  exc_restore(&s);
 }

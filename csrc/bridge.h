@@ -44,23 +44,26 @@ typedef struct {
 typedef struct {
   void *managed;
   int versioned;
-  uint64_t flags;   /* DLManagedTensorVersioned.flags (READ_ONLY, IS_COPIED); 0 for legacy */
   vgct_view view;
 } vgct_import;
 
-#define VGCT_IMPORT_INIT {NULL, 0, 0, {0}}
+#define VGCT_IMPORT_INIT {NULL, 0, {0}}
 
 /* Check that `obj` implements the DLPack protocol and read its device with
  * __dlpack_device__(); `argname` ("actual", "expected", "x") prefixes every
- * error message.  TypeError: no __dlpack__/__dlpack_device__, or a malformed
- * device tuple.  BufferError: a device vgct_ext cannot read (only CPU, CUDA
- * host, CUDA and CUDA managed memory are accepted). */
+ * error message.  TypeError: no (callable) __dlpack__/__dlpack_device__, or
+ * a malformed device tuple.  BufferError: a device vgct_ext cannot read (only
+ * CPU, CUDA host, CUDA and CUDA managed memory are accepted).  An exception
+ * other than AttributeError raised by the attribute look-up propagates. */
 int vgct_bridge_device(PyObject *obj, const char *argname, vgct_device *dev);
 
-/* Export `obj` (whose device `dev` came from vgct_bridge_device) and build
- * out->view.  `stream` (None or a Python int) is passed to __dlpack__ for
- * CUDA devices; CPU tensors always get stream=None.  `dtype_override` is a
- * vgct_dtype that reinterprets the elements (same itemsize required), or -1.
+/* Export `obj` (whose device `dev` came from vgct_bridge_device) with
+ * __dlpack__(stream=, max_version=(1, 0), copy=False) (legacy fallbacks:
+ * bridge.c call_dlpack) and build out->view.  `stream` (None or a Python int)
+ * is passed to __dlpack__ for CUDA devices; for host memory it must be None
+ * (ValueError otherwise: the DLPack spec allows only None on the CPU).
+ * `dtype_override` is a vgct_dtype that reinterprets the elements of a
+ * uint8/int8 byte view (same itemsize required), or -1.
  * On success the caller owns the tensor: call vgct_import_release() once. */
 int vgct_bridge_import(PyObject *obj, const char *argname, const vgct_device *dev,
                        PyObject *stream, int dtype_override, vgct_import *out);
@@ -68,6 +71,10 @@ int vgct_bridge_import(PyObject *obj, const char *argname, const vgct_device *de
 /* Call the producer's deleter (once) and reset the import; safe to call on an
  * empty or already released import.  Never fails; keeps a pending exception. */
 void vgct_import_release(vgct_import *imp);
+
+/* Every vgct_dtype name, comma-separated ("bool, int8, ..."), into buf
+ * (truncated to fit). */
+void vgct_format_dtype_names(char *buf, size_t len);
 
 /* vgct_dtype for a name ("bfloat16", "float8_e4m3fn", ...), or -1. */
 int vgct_dtype_from_name(const char *name);

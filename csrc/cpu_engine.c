@@ -66,7 +66,7 @@
 
 #include "vgct_engine.h"
 
-#define TILE 1024
+#define TILE 512
 #define NLANE 8
 #define SEG_MIN ((int64_t)1 << 16)
 #define SEG_MAX_COUNT ((int64_t)1 << 14)
@@ -116,6 +116,22 @@ static inline double cv_u8(uint8_t v) { return (double)v; }
 static inline double cv_f32(float v) { return (double)v; }
 static inline double cv_f64(double v) { return v; }
 
+/* float16 and the float8 types: tables of every bit pattern, filled once
+ * from the vgct_dtypes.h converters (their branches do not vectorise; a
+ * table load does, as a gather, and is exact by construction). */
+static double tab_f16[65536], tab_e4m3[256], tab_e5m2[256];
+static pthread_once_t tab_once = PTHREAD_ONCE_INIT;
+static void tab_init(void) {
+  for (uint32_t u = 0; u < 65536; ++u) tab_f16[u] = vgct_f16_to_f64((uint16_t)u);
+  for (uint32_t u = 0; u < 256; ++u) {
+    tab_e4m3[u] = vgct_e4m3fn_to_f64((uint8_t)u);
+    tab_e5m2[u] = vgct_e5m2_to_f64((uint8_t)u);
+  }
+}
+static inline double lut_f16(uint16_t v) { return tab_f16[v]; }
+static inline double lut_e4m3(uint8_t v) { return tab_e4m3[v]; }
+static inline double lut_e5m2(uint8_t v) { return tab_e5m2[v]; }
+
 #define DEF_LOADER1(NAME, T, CONV, ATTR)                                        \
   ATTR static void NAME(const char *p, int64_t st, int64_t cnt, double *out) {  \
     if (st == 1) {                                                              \
@@ -142,12 +158,12 @@ DEF_LOADER(ld_i16, int16_t, cv_i16)
 DEF_LOADER(ld_i32, int32_t, cv_i32)
 DEF_LOADER(ld_i64, int64_t, cv_i64)
 DEF_LOADER(ld_u8, uint8_t, cv_u8)
-DEF_LOADER(ld_f16, uint16_t, vgct_f16_to_f64)
+DEF_LOADER(ld_f16, uint16_t, lut_f16)
 DEF_LOADER(ld_bf16, uint16_t, vgct_bf16_to_f64)
 DEF_LOADER(ld_f32, float, cv_f32)
 DEF_LOADER(ld_f64, double, cv_f64)
-DEF_LOADER(ld_e4m3, uint8_t, vgct_e4m3fn_to_f64)
-DEF_LOADER(ld_e5m2, uint8_t, vgct_e5m2_to_f64)
+DEF_LOADER(ld_e4m3, uint8_t, lut_e4m3)
+DEF_LOADER(ld_e5m2, uint8_t, lut_e5m2)
 #undef DEF_LOADER
 #undef DEF_LOADER1
 
@@ -176,6 +192,7 @@ static int cpu_level(void) {
 }
 
 static const loader_fn *pick_loaders(void) {
+  pthread_once(&tab_once, tab_init);
 #ifdef LOADER_TABLE
   if (cpu_level() >= 1) return loaders_avx2;
 #endif
@@ -343,15 +360,6 @@ static void tile_fill(const plan_t *P, iter_t *it, int64_t end, tile_t *t) {
     r->off = t->len; r->len = (int)rem; r->l0 = it->ol;
     r->s0 = P->dpos >= 0 ? it->idx[P->dpos] : 0;
     const char *qa = P->pa + it->oa * P->isa, *qe = P->pe + it->oe * P->ise;
-#if defined(__GNUC__) || defined(__clang__)
-    /* contiguous runs: ask for the next tile's lines now, so that memory
-     * works while this tile is folded */
-    if (P->sa[k] == 1 && P->se[k] == 1) {
-      const int64_t ba = rem * P->isa, be = rem * P->ise;
-      for (int64_t o = 0; o < ba; o += 64) __builtin_prefetch(qa + ba + o);
-      for (int64_t o = 0; o < be; o += 64) __builtin_prefetch(qe + be + o);
-    }
-#endif
     P->lda(qa, P->sa[k], rem, t->A + t->len);
     P->lde(qe, P->se[k], rem, t->E + t->len);
     t->len += (int)rem;
@@ -401,6 +409,10 @@ typedef int (*fold_fn)(const double *, const double *, int, double, double, doub
  * than the target's registers, so each target gets its own width */
 typedef double vgct_v2d __attribute__((vector_size(16)));
 typedef long long vgct_v2i __attribute__((vector_size(16)));
+#if defined(__x86_64__) || defined(__SSE2__)
+#include <immintrin.h>
+#define FOLD_MAX(a, b) _mm_max_pd((__m128d)(a), (__m128d)(b))
+#endif
 #define FOLD_NAME fold_vec2
 #define FOLD_VD vgct_v2d
 #define FOLD_VI vgct_v2i
@@ -412,6 +424,7 @@ typedef long long vgct_v2i __attribute__((vector_size(16)));
 #undef FOLD_VI
 #undef FOLD_VW
 #undef FOLD_ATTR
+#undef FOLD_MAX
 
 #define DEF_FOLDS(SUFFIX, IMPL, ATTR)                                                          \
   ATTR static int fold_u##SUFFIX(const double *A, const double *E, int len, double rtol,       \
@@ -441,17 +454,21 @@ typedef long long vgct_v8i __attribute__((vector_size(64)));
 #define FOLD_VI vgct_v4i
 #define FOLD_VW 4
 #define FOLD_ATTR VGCT_AVX2
+#define FOLD_MAX(a, b) _mm256_max_pd((__m256d)(a), (__m256d)(b))
 #include "cpu_fold.inc"
 #undef FOLD_NAME
 #undef FOLD_VD
 #undef FOLD_VI
 #undef FOLD_VW
 #undef FOLD_ATTR
+#undef FOLD_MAX
 #define FOLD_NAME fold_vec8
 #define FOLD_VD vgct_v8d
 #define FOLD_VI vgct_v8i
 #define FOLD_VW 8
 #define FOLD_ATTR VGCT_AVX512
+#define FOLD_MAX(a, b) _mm512_max_pd((__m512d)(a), (__m512d)(b))
+#define FOLD_ONEPASS 1
 #include "cpu_fold.inc"
 #undef FOLD_NAME
 #undef FOLD_VD
@@ -759,7 +776,8 @@ static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl)
     double relc = -1.0;
     int nz = 0;
     if (best.max_rel_i >= 0) {
-      relc = best.max_rel >= 0x1p-1000 ? best.max_rel * (1.0 - 0x1p-40) : 0.0;
+      /* (a best of +inf: ties need |d|/|e| >= DBL_MAX, so the threshold is capped there) */
+      relc = best.max_rel >= 0x1p-1000 ? fmin(best.max_rel, DBL_MAX) * (1.0 - 0x1p-40) : 0.0;
       nz = P->monotonic;
     }
     int fast = !FORCE_SLOW && C->fold(t->A, t->E, t->len, C->rtol, C->atol, relc, nz, &f);
@@ -944,14 +962,14 @@ static void stage_flush(sel_ctx *C, int tid, int g, int cnt) {
  * all ones, tested with integer operations that vectorise) takes a loop
  * without class tests, which computes the same keys. */
 static int tile_keys(const tile_t *t, uint64_t *restrict keys) {
-  const uint64_t EXP = 0x7ff0000000000000ULL;
+  const uint64_t EXP = 0x7ff0000000000000ULL, ONE = 0x0010000000000000ULL;
   const int len = t->len;
   uint64_t bad = 0;
-  for (int j = 0; j < len; ++j) {
+  for (int j = 0; j < len; ++j) { /* exponent all ones <=> bit 63 of (exp field + 1) */
     const uint64_t ba = vgct_bits_from_f64(t->A[j]), be = vgct_bits_from_f64(t->E[j]);
-    bad |= (uint64_t)((ba & EXP) == EXP) | (uint64_t)((be & EXP) == EXP);
+    bad |= ((ba & EXP) + ONE) | ((be & EXP) + ONE);
   }
-  if (!bad) {
+  if (!(bad >> 63)) {
     for (int j = 0; j < len; ++j) keys[j] = vgct_bits_from_f64(fabs(t->A[j] - t->E[j]));
     return len;
   }
@@ -978,13 +996,19 @@ static void select_unit(void *ctx, int64_t s, int tid) {
     uint64_t keys[TILE];
     const int m = tile_keys(t, keys);
     fin += m;
-    if (C->npend == 1 && C->pend_pshift >= 63) { /* the first pass: every key */
-      for (int j = 0; j < m; ++j) h[(keys[j] >> C->pend_dshift) & C->dmask]++;
-    } else if (C->npend > 0) {
+    const int dsh = C->pend_dshift, psh = C->pend_pshift, npend = C->npend;
+    const uint64_t dmask = C->dmask;
+    if (npend == 1 && psh >= 63) { /* the first pass: every key */
+      for (int j = 0; j < m; ++j) h[(keys[j] >> dsh) & dmask]++;
+    } else if (npend == 1) {
+      const uint64_t p0 = C->pend_prefix[0];
+      for (int j = 0; j < m; ++j)
+        if ((keys[j] >> psh) == p0) h[(keys[j] >> dsh) & dmask]++;
+    } else if (npend > 0) {
       for (int j = 0; j < m; ++j) {
-        uint64_t pre = keys[j] >> C->pend_pshift;
-        for (int g = 0; g < C->npend; ++g)
-          if (pre == C->pend_prefix[g]) { h[(size_t)g * HBINS + ((keys[j] >> C->pend_dshift) & C->dmask)]++; break; }
+        const uint64_t pre = keys[j] >> psh;
+        for (int g = 0; g < npend; ++g)
+          if (pre == C->pend_prefix[g]) { h[(size_t)g * HBINS + ((keys[j] >> dsh) & dmask)]++; break; }
       }
     }
     for (int g = 0; g < C->ngath; ++g) {

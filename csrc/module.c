@@ -113,29 +113,48 @@ static int parse_dtype_override(const char *argname, PyObject *o) {
   if (s == NULL) return -2;
   int dt = vgct_dtype_from_name(s);
   if (dt < 0) {
-    PyErr_Format(PyExc_ValueError,
-                 "%s: unknown dtype name '%s' (expected one of bool, int8, int16, int32, int64, "
-                 "uint8, float16, bfloat16, float32, float64, float8_e4m3fn, float8_e5m2)",
-                 argname, s);
+    char names[256];
+    vgct_format_dtype_names(names, sizeof names); /* from vgct_dtype_names */
+    PyErr_Format(PyExc_ValueError, "%s: unknown dtype name '%.100s' (expected one of %s)",
+                 argname, s, names);
     return -2;
   }
   return dt;
 }
 
-/* stream: None or an int > 0 ([PY] spec: 0 is ambiguous and disallowed;
- * 1 legacy default, 2 per-thread default, else a cudaStream_t). */
+/* stream: None or an int ([PY] spec: 1 legacy default, 2 per-thread default,
+ * -1 "no synchronization", else a cudaStream_t; 0 is ambiguous and
+ * disallowed).  `out` is the stream the engine computes on: -1 is passed to
+ * __dlpack__ as given (the producer skips its synchronization) and computes
+ * on the legacy default stream (1).  Host-memory inputs take only None: the
+ * bridge refuses any other stream for them (vgct_bridge_import). */
 static int parse_stream(PyObject *o, uintptr_t *out) {
   *out = 0;
   if (o == Py_None) return 0;
-  if (!PyLong_Check(o)) {
+  if (!PyLong_Check(o) || PyBool_Check(o)) {
     PyErr_Format(PyExc_TypeError, "stream must be None or an int (a cudaStream_t), got %.200s",
                  Py_TYPE(o)->tp_name);
     return -1;
   }
-  unsigned long long v = PyLong_AsUnsignedLongLong(o);
-  if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-    PyErr_Clear();
-    PyErr_Format(PyExc_ValueError, "stream must be a positive int, got %R", o);
+  int overflow = 0;
+  long long sv = PyLong_AsLongLongAndOverflow(o, &overflow);
+  if (sv == -1 && !overflow && PyErr_Occurred()) return -1;
+  if (sv == -1 && !overflow) {
+    *out = 1; /* no synchronization requested; compute on the legacy default stream */
+    return 0;
+  }
+  unsigned long long v = (unsigned long long)sv;
+  if (overflow > 0) {
+    v = PyLong_AsUnsignedLongLong(o);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      PyErr_SetString(PyExc_ValueError, "stream is out of range for a cudaStream_t");
+      return -1;
+    }
+  } else if (overflow < 0 || sv < -1) {
+    PyErr_SetString(PyExc_ValueError,
+                    "stream must be -1 (no synchronization) or a positive cudaStream_t, got a "
+                    "negative int");
     return -1;
   }
   if (v == 0) {
@@ -357,12 +376,23 @@ static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
   long dim = -1;
   int has_dim = dim_obj != Py_None;
   if (has_dim) {
-    if (!PyLong_Check(dim_obj)) {
+    /* any integer (operator.index: numpy integer scalars too), never a bool */
+    PyObject *ix = PyBool_Check(dim_obj) ? NULL : PyNumber_Index(dim_obj);
+    if (ix == NULL) {
+      if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_TypeError)) return NULL;
+      PyErr_Clear();
       PyErr_Format(PyExc_TypeError, "dim must be None or an int, got %.200s",
                    Py_TYPE(dim_obj)->tp_name);
       return NULL;
     }
-    dim = PyLong_AsLong(dim_obj);
+    int overflow = 0;
+    dim = PyLong_AsLongAndOverflow(ix, &overflow);
+    if (overflow) {
+      PyErr_Format(PyExc_ValueError, "dim %S out of range (vgct_ext supports at most %d dims)",
+                   ix, VGCT_MAX_NDIM);
+      dim = -1;
+    }
+    Py_DECREF(ix);
     if (dim == -1 && PyErr_Occurred()) return NULL;
   }
   uintptr_t stream = 0;

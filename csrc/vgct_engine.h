@@ -55,7 +55,12 @@ typedef struct {
   int nthreads; /* CPU only: upper bound on worker threads (>= 1)        */
 } vgct_params;
 
+/* Element count.  0 as soon as a dim is 0, before any product is formed:
+ * the other dims of an empty tensor may multiply past int64 (the bridge
+ * checks that the count of a non-empty tensor fits). */
 static inline int64_t vgct_numel(const vgct_view *v) {
+  for (int i = 0; i < v->ndim; ++i)
+    if (v->shape[i] == 0) return 0;
   int64_t n = 1;
   for (int i = 0; i < v->ndim; ++i) n *= v->shape[i];
   return n;
@@ -85,14 +90,33 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
                     const int64_t *ranks, int nranks, double *values,
                     char *err, size_t errlen);
 
+/* Histogram of selection keys, for the distributed radix selection of
+ * compare_sharded ([E]; vgct_ext/sharded.py).  For every finite pair, its key
+ * k (vgct_absdiff_key) is counted when its top `prefix_bits` bits equal one
+ * of the `nprefix` prefixes (prefix_bits == 0: every key, prefixes[0] == 0),
+ * in bin (k >> (64 - prefix_bits - w)) & (2^w - 1) of that prefix's row, with
+ * the digit width w = VGCT_HIST_WIDTH(prefix_bits) = min(16, 64 - prefix_bits).
+ * counts: caller-allocated int64[nprefix << w], row g for prefixes[g],
+ * OVERWRITTEN (exact counts; sums of counts over ranks are what
+ * vgct_cpu_select histograms on one tensor).  Requires 0 <= prefix_bits <= 63,
+ * 1 <= nprefix <= VGCT_HIST_MAX_PREFIXES, distinct prefixes < 2^prefix_bits.
+ * Deterministic; extra memory O(threads * nprefix * 2^w) counters, bounded. */
+#define VGCT_HIST_MAX_PREFIXES 128
+#define VGCT_HIST_WIDTH(prefix_bits) ((64 - (prefix_bits)) < 16 ? (64 - (prefix_bits)) : 16)
+int vgct_cpu_histogram(const vgct_view *a, const vgct_view *e, const vgct_params *p,
+                       const uint64_t *prefixes, int nprefix, int prefix_bits,
+                       int64_t *counts, char *err, size_t errlen);
+
 /* 64-bit content hash of one tensor (definition: vgct_stats.h, "fingerprint"). */
 int vgct_cpu_fingerprint(const vgct_view *x, int nthreads, uint64_t *out, char *err, size_t errlen);
 
 /* ---- CUDA engine (the cuda/ kernels), only when built with VGCT_HAVE_CUDA ------- */
 
 /* Same contracts as the CPU functions, for views on one CUDA device
- * (device_id), enqueued on `stream` (a cudaStream_t as an integer; 0 means the
- * legacy default stream).  The caller's current device is restored.  Results
+ * (device_id), enqueued on `stream` (a cudaStream_t as an integer, as the
+ * DLPack spec numbers them: 1 = the legacy default stream (cudaStreamLegacy),
+ * 2 = the per-thread default stream (cudaStreamPerThread), else a stream
+ * handle; never 0).  The caller's current device is restored.  Results
  * are copied to the host once per call (the only synchronization is on that
  * stream). */
 int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p,
@@ -104,6 +128,15 @@ int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vgct_params *
 
 int vgct_cuda_fingerprint(const vgct_view *x, uintptr_t stream, uint64_t *out,
                           char *err, size_t errlen);
+
+/* vgct_cpu_histogram's contract for views on one CUDA device, enqueued on
+ * `stream`; `counts` is HOST memory (nprefix << w int64), filled when the
+ * call returns.  Needed by compare_sharded on CUDA tensors ([E]).  module.c
+ * references it weakly, so a CUDA build whose cuda/ does not define it yet
+ * still links, and _C.histogram on a CUDA tensor then raises RuntimeError. */
+int vgct_cuda_histogram(const vgct_view *a, const vgct_view *e, const vgct_params *p,
+                        uintptr_t stream, const uint64_t *prefixes, int nprefix,
+                        int prefix_bits, int64_t *counts, char *err, size_t errlen);
 
 /* Build/run-time facts for build_info(): never fails; a machine without a
  * driver or GPU reports driver_version 0 / device_count 0. */

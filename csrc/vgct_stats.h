@@ -40,7 +40,10 @@
  * float64 with room to spare (float32 max^2 ~ 1.2e77, int64 max^2 ~ 8.5e37,
  * smallest float32 subnormal^2 ~ 2e-90), so the UNSCALED update (scale == 1)
  * is exact in range and cheaper.  The scale never goes below 2^-1000 so that
- * 1/scale stays finite.
+ * 1/scale stays finite, nor above 2^1023 (the largest power of two).
+ * Limit (float64 only): all sums share the one scale, so a vector entirely
+ * below ~2^-537 * max(|a|,|e|) underflows to 0 against it (docs/metrics.md,
+ * "Limit of the scaled update"); zero_reference therefore tests max |e|.
  */
 #ifndef VGCT_STATS_H_
 #define VGCT_STATS_H_
@@ -139,6 +142,17 @@ VGCT_HD int vgct_better(double v, int64_t i, double bv, int64_t bi) {
   return v > bv || (v == bv && i < bi);
 }
 
+/* a*b rounded on its own: nvcc contracts a*b+c into one fused multiply-add
+ * by default, which would make `atol + rtol*|e|` (an exact decision, not a
+ * sum) differ between the engines (added for the CUDA engine, [B]). */
+VGCT_HD double vgct_mul(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
 /* Exact shortcut for max_rel (added for the CUDA engine, [B]; results are
  * unchanged): 0 only when ad/ae (ae > 0), rounded, is certainly < best, so
  * the float64 division -- the costliest step of an update on a GPU -- can be
@@ -187,7 +201,7 @@ VGCT_HD void vgct_acc_update(vgct_acc *s, double a, double e, int64_t idx,
     double r = ad / ae;
     if (vgct_better(r, idx, s->max_rel, s->max_rel_i)) { s->max_rel = r; s->max_rel_i = idx; }
   }
-  double tol = atol + rtol * ae;
+  double tol = atol + vgct_mul(rtol, ae);
   if (ad > tol) {
     s->n_mismatch += 1;
     double ex = ad - tol;
@@ -318,8 +332,11 @@ VGCT_HD void vgct_acc_finalize(const vgct_acc *s, vgct_derived *out) {
   out->norm_a = ra * s->scale;
   out->norm_e = re * s->scale;
   out->norm_d = rd * s->scale;
-  out->zero_reference = (s->s_ee == 0.0);
-  out->rel_l2 = out->zero_reference ? (double)NAN : rd / re; /* scale cancels */
+  /* max |e| == 0, not s_ee == 0: the same for every input except float64 ones
+   * whose reference squares all underflow against the shared scale (|e| <
+   * 2^-537 of max|a|); those get rel_l2 = +inf, not "zero reference" */
+  out->zero_reference = !(s->max_abs_ref > 0.0);
+  out->rel_l2 = out->zero_reference ? (double)NAN : rd / re; /* scale cancels; re == 0: +inf */
   if (s->s_aa == 0.0 || s->s_ee == 0.0) {
     out->cosine = (double)NAN;
   } else {

@@ -16,12 +16,13 @@ vgct_need() {
   fi
 }
 
-# setuptools >= 64 builds PEP 660 editable installs; numpy's headers are a build input
+# setuptools >= 64 builds PEP 660 editable installs; numpy's headers are a build input;
+# numpy >= 2.1 exports versioned DLPack capsules (with the read-only flag: read-only arrays work)
 vgct_build_deps() {
-  "$PY" - <<'PYEOF' >/dev/null 2>&1 || { echo "+ pip install setuptools>=64 wheel numpy>=1.26" >&2; "${PIP[@]}" install -q "setuptools>=64" wheel "numpy>=1.26"; }
+  "$PY" - <<'PYEOF' >/dev/null 2>&1 || { echo "+ pip install setuptools>=64 wheel numpy>=2.1" >&2; "${PIP[@]}" install -q "setuptools>=64" wheel "numpy>=2.1"; }
 import setuptools, wheel, numpy
 assert int(setuptools.__version__.split(".")[0]) >= 64
-assert tuple(int(x) for x in numpy.__version__.split(".")[:2]) >= (1, 26)
+assert tuple(int(x) for x in numpy.__version__.split(".")[:2]) >= (2, 1)
 PYEOF
 }
 

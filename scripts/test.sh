@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
 
-vgct_need pytest:pytest hypothesis:hypothesis "numpy:numpy>=1.26" safetensors:safetensors
+vgct_need pytest:pytest hypothesis:hypothesis "numpy:numpy>=2.1" safetensors:safetensors
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   echo "+ pip install ${VGCT_TORCH_SPEC:-torch==2.13.0}" >&2
   "${PIP[@]}" install -q "${VGCT_TORCH_SPEC:-torch==2.13.0}"

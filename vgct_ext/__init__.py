@@ -25,6 +25,10 @@ _LAZY_MODULES = ("gates", "probes", "experiment", "skips")
 
 
 def __getattr__(name: str):
+    # dunders (__path__, __wrapped__, __file__ probes by copy/inspect/pickle/doctest) are never
+    # method-layer names: answer at once, without importing the method layer
+    if name.startswith("__") and name.endswith("__"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
     for mod in _LAZY_MODULES:

@@ -2,10 +2,41 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Dict, Iterable, Optional, Union
 
 from . import _C, _dlpack
 from ._stats import PairedStats
+
+
+def _is_bool(x: Any) -> bool:
+    """bool, numpy.bool_, or a bool array/tensor (anything whose dtype is boolean)."""
+    if isinstance(x, bool):
+        return True
+    dt = getattr(x, "dtype", None)
+    return dt is not None and (getattr(dt, "kind", None) == "b" or str(dt) == "torch.bool")
+
+
+def _quantile_tuple(quantiles: Any) -> tuple:
+    """``quantiles`` of :func:`compare` as a tuple for ``_C`` (which checks the values).
+
+    A single number -- a Python/NumPy real scalar or a 0-d array -- is one quantile; None is
+    none; anything else is iterated.  Booleans are refused (``True`` is not the quantile 1.0).
+    """
+    if quantiles is None:
+        return ()
+    if isinstance(quantiles, (str, bytes)):
+        raise TypeError(f"quantiles must be a float in [0, 1] or a sequence of them, "
+                        f"got {type(quantiles).__name__}")
+    if isinstance(quantiles, numbers.Real) or getattr(quantiles, "ndim", None) == 0:
+        if _is_bool(quantiles):
+            raise TypeError("quantiles must be a float in [0, 1] or a sequence of them, got bool")
+        return (quantiles,)
+    qs = tuple(quantiles)
+    for i, q in enumerate(qs):
+        if _is_bool(q):
+            raise TypeError(f"quantiles[{i}] must be a float in [0, 1], got bool")
+    return qs
 
 
 def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-3,
@@ -27,8 +58,10 @@ def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-
             (torch.allclose's convention).
         quantiles: up to 64 probabilities in [0, 1]; each gives the exact quantile of
             ``|a-e|`` over finite pairs as ``numpy.quantile(..., method="linear")`` defines
-            it (any n, not an approximation). A single float is accepted.
-        dim: an axis (negative counts from the end) for per-slice statistics
+            it (any n, not an approximation). A single number is accepted (a Python or NumPy
+            scalar, a 0-d array); bools are refused (TypeError).
+        dim: an axis (an integer, NumPy integers included, not a bool; negative counts
+            from the end) for per-slice statistics
             (``PairedStats.slices``), e.g. the channel axis for per-channel mean shift.
 
     Returns:
@@ -43,14 +76,9 @@ def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-
         RuntimeError: a CUDA input with a build without CUDA, or a CUDA failure.
         MemoryError: the engine could not allocate its work space.
     """
+    qs = _quantile_tuple(quantiles)
     a, da = _dlpack.prepare(actual)
     e, de = _dlpack.prepare(expected)
-    if quantiles is None:
-        qs: tuple = ()
-    elif isinstance(quantiles, (int, float)):
-        qs = (quantiles,)
-    else:
-        qs = tuple(quantiles)
     stream = _dlpack.consumer_stream(a, e)
     d = _C.compare(a, e, rtol, atol, qs, dim, stream, da, de)
     return PairedStats._from_c(d)

@@ -2,21 +2,29 @@
 
 The C bridge (``csrc/bridge.c``) does the import itself; this shim only does
 what needs the producer's own Python API, without importing any framework
-(``import vgct_ext`` never imports torch; a torch tensor is recognised by
-``type(x).__module__`` and torch is then taken from ``sys.modules``):
+(``import vgct_ext`` never imports torch; a torch tensor is an instance of
+``sys.modules["torch"].Tensor`` -- subclasses defined anywhere included -- and
+can only exist once torch is imported):
 
 * a torch tensor with ``requires_grad=True`` is passed as ``x.detach()``
   (a view of the same storage, no copy): torch's ``__dlpack__`` refuses
   tensors that require grad;
+* a torch tensor with the lazy negation bit (``x.is_neg()``, e.g.
+  ``c.conj().imag`` or ``torch._neg_view(x)``) is passed as
+  ``x.resolve_neg()``: torch's DLPack export carries the storage without the
+  sign, so the values would silently be negated.  This is the one case where
+  a copy is made (``resolve_neg`` materializes the negated values; every
+  other tensor is read in place).  The conjugate bit needs nothing: it
+  exists only for complex tensors, which vgct_ext does not read;
 * a torch float8 tensor, when this torch cannot export float8 through
   DLPack, is passed as ``x.view(torch.uint8)`` (same bytes, no copy) with the
   dtype name as an override for ``_C`` (torch >= 2.7 exports float8 codes
   ``kDLFloat8_e4m3fn`` / ``kDLFloat8_e5m2`` itself);
 * the consumer stream for CUDA inputs (docs/architecture.md; the Python array
   API / DLPack ``__dlpack__(stream=...)`` convention): torch's current
-  stream for torch tensors, CuPy's current stream for CuPy arrays, else 1
-  (the legacy default stream; 0 is disallowed by the spec).  ``None`` for
-  CPU inputs.
+  stream on the tensor's device for torch tensors, CuPy's current stream on
+  the array's device for CuPy arrays, else 1 (the legacy default stream; 0 is
+  disallowed by the spec).  ``None`` for CPU inputs.
 """
 
 from __future__ import annotations
@@ -29,12 +37,20 @@ _CUDA_DEVICE_TYPES = (2, 13)  # kDLCUDA, kDLCUDAManaged
 _torch_fp8_export: Optional[bool] = None  # probed once per process
 
 
-def _is_torch(x: Any) -> bool:
-    return type(x).__module__.startswith("torch")
+def _torch_of(x: Any) -> Any:
+    """The torch module when ``x`` is a torch.Tensor (any subclass), else None."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, getattr(torch, "Tensor", ())):
+        return torch
+    return None
 
 
-def _is_cupy(x: Any) -> bool:
-    return type(x).__module__.startswith("cupy")
+def _cupy_of(x: Any) -> Any:
+    """The cupy module when ``x`` is a cupy.ndarray (any subclass), else None."""
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(x, getattr(cupy, "ndarray", ())):
+        return cupy
+    return None
 
 
 def _torch_exports_fp8(torch: Any) -> bool:
@@ -52,18 +68,22 @@ def _torch_exports_fp8(torch: Any) -> bool:
 def prepare(x: Any, force_fp8_view: bool = False) -> Tuple[Any, Optional[str]]:
     """Return ``(object to export, dtype override name or None)`` for ``x``.
 
-    Only torch tensors are touched (detach, float8 view); anything else is
-    returned unchanged and ``_C`` reports what is wrong with it.
-    ``force_fp8_view`` takes the uint8-view path even when torch could export
-    float8 (tests use it to exercise the fallback).
+    Only torch tensors are touched (detach, resolve_neg, float8 view);
+    anything else is returned unchanged and ``_C`` reports what is wrong with
+    it.  ``force_fp8_view`` takes the uint8-view path even when torch could
+    export float8 (tests use it to exercise the fallback).
+
+    ``x.resolve_neg()`` is the only step that copies, and only for a tensor
+    whose negation bit is set (``x.is_neg()``): torch exports such a tensor
+    without the sign.
     """
-    if not _is_torch(x):
-        return x, None
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(x, torch.Tensor):
+    torch = _torch_of(x)
+    if torch is None:
         return x, None
     if x.requires_grad:
         x = x.detach()
+    if x.is_neg():
+        x = x.resolve_neg()  # a copy with the sign applied (torch exports the storage unsigned)
     name = str(x.dtype).rpartition(".")[2]
     if name in _FP8 and (force_fp8_view or not _torch_exports_fp8(torch)):
         return x.view(torch.uint8), name
@@ -71,11 +91,8 @@ def prepare(x: Any, force_fp8_view: bool = False) -> Tuple[Any, Optional[str]]:
 
 
 def _device(x: Any) -> Optional[Tuple[int, int]]:
-    f = getattr(x, "__dlpack_device__", None)
-    if f is None:
-        return None
-    try:
-        t, i = f()
+    try:  # the look-up too: a failing __getattr__ is reported by _C, not from here
+        t, i = x.__dlpack_device__()
         return int(t), int(i)
     except Exception:  # noqa: BLE001 - _C raises the precise error later
         return None
@@ -85,7 +102,7 @@ def consumer_stream(*xs: Any) -> Optional[int]:
     """The stream ``_C`` passes to ``__dlpack__`` and computes on.
 
     ``None`` when the inputs are not on a CUDA device; else the current
-    stream of the first torch tensor or CuPy array among ``xs`` (its integer
+    stream, on its own device, of the first torch tensor or CuPy array among ``xs`` (its integer
     ``cudaStream_t``; the default stream, handle 0, becomes 1, the spec's
     legacy default), else 1.
     """
@@ -96,11 +113,13 @@ def consumer_stream(*xs: Any) -> Optional[int]:
         if d is None or d[0] not in _CUDA_DEVICE_TYPES:
             continue
         try:
-            if _is_torch(x) and "torch" in sys.modules:
-                h = int(sys.modules["torch"].cuda.current_stream(x.device).cuda_stream)
+            torch = _torch_of(x)
+            if torch is not None:
+                h = int(torch.cuda.current_stream(x.device).cuda_stream)
                 return h if h != 0 else 1
-            if _is_cupy(x) and "cupy" in sys.modules:
-                h = int(sys.modules["cupy"].cuda.get_current_stream().ptr)
+            cupy = _cupy_of(x)
+            if cupy is not None:
+                h = int(cupy.cuda.get_current_stream(x.device.id).ptr)
                 return h if h != 0 else 1
         except Exception:  # noqa: BLE001 - fall back to the legacy default stream
             pass

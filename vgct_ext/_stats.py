@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
+from collections.abc import Mapping
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
@@ -30,13 +32,25 @@ def _fmt(x: Optional[float], spec: str = ".4g") -> str:
     return "None" if x is None else format(x, spec)
 
 
+def _json_float(v: float) -> Any:
+    """A finite float as itself; inf, -inf, NaN as the strings "inf", "-inf", "nan"
+    (strict JSON has no non-finite numbers; ``float(s)`` reads each string back)."""
+    if math.isfinite(v):
+        return v
+    return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+
+
 def _jsonable(x: Any) -> Any:
+    """Strict-JSON form of a field value: tuples/arrays -> lists, mappings -> dicts, NaN
+    entries of arrays -> None (an undefined slice), other non-finite floats -> strings."""
     if isinstance(x, np.ndarray):
-        return [None if (isinstance(v, float) and math.isnan(v)) else v for v in x.tolist()]
-    if isinstance(x, tuple):
+        return [None if (isinstance(v, float) and math.isnan(v)) else _jsonable(v) for v in x.tolist()]
+    if isinstance(x, (tuple, list)):
         return [_jsonable(v) for v in x]
-    if isinstance(x, dict):
+    if isinstance(x, Mapping):
         return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, float):  # np.float64 too (a float subclass)
+        return _json_float(float(x))
     return x
 
 
@@ -101,7 +115,8 @@ class SliceStats:
         return int(np.argmax(np.where(has, self.max_abs_err, -np.inf)))
 
     def as_dict(self) -> Dict[str, Any]:
-        """JSON-able dict: arrays become lists, NaN becomes None."""
+        """Strict-JSON dict (``json.dumps(..., allow_nan=False)`` works): arrays become lists,
+        NaN (an undefined slice) becomes None, +-inf become the strings "inf" / "-inf"."""
         return {"dim": self.dim, **{f: _jsonable(getattr(self, f)) for f in
                                     ("mean_shift", "rel_l2", "max_abs_err", "ref_rms", "count")}}
 
@@ -133,7 +148,8 @@ class PairedStats:
         max_abs_expected: ``max |e|`` over finite pairs (scale for zero-reference gates).
         quantiles: ``{p: exact p-quantile of |a-e|}`` over finite pairs, numpy's default
             definition (``numpy.quantile(..., method="linear")``, Hyndman & Fan type 7);
-            the value is None when there is no finite pair.
+            the value is None when there is no finite pair. A read-only mapping
+            (``types.MappingProxyType``; ``dict(s.quantiles)`` for a copy).
         rtol, atol: the tolerances of ``mismatches``.
         mismatches: finite pairs with ``|a-e| > atol + rtol*|e|`` (torch.allclose convention).
         mismatch_fraction: ``mismatches / n_finite`` (0.0 when n_finite == 0).
@@ -167,7 +183,7 @@ class PairedStats:
     max_rel_err: Optional[float]
     max_rel_err_index: Optional[Index]
     max_abs_expected: Optional[float]
-    quantiles: Dict[float, Optional[float]]
+    quantiles: Mapping[float, Optional[float]]
     rtol: float
     atol: float
     mismatches: int
@@ -186,7 +202,22 @@ class PairedStats:
     dim: Optional[int] = None
     slices: Optional[SliceStats] = None
 
-    __hash__ = None  # type: ignore[assignment]  # holds a dict
+    __hash__ = None  # type: ignore[assignment]  # holds a mapping
+
+    def __post_init__(self) -> None:
+        # frozen all the way down: the quantiles of a result cannot be edited in place
+        object.__setattr__(self, "quantiles", types.MappingProxyType(dict(self.quantiles)))
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # mappingproxy does not pickle or deepcopy: store a plain dict
+        state = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        state["quantiles"] = dict(self.quantiles)
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+        self.__post_init__()
 
     @classmethod
     def _from_c(cls, d: Dict[str, Any]) -> "PairedStats":
@@ -222,7 +253,13 @@ class PairedStats:
         return self.quantile(0.99)
 
     def as_dict(self) -> Dict[str, Any]:
-        """JSON-able dict of every field: tuples -> lists, arrays -> lists (NaN -> None)."""
+        """Strict-JSON dict of every field (``json.dumps(..., allow_nan=False)`` works).
+
+        Tuples and arrays become lists, ``quantiles`` a plain dict; NaN entries of the slice
+        arrays (undefined slices) become None, like every undefined value; any other
+        non-finite float (an overflowing ``norm_diff``, an infinite ``max_abs_err`` ...)
+        becomes the string ``"inf"``, ``"-inf"`` or ``"nan"`` (``float(s)`` reads it back).
+        """
         out: Dict[str, Any] = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)

@@ -15,13 +15,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import types
 from typing import Callable, Dict, Iterator, Tuple
 
 import pytest
 import torch
 
-diffusers = pytest.importorskip("diffusers", reason="the component tests need Hugging Face diffusers (pip install -e .[diffusers])")
+diffusers = pytest.importorskip(
+    "diffusers", reason="the component tests need Hugging Face diffusers (pip install -e .[diffusers])")
 
 from vgct_ext.probes import assert_same_weights, count_calls  # noqa: E402
 from vgct_ext.skips import requires_gpu  # noqa: E402
@@ -319,7 +319,8 @@ def backend_calls(name: str) -> Iterator[object]:
     key = AttentionBackendName(name)
     reg = _AttentionBackendRegistry._backends
     original = reg[key]
-    holder = types.SimpleNamespace(fn=original)
+    holder = type(f"diffusers_attention_backend[{name}]", (), {})()  # names the counter in probe messages
+    holder.fn = original
 
     def forward(**kwargs):
         return holder.fn(**kwargs)
@@ -352,6 +353,41 @@ def clone_inputs(d):
 
 def cpu_threads_note() -> str:
     return f"torch threads={torch.get_num_threads()} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# planted faults
+# ----------------------------------------------------------------------------------------------------------
+
+
+def assert_fault_caught(excinfo, component: str, *, statistics=None) -> list:
+    """Check that a gate or probe failed *diagnostically* on a planted fault.
+
+    ``excinfo`` is the ``pytest.raises`` result of a vgct gate (GateFailure) or probe (FeatureInactive). The
+    message must name ``component``, and at least one statistic (gate) or form (probe) must have failed; when
+    ``statistics`` is given, one of the failed ones must be among them and its message row must say FAIL.
+    Returns the names of the failed statistics / forms (for the test's own assertions).
+    """
+    err = excinfo.value
+    msg = str(err)
+    assert f"'{component}'" in msg, f"the failure does not name component {component!r}:\n{msg}"
+    checks = getattr(err, "checks", None)
+    if checks:
+        failed = [c.statistic for c in checks if c.gating and not c.passed]
+        labels = {c.statistic: c.label for c in checks}
+    else:  # a feature-active probe
+        result = getattr(err, "result", None)
+        assert result is not None, f"not a vgct gate/probe failure: {type(err).__name__}: {msg}"
+        failed = [form for form, ok, _ in result.forms if not ok]
+        labels = {f: f for f in failed}
+    assert failed, f"the failure lists no failed statistic:\n{msg}"
+    if statistics is not None:
+        hit = [s for s in failed if s in statistics]
+        assert hit, f"expected one of {statistics} to fail, failed: {failed}\n{msg}"
+        for s in hit:
+            row = [ln for ln in msg.splitlines() if labels[s] in ln and "FAIL" in ln]
+            assert row, f"no FAIL row for {labels[s]!r} in the message:\n{msg}"
+    return failed
 
 
 # ----------------------------------------------------------------------------------------------------------

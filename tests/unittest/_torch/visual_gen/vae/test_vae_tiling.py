@@ -4,10 +4,15 @@ and AutoencoderKLWan (Wan 2.1, causal 3-D), on the same latent. The emitted tens
 T1 or T2, decided by measurement: tiled decoding is an approximation, not a re-association of the same sums. Each
 tile is decoded on its own (GroupNorm / RMS statistics and the mid-block self-attention see only the tile, convs
 see zero padding at tile borders) and overlapping tiles are linearly blended. Measured on the CPU stratum: relative
-L2 ~0.10 (AutoencoderKL) and ~0.13 (AutoencoderKLWan), far outside the T1 outer band (5e-2), so this is T2 with
-calibrated evidence (``test_vae_tiling.vgct-evidence.json``), per-channel (RGB) mean shift on dim 1. The configs
-keep the tile (32 latents / 24 latents) several times the decoders' receptive field, the regime production tiling
-is used in; shrinking the tiles makes the drift grow (16-latent tiles: relative L2 0.2-0.4).
+L2 0.068 (AutoencoderKL) and 0.099 (AutoencoderKLWan), outside the T1 outer band (5e-2), so this is T2 with
+calibrated evidence (``test_vae_tiling.vgct-evidence.json``), per-channel (RGB) mean shift on dim 1.
+
+Investigation of the size of the drift (CPU): it is the tiling approximation, not a blending/indexing defect. About
+half of it is the per-tile mid-block self-attention (a global op per frame that tiling restricts by design): with
+the Wan decoder's mid attention bypassed on both sides the drift halves (0.129 -> 0.065 relative L2 at 96-px tiles)
+and then concentrates on the seams (mean |a-e| 2x the interior's). It grows as tiles shrink relative to the
+decoder's receptive field (Wan: 64-px tiles 0.68, 96-px 0.13, 128-px 0.099; AutoencoderKL: 32-latent tiles 0.11,
+48-latent 0.068), so the configs keep tiles several receptive fields wide, the regime production tiling is used in.
 
 Feature-active proof: ``tiled_decode`` ran, and the decoder ran once per tile (more calls than untiled).
 """
@@ -28,18 +33,18 @@ GPU = [pytest.mark.gpu, requires_gpu()]
 
 
 def autoencoder_kl():
-    """3 levels (8x -> 4x spatial; channels 8/16/32), 1 resnet per level, mid-block attention, 4 latent channels;
-    sample_size 128 -> 32-latent tiles with 25 % overlap."""
+    """3 levels (4x spatial; channels 8/16/32), 1 resnet per level, mid-block attention, 4 latent channels;
+    sample_size 192 -> 48-latent tiles with 25 % overlap."""
     from diffusers import AutoencoderKL
 
     return AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 3,
                          up_block_types=("UpDecoderBlock2D",) * 3, block_out_channels=(8, 16, 32),
-                         layers_per_block=1, latent_channels=4, norm_num_groups=8, sample_size=128)
+                         layers_per_block=1, latent_channels=4, norm_num_groups=8, sample_size=192)
 
 
 def autoencoder_kl_wan():
     """Causal 3-D Wan VAE: base dim 8, multipliers (1, 2, 2) (4x spatial, 2x temporal), z_dim 16, mid-block
-    attention; tiles of 96 px (24 latents) with stride 64 px."""
+    attention; tiles of 128 px (32 latents) with stride 96 px."""
     from diffusers import AutoencoderKLWan
 
     return AutoencoderKLWan(base_dim=8, z_dim=16, dim_mult=[1, 2, 2], num_res_blocks=1,
@@ -47,11 +52,11 @@ def autoencoder_kl_wan():
 
 
 VAES = {
-    "vae.autoencoder_kl.decode": dict(factory=autoencoder_kl, latent=(1, 4, 48, 48), tiling={}),
+    "vae.autoencoder_kl.decode": dict(factory=autoencoder_kl, latent=(1, 4, 64, 64), tiling={}),
     "vae.autoencoder_kl_wan.decode": dict(
-        factory=autoencoder_kl_wan, latent=(1, 16, 2, 32, 32),
-        tiling=dict(tile_sample_min_height=96, tile_sample_min_width=96, tile_sample_stride_height=64,
-                    tile_sample_stride_width=64)),
+        factory=autoencoder_kl_wan, latent=(1, 16, 2, 48, 48),
+        tiling=dict(tile_sample_min_height=128, tile_sample_min_width=128, tile_sample_stride_height=96,
+                    tile_sample_stride_width=96)),
 }
 KL, WAN = "vae.autoencoder_kl.decode", "vae.autoencoder_kl_wan.decode"
 CASES = [
@@ -97,8 +102,8 @@ def run_tiling(name, device, dtype, *, drop_calls=()):
 @pytest.mark.t2
 @pytest.mark.parametrize("name,device,dtype", CASES)
 def test_vae_tiled_decode(vgct, name, device, dtype):
-    """L2. Boundary: AutoencoderKL.decode -> pixels (1, 3, 192, 192) from a (1, 4, 48, 48) latent, or
-    AutoencoderKLWan.decode -> video (1, 3, 3, 128, 128) from a (1, 16, 2, 32, 32) latent. Feature: tiled decode
+    """L2. Boundary: AutoencoderKL.decode -> pixels (1, 3, 256, 256) from a (1, 4, 64, 64) latent, or
+    AutoencoderKLWan.decode -> video (1, 3, 3, 192, 192) from a (1, 16, 2, 48, 48) latent. Feature: tiled decode
     (overlapping tiles decoded separately, then blended). Reference: untiled decode of the same latent with the
     same weights in the same process. T2 by measurement (see module docstring), per-channel mean shift on dim 1,
     calibrated evidence."""

@@ -400,7 +400,7 @@ def test_dlpack_without_device_method():
 
 def test_malformed_device_tuple():
     p = CtypesProducer(np.zeros(2, np.float32), device=("cpu", 0))
-    with pytest.raises(TypeError, match=r"actual: __dlpack_device__\(\) returned \('cpu', 0\).*tuple of two ints"):
+    with pytest.raises(TypeError, match=r"actual: __dlpack_device__\(\) returned a tuple of \(str, int\).*tuple of two ints"):
         vgct_ext.compare(p, np.zeros(2))
     assert p.calls == []  # refused before any export
 
@@ -897,3 +897,682 @@ def test_gil_released_during_compare():
     during = [x for x in ticks if t0 < x < t1]
     if t1 - t0 > 0.05:  # only meaningful when the call takes a while
         assert len(during) >= 3, (t1 - t0, len(during))
+
+
+# ---------------------------------------------------------------------------
+# review regressions: each test pins one defect of the bridge / shims review
+
+
+def _root():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[5]
+
+
+class _UnkeptProducer(CtypesProducer):
+    """A CtypesProducer that keeps no reference to the capsules it returns: the consumer's
+    reference is the last one, so dropping it runs the capsule destructor at once."""
+
+    def __dlpack__(self, **kw):
+        cap = super().__dlpack__(**kw)
+        self.capsules.clear()
+        return cap
+
+
+class _RefusingProducer(CtypesProducer):
+    """__dlpack__(**kw) that raises ``exc`` when a keyword of ``refuse`` is passed; records the
+    keyword names of every attempt."""
+
+    def __init__(self, arr, *, refuse=(), exc=TypeError, **kw):
+        super().__init__(arr, **kw)
+        self.refuse, self.exc, self.attempts = set(refuse), exc, []
+
+    def __dlpack__(self, **kw):
+        self.attempts.append(sorted(kw))
+        bad = self.refuse & set(kw)
+        if bad:
+            raise self.exc(f"refused {sorted(bad)}")
+        return self._export()
+
+
+# -- 1. torch's lazy negation bit ----------------------------------------------------------------
+
+
+def test_torch_negative_bit_is_resolved_not_exported_unsigned():
+    torch = torch_or_skip()
+    c = torch.tensor([1 + 2j, 3 - 4j, -0.5 + 0.25j], dtype=torch.complex128)
+    x = c.conj().imag  # a real view carrying the neg bit: values -imag(c)
+    assert x.is_neg() and x.dtype == torch.float64
+    want = -np.imag(c.numpy())  # float64 oracle: [-2, 4, -0.25]
+    e = np.array([0.5, 0.0, 1.0])
+    s = vgct_ext.compare(x, e, quantiles=(0.5, 0.99))
+    check_against_oracle(s, want, e)
+    check_against_oracle(s, want, e, 0.5)
+    assert s.max_abs_err_actual == 4.0 and s.max_abs_err_index == (1,)
+    y = torch._neg_view(torch.tensor([1.0, -2.0, 3.5]))
+    assert y.is_neg()
+    s2 = vgct_ext.compare(y, np.array([-1.0, 2.0, -3.5]))
+    assert s2.n_unequal == 0 and s2.max_abs_err == 0.0
+    assert vgct_ext.fingerprint(y) == vgct_ext.fingerprint(torch.tensor([-1.0, 2.0, -3.5]))
+    obj, override = _dlpack.prepare(y)
+    assert not obj.is_neg() and override is None and y.is_neg()  # the caller's tensor is untouched
+    plain = torch.ones(3)
+    assert _dlpack.prepare(plain)[0] is plain  # no copy without the neg bit
+
+
+# -- 2. torch.Tensor subclasses defined outside torch --------------------------------------------
+
+
+def test_torch_subclass_from_another_module_is_detached():
+    torch = torch_or_skip()
+
+    class MyTensor(torch.Tensor):
+        pass
+
+    vals = [0.5, -1.5, 2.0, 8.0]
+    x = torch.tensor(vals, requires_grad=True).as_subclass(MyTensor)
+    assert type(x).__module__ == __name__ and x.requires_grad
+    e = np.array([0.0, -1.0, 2.0, 1.0])
+    s = vgct_ext.compare(x, e)
+    check_against_oracle(s, np.array(vals), e)
+    assert vgct_ext.fingerprint(x) == vgct_ext.fingerprint(torch.tensor(vals))
+
+
+def test_torch_subclass_gets_torchs_current_stream(monkeypatch):
+    torch = torch_or_skip()
+
+    class CudaLooking(torch.Tensor):
+        def __dlpack_device__(self):  # only consumer_stream reads it here
+            return (2, 0)
+
+    x = torch.zeros(2).as_subclass(CudaLooking)
+    seen = []
+    handle = [0x1234]
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda device=None: seen.append(device) or type("S", (), {"cuda_stream": handle[0]})())
+    assert _dlpack.consumer_stream(x, x) == 0x1234
+    assert seen == [x.device]
+    handle[0] = 0  # torch's default stream handle 0 becomes the spec's legacy default, 1
+    assert _dlpack.consumer_stream(x) == 1
+
+
+# -- 3. numpy >= 2.1 (versioned capsules with the read-only flag) --------------------------------
+
+
+def test_numpy_floor_is_2_1_where_it_is_declared():
+    root = _root()
+    pp = (root / "pyproject.toml").read_text()
+    assert "numpy>=1." not in pp
+    assert pp.count('"numpy>=2.1"') == 3  # build-system requires, dependencies, the test extra
+    env = (root / "scripts" / "_env.sh").read_text()
+    assert '"numpy>=2.1"' in env and ">= (2, 1)" in env and "(1, 26)" not in env
+    assert "NumPy >= 2.1" in (root / "README.md").read_text()
+    assert np.lib.NumpyVersion(np.__version__) >= "2.1.0"
+
+
+def test_numpy_read_only_array_exports_versioned_read_only_capsule():
+    base = np.arange(4, dtype=np.float32)
+    a = np.broadcast_to(base, (3, 4))  # read-only, stride 0
+    assert not a.flags.writeable
+    cap = a.__dlpack__(max_version=(1, 0))
+    assert capsule_name(cap) == "dltensor_versioned"
+    ptr = _get_pointer_raw(id(cap), b"dltensor_versioned")
+    assert DLManagedTensorVersioned.from_address(ptr).flags & 1  # DLPACK_FLAG_BITMASK_READ_ONLY
+    del cap
+    e = np.full((3, 4), 1.0)
+    s = vgct_ext.compare(a, e, quantiles=(0.5,))
+    check_against_oracle(s, a, e, 0.5)
+
+
+# -- 4. legacy fallback: TypeError / NotImplementedError only, errors chained --------------------
+
+
+def test_producer_refusing_max_version_with_not_implemented_gets_the_legacy_call():
+    arr = np.array([1.0, -2.0, 3.0], np.float32)
+    p = _RefusingProducer(arr, refuse={"max_version"}, exc=NotImplementedError, versioned=False)
+    s = vgct_ext.compare(p, np.array([1.0, 2.0, 3.0]))
+    check_against_oracle(s, arr, np.array([1.0, 2.0, 3.0]))
+    assert p.attempts == [["copy", "max_version", "stream"], ["max_version", "stream"], ["stream"]]
+    assert capsule_name(p.capsules[0]) == "used_dltensor"
+    p.capsules.clear()
+    assert p.deleter_calls == 1
+
+
+def test_producer_rejecting_only_copy_keeps_the_versioned_capsule():
+    arr = np.arange(5, dtype=np.float32)
+    p = _RefusingProducer(arr, refuse={"copy"})
+    assert vgct_ext.compare(p, arr.astype(np.float64)).n_unequal == 0
+    assert p.attempts == [["copy", "max_version", "stream"], ["max_version", "stream"]]
+    assert capsule_name(p.capsules[0]) == "used_dltensor_versioned"
+
+
+def test_producer_type_error_is_not_hidden_by_the_retries():
+    class Buggy:
+        n = 0
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+        def __dlpack__(self, **kw):
+            self.n += 1
+            raise TypeError(f"producer bug #{self.n} with {sorted(kw)}")
+
+    b = Buggy()
+    with pytest.raises(TypeError) as ei:
+        vgct_ext.compare(b, np.zeros(1))
+    assert b.n == 3
+    e = ei.value
+    assert str(e) == "producer bug #3 with ['stream']"
+    assert str(e.__context__) == "producer bug #2 with ['max_version', 'stream']"
+    assert str(e.__context__.__context__) == "producer bug #1 with ['copy', 'max_version', 'stream']"
+    assert isinstance(e.__context__.__context__, TypeError)
+
+
+def test_retry_failing_differently_is_chained_to_the_first_error():
+    class Odd:
+        calls = []
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+        def __dlpack__(self, **kw):
+            self.calls.append(sorted(kw))
+            if "copy" in kw:
+                raise TypeError("no copy keyword")
+            raise BufferError("cannot export this one")
+
+    o = Odd()
+    with pytest.raises(BufferError, match="^cannot export this one$") as ei:
+        vgct_ext.compare(o, np.zeros(1))
+    assert isinstance(ei.value.__context__, TypeError) and str(ei.value.__context__) == "no copy keyword"
+    assert o.calls == [["copy", "max_version", "stream"], ["max_version", "stream"]]  # BufferError: no more retries
+
+
+def test_other_producer_errors_are_not_retried():
+    p = _RefusingProducer(np.zeros(2, np.float32), refuse={"stream"}, exc=BufferError)
+    with pytest.raises(BufferError, match=r"^refused \['stream'\]$") as ei:
+        vgct_ext.compare(p, np.zeros(2))
+    assert p.attempts == [["copy", "max_version", "stream"]] and ei.value.__context__ is None
+
+
+# -- 5. empty tensors with huge other dims (no signed overflow) ----------------------------------
+
+
+@pytest.mark.parametrize("shape", [(0, 2 ** 62, 2 ** 62), (2 ** 62, 2 ** 62, 0), (2 ** 62, 0, 2 ** 62)])
+@pytest.mark.parametrize("strides", [None, [2 ** 40, 2 ** 40, 2 ** 40]])
+def test_empty_tensor_with_huge_dims(shape, strides):
+    def prod(st):
+        return CtypesProducer(np.zeros(1, np.float32), ndim=3, shape=shape, strides=st, data=None)
+
+    k = shape.index(0)
+    s = vgct_ext.compare(prod(strides), prod(None), dim=k, quantiles=(0.5,))
+    assert s.n == 0 and s.n_finite == 0 and s.shape == shape
+    assert s.max_abs_err is None and s.rel_l2 is None and s.quantiles == {0.5: None}
+    assert len(s.slices) == 0 and s.slices.dim == k
+    # layout-independent even when empty: the producer's strides do not matter
+    assert vgct_ext.fingerprint(prod(strides)) == vgct_ext.fingerprint(prod(None))
+    assert vgct_ext.fingerprint(prod(None)) != vgct_ext.fingerprint(np.zeros((0, 3), np.float32))
+
+
+def test_numel_of_empty_shapes_matches_numpy():
+    for shape in [(0,), (5, 0), (0, 7, 3), (3, 0, 0)]:
+        s = vgct_ext.compare(np.zeros(shape, np.float32), np.zeros(shape))
+        assert s.n == int(np.prod(shape)) == 0 and s.shape == shape
+
+
+# -- 6. the failing import's exception survives the capsule destructor ---------------------------
+
+
+def test_import_error_survives_a_capsule_destructor_that_runs_python(monkeypatch):
+    pyerr_occurred = C.PYFUNCTYPE(C.c_void_p)(("PyErr_Occurred", _api))
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    p = _UnkeptProducer(np.zeros(2, np.float32), ndim=-1)  # refused after the export
+    pending_at_entry = []
+    count = p._count
+
+    def on_destroy(cap_ptr):
+        pending_at_entry.append(pyerr_occurred())
+        if _get_name_raw(cap_ptr) in (b"dltensor", b"dltensor_versioned"):
+            count[0] += 1
+        raise KeyError("noise from the producer's destructor")  # ctypes reports and clears it
+
+    p._destructor = DESTRUCTOR(on_destroy)
+    _KEEP_CALLBACKS.append(p._destructor)
+    with pytest.raises(BufferError, match=r"^actual: malformed DLTensor: ndim is -1$"):
+        vgct_ext.compare(p, np.zeros(2))
+    assert pending_at_entry == [None]  # no exception was pending while the destructor ran
+    assert p.deleter_calls == 1  # the unconsumed capsule was freed by its destructor, once
+    assert [type(u.exc_value) for u in unraisable] == [KeyError]
+
+
+# -- 7. stream argument: bools, -1, CPU inputs ---------------------------------------------------
+
+
+def test_stream_argument_rules_on_cpu():
+    x = np.zeros(3)
+    for fn in (lambda st: _C.compare(x, x, stream=st), lambda st: _C.fingerprint(x, st)):
+        for b in (True, False):
+            with pytest.raises(TypeError, match=r"^stream must be None or an int \(a cudaStream_t\), got bool$"):
+                fn(b)
+        with pytest.raises(ValueError, match="^stream 0 is not allowed by the DLPack spec"):
+            fn(0)
+        with pytest.raises(ValueError, match=r"^stream must be -1 \(no synchronization\) or a positive "
+                                             r"cudaStream_t, got a negative int$"):
+            fn(-2)
+        with pytest.raises(ValueError, match="^stream is out of range for a cudaStream_t$"):
+            fn(2 ** 64)
+    for dev in ((1, 0), (3, 0)):  # CPU and pinned host memory: only None
+        p = CtypesProducer(np.zeros(2, np.float32), device=dev)
+        for st in (-1, 1, 2, 0x7F00):
+            with pytest.raises(ValueError, match=r"^actual: stream must be None for a tensor in host memory "
+                                                 r"\(the DLPack Python specification allows only None on the CPU\), "
+                                                 r"got int$"):
+                _C.compare(p, p, stream=st)
+            with pytest.raises(ValueError, match="^x: stream must be None for a tensor in host memory"):
+                _C.fingerprint(p, st)
+        assert p.calls == []  # refused before any export
+        assert _C.compare(p, p, stream=None)["n"] == 2
+
+
+@pytest.mark.skipif(not vgct_ext.build_info()["cuda_compiled"], reason="needs a CUDA build")
+def test_stream_minus_one_reaches_cuda_producers():
+    p = CtypesProducer(np.zeros(0, np.float32), device=(2, 0), data=None)  # empty: nothing is read
+    d = _C.compare(p, p, stream=-1)
+    assert d["n"] == 0 and d["device"] == "cuda:0"
+    assert [c["stream"] for c in p.calls] == [-1, -1]
+    q = CtypesProducer(np.zeros(0, np.float32), device=(2, 0), data=None)
+    with pytest.raises(ValueError, match="^stream 0 is not allowed by the DLPack spec"):
+        _C.compare(q, q, stream=0)
+    assert q.calls == []
+
+
+# -- 8. CuPy: the current stream of the array's own device ---------------------------------------
+
+
+def test_cupy_stream_is_taken_on_the_arrays_device(monkeypatch):
+    import types
+
+    seen = []
+
+    class FakeCupyArray:
+        def __init__(self, dev):
+            self.device = types.SimpleNamespace(id=dev)
+
+        def __dlpack_device__(self):
+            return (2, self.device.id)
+
+    def get_current_stream(device_id=-1):
+        seen.append(device_id)
+        return types.SimpleNamespace(ptr=0 if device_id == 0 else 0x5000 + device_id)
+
+    fake = types.ModuleType("cupy")
+    fake.ndarray = FakeCupyArray
+    fake.cuda = types.SimpleNamespace(get_current_stream=get_current_stream)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    assert _dlpack.consumer_stream(FakeCupyArray(3), FakeCupyArray(3)) == 0x5003
+    assert _dlpack.consumer_stream(FakeCupyArray(0)) == 1  # handle 0 -> the legacy default, 1
+    assert seen == [3, 0]
+
+
+# -- 9. attribute look-up errors are not hidden; non-callable protocol attributes ----------------
+
+
+def test_dlpack_attribute_lookup_errors_propagate():
+    class GetattrRaises:
+        def __getattr__(self, name):
+            raise RuntimeError(f"lookup of {name} failed")
+
+    for call in (lambda o: vgct_ext.compare(o, np.zeros(1)), lambda o: _C.compare(o, np.zeros(1)),
+                 lambda o: vgct_ext.fingerprint(o)):
+        with pytest.raises(RuntimeError, match="^lookup of __dlpack__ failed$"):
+            call(GetattrRaises())
+
+    class GetattrMissing:
+        def __getattr__(self, name):
+            raise AttributeError(name)
+
+    with pytest.raises(TypeError, match=r"^actual: expected an object implementing __dlpack__ .*got GetattrMissing$"):
+        vgct_ext.compare(GetattrMissing(), np.zeros(1))
+
+
+def test_non_callable_protocol_attributes():
+    class NoneDlpack:
+        __dlpack__ = None
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(TypeError, match=r"^actual: NoneDlpack\.__dlpack__ is NoneType, not a method; expected "
+                                        r"an object implementing the DLPack protocol"):
+        vgct_ext.compare(NoneDlpack(), np.zeros(1))
+
+    class IntDevice:
+        __dlpack_device__ = 5
+
+        def __dlpack__(self, **kw):
+            raise AssertionError("must not be exported")
+
+    with pytest.raises(TypeError, match=r"^expected: IntDevice\.__dlpack_device__ is int, not a method"):
+        vgct_ext.compare(np.zeros(1), IntDevice())
+
+
+# -- 10. device tuple errors: TypeError naming the argument; type names, never repr --------------
+
+
+class _BadRepr(tuple):
+    def __repr__(self):
+        raise KeyError("repr must not be called")
+
+    __str__ = __repr__
+
+
+@pytest.mark.parametrize("device,msg", [
+    ((2 ** 70, 0), r"^actual: __dlpack_device__\(\) returned a device_type that does not fit a C long"),
+    ((1, -2 ** 70), r"^actual: __dlpack_device__\(\) returned a device_id that does not fit a C long"),
+    (_BadRepr((1, 0, 0)), r"^actual: __dlpack_device__\(\) returned a tuple of 3 items, expected a "
+                          r"\(device_type, device_id\) tuple of two ints"),
+    (_BadRepr((1, "0")), r"^actual: __dlpack_device__\(\) returned a tuple of \(int, str\)"),
+    ([1, 0], r"^actual: __dlpack_device__\(\) returned list, expected"),
+])
+def test_device_tuple_errors(device, msg):
+    p = CtypesProducer(np.zeros(2, np.float32), device=device)
+    with pytest.raises(TypeError, match=msg):
+        vgct_ext.compare(p, np.zeros(2))
+    assert p.calls == []
+
+
+def test_device_type_beyond_int32_is_a_buffer_error():
+    p = CtypesProducer(np.zeros(2, np.float32), device=(2 ** 40, 0))
+    with pytest.raises(BufferError, match=r"^actual: __dlpack_device__\(\) device_type 1099511627776 is not a "
+                                          r"DLPack device type$"):
+        vgct_ext.compare(p, np.zeros(2))
+
+
+# -- 11. zero copy requested: copy=False -------------------------------------------------------
+
+
+def test_zero_copy_is_requested_with_copy_false():
+    class Recording(CtypesProducer):
+        def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+            self.calls.append({"stream": stream, "max_version": max_version, "copy": copy})
+            return self._export()
+
+    arr = np.arange(4, dtype=np.float32)
+    p = Recording(arr)
+    assert vgct_ext.compare(p, arr.astype(np.float64)).n_unequal == 0
+    assert p.calls == [{"stream": None, "max_version": (1, 0), "copy": False}]
+    # a producer that copied anyway (DLPACK_FLAG_BITMASK_IS_COPIED) is still read
+    q = CtypesProducer(arr, flags=2)
+    assert vgct_ext.compare(q, arr.astype(np.float64)).n_unequal == 0
+    # numpy honours copy=False: the exported memory is the array's own
+    a = np.zeros(3, np.float32)
+    cap = a.__dlpack__(max_version=(1, 0), copy=False)
+    ptr = _get_pointer_raw(id(cap), b"dltensor_versioned")
+    m = DLManagedTensorVersioned.from_address(ptr)
+    assert m.dl_tensor.data == a.ctypes.data and not m.flags & 2
+    del cap
+
+
+def test_producer_refusing_to_export_without_copy_is_not_retried():
+    p = _RefusingProducer(np.zeros(2, np.float32), refuse={"copy"}, exc=BufferError)
+    with pytest.raises(BufferError, match=r"^refused \['copy'\]$"):
+        vgct_ext.compare(p, np.zeros(2))
+    assert p.attempts == [["copy", "max_version", "stream"]]
+
+
+# -- 12. dim: any integer (numpy's too), never a bool; quantiles: numpy scalars, no bools -------
+
+
+@pytest.mark.parametrize("dim", [np.int64(1), np.int32(-1), np.uint8(1), 1])
+def test_dim_accepts_numpy_integers(dim):
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((3, 4))
+    e = rng.standard_normal((3, 4))
+    s = vgct_ext.compare(a, e, dim=dim)
+    assert s.dim == 1 and len(s.slices) == 4
+    d = a - e
+    np.testing.assert_allclose(s.slices.mean_shift, d.mean(axis=0), rtol=1e-12, atol=1e-300)
+    np.testing.assert_array_equal(s.slices.max_abs_err, np.abs(d).max(axis=0))
+
+
+@pytest.mark.parametrize("dim,exc,msg", [
+    (True, TypeError, "^dim must be None or an int, got bool$"),
+    (False, TypeError, "^dim must be None or an int, got bool$"),
+    (np.bool_(True), TypeError, r"^dim must be None or an int, got numpy\.bool_?$"),
+    (np.float64(1.0), TypeError, r"^dim must be None or an int, got numpy\.float64$"),
+    (2 ** 70, ValueError, r"^dim 1180591620717411303424 out of range \(vgct_ext supports at most 32 dims\)$"),
+    (-2 ** 70, ValueError, r"^dim -1180591620717411303424 out of range"),
+])
+def test_dim_rejects_bools_and_out_of_range(dim, exc, msg):
+    with pytest.raises(exc, match=msg):
+        vgct_ext.compare(np.zeros((2, 3)), np.zeros((2, 3)), dim=dim)
+
+
+@pytest.mark.parametrize("q", [np.float32(0.25), np.float64(0.25), np.array(0.25), np.array(0.75, np.float32),
+                               np.int64(1), 0.5, 0])
+def test_single_quantile_in_numpy_forms(q):
+    x = np.arange(10.0) ** 1.5
+    y = np.ones(10)
+    s = vgct_ext.compare(x, y, quantiles=q)
+    p = float(q)
+    assert s.quantiles == {p: float(np.quantile(np.abs(x - y), p))}
+
+
+@pytest.mark.parametrize("q,msg", [
+    (True, r"^quantiles must be a float in \[0, 1\] or a sequence of them, got bool$"),
+    (np.bool_(False), r"^quantiles must be a float in \[0, 1\] or a sequence of them, got bool$"),
+    (np.array(True), r"^quantiles must be a float in \[0, 1\] or a sequence of them, got bool$"),
+    ([0.5, True], r"^quantiles\[1\] must be a float in \[0, 1\], got bool$"),
+    (np.array([True, False]), r"^quantiles\[0\] must be a float in \[0, 1\], got bool$"),
+    ("0.5", r"^quantiles must be a float in \[0, 1\] or a sequence of them, got str$"),
+])
+def test_quantiles_reject_bools(q, msg):
+    with pytest.raises(TypeError, match=msg):
+        vgct_ext.compare(np.zeros(3), np.zeros(3), quantiles=q)
+
+
+# -- 13. as_dict is strict JSON; quantiles is read-only ------------------------------------------
+
+
+def _json_expect(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    return v
+
+
+def test_as_dict_is_strict_json_with_non_finite_values():
+    import json
+
+    a = np.array([1e308, 1.0, 2.0, -1e308])
+    e = np.array([-1e308, 1.0, 2.5, 1e308])
+    with np.errstate(over="ignore", invalid="ignore"):
+        d64 = np.abs(a - e)  # float64 oracle: [inf, 0, 0.5, inf]
+        q_oracle = {p: float(np.quantile(d64, p)) for p in (0.25, 0.5)}
+    s = vgct_ext.compare(a, e, dim=0, quantiles=(0.25, 0.5))
+    assert s.max_abs_err == math.inf == float(d64.max()) and s.max_abs_err_index == (0,)
+    for p, want in q_oracle.items():
+        got = s.quantiles[p]
+        assert (math.isnan(got) and math.isnan(want)) or got == want
+    text = json.dumps(s.as_dict(), allow_nan=False)  # raised ValueError before the fix
+    back = json.loads(text)
+    assert back["max_abs_err"] == "inf" and float(back["max_abs_err"]) == s.max_abs_err
+    for k in ("rel_l2", "cosine", "norm_actual", "norm_expected", "norm_diff", "mean_diff",
+              "max_rel_err", "worst_mismatch_excess", "max_abs_expected"):
+        assert back[k] == _json_expect(getattr(s, k)), k
+    assert back["quantiles"] == {str(p): _json_expect(v) for p, v in s.quantiles.items()}
+    assert back["slices"]["max_abs_err"] == ["inf", 0.0, 0.5, "inf"]
+    assert back["slices"]["count"] == [1, 1, 1, 1]
+    # NaN in a slice array (an undefined slice) stays None; -inf is a string
+    s2 = vgct_ext.compare(np.array([[np.nan, -1e308]]), np.array([[0.0, 1e308]]), dim=1)
+    b2 = json.loads(json.dumps(s2.as_dict(), allow_nan=False))
+    assert b2["slices"]["mean_shift"][0] is None and b2["slices"]["count"] == [0, 1]
+    assert b2["slices"]["mean_shift"][1] == _json_expect(float(s2.slices.mean_shift[1]))
+    assert s2.slices.mean_shift[1] == -math.inf and b2["slices"]["mean_shift"][1] == "-inf"
+
+
+def test_quantiles_mapping_is_read_only():
+    import copy
+    import dataclasses
+    import pickle
+    import types
+
+    x = np.arange(10.0)
+    s = vgct_ext.compare(x, np.zeros(10), quantiles=(0.5, 0.99))
+    want = {0.5: float(np.quantile(x, 0.5)), 0.99: float(np.quantile(x, 0.99))}
+    assert isinstance(s.quantiles, types.MappingProxyType) and s.quantiles == want
+    with pytest.raises(TypeError, match="does not support item assignment"):
+        s.quantiles[0.5] = 0.0
+    d = s.as_dict()
+    assert type(d["quantiles"]) is dict and d["quantiles"] == want
+    for other in (pickle.loads(pickle.dumps(s)), copy.deepcopy(s), copy.copy(s),
+                  dataclasses.replace(s, rtol=0.5)):
+        assert isinstance(other.quantiles, types.MappingProxyType) and other.quantiles == want
+    assert pickle.loads(pickle.dumps(s)) == s
+    assert s.p99 == want[0.99] and s.quantile(0.5) == want[0.5]
+    from vgct_ext import gates
+
+    sig = gates.signature(s)
+    assert sig[".quantiles.0.5"] == want[0.5].hex()
+
+
+# -- 14. setup.py: PTX for the plain arch, config header and pyproject in depends, one nvcc -V ---
+
+
+def _setup_globals(monkeypatch):
+    import runpy
+
+    import setuptools
+
+    captured = {}
+    monkeypatch.setattr(setuptools, "setup", lambda **kw: captured.update(kw))
+    monkeypatch.chdir(_root())
+    runpy.run_path(str(_root() / "setup.py"), run_name="vgct_setup_under_test")
+    ext = captured["ext_modules"][0]
+    cmd_cls = captured["cmdclass"]["build_ext"]
+    return ext, cmd_cls, cmd_cls.build_extension.__globals__
+
+
+def test_setup_gencode_ptx_only_for_the_plain_arch(monkeypatch):
+    _, _, g = _setup_globals(monkeypatch)
+    gencode = g["_gencode"]
+    assert gencode("90") == ["-gencode", "arch=compute_90,code=sm_90", "-gencode", "arch=compute_90,code=compute_90"]
+    assert gencode("90a") == ["-gencode", "arch=compute_90a,code=sm_90a",
+                              "-gencode", "arch=compute_90,code=compute_90"]
+    assert gencode("80;90a") == ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90a,code=sm_90a",
+                                 "-gencode", "arch=compute_90,code=compute_90"]
+    assert gencode("90a, 100f 90a")[-1] == "arch=compute_100,code=compute_100"
+    with pytest.raises(RuntimeError, match="bad arch 'sm_90'"):
+        gencode("sm_90")
+
+
+def test_setup_depends_and_single_nvcc_version_call(monkeypatch, tmp_path):
+    from setuptools import Distribution
+    from setuptools.command.build_ext import build_ext
+
+    ext, cmd_cls, g = _setup_globals(monkeypatch)
+    assert "pyproject.toml" in ext.depends
+    calls = {"version": 0, "compile": []}
+
+    def fake_version(nvcc):
+        calls["version"] += 1
+        return "12.8.93"
+
+    monkeypatch.setitem(g, "_find_nvcc", lambda: ("/fake/bin/nvcc", "/fake"))
+    monkeypatch.setitem(g, "_nvcc_version", fake_version)
+    monkeypatch.setitem(g, "_cudart_dir", lambda home: "/fake/lib64")
+    monkeypatch.setitem(g, "_cu_sources", lambda: ["cuda/fake.cu"])
+    monkeypatch.setattr(cmd_cls, "_compile_cuda",
+                        lambda self, nvcc, nvcc_version, *a: calls["compile"].append(nvcc_version) or [])
+    seen = []
+    monkeypatch.setattr(build_ext, "build_extension", lambda self, e: seen.append(list(e.depends)))
+    monkeypatch.delenv("VGCT_CUDA", raising=False)
+    monkeypatch.setenv("VGCT_CUDA_ARCHS", "90a")
+    cmd = cmd_cls(Distribution())
+    cmd.build_temp = str(tmp_path)
+    cmd.build_extension(ext)
+    config = tmp_path / "vgct_gen" / "vgct_build_config.h"
+    assert calls == {"version": 1, "compile": ["12.8.93"]}
+    assert seen and str(config) in seen[0] and "pyproject.toml" in seen[0]
+    text = config.read_text()
+    assert '"-gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90"' in text
+    assert '#define VGCT_NVCC_VERSION "12.8.93"' in text
+
+
+# -- minor: dtype names, overrides from byte views only, deleter errors, lazy dunders ------------
+
+
+def test_unknown_dtype_name_lists_every_supported_dtype():
+    x = np.zeros(3)
+    with pytest.raises(ValueError) as ei:
+        _C.compare(x, x, dtype_actual="float7")
+    assert str(ei.value) == ("dtype_actual: unknown dtype name 'float7' (expected one of bool, int8, int16, "
+                             "int32, int64, uint8, float16, bfloat16, float32, float64, float8_e4m3fn, "
+                             "float8_e5m2)")
+
+
+def test_dtype_override_only_from_a_byte_view():
+    with pytest.raises(ValueError, match=r"^actual: dtype override int32 applies only to a uint8/int8 byte view, "
+                                         r"but the tensor is float32$"):
+        _C.compare(np.ones(3, np.float32), np.ones(3, np.int32), dtype_actual="int32")
+    with pytest.raises(ValueError, match=r"^x: dtype override float16 applies only to a uint8/int8 byte view, "
+                                         r"but the tensor is int16$"):
+        _C.fingerprint(np.ones(3, np.int16), None, "float16")
+    codes = np.array([0x38, 0xC0, 0x7E, 0x01], np.uint8)  # e4m3fn: 1.0, -2.0, 448.0, 2^-9
+    want = np.array([_fp8_decode(int(c), "e4m3fn") for c in codes])
+    for src in (codes, codes.view(np.int8)):
+        d = _C.compare(src, want, dtype_actual="float8_e4m3fn")
+        assert d["dtype_actual"] == "float8_e4m3fn" and d["n_unequal"] == 0 and d["max_abs_expected"] == 448.0
+
+
+def test_deleter_exception_goes_to_unraisablehook(monkeypatch):
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    # a deleter that leaves MemoryError set (PyErr_NoMemory ignores the tensor argument)
+    sets_error = DELETER(C.cast(_api.PyErr_NoMemory, C.c_void_p).value)
+    arr = np.arange(3, dtype=np.float32)
+    p = CtypesProducer(arr)
+    p._deleter = sets_error
+    s = vgct_ext.compare(p, arr.astype(np.float64))  # succeeds: the deleter's error is not raised
+    assert s.n_unequal == 0
+    assert [type(u.exc_value) for u in unraisable] == [MemoryError]
+    # on an error path the caller's exception is the one raised; the deleter's is reported
+    q = CtypesProducer(arr)
+    q._deleter = sets_error
+    with pytest.raises(ValueError, match=r"^shape mismatch: actual has shape \(3,\), expected has shape \(2,\)"):
+        vgct_ext.compare(q, np.zeros(2))
+    assert [type(u.exc_value) for u in unraisable] == [MemoryError, MemoryError]
+
+
+def test_package_getattr_answers_dunders_without_loading_the_method_layer():
+    import subprocess
+
+    code = ("import sys, vgct_ext\n"
+            "for n in ('__wrapped__', '__path_hooks__', '__test__'):\n"
+            "    try:\n"
+            "        getattr(vgct_ext, n)\n"
+            "    except AttributeError as e:\n"
+            "        assert str(e) == f\"module 'vgct_ext' has no attribute {n!r}\", e\n"
+            "    else:\n"
+            "        raise SystemExit('no AttributeError for ' + n)\n"
+            "loaded = [m for m in ('vgct_ext.gates', 'vgct_ext.probes', 'vgct_ext.experiment', 'vgct_ext.skips')\n"
+            "          if m in sys.modules]\n"
+            "assert not loaded, loaded\n"
+            "assert callable(vgct_ext.assert_t1)  # a method-layer name still loads lazily\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_producer_reraising_one_instance_makes_no_context_cycle():
+    err = TypeError("always this one")
+
+    class Same:
+        def __dlpack_device__(self):
+            return (1, 0)
+
+        def __dlpack__(self, **kw):
+            raise err
+
+    with pytest.raises(TypeError, match="^always this one$") as ei:
+        vgct_ext.compare(Same(), np.zeros(1))
+    assert ei.value is err and err.__context__ is None

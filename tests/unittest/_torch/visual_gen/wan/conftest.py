@@ -1,3 +1,3 @@
-"""The wan component tests share the visual_gen test environment (see _components.component_test_env)."""
+"""The wan component tests share the visual_gen test environment (see _fixtures.component_test_env)."""
 
-from _components import component_test_env  # noqa: F401
+from _fixtures import component_test_env  # noqa: F401

@@ -4,9 +4,11 @@ One block, one feature: the same module instance and the same input tensors run 
 ``native`` backend (the reference) and once under the alternate backend. The alternate backend's calls are
 counted in diffusers' backend registry (feature-active proof: the swap was not a silent fallback).
 
-T1. Float32 on the CPU passes the default bars. In bfloat16 the two SDPA kernels round the attention output
-differently (1 bf16 ulp = 2^-8 relative), which the elementwise rtol = atol = 1e-3 cannot hold (measured: ~1000
-of 2304 elements), so bf16 cases relax for the named cause "backend or kernel swap" (outer band).
+T1. Float32 passes the default bars. In bfloat16 the math kernel rounds the attention's intermediates differently
+from the fused kernel ``native`` picks (1 bf16 ulp = 2^-8 relative), which the elementwise rtol = atol = 1e-3 cannot
+hold (measured: ~1000 of 2304 elements; relative L2 4.2e-3 on CPU and on sm_90), so the bf16 ``_native_math`` cases
+relax for the named cause "backend or kernel swap" (outer band). The GPU fused backends (flash, memory-efficient,
+cuDNN) measured bitwise equal to ``native`` in bf16 and keep the default bars.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import torch
 
 import _components as C
 from vgct_ext.gates import GateFailure, Relax
-from vgct_ext.probes import count_calls
 from vgct_ext.skips import requires_gpu
 
 pytestmark = [pytest.mark.t1, pytest.mark.component("wan.transformer_block"),
@@ -29,12 +30,11 @@ CASES = [
     pytest.param("cuda", torch.float32, "_native_math", None, id="cuda-fp32-_native_math", marks=GPU),
     pytest.param("cuda", torch.float32, "_native_efficient", None, id="cuda-fp32-_native_efficient", marks=GPU),
     pytest.param("cuda", torch.bfloat16, "_native_math", Relax.BACKEND_SWAP, id="cuda-bf16-_native_math", marks=GPU),
-    pytest.param("cuda", torch.bfloat16, "_native_flash", Relax.BACKEND_SWAP, id="cuda-bf16-_native_flash",
-                 marks=GPU),
-    pytest.param("cuda", torch.bfloat16, "_native_efficient", Relax.BACKEND_SWAP,
-                 id="cuda-bf16-_native_efficient", marks=GPU),
-    pytest.param("cuda", torch.bfloat16, "_native_cudnn", Relax.BACKEND_SWAP, id="cuda-bf16-_native_cudnn",
-                 marks=GPU),
+    # measured on 2 x H200 (sm_90, torch 2.11): the fused kernels are bitwise equal to `native` (which picks one
+    # of them) at this size, so no relaxation is demanded for them
+    pytest.param("cuda", torch.bfloat16, "_native_flash", None, id="cuda-bf16-_native_flash", marks=GPU),
+    pytest.param("cuda", torch.bfloat16, "_native_efficient", None, id="cuda-bf16-_native_efficient", marks=GPU),
+    pytest.param("cuda", torch.bfloat16, "_native_cudnn", None, id="cuda-bf16-_native_cudnn", marks=GPU),
 ]
 
 

@@ -15,7 +15,7 @@ import torch
 
 import _components as C
 from vgct_ext import compare
-from vgct_ext.gates import GateFailure, assert_t1
+from vgct_ext.gates import GateFailure
 from vgct_ext.experiment import capture
 
 pytestmark = [pytest.mark.t1]
@@ -101,7 +101,8 @@ def _check_rope_table(rope, vgct):
 @pytest.mark.feature("RoPE table vs float64 formula")
 def test_wan_rope_table_matches_float64_formula(vgct):
     """L1. Boundary: WanRotaryPosEmbed.forward -> (cos, sin) tables (1, F*H*W, 1, head_dim) for a 9 x 16 x 16
-    token grid (a (1, 8, 9, 32, 32) latent with (1, 2, 2) patches). Feature: Wan's 3-axis (frame, row, column) rotary embedding. Reference: float64 formula
+    token grid (a (1, 8, 9, 32, 32) latent with (1, 2, 2) patches). Feature: Wan's 3-axis (frame, row, column)
+    rotary embedding. Reference: float64 formula
     pos * theta^(-2k/d) per axis part, tokens frame-major. T1 (default bars: the tables are float32 roundings of
     float64 values)."""
     _check_rope_table(_rope_module(), vgct)

@@ -506,6 +506,7 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
     A.hist = (unsigned long long *)(ws->d_ws + WS_SEL_HIST);
     A.counter = (unsigned *)(ws->d_ws + WS_SEL_CNT);
     SEL_CK(dispatch_sel_data(gdata, A, cx.stream), "k_sel_data launch (level 0)");
+    cx.mark("level0");
     int64_t nbuf = small ? it.m : 0; /* keys the buffer passes read (upper bound) */
     if (!small) {
       /* decide on the host: compaction when the wanted buckets are small */
@@ -551,9 +552,11 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
         A.counter = (unsigned *)(ws->d_ws + WS_SEL_CNT) + lv;
         SEL_CK(launch_sel_buf(gbuf, A, cx.stream), "k_sel_buf launch");
       }
+      cx.mark("buf levels");
       SEL_CK(cudaMemcpyAsync(ws->h_pin, A.st, sizeof(SelState), cudaMemcpyDeviceToHost, cx.stream),
              "cudaMemcpyAsync (select result)");
       SEL_CK(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (select)");
+      cx.mark("memcpy+sync");
       memcpy(&hs, ws->h_pin, sizeof hs);
     }
     if (hs.bad) {

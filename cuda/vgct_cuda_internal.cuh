@@ -120,6 +120,124 @@ struct CallCtx {
   bool fail(cudaError_t e, const char *what);
   bool check(cudaError_t e, const char *what) { return e == cudaSuccess ? true : fail(e, what); }
   bool check_launch(const char *what) { return check(cudaGetLastError(), what); }
+  /* VGCT_CUDA_TRACE=1: host time of each step, printed to stderr at the end
+     of the call (latency breakdowns; no effect otherwise) */
+  void mark(const char *what);
+  int ntr;
+  const char *trn[24];
+  double trt[24];
+};
+
+/* ---- the register accumulator -------------------------------------------
+ * HotAcc: the fields of vgct_acc that a FINITE pair changes (sums, the three
+ * maxima with their indices, max |e|, counters), kept in registers by the
+ * kernels; vg_hot_update is vgct_acc_update's finite branch statement by
+ * statement (same expressions, same vgct_better / vgct_rel_may_win / vgct_mul
+ * calls), for the unscaled update.  A non-finite pair touches only counters
+ * and the class fields, never a HotAcc field, so the kernels fold it with
+ * vgct_acc_update into the thread's vgct_acc (shared memory) and add the
+ * HotAcc in at the end with vgct_acc_merge (vg_hot_flush): integer counters
+ * commute, and merging into an accumulator whose sums and maxima are still
+ * at their initial values is exact.  The result is bit for bit that of
+ * vgct_acc_update on every pair in order (host test: the same functions
+ * compiled for the CPU against vgct_acc_update; docs/performance.md).  Why:
+ * a whole vgct_acc per thread spills, and one in shared memory made the
+ * hot loop L1-bound (ncu, 2026-11-29). */
+struct HotAcc {
+  double s_aa, s_ee, s_ae, s_dd, s_d;
+  double mx, mxa, mxe, mr, wx, ref;
+  int64_t mxi, mri, wxi, n, neq, nmm;
+};
+
+__host__ __device__ __forceinline__ void vg_hot_init(HotAcc &h) {
+  h.s_aa = h.s_ee = h.s_ae = h.s_dd = h.s_d = 0.0;
+  h.mx = h.mr = h.wx = h.ref = -1.0;
+  h.mxa = h.mxe = 0.0;
+  h.mxi = h.mri = h.wxi = -1;
+  h.n = h.neq = h.nmm = 0;
+}
+
+__host__ __device__ __forceinline__ bool vg_finite(double x) {
+  return fabs(x) <= 0x1.fffffffffffffp+1023;
+}
+
+/* vgct_acc_update(s, a, e, idx, rtol, atol, 0) for a finite pair, on h. */
+__host__ __device__ __forceinline__ void vg_hot_update(HotAcc &h, double a, double e, int64_t idx,
+                                                       double rtol, double atol) {
+  h.n += 1;
+  h.neq += (a != e);
+  const double d = a - e;
+  const double ad = fabs(d), ae = fabs(e);
+  if (ad >= h.mx && vgct_better(ad, idx, h.mx, h.mxi)) {
+    h.mx = ad; h.mxi = idx; h.mxa = a; h.mxe = e;
+  }
+  if (ae > h.ref) h.ref = ae;
+  if (e != 0.0 && vgct_rel_may_win(ad, ae, h.mr, h.mri)) {
+    const double r = ad / ae;
+    if (vgct_better(r, idx, h.mr, h.mri)) { h.mr = r; h.mri = idx; }
+  }
+  const double tol = atol + vgct_mul(rtol, ae);
+  if (ad > tol) {
+    h.nmm += 1;
+    const double ex = ad - tol;
+    if (vgct_better(ex, idx, h.wx, h.wxi)) { h.wx = ex; h.wxi = idx; }
+  }
+  h.s_aa += a * a; h.s_ee += e * e; h.s_ae += a * e;
+  h.s_dd += d * d; h.s_d += d;
+}
+
+/* Fold the register accumulator into *s with vgct_acc_merge, then zero its
+ * sums and counters (its maxima stay: merging the same (value, index) again
+ * changes nothing).  The kernels flush every VG_FLUSH pairs, so a thread's
+ * sums are two-level (blocks of VG_FLUSH, then merges): rounding error grows
+ * with VG_FLUSH + pairs/VG_FLUSH, not with the pairs a thread folds. */
+#define VG_FLUSH 128
+__host__ __device__ __forceinline__ void vg_hot_flush(HotAcc &h, vgct_acc *s) {
+  vgct_acc t;
+  vgct_acc_init(&t, 0);
+  t.s_aa = h.s_aa; t.s_ee = h.s_ee; t.s_ae = h.s_ae; t.s_dd = h.s_dd; t.s_d = h.s_d;
+  t.max_abs = h.mx; t.max_abs_i = h.mxi; t.max_abs_a = h.mxa; t.max_abs_e = h.mxe;
+  t.max_rel = h.mr; t.max_rel_i = h.mri;
+  t.worst_excess = h.wx; t.worst_i = h.wxi;
+  t.max_abs_ref = h.ref;
+  t.n = h.n; t.n_finite = h.n; t.n_unequal = h.neq; t.n_mismatch = h.nmm;
+  vgct_acc_merge(s, &t);
+  h.s_aa = h.s_ee = h.s_ae = h.s_dd = h.s_d = 0.0;
+  h.n = h.neq = h.nmm = 0;
+}
+
+/* The scaled (float64) path: the definition on a thread-local vgct_acc,
+ * merged into *s every VG_FLUSH pairs for the same two-level sums. */
+__host__ __device__ __forceinline__ void vg_part_flush(vgct_acc *part, vgct_acc *s) {
+  vgct_acc_merge(s, part);
+  vgct_acc_init(part, 1);
+}
+
+/* One pair: the register path when finite and unscaled, else the definition
+ * on the thread's vgct_acc (out of line: rare, and it must not cost the hot
+ * loop registers). */
+__device__ __noinline__ void vg_cold_update(vgct_acc *s, double a, double e, int64_t idx,
+                                            double rtol, double atol, int scaled);
+
+template <int SC>
+__host__ __device__ __forceinline__ void vg_pair(HotAcc &h, vgct_acc *s, double a, double e,
+                                                 int64_t idx, double rtol, double atol) {
+  if (!SC && vg_finite(a) && vg_finite(e)) {
+    vg_hot_update(h, a, e, idx, rtol, atol);
+  } else {
+#ifdef __CUDA_ARCH__
+    vg_cold_update(s, a, e, idx, rtol, atol, SC);
+#else
+    vgct_acc_update(s, a, e, idx, rtol, atol, SC);
+#endif
+  }
+}
+
+/* A thread's accumulator in shared memory, padded to an odd number of
+ * 8-byte words so that a warp touching one field hits distinct banks. */
+struct VAcc {
+  vgct_acc a;
+  double pad;
 };
 
 /* ---- device helpers shared by the kernels ----------------------------- */
@@ -184,22 +302,17 @@ __device__ __forceinline__ T vg_ldcg(const T *p) {
   return r;
 }
 
-/* Fixed-shape block reduction of vgct_acc: a shuffle tree inside each warp,
- * then warp 0 folds the warps' results in warp order.  The result is valid in
- * thread 0.  Deterministic: the tree does not depend on timing. */
+/* Fixed-shape block reduction of the threads' accumulators (in shared
+ * memory, one VAcc per thread): a binary tree over thread ids, the same for
+ * every launch, so the result (in sm[0]) is deterministic. */
 template <int NT>
-__device__ __forceinline__ void vg_block_merge(vgct_acc &acc, vgct_acc *sm /* NT/32 */) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    vgct_acc o = vg_shfl_down(acc, off);
-    vgct_acc_merge(&acc, &o);
+__device__ __forceinline__ void vg_block_merge(VAcc *sm) {
+  __syncthreads();
+#pragma unroll 1
+  for (int st = NT / 2; st > 0; st >>= 1) {
+    if ((int)threadIdx.x < st) vgct_acc_merge(&sm[threadIdx.x].a, &sm[threadIdx.x + st].a);
+    __syncthreads();
   }
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  if (lane == 0) sm[w] = acc;
-  __syncthreads();
-  if (threadIdx.x == 0)
-    for (int i = 1; i < NT / 32; ++i) vgct_acc_merge(&acc, &sm[i]);
-  __syncthreads();
 }
 
 /* "Last block done" detection (the threadFenceReduction pattern of the CUDA

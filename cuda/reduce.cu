@@ -66,21 +66,22 @@ struct VChunk {
   uint4 ve[vg_chunk<DA, DE>::NVE];
 };
 
-/* Block partial, then (last block) the fixed-order fold of all partials. */
+/* Block partial, then (last block) the fixed-order fold of all partials.
+ * sm: the block's per-thread accumulators (thread t's at sm[t]). */
 template <int SC>
-__device__ __forceinline__ void vg_reduce_finish(const RArgs &A, vgct_acc &acc, vgct_acc *sm) {
-  vg_block_merge<RT>(acc, sm);
-  if (threadIdx.x == 0) A.part[blockIdx.x] = acc;
+__device__ __forceinline__ void vg_reduce_finish(const RArgs &A, VAcc *sm) {
+  vg_block_merge<RT>(sm);
+  if (threadIdx.x == 0) A.part[blockIdx.x] = sm[0].a;
   if (!vg_last_block(A.counter)) return;
-  vgct_acc m;
-  vgct_acc_init(&m, SC);
+  vgct_acc *m = &sm[threadIdx.x].a;
+  vgct_acc_init(m, SC);
   for (unsigned i = threadIdx.x; i < gridDim.x; i += RT) {
     vgct_acc p = vg_ldcg(&A.part[i]);
-    vgct_acc_merge(&m, &p);
+    vgct_acc_merge(m, &p);
   }
-  vg_block_merge<RT>(m, sm);
+  vg_block_merge<RT>(sm);
   if (threadIdx.x == 0) {
-    *A.res = m;
+    *A.res = sm[0].a;
     *A.counter = 0;
   }
   if (A.slice_mode == 1) {
@@ -98,46 +99,54 @@ __device__ __forceinline__ void vg_reduce_finish(const RArgs &A, vgct_acc &acc, 
   }
 }
 
-/* Fold CH elements held in registers (vector path). */
+__device__ __noinline__ void vg_cold_update(vgct_acc *s, double a, double e, int64_t idx,
+                                            double rtol, double atol, int scaled) {
+  vgct_acc_update(s, a, e, idx, rtol, atol, scaled);
+}
+
+/* Fold CH elements held in registers (vector path), converted by THE loader. */
 template <int DA, int DE, int SC>
-__device__ __forceinline__ void vg_fold_vec(vgct_acc &acc, const VChunk<DA, DE> &c, int64_t f,
-                                            int64_t sf, double rtol, double atol) {
+__device__ __forceinline__ void vg_fold_vec(HotAcc &h, vgct_acc *acc, const VChunk<DA, DE> &c,
+                                            int64_t f, int64_t sf, double rtol, double atol) {
   typedef vg_chunk<DA, DE> G;
   const char *ba = reinterpret_cast<const char *>(c.va);
   const char *be = reinterpret_cast<const char *>(c.ve);
 #pragma unroll
-  for (int q = 0; q < G::CH; ++q) {
-    double x = vgct_load(ba + q * G::ISA, DA);
-    double y = vgct_load(be + q * G::ISE, DE);
-    vgct_acc_update(&acc, x, y, f + q * sf, rtol, atol, SC);
-  }
+  for (int q = 0; q < G::CH; ++q)
+    vg_pair<SC>(h, acc, vgct_load(ba + q * G::ISA, DA), vgct_load(be + q * G::ISE, DE), f + q * sf,
+                rtol, atol);
 }
 
 /* Fold up to CH elements read one by one (any alignment or stride). */
 template <int DA, int DE, int SC>
-__device__ __forceinline__ void vg_fold_scalar(vgct_acc &acc, const IterSpec &it, const char *qa,
-                                               const char *qe, int64_t sa, int64_t se, int cnt,
-                                               int64_t f, int64_t sf, double rtol, double atol) {
+__device__ __forceinline__ void vg_fold_scalar(HotAcc &h, vgct_acc *acc, const IterSpec &it,
+                                               const char *qa, const char *qe, int64_t sa,
+                                               int64_t se, int cnt, int64_t f, int64_t sf,
+                                               double rtol, double atol) {
   typedef vg_chunk<DA, DE> G;
   const int64_t ba = sa * (G::TYPED ? (int64_t)G::ISA : (int64_t)it.isa);
   const int64_t be = se * (G::TYPED ? (int64_t)G::ISE : (int64_t)it.ise);
-#pragma unroll 1
-  for (int q = 0; q < G::CH; ++q) {
-    if (q < cnt) {
-      double x = vg_ld<DA>(qa + q * ba, it.da);
-      double y = vg_ld<DE>(qe + q * be, it.de);
-      vgct_acc_update(&acc, x, y, f + q * sf, rtol, atol, SC);
-    }
-  }
+  const int da = it.da, de = it.de;
+#pragma unroll
+  for (int q = 0; q < G::CH; ++q)
+    if (q < cnt)
+      vg_pair<SC>(h, acc, vg_ld<DA>(qa + q * ba, da), vg_ld<DE>(qe + q * be, de), f + q * sf, rtol,
+                  atol);
 }
 
 template <int DA, int DE, int SC>
 __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ RArgs A) {
   typedef vg_chunk<DA, DE> G;
-  __shared__ vgct_acc sm[RT / 32];
+  extern __shared__ VAcc vsm[];
   const IterSpec &it = A.it;
-  vgct_acc acc;
-  vgct_acc_init(&acc, SC);
+  vgct_acc *acc = &vsm[threadIdx.x].a;
+  vgct_acc_init(acc, SC);
+  HotAcc h;
+  vg_hot_init(h);
+  vgct_acc part; /* scaled path only (local memory) */
+  vgct_acc_init(&part, SC);
+  vgct_acc *cold = SC ? &part : acc; /* where vg_pair sends the definition path */
+  int since = 0;                     /* pairs since the last flush */
   const int64_t c0 = (int64_t)blockIdx.x * A.cpb;
   const int64_t c1 = min(c0 + A.cpb, A.nchunk);
   const int64_t m = it.m, sf = it.sf[0];
@@ -164,25 +173,36 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
       if (cc < c1) {
         const int64_t i0 = cc * G::CH;
         if (v[u]) {
-          vg_fold_vec<DA, DE, SC>(acc, ch[u], it.f0 + i0 * sf, sf, A.rtol, A.atol);
+          vg_fold_vec<DA, DE, SC>(h, cold, ch[u], it.f0 + i0 * sf, sf, A.rtol, A.atol);
         } else {
           const int cnt = (int)min((int64_t)G::CH, m - i0);
-          vg_fold_scalar<DA, DE, SC>(acc, it, it.pa + i0 * isa, it.pe + i0 * ise, 1, 1, cnt,
+          vg_fold_scalar<DA, DE, SC>(h, cold, it, it.pa + i0 * isa, it.pe + i0 * ise, 1, 1, cnt,
                                      it.f0 + i0 * sf, sf, A.rtol, A.atol);
         }
       }
     }
+    if ((since += RU * G::CH) >= VG_FLUSH) {
+      since = 0;
+      if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
+    }
   }
-  vg_reduce_finish<SC>(A, acc, sm);
+  if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
+  vg_reduce_finish<SC>(A, vsm);
 }
 
 template <int DA, int DE, int SC>
 __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RArgs A) {
   typedef vg_chunk<DA, DE> G;
-  __shared__ vgct_acc sm[RT / 32];
+  extern __shared__ VAcc vsm[];
   const IterSpec &it = A.it;
-  vgct_acc acc;
-  vgct_acc_init(&acc, SC);
+  vgct_acc *acc = &vsm[threadIdx.x].a;
+  vgct_acc_init(acc, SC);
+  HotAcc h;
+  vg_hot_init(h);
+  vgct_acc part; /* scaled path only (local memory) */
+  vgct_acc_init(&part, SC);
+  vgct_acc *cold = SC ? &part : acc; /* where vg_pair sends the definition path */
+  int since = 0;                     /* pairs since the last flush */
   const int64_t j = (int64_t)blockIdx.x / A.bpj, g = (int64_t)blockIdx.x - j * A.bpj;
   const int64_t c0 = g * A.cpb;
   const int64_t c1 = min(c0 + A.cpb, A.nchunk);
@@ -226,21 +246,32 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RA
 #pragma unroll
     for (int u = 0; u < RU; ++u) {
       if (v[u])
-        vg_fold_vec<DA, DE, SC>(acc, ch[u], fq[u], sfi, A.rtol, A.atol);
+        vg_fold_vec<DA, DE, SC>(h, cold, ch[u], fq[u], sfi, A.rtol, A.atol);
       else if (cnt[u] > 0)
-        vg_fold_scalar<DA, DE, SC>(acc, it, qa[u], qe[u], sai, sei, cnt[u], fq[u], sfi, A.rtol,
+        vg_fold_scalar<DA, DE, SC>(h, cold, it, qa[u], qe[u], sai, sei, cnt[u], fq[u], sfi, A.rtol,
                                    A.atol);
     }
+    if ((since += RU * G::CH) >= VG_FLUSH) {
+      since = 0;
+      if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
+    }
   }
-  vg_reduce_finish<SC>(A, acc, sm);
+  if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
+  vg_reduce_finish<SC>(A, vsm);
 }
 
 template <int DA, int DE, int SC>
 __global__ void __launch_bounds__(RT, 2) k_reduce_col(const __grid_constant__ RArgs A) {
-  __shared__ vgct_acc sm[RT / 32];
+  extern __shared__ VAcc vsm[];
   const IterSpec &it = A.it;
-  vgct_acc acc;
-  vgct_acc_init(&acc, SC);
+  vgct_acc *acc = &vsm[threadIdx.x].a;
+  vgct_acc_init(acc, SC);
+  HotAcc h;
+  vg_hot_init(h);
+  vgct_acc part; /* scaled path only (local memory) */
+  vgct_acc_init(&part, SC);
+  vgct_acc *cold = SC ? &part : acc; /* where vg_pair sends the definition path */
+  int since = 0;                     /* pairs since the last flush */
   const int64_t j = (int64_t)blockIdx.x * RT + threadIdx.x;
   if (j < it.S) {
     const int K = it.k;
@@ -252,29 +283,54 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_col(const __grid_constant__ RA
       vg_row_offsets(it, (uint64_t)r, oa, oe, of);
       const char *qa = it.pa + (ja + oa) * isa, *qe = it.pe + (je + oe) * ise;
       const int64_t f = jf + of;
-      for (int64_t q = 0; q < L; ++q) {
-        double x = vg_ld<DA>(qa + q * sai * isa, it.da);
-        double y = vg_ld<DE>(qe + q * sei * ise, it.de);
-        vgct_acc_update(&acc, x, y, f + q * sfi, A.rtol, A.atol, SC);
+      for (int64_t q = 0; q < L; ++q)
+      {
+        vg_pair<SC>(h, cold, vg_ld<DA>(qa + q * sai * isa, it.da), vg_ld<DE>(qe + q * sei * ise, it.de),
+                    f + q * sfi, A.rtol, A.atol);
+        if (++since == VG_FLUSH) {
+          since = 0;
+          if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
+        }
       }
     }
-    vgct_slice_from_acc(&acc, &A.sres[j]);
   }
-  vg_reduce_finish<SC>(A, acc, sm);
+  if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
+  if (j < it.S) vgct_slice_from_acc(acc, &A.sres[j]);
+  vg_reduce_finish<SC>(A, vsm);
 }
 
 /* ---- launchers ---------------------------------------------------------- */
 
+#define RSMEM ((int)(RT * sizeof(VAcc)))
+
+/* > 48 KiB of dynamic shared memory needs an opt-in per kernel (and device). */
+template <typename K>
+static cudaError_t smem_optin(K kernel, int *done) {
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  if (dev < 0 || dev >= 64 || done[dev]) return cudaSuccess;
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, RSMEM);
+  if (e == cudaSuccess) done[dev] = 1;
+  return e;
+}
+
 template <int DA, int DE, int SC>
 static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_t s) {
-  if (kind == 0)
-    k_reduce_flat<DA, DE, SC><<<grid, RT, 0, s>>>(A);
-  else if (kind == 1)
-    k_reduce_gen<DA, DE, SC><<<grid, RT, 0, s>>>(A);
-  else if constexpr (DA < 0 && DE < 0) /* column mode reads scalars: generic dtypes only */
-    k_reduce_col<DA, DE, SC><<<grid, RT, 0, s>>>(A);
-  else
+  static int done[3][64];
+  cudaError_t e;
+  if (kind == 0) {
+    if ((e = smem_optin(k_reduce_flat<DA, DE, SC>, done[0])) != cudaSuccess) return e;
+    k_reduce_flat<DA, DE, SC><<<grid, RT, RSMEM, s>>>(A);
+  } else if (kind == 1) {
+    if ((e = smem_optin(k_reduce_gen<DA, DE, SC>, done[1])) != cudaSuccess) return e;
+    k_reduce_gen<DA, DE, SC><<<grid, RT, RSMEM, s>>>(A);
+  } else if constexpr (DA < 0 && DE < 0) { /* column mode reads scalars: generic dtypes only */
+    if ((e = smem_optin(k_reduce_col<DA, DE, SC>, done[2])) != cudaSuccess) return e;
+    k_reduce_col<DA, DE, SC><<<grid, RT, RSMEM, s>>>(A);
+  } else {
     return launch_reduce<-1, -1, SC>(kind, grid, A, s);
+  }
   return cudaGetLastError();
 }
 
@@ -412,12 +468,15 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
                             : kind == 1 ? "k_reduce_gen launch" : "k_reduce_col launch"))
       return cx.rc;
     const size_t bytes = S > 1 ? (WS_SRES - WS_RES) + (size_t)Sc * sizeof(vgct_slice_acc) : sizeof(vgct_acc);
+    cx.mark("launch");
     if (!cx.check(cudaMemcpyAsync(ws->h_pin, ws->d_ws + WS_RES, bytes, cudaMemcpyDeviceToHost,
                                   cx.stream),
                   "cudaMemcpyAsync (result record to host)"))
       return cx.rc;
+    cx.mark("memcpy");
     if (!cx.check(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (after reduce)"))
       return cx.rc;
+    cx.mark("sync");
     vgct_acc part;
     memcpy(&part, ws->h_pin, sizeof part);
     vgct_acc_merge(out, &part);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "vgct_cuda_internal.cuh"
 
 #if defined(__has_include)
@@ -204,6 +205,27 @@ static void init_locks(void) {
   }
 }
 
+static int trace_on(void) {
+  static int on = -1;
+  if (on < 0) {
+    const char *v = getenv("VGCT_CUDA_TRACE");
+    on = v && *v && *v != '0';
+  }
+  return on;
+}
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+void CallCtx::mark(const char *what) {
+  if (!trace_on() || ntr >= 24) return;
+  trn[ntr] = what;
+  trt[ntr++] = now_us();
+}
+
 bool CallCtx::fail(cudaError_t e, const char *what) {
   if (rc == 0) {
     snprintf(err, errlen, "%s: %s failed on cuda:%d: %s (%s)", fn, what, dev,
@@ -216,7 +238,8 @@ bool CallCtx::fail(cudaError_t e, const char *what) {
 
 CallCtx::CallCtx(const char *fn_, int device, uintptr_t s, char *err_, size_t errlen_)
     : prev_dev(-1), dev(device), switched(0), locked(0), ws(NULL),
-      stream((cudaStream_t)s), fn(fn_), err(err_), errlen(errlen_), rc(0) {
+      stream((cudaStream_t)s), fn(fn_), err(err_), errlen(errlen_), rc(0), ntr(0) {
+  mark("start");
   pthread_once(&g_once, init_locks);
   if (err && errlen) err[0] = '\0';
   if (device < 0 || device >= VG_MAXDEV) {
@@ -260,9 +283,18 @@ CallCtx::CallCtx(const char *fn_, int device, uintptr_t s, char *err_, size_t er
     ws->h_pin = (char *)p;
     ws->ready = 1;
   }
+  mark("device+lock");
 }
 
 CallCtx::~CallCtx() {
+  if (ntr > 1) {
+    mark("end");
+    char buf[512];
+    int o = snprintf(buf, sizeof buf, "%s trace (us):", fn);
+    for (int i = 1; i < ntr && o < (int)sizeof buf; ++i)
+      o += snprintf(buf + o, sizeof buf - o, " %s %.1f", trn[i], trt[i] - trt[i - 1]);
+    fprintf(stderr, "%s\n", buf);
+  }
   if (locked) pthread_mutex_unlock(&ws->mu);
   if (switched) {
     cudaError_t e = cudaSetDevice(prev_dev);

@@ -1,0 +1,147 @@
+"""CPU engine benchmark: prints a ratio table (not a test).
+
+For each input (dtype, n, layout) it times, best of --repeat runs:
+  vgct      vgct_ext.compare(a, e, quantiles=())            one pass, no quantiles
+  vgct+p99  vgct_ext.compare(a, e, quantiles=(0.99,))       + exact radix selection
+  numpy     the equivalent NumPy float64 composite: astype(float64), diff, the
+            three norms and the dot product, max/argmax of |d| and |d|/|e|,
+            isfinite counts, an allclose-style mismatch count, mean(d)
+  numpy+p99 the same + np.quantile(|d|[finite], 0.99)
+  2 sums    a.sum() + e.sum() (NumPy's own dtype accumulation)
+and prints numpy/vgct (goal >= 3) and vgct/(2 sums) (goal <= 2).
+
+    python bench/bench_cpu.py [--sizes 22,24] [--repeat 5] [--markdown]
+
+bfloat16 inputs need torch (skipped without it); float16 and float32 use NumPy.
+VGCT_NUM_THREADS sets the engine's threads (default: all CPUs).
+"""
+
+import argparse
+import os
+import platform
+import subprocess
+import time
+
+import numpy as np
+
+import vgct_ext
+
+
+def numpy_composite(a, e, p99):
+    a64 = a.astype(np.float64).ravel()
+    e64 = e.astype(np.float64).ravel()
+    fin = np.isfinite(a64) & np.isfinite(e64)
+    n_fin = int(fin.sum())
+    if n_fin != a64.size:
+        a64, e64 = a64[fin], e64[fin]
+    d = a64 - e64
+    ad = np.abs(d)
+    ae = np.abs(e64)
+    nd, ne, na = np.linalg.norm(d), np.linalg.norm(e64), np.linalg.norm(a64)
+    rel = nd / ne if ne else None
+    cos = np.dot(a64, e64) / (na * ne) if na and ne else None
+    i = int(np.argmax(ad))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(e64 != 0, ad / ae, -1.0)
+    j = int(np.argmax(r))
+    mism = int(np.count_nonzero(ad > 1e-3 + 1e-3 * ae))
+    out = (rel, cos, float(ad[i]), i, float(r[j]), j, mism, float(d.mean()), n_fin,
+           int(np.count_nonzero(a64 != e64)))
+    if p99:
+        out += (float(np.quantile(ad, 0.99)),)
+    return out
+
+
+def best(f, repeat):
+    f()
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        f()
+        ts.append(time.perf_counter() - t0)
+    return min(ts)
+
+
+def inputs(sizes, rng):
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    for lg in sizes:
+        n = 1 << lg
+        side = 1 << (lg // 2)
+        shape = (n // side, side)
+        base = rng.standard_normal(shape, dtype=np.float32)
+        pert = base + rng.standard_normal(shape, dtype=np.float32) * np.float32(1e-3)
+        for dt in ("float32", "float16", "bfloat16"):
+            if dt == "bfloat16":
+                if torch is None:
+                    continue
+                a = torch.from_numpy(pert).to(torch.bfloat16)
+                e = torch.from_numpy(base).to(torch.bfloat16)
+                to_np = lambda t: t.float().numpy()  # noqa: E731  (numpy has no bfloat16)
+            else:
+                a, e = pert.astype(dt), base.astype(dt)
+                to_np = None
+            for layout in ("contiguous", "transposed"):
+                x, y = (a, e) if layout == "contiguous" else (a.T, e.T)
+                yield dt, lg, layout, x, y, to_np
+
+
+def machine():
+    model = platform.processor() or "unknown"
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                model = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} CPUs"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="22,24", help="log2 of the element counts, e.g. 22,23,24")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rng = np.random.default_rng(0)
+    rows = []
+    for dt, lg, layout, a, e, to_np in inputs(sizes, rng):
+        an, en = (a, e) if to_np is None else (to_np(a), to_np(e))
+        t_v = best(lambda: vgct_ext.compare(a, e, quantiles=()), args.repeat)
+        t_vq = best(lambda: vgct_ext.compare(a, e, quantiles=(0.99,)), args.repeat)
+        # numpy has no bfloat16: its composite starts from float32 copies (not timed)
+        t_n = best(lambda: numpy_composite(an, en, False), max(1, args.repeat // 2))
+        t_nq = best(lambda: numpy_composite(an, en, True), max(1, args.repeat // 2))
+        if to_np is None:
+            t_s = best(lambda: (a.sum(), e.sum()), args.repeat)
+        else:
+            t_s = best(lambda: (a.sum(), e.sum()), args.repeat)  # torch's bf16 sums
+        rows.append((dt, f"2^{lg}", layout, t_v, t_vq, t_n, t_nq, t_s))
+    hdr = ("dtype", "n", "layout", "vgct ms", "vgct+p99 ms", "numpy ms", "numpy+p99 ms",
+           "2 sums ms", "numpy/vgct", "numpy+p99/vgct+p99", "vgct/2 sums")
+    lines = []
+    for dt, n, lay, tv, tvq, tn, tnq, ts in rows:
+        lines.append((dt, n, lay, f"{tv * 1e3:.2f}", f"{tvq * 1e3:.2f}", f"{tn * 1e3:.1f}",
+                      f"{tnq * 1e3:.1f}", f"{ts * 1e3:.2f}", f"{tn / tv:.1f}x", f"{tnq / tvq:.1f}x",
+                      f"{tv / ts:.2f}x"))
+    print(f"# vgct_ext CPU benchmark  {time.strftime('%Y-%m-%d')}  {machine()}  "
+          f"threads={os.environ.get('VGCT_NUM_THREADS', 'all')}  numpy {np.__version__}")
+    if args.markdown:
+        print("| " + " | ".join(hdr) + " |")
+        print("|" + "---|" * len(hdr))
+        for ln in lines:
+            print("| " + " | ".join(ln) + " |")
+    else:
+        w = [max(len(h), *(len(ln[i]) for ln in lines)) for i, h in enumerate(hdr)]
+        print("  ".join(h.rjust(w[i]) for i, h in enumerate(hdr)))
+        for ln in lines:
+            print("  ".join(c.rjust(w[i]) for i, c in enumerate(ln)))
+    print("goals: numpy/vgct >= 3 (with and without p99); vgct/2 sums <= 2")
+
+
+if __name__ == "__main__":
+    main()

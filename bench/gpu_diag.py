@@ -1,0 +1,70 @@
+"""Latency breakdown of one vgct_ext.compare call on CUDA tensors (where the time goes).
+
+Prints median wall microseconds of: the full Python call, the _C.compare call alone (bridge +
+engine), the same on a 1-element CPU tensor (bridge + Python, no engine work), with and without
+quantiles, for a few sizes; and a torch launch+sync for scale.  With --ncu-target it instead runs
+one compare of 2^24 bf16 pairs (for `ncu --kernel-name regex:k_reduce --launch-count 1`).
+
+    python bench/gpu_diag.py [--ncu-target]
+"""
+import statistics
+import sys
+import time
+
+import torch
+
+import vgct_ext
+from vgct_ext import _C, _dlpack
+
+
+def wall_us(fn, reps=200):
+    for _ in range(20):
+        fn()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - t) * 1e6)
+    return statistics.median(ts)
+
+
+def main():
+    if "--trace" in sys.argv:  # run with VGCT_CUDA_TRACE=1: per-step host times on stderr
+        for lg in (20, 24):
+            a = torch.randn(1 << lg, device="cuda").to(torch.bfloat16)
+            e = (a.float() + 1e-2).to(torch.bfloat16)
+            for q in (None, (0.99,)):
+                for _ in range(4):
+                    vgct_ext.compare(a, e, quantiles=q)
+                print(f"-- 2^{lg} quantiles={q}: last 4 calls above", file=sys.stderr, flush=True)
+        return 0
+    if "--ncu-target" in sys.argv:
+        a = torch.randn(1 << 24, device="cuda").to(torch.bfloat16)
+        e = (a.float() + 1e-2).to(torch.bfloat16)
+        vgct_ext.compare(a, e, quantiles=None)
+        torch.cuda.synchronize()
+        vgct_ext.compare(a, e, quantiles=(0.99,))
+        torch.cuda.synchronize()
+        return 0
+    x = torch.randn(1, device="cuda")
+    print(f"torch x.sum().item() (launch + sync): {wall_us(lambda: x.sum().item()):.1f} us")
+    one = torch.ones(1)
+    print(f"CPU 1 element, vgct_ext.compare no quantiles: "
+          f"{wall_us(lambda: vgct_ext.compare(one, one, quantiles=None)):.1f} us; "
+          f"_C.compare: {wall_us(lambda: _C.compare(one, one, 1e-3, 1e-3, (), None, None, None, None)):.1f} us")
+    for lg in (10, 16, 20, 24):
+        a = torch.randn(1 << lg, device="cuda").to(torch.bfloat16)
+        e = (a.float() + 1e-2 * torch.randn(1 << lg, device="cuda")).to(torch.bfloat16)
+        st = _dlpack.consumer_stream(a, e)
+        full0 = wall_us(lambda: vgct_ext.compare(a, e, quantiles=None))
+        c0 = wall_us(lambda: _C.compare(a, e, 1e-3, 1e-3, (), None, st, None, None))
+        full1 = wall_us(lambda: vgct_ext.compare(a, e, quantiles=(0.99,)))
+        c1 = wall_us(lambda: _C.compare(a, e, 1e-3, 1e-3, (0.99,), None, st, None, None))
+        fp = wall_us(lambda: vgct_ext.fingerprint(a))
+        print(f"2^{lg} bf16: compare {full0:.1f} us (_C {c0:.1f}); with p99 {full1:.1f} us "
+              f"(_C {c1:.1f}); fingerprint {fp:.1f} us", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Exact quantiles of |a - e| over finite pairs: bitwise numpy.quantile (method="linear").
+
+numpy.quantile is the definition (docs/metrics.md): h = (n-1)q, the order
+statistics at floor(h) and floor(h)+1, numpy's _lerp.  The engine selects the
+order statistics exactly (radix selection) and interpolates with the same
+expression, so the results are equal bit for bit -- for any n (torch.quantile
+refuses more than 2^24 elements), any dtype, ties, overflowing differences.
+"""
+
+import numpy as np
+import pytest
+
+import vgct_ext
+
+QS = (0.0, 1e-6, 0.01, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999, 1.0 - 1e-9, 1.0)
+
+
+def numpy_q(a, e, qs):
+    a64, e64 = np.asarray(a, np.float64).ravel(), np.asarray(e, np.float64).ravel()
+    fin = np.isfinite(a64) & np.isfinite(e64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = np.abs(a64[fin] - e64[fin])
+        return {q: float(np.quantile(d, q)) for q in qs} if d.size else {q: None for q in qs}
+
+
+def assert_bitwise(got, want):
+    assert set(got) == set(want)
+    for q in want:
+        g, w = got[q], want[q]
+        same = (g is None and w is None) or (np.float64(g).tobytes() == np.float64(w).tobytes()) or (
+            g is not None and w is not None and np.isnan(g) and np.isnan(w))
+        assert same, (q, g, w)
+
+
+@pytest.mark.slow
+def test_twenty_million_elements():
+    """n = 2e7 > 2^24: exact, bitwise numpy."""
+    rng = np.random.default_rng(123)
+    n = 20_000_000
+    e = rng.standard_normal(n, dtype=np.float32)
+    a = e + rng.standard_normal(n, dtype=np.float32) * np.float32(1e-3)
+    s = vgct_ext.compare(a, e, quantiles=QS)
+    assert s.n == n
+    assert_bitwise(s.quantiles, numpy_q(a, e, QS))
+    assert s.p99 == s.quantiles[0.99]
+
+
+@pytest.mark.parametrize("dt", ["float32", "float16", "float64", "int8", "int64", "uint8", "bool"])
+@pytest.mark.parametrize("n", [1, 2, 3, 10, 1000, 300_001])
+def test_dtypes_and_sizes(dt, n):
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n) * 10
+    y = x + rng.standard_normal(n)
+    if dt == "bool":
+        a, e = x > 0, y > 0
+    elif np.dtype(dt).kind in "iu":
+        info = np.iinfo(dt)
+        a = np.clip(x, info.min, info.max).astype(dt)
+        e = np.clip(y, info.min, info.max).astype(dt)
+    else:
+        a, e = x.astype(dt), y.astype(dt)
+    assert_bitwise(vgct_ext.compare(a, e, quantiles=QS).quantiles, numpy_q(a, e, QS))
+
+
+def test_many_ties_and_interpolation_branches():
+    """Integer-valued differences: every quantile lands on ties or halfway (t = 0.5)."""
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 5, 10_001).astype(np.float32)
+    e = np.zeros_like(a)
+    qs = tuple(np.linspace(0, 1, 41))
+    assert_bitwise(vgct_ext.compare(a, e, quantiles=qs).quantiles, numpy_q(a, e, qs))
+    a2 = np.array([0.0, 1.0], np.float64)  # h = 0.5: numpy's t >= 0.5 branch
+    assert vgct_ext.compare(a2, np.zeros(2), quantiles=(0.5,)).quantiles[0.5] == 0.5
+
+
+def test_nonfinite_excluded_and_overflowing_difference():
+    a = np.array([1.7e308, np.nan, 2.0, np.inf, 5.0, -1.7e308], np.float64)
+    e = np.array([-1.7e308, 1.0, np.inf, np.inf, 1.0, 0.0], np.float64)
+    s = vgct_ext.compare(a, e, quantiles=(0.0, 0.5, 1.0))
+    # finite pairs: |1.7e308 - -1.7e308| = inf (the float64 difference), 4, 1.7e308;
+    # numpy's lerp with an infinite order statistic gives NaN (inf - inf), and so do we
+    assert s.n_finite == 3 and s.quantiles[0.0] == 4.0
+    assert np.isnan(s.quantiles[1.0]) and np.isnan(s.quantiles[0.5])
+    assert_bitwise(s.quantiles, numpy_q(a, e, (0.0, 0.5, 1.0)))
+
+
+def test_no_finite_pair_and_zero_size():
+    a = np.full(4, np.nan, np.float32)
+    assert vgct_ext.compare(a, a, quantiles=(0.5,)).quantiles == {0.5: None}
+    z = np.zeros((0, 3), np.float16)
+    assert vgct_ext.compare(z, z, quantiles=(0.5, 0.99)).quantiles == {0.5: None, 0.99: None}
+
+
+def test_strided_views_and_repeatability():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((700, 301)).astype(np.float16)
+    e = rng.standard_normal((700, 301)).astype(np.float16)
+    for x, y in ((a.T, e.T), (a[::-3, 1::2], e[::-3, 1::2]),
+                 (np.broadcast_to(a[:1], (50, 301)), e[:50])):
+        got = [vgct_ext.compare(x, y, quantiles=QS).quantiles for _ in range(2)]
+        assert got[0] == got[1]
+        assert_bitwise(got[0], numpy_q(x, y, QS))
+
+
+def test_sixty_four_quantiles_one_call():
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(200_003)
+    e = rng.standard_normal(200_003) * 1e-3 + a
+    qs = tuple(float(q) for q in rng.random(62)) + (0.0, 1.0)
+    assert_bitwise(vgct_ext.compare(a, e, quantiles=qs).quantiles, numpy_q(a, e, qs))
