@@ -144,7 +144,8 @@ static inline double lut_e5m2(uint8_t v) { return tab_e5m2[v]; }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(VGCT_NO_CPU_DISPATCH)
 #define DEF_LOADER(NAME, T, CONV)  \
   DEF_LOADER1(NAME, T, CONV, )     \
-  DEF_LOADER1(NAME##_avx2, T, CONV, __attribute__((target("avx2"))))
+  DEF_LOADER1(NAME##_avx2, T, CONV, __attribute__((target("avx2")))) \
+  DEF_LOADER1(NAME##_avx512, T, CONV, __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))))
 #define LOADER_TABLE(SUFFIX)                                                              \
   {ld_bool##SUFFIX, ld_i8##SUFFIX, ld_i16##SUFFIX, ld_i32##SUFFIX, ld_i64##SUFFIX,         \
    ld_u8##SUFFIX, ld_f16##SUFFIX, ld_bf16##SUFFIX, ld_f32##SUFFIX, ld_f64##SUFFIX,         \
@@ -172,6 +173,7 @@ static const loader_fn loaders[VGCT_NUM_DTYPES] = {
     ld_f16, ld_bf16, ld_f32, ld_f64, ld_e4m3, ld_e5m2};
 #ifdef LOADER_TABLE
 static const loader_fn loaders_avx2[VGCT_NUM_DTYPES] = LOADER_TABLE(_avx2);
+static const loader_fn loaders_avx512[VGCT_NUM_DTYPES] = LOADER_TABLE(_avx512);
 #endif
 
 /* 0 baseline, 1 AVX2, 2 AVX-512F (x86-64 with GCC or clang; else 0) */
@@ -194,7 +196,9 @@ static int cpu_level(void) {
 static const loader_fn *pick_loaders(void) {
   pthread_once(&tab_once, tab_init);
 #ifdef LOADER_TABLE
-  if (cpu_level() >= 1) return loaders_avx2;
+  const int lv = cpu_level();
+  if (lv >= 2) return loaders_avx512;
+  if (lv >= 1) return loaders_avx2;
 #endif
   return loaders;
 }
@@ -365,16 +369,6 @@ static void tile_fill(const plan_t *P, iter_t *it, int64_t end, tile_t *t) {
     t->len += (int)rem;
     iter_advance(P, it, rem);
   }
-}
-
-static inline int64_t tile_lidx(const tile_t *t, int j) {
-  int r = 0;
-  if (t->nr > 1) { /* binary search the run holding j */
-    int lo = 0, hi = t->nr - 1;
-    while (lo < hi) { int mid = (lo + hi + 1) / 2; if (t->runs[mid].off <= j) lo = mid; else hi = mid - 1; }
-    r = lo;
-  }
-  return t->runs[r].l0 + (int64_t)(j - t->runs[r].off) * t->lstep;
 }
 
 /* Scale of a tile for the scaled update: pow2_ceil of the largest finite
@@ -623,15 +617,22 @@ static void tile_max_into(const tile_t *t, const plan_t *P, int what, double v, 
   if (v < 0.0) return; /* no candidate in this tile */
   if (*bi >= 0 && v < *bv) return;
   if (*bi >= 0 && v == *bv && P->monotonic) return; /* later positions, larger indices */
+  /* flat indices grow along a run (lstep > 0): the first match of each run is
+   * that run's lowest; a monotonic tile is one increasing sequence */
   int64_t best_i = -1;
   int best_j = -1;
-  for (int j = 0; j < t->len; ++j) {
-    if (t->npatch && t->bad[j]) continue;
-    if (q_value(what, t->A[j], t->E[j], rtol, atol) == v) {
-      int64_t li = tile_lidx(t, j);
-      if (best_i < 0 || li < best_i) { best_i = li; best_j = j; }
-      if (P->monotonic) break;
+  for (int r = 0; r < t->nr; ++r) {
+    const run_t *ru = &t->runs[r];
+    for (int j = 0; j < ru->len; ++j) {
+      const int q = ru->off + j;
+      if (t->npatch && t->bad[q]) continue;
+      if (q_value(what, t->A[q], t->E[q], rtol, atol) == v) {
+        const int64_t li = ru->l0 + (int64_t)j * t->lstep;
+        if (best_i < 0 || li < best_i) { best_i = li; best_j = q; }
+        break;
+      }
     }
+    if (P->monotonic && best_j >= 0) break;
   }
   if (best_j < 0) return; /* cannot happen: v came from this tile */
   if (vgct_better(v, best_i, *bv, *bi)) {
@@ -998,8 +999,15 @@ static void select_unit(void *ctx, int64_t s, int tid) {
     fin += m;
     const int dsh = C->pend_dshift, psh = C->pend_pshift, npend = C->npend;
     const uint64_t dmask = C->dmask;
-    if (npend == 1 && psh >= 63) { /* the first pass: every key */
-      for (int j = 0; j < m; ++j) h[(keys[j] >> dsh) & dmask]++;
+    if (npend == 1 && psh >= 63) { /* the first pass: every key; two histograms
+                                      * (slots 0 and 1) break store-to-load chains */
+      uint64_t *h2 = h + HBINS;
+      int j = 0;
+      for (; j + 1 < m; j += 2) {
+        h[(keys[j] >> dsh) & dmask]++;
+        h2[(keys[j + 1] >> dsh) & dmask]++;
+      }
+      if (j < m) h[(keys[j] >> dsh) & dmask]++;
     } else if (npend == 1) {
       const uint64_t p0 = C->pend_prefix[0];
       for (int j = 0; j < m; ++j)
@@ -1015,12 +1023,13 @@ static void select_unit(void *ctx, int64_t s, int tid) {
       const int sh = C->gath_shift[g];
       const uint64_t pre = C->gath_prefix[g];
       uint64_t *stg = C->stage[tid][g];
-      for (int j = 0; j < m; ++j) {
-        if ((keys[j] >> sh) == pre) {
-          stg[nst[g]++] = keys[j];
-          if (nst[g] == LBUF) { stage_flush(C, tid, g, LBUF); nst[g] = 0; }
-        }
+      int c = nst[g];
+      for (int j = 0; j < m; ++j) { /* branch-free compaction */
+        stg[c] = keys[j];
+        c += (keys[j] >> sh) == pre;
+        if (c == LBUF) { stage_flush(C, tid, g, LBUF); c = 0; }
       }
+      nst[g] = c;
     }
   }
   for (int g = 0; g < C->ngath; ++g)
@@ -1170,7 +1179,8 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
       C.pend_pshift = lv_shift[level] + lv_width[level];
       C.dmask = ((uint64_t)1 << lv_width[level]) - 1;
       for (int k = 0; k < C.npend; ++k) C.pend_prefix[k] = groups[pend[k]].prefix;
-      for (int i = 0; i < nthreads; ++i) memset(hist[i], 0, (size_t)C.npend * HBINS * sizeof(uint64_t));
+      const int slots = C.npend > 1 ? C.npend : 2; /* the first pass uses slot 1 too */
+      for (int i = 0; i < nthreads; ++i) memset(hist[i], 0, (size_t)slots * HBINS * sizeof(uint64_t));
     }
     used = 0;
     for (int k = 0; k < C.ngath; ++k) {
@@ -1232,6 +1242,11 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
         const uint64_t *hh = hist[i] + (size_t)k * HBINS;
         for (int b = 0; b < HBINS; ++b) hsum[b] += hh[b];
       }
+      if (G->level == 0) /* the first pass's second histogram, of every thread */
+        for (int i = 0; i < nthreads; ++i) {
+          const uint64_t *hh = hist[i] + HBINS;
+          for (int b = 0; b < HBINS; ++b) hsum[b] += hh[b];
+        }
       int64_t below = 0;
       int b = 0;
       int q = 0;
@@ -1275,6 +1290,141 @@ done:
   free(gbuf);
   free(order); free(rel); free(groups); free(gstate);
   return rc;
+}
+
+/* ======================================================================
+ * vgct_cpu_histogram: digit histograms of the selection keys for the
+ * distributed radix selection of compare_sharded (contract: vgct_engine.h)
+ * ====================================================================== */
+typedef struct {
+  const plan_t *P;
+  int64_t seg, nseg;
+  int nprefix, prefix_bits, width;
+  const uint64_t *sorted_prefix; /* ascending                          */
+  const int *row_of;             /* row (caller order) of sorted_prefix */
+  int64_t **cnt;                 /* per thread: [nprefix << width]     */
+  tile_t **tiles;
+} hist_ctx;
+
+static void hist_unit(void *ctx, int64_t s, int tid) {
+  hist_ctx *C = (hist_ctx *)ctx;
+  const plan_t *P = C->P;
+  tile_t *t = C->tiles[tid];
+  int64_t *cnt = C->cnt[tid];
+  const int pb = C->prefix_bits, w = C->width, np = C->nprefix;
+  const int dsh = 64 - pb - w;
+  const uint64_t dmask = (w == 64) ? ~(uint64_t)0 : (((uint64_t)1 << w) - 1);
+  const int64_t start = s * C->seg;
+  const int64_t end = start + C->seg < P->n ? start + C->seg : P->n;
+  iter_t it;
+  iter_seek(P, &it, start);
+  uint64_t keys[TILE];
+  while (it.pos < end) {
+    tile_fill(P, &it, end, t);
+    const int m = tile_keys(t, keys);
+    if (pb == 0) {
+      for (int j = 0; j < m; ++j) cnt[(keys[j] >> dsh) & dmask]++;
+    } else if (np == 1) {
+      const uint64_t p0 = C->sorted_prefix[0];
+      for (int j = 0; j < m; ++j)
+        if ((keys[j] >> (64 - pb)) == p0) cnt[(keys[j] >> dsh) & dmask]++;
+    } else {
+      for (int j = 0; j < m; ++j) {
+        const uint64_t pre = keys[j] >> (64 - pb);
+        int lo = 0, hi = np - 1; /* binary search in the sorted prefixes */
+        while (lo < hi) {
+          const int mid = (lo + hi) >> 1;
+          if (C->sorted_prefix[mid] < pre) lo = mid + 1; else hi = mid;
+        }
+        if (C->sorted_prefix[lo] == pre)
+          cnt[((size_t)C->row_of[lo] << w) + ((keys[j] >> dsh) & dmask)]++;
+      }
+    }
+  }
+}
+
+typedef struct { uint64_t prefix; int row; } prefix_ref;
+static int cmp_prefix_ref(const void *x, const void *y) {
+  const prefix_ref *a = (const prefix_ref *)x, *b = (const prefix_ref *)y;
+  return a->prefix < b->prefix ? -1 : a->prefix > b->prefix;
+}
+
+int vgct_cpu_histogram(const vgct_view *a, const vgct_view *e, const vgct_params *p,
+                       const uint64_t *prefixes, int nprefix, int prefix_bits, int width,
+                       int64_t *counts, char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  if (prefix_bits < 0 || width < 1 || width > VGCT_HIST_MAX_WIDTH || prefix_bits + width > 64 ||
+      nprefix < 1 || nprefix > VGCT_HIST_MAX_PREFIXES || !prefixes || !counts) {
+    set_err(err, errlen, "vgct_cpu_histogram: bad arguments (%s; prefix_bits=%lld)",
+            "need 0 <= prefix_bits, 1 <= width <= 16, prefix_bits + width <= 64, "
+            "1 <= nprefix <= 128", (long long)prefix_bits);
+    return VGCT_EVALUE;
+  }
+  if (prefix_bits == 0 && (nprefix != 1 || prefixes[0] != 0)) {
+    set_err(err, errlen, "vgct_cpu_histogram: %s (nprefix=%lld)",
+            "prefix_bits == 0 takes the single prefix 0", (long long)nprefix);
+    return VGCT_EVALUE;
+  }
+  prefix_ref sorted[VGCT_HIST_MAX_PREFIXES];
+  uint64_t sp[VGCT_HIST_MAX_PREFIXES];
+  int row_of[VGCT_HIST_MAX_PREFIXES];
+  for (int g = 0; g < nprefix; ++g) {
+    if (prefix_bits > 0 && prefix_bits < 64 && (prefixes[g] >> prefix_bits) != 0) {
+      set_err(err, errlen, "vgct_cpu_histogram: %s (prefix %lld)", "prefix >= 2^prefix_bits",
+              (long long)g);
+      return VGCT_EVALUE;
+    }
+    sorted[g].prefix = prefixes[g]; sorted[g].row = g;
+  }
+  qsort(sorted, (size_t)nprefix, sizeof(prefix_ref), cmp_prefix_ref);
+  for (int g = 0; g < nprefix; ++g) {
+    if (g > 0 && sorted[g].prefix == sorted[g - 1].prefix) {
+      set_err(err, errlen, "vgct_cpu_histogram: %s (row %lld)", "duplicate prefix",
+              (long long)sorted[g].row);
+      return VGCT_EVALUE;
+    }
+    sp[g] = sorted[g].prefix; row_of[g] = sorted[g].row;
+  }
+  const size_t ncnt = (size_t)nprefix << width;
+  memset(counts, 0, ncnt * sizeof(int64_t));
+  plan_t P;
+  plan_build(a, e, -1, &P);
+  if (P.n == 0) return VGCT_OK;
+  hist_ctx C;
+  memset(&C, 0, sizeof C);
+  C.P = &P;
+  C.seg = seg_size(P.n);
+  C.nseg = (P.n + C.seg - 1) / C.seg;
+  C.nprefix = nprefix; C.prefix_bits = prefix_bits; C.width = width;
+  C.sorted_prefix = sp; C.row_of = row_of;
+  int nthreads = pick_threads(p->nthreads, P.n, C.nseg);
+  /* extra counters (threads 1..) within 64 MiB */
+  const size_t bytes = ncnt * sizeof(int64_t);
+  while (nthreads > 1 && (size_t)(nthreads - 1) * bytes > ((size_t)64 << 20)) --nthreads;
+  tile_t *tiles[MAX_THREADS];
+  int64_t *cnt[MAX_THREADS];
+  for (int i = 0; i < nthreads; ++i) cnt[i] = NULL;
+  cnt[0] = counts;
+  int ok = alloc_tiles(tiles, nthreads);
+  for (int i = 1; ok && i < nthreads; ++i) {
+    cnt[i] = (int64_t *)calloc(ncnt, sizeof(int64_t));
+    ok = cnt[i] != NULL;
+  }
+  if (!ok) {
+    for (int i = 1; i < nthreads; ++i) free(cnt[i]);
+    free_tiles(tiles, nthreads);
+    set_err(err, errlen, "vgct_cpu_histogram: out of memory (%s, %lld threads)",
+            "per-thread counters or tile buffers", (long long)nthreads);
+    return VGCT_ENOMEM;
+  }
+  C.cnt = cnt; C.tiles = tiles;
+  par_run(nthreads, C.nseg, hist_unit, &C);
+  for (int i = 1; i < nthreads; ++i) {
+    for (size_t b = 0; b < ncnt; ++b) counts[b] += cnt[i][b];
+    free(cnt[i]);
+  }
+  free_tiles(tiles, nthreads);
+  return VGCT_OK;
 }
 
 /* ======================================================================

@@ -93,18 +93,19 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
 /* Histogram of selection keys, for the distributed radix selection of
  * compare_sharded ([E]; vgct_ext/sharded.py).  For every finite pair, its key
  * k (vgct_absdiff_key) is counted when its top `prefix_bits` bits equal one
- * of the `nprefix` prefixes (prefix_bits == 0: every key, prefixes[0] == 0),
- * in bin (k >> (64 - prefix_bits - w)) & (2^w - 1) of that prefix's row, with
- * the digit width w = VGCT_HIST_WIDTH(prefix_bits) = min(16, 64 - prefix_bits).
- * counts: caller-allocated int64[nprefix << w], row g for prefixes[g],
- * OVERWRITTEN (exact counts; sums of counts over ranks are what
- * vgct_cpu_select histograms on one tensor).  Requires 0 <= prefix_bits <= 63,
- * 1 <= nprefix <= VGCT_HIST_MAX_PREFIXES, distinct prefixes < 2^prefix_bits.
- * Deterministic; extra memory O(threads * nprefix * 2^w) counters, bounded. */
+ * of the `nprefix` prefixes (prefix_bits == 0: every key, prefixes == {0}),
+ * in bin (k >> (64 - prefix_bits - width)) & (2^width - 1) of that prefix's
+ * row: the next `width` bits are the digit.  counts: caller-allocated
+ * int64[nprefix << width], row g for prefixes[g], OVERWRITTEN with exact
+ * counts (summed over ranks, they are the histogram of the whole tensor).
+ * Requires 0 <= prefix_bits, 1 <= width <= VGCT_HIST_MAX_WIDTH,
+ * prefix_bits + width <= 64, 1 <= nprefix <= VGCT_HIST_MAX_PREFIXES, distinct
+ * prefixes < 2^prefix_bits.  Deterministic; extra memory bounded
+ * (per-thread counters, at most 64 MiB in all). */
 #define VGCT_HIST_MAX_PREFIXES 128
-#define VGCT_HIST_WIDTH(prefix_bits) ((64 - (prefix_bits)) < 16 ? (64 - (prefix_bits)) : 16)
+#define VGCT_HIST_MAX_WIDTH 16
 int vgct_cpu_histogram(const vgct_view *a, const vgct_view *e, const vgct_params *p,
-                       const uint64_t *prefixes, int nprefix, int prefix_bits,
+                       const uint64_t *prefixes, int nprefix, int prefix_bits, int width,
                        int64_t *counts, char *err, size_t errlen);
 
 /* 64-bit content hash of one tensor (definition: vgct_stats.h, "fingerprint"). */
@@ -130,13 +131,16 @@ int vgct_cuda_fingerprint(const vgct_view *x, uintptr_t stream, uint64_t *out,
                           char *err, size_t errlen);
 
 /* vgct_cpu_histogram's contract for views on one CUDA device, enqueued on
- * `stream`; `counts` is HOST memory (nprefix << w int64), filled when the
- * call returns.  Needed by compare_sharded on CUDA tensors ([E]).  module.c
- * references it weakly, so a CUDA build whose cuda/ does not define it yet
- * still links, and _C.histogram on a CUDA tensor then raises RuntimeError. */
+ * `stream`; `counts` is HOST memory (nprefix << width int64), filled when the
+ * call returns.  Needed by compare_sharded on CUDA tensors ([E]), which asks
+ * for digits of width <= 15 there (one 32768-bin row of 32-bit counters per
+ * prefix fits a block's shared memory), at most 2 * VGCT_MAX_QUANTILES
+ * prefixes per call, usually 1 or 2.  module.c references it weakly: a CUDA
+ * build whose cuda/ does not define it still links, and _C.histogram on a
+ * CUDA tensor then raises RuntimeError. */
 int vgct_cuda_histogram(const vgct_view *a, const vgct_view *e, const vgct_params *p,
                         uintptr_t stream, const uint64_t *prefixes, int nprefix,
-                        int prefix_bits, int64_t *counts, char *err, size_t errlen);
+                        int prefix_bits, int width, int64_t *counts, char *err, size_t errlen);
 
 /* Build/run-time facts for build_info(): never fails; a machine without a
  * driver or GPU reports driver_version 0 / device_count 0. */

@@ -154,14 +154,17 @@ VGCT_HD double vgct_mul(double a, double b) {
 }
 
 /* Exact shortcut for max_rel (added for the CUDA engine, [B]; results are
- * unchanged): 0 only when ad/ae (ae > 0), rounded, is certainly < best, so
- * the float64 division -- the costliest step of an update on a GPU -- can be
- * skipped.  With p = fl(fl(best*ae)*(1-2^-40)) a normal number: ad <= p
- * implies ad/ae <= best*(1-2^-40)(1+2^-53)^2 < best*(1-2^-41), and rounding
- * the quotient cannot reach best.  Otherwise (no best yet, p subnormal,
- * infinite or NaN) the caller divides as before. */
-VGCT_HD int vgct_rel_may_win(double ad, double ae, double best, int64_t best_i) {
+ * unchanged): 0 only when (ad/ae, idx) (ae > 0) certainly does not beat
+ * (best, best_i) under vgct_better, so the float64 division -- the costliest
+ * step of an update on a GPU -- can be skipped.  ad == 0: the quotient is
+ * exactly +0, which wins only a tie at a lower index.  Otherwise, with
+ * p = fl(fl(best*ae)*(1-2^-40)) a normal number: ad <= p implies
+ * ad/ae <= best*(1-2^-40)(1+2^-53)^2 < best*(1-2^-41), and rounding the
+ * quotient cannot reach best.  In every other case (no best yet, p
+ * subnormal, infinite or NaN) the caller divides as before. */
+VGCT_HD int vgct_rel_may_win(double ad, double ae, int64_t idx, double best, int64_t best_i) {
   if (best_i < 0) return 1;
+  if (ad == 0.0) return best == 0.0 && idx < best_i;
   double p = best * ae * (1.0 - 0x1p-40);
   return !(p >= 0x1p-1000 && p <= 0x1.fffffffffffffp+1023 && ad <= p);
 }
@@ -197,7 +200,7 @@ VGCT_HD void vgct_acc_update(vgct_acc *s, double a, double e, int64_t idx,
     s->max_abs = ad; s->max_abs_i = idx; s->max_abs_a = a; s->max_abs_e = e;
   }
   if (ae > s->max_abs_ref) s->max_abs_ref = ae;
-  if (e != 0.0 && vgct_rel_may_win(ad, ae, s->max_rel, s->max_rel_i)) {
+  if (e != 0.0 && vgct_rel_may_win(ad, ae, idx, s->max_rel, s->max_rel_i)) {
     double r = ad / ae;
     if (vgct_better(r, idx, s->max_rel, s->max_rel_i)) { s->max_rel = r; s->max_rel_i = idx; }
   }

@@ -412,7 +412,11 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
   A.sres = (vgct_slice_acc *)(ws->d_ws + WS_SRES);
   A.part = (vgct_acc *)(ws->d_ws + WS_PART);
   const int CH = chunk_elems(it.da, it.de);
-  const int64_t target = (int64_t)ws->sms * 8; /* blocks per launch, about */
+  /* blocks per launch: 4 waves of 2 blocks per SM for large inputs, but at
+     least VG_MIN_CHUNKS chunks per thread (small inputs: the per-block
+     merge would dominate) */
+  const int64_t target = (int64_t)ws->sms * 8;
+#define VG_MIN_CHUNKS 4
 
   const int64_t S = it.S;
   int kind;
@@ -440,7 +444,11 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
     if (kind == 0) {
       A.slice_mode = 0;
       A.nchunk = ceil_div(it.m, CH);
-      A.cpb = round_up(ceil_div(A.nchunk, target), RT);
+      {
+        int64_t blocks = ceil_div(A.nchunk, (int64_t)RT * VG_MIN_CHUNKS);
+        if (blocks > target) blocks = target;
+        A.cpb = round_up(ceil_div(A.nchunk, blocks), RT);
+      }
       A.bpj = 1;
       grid = ceil_div(A.nchunk, A.cpb);
       A.vec = ((uintptr_t)it.pa % 16 == 0) && ((uintptr_t)it.pe % 16 == 0);
@@ -451,6 +459,8 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
       A.cprd = vg_make_div((uint64_t)A.cpr);
       A.nchunk = (it.m / L) * A.cpr;
       int64_t bpj = ceil_div(target, Sc);
+      const int64_t work = ceil_div(A.nchunk, (int64_t)RT * VG_MIN_CHUNKS);
+      if (bpj > work) bpj = work;
       if (bpj * Sc > VG_MAX_PARTS) bpj = VG_MAX_PARTS / Sc;
       if (bpj < 1) bpj = 1;
       A.cpb = round_up(ceil_div(A.nchunk, bpj), RT);

@@ -93,7 +93,7 @@ struct KArgs {
 
 struct HistCtx {
   unsigned *sm;
-  int level, shift, pshift, ng;
+  int level, shift, pshift, ng, nbins;
   unsigned long long gp[SEL_NS];
   unsigned last_bin, run; /* run-length cache */
 };
@@ -138,8 +138,9 @@ __device__ void hist_begin(HistCtx &h, unsigned *sm, int level, const SelState *
     h.ng = st->ng;
     for (int i = 0; i < SEL_NS; ++i) h.gp[i] = i < h.ng ? st->gprefix[i] : KEY_NONE;
   }
+  h.nbins = level == 0 ? SEL_BINS : h.ng * 4096; /* only the groups' bins */
   if (level >= 0) {
-    for (int i = threadIdx.x; i < SEL_BINS; i += blockDim.x) sm[i] = 0;
+    for (int i = threadIdx.x; i < h.nbins; i += blockDim.x) sm[i] = 0;
   }
   __syncthreads();
 }
@@ -149,7 +150,7 @@ __device__ void hist_end(HistCtx &h, unsigned long long *gh) {
   if (h.level < 0) return;
   hist_flush_run(h);
   __syncthreads();
-  for (int i = threadIdx.x; i < SEL_BINS; i += blockDim.x) {
+  for (int i = threadIdx.x; i < h.nbins; i += blockDim.x) {
     unsigned c = h.sm[i];
     if (c) atomicAdd(gh + i, (unsigned long long)c);
   }
@@ -477,7 +478,9 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
   A.nchunk = (it.m / L) * A.cpr;
   A.st = (SelState *)(ws->d_ws + WS_SEL_STATE);
   A.cand = (unsigned long long *)(ws->d_ws + WS_SEL_CAND);
-  const int gdata = (int)(cdiv(A.nchunk, ST) < ws->sms ? cdiv(A.nchunk, ST) : ws->sms);
+  /* at least 8 chunks per thread: each block zeroes and flushes 128 KiB of
+     counters, which must not dominate small inputs */
+  const int gdata = (int)(cdiv(A.nchunk, ST * 8) < ws->sms ? cdiv(A.nchunk, ST * 8) : ws->sms);
   const bool small = (uint64_t)it.m <= SEL_CAP;
   SelState hs;
   double *vals = (double *)malloc(sizeof(double) * (size_t)nu);

@@ -172,7 +172,7 @@ __host__ __device__ __forceinline__ void vg_hot_update(HotAcc &h, double a, doub
     h.mx = ad; h.mxi = idx; h.mxa = a; h.mxe = e;
   }
   if (ae > h.ref) h.ref = ae;
-  if (e != 0.0 && vgct_rel_may_win(ad, ae, h.mr, h.mri)) {
+  if (e != 0.0 && vgct_rel_may_win(ad, ae, idx, h.mr, h.mri)) {
     const double r = ad / ae;
     if (vgct_better(r, idx, h.mr, h.mri)) { h.mr = r; h.mri = idx; }
   }

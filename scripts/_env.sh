@@ -38,3 +38,11 @@ vgct_build() {
   fi
   "$PY" -c "import vgct_ext, json; print('vgct_ext build:', json.dumps(vgct_ext.build_info()))"
 }
+
+# torch for the tests: only when none is importable (a torch the user has is never replaced)
+vgct_need_torch() {
+  if ! "$PY" -c "import torch" >/dev/null 2>&1; then
+    echo "+ pip install ${VGCT_TORCH_SPEC:-torch==2.13.0}" >&2
+    "${PIP[@]}" install -q "${VGCT_TORCH_SPEC:-torch==2.13.0}"
+  fi
+}

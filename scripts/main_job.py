@@ -188,6 +188,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--full", action="store_true", help="include tests marked slow")
     ap.add_argument("--install-deps", action="store_true", help="pip-install the pinned component-test stack")
+    ap.add_argument("--no-run", action="store_true", help="with --install-deps: only install, run nothing")
     ap.add_argument("--repeat", type=int, default=1, help="--vgct-repeat (run each paired test N times)")
     ap.add_argument("--report", default=os.path.join(ROOT, "build", "main_job_report.json"))
     ap.add_argument("--summarize", metavar="REPORT.json", help="only print the summary of an existing report")
@@ -199,6 +200,8 @@ def main(argv=None) -> int:
     os.chdir(ROOT)
     if args.install_deps:
         install_deps()
+        if args.no_run:
+            return 0
     missing = check_env()
     if missing:
         print(f"main job: cannot run, not importable: {', '.join(missing)}. Install with:\n"

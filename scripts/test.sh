@@ -2,17 +2,16 @@
 # Build vgct_ext and run the whole test suite; extra arguments go to pytest.
 #   bash scripts/test.sh            # everything
 #   bash scripts/test.sh -k wan     # a subset
-# Installs what the tests need when missing: pytest, hypothesis, numpy, safetensors, and torch
+# Installs what the tests need when missing: pytest, hypothesis, numpy, safetensors, the pinned
+# component stack (diffusers, transformers: scripts/main_job.py PINS), and torch
 # (torch==2.13.0, the CPU build here) only when no torch is importable: a torch you have is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
 
 vgct_need pytest:pytest hypothesis:hypothesis "numpy:numpy>=2.1" safetensors:safetensors
-if ! "$PY" -c "import torch" >/dev/null 2>&1; then
-  echo "+ pip install ${VGCT_TORCH_SPEC:-torch==2.13.0}" >&2
-  "${PIP[@]}" install -q "${VGCT_TORCH_SPEC:-torch==2.13.0}"
-fi
+vgct_need_torch
 vgct_build
+"$PY" scripts/main_job.py --install-deps --no-run
 
 exec "$PY" -m pytest tests/unittest/_torch/visual_gen "$@"

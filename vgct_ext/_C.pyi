@@ -1,6 +1,6 @@
 """Type stubs for vgct_ext._C (private; the public API is vgct_ext.compare & co.)."""
 
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, SupportsIndex
 
 MAX_NDIM: int
 MAX_QUANTILES: int
@@ -12,8 +12,8 @@ def compare(
     rtol: float = 1e-3,
     atol: float = 1e-3,
     quantiles: Optional[Sequence[float]] = (0.99,),
-    dim: Optional[int] = None,
-    stream: Optional[int] = None,
+    dim: Optional[SupportsIndex] = None,  # any integer (numpy.int64 too), not a bool
+    stream: Optional[int] = None,  # None for CPU inputs; CUDA: -1 (no sync), 1, 2 or a cudaStream_t
     dtype_actual: Optional[str] = None,
     dtype_expected: Optional[str] = None,
 ) -> Dict[str, Any]: ...

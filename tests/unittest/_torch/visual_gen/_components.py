@@ -13,7 +13,6 @@ whose latent is large enough to be tiled, a causal 3-D Wan VAE with temporal com
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 from typing import Callable, Dict, Iterator, Tuple
 
@@ -24,7 +23,6 @@ diffusers = pytest.importorskip(
     "diffusers", reason="the component tests need Hugging Face diffusers (pip install -e .[diffusers])")
 
 from vgct_ext.probes import assert_same_weights, count_calls  # noqa: E402
-from vgct_ext.skips import requires_gpu  # noqa: E402
 
 #: The diffusers release these tests were written and calibrated against (see the calibration evidence).
 DIFFUSERS_PIN = "0.42.1"
@@ -37,12 +35,6 @@ DIFFUSERS_PIN = "0.42.1"
 def device_for(kind: str) -> torch.device:
     """'cpu' or 'cuda' -> a torch.device (the GPU variants are marked ``gpu`` and gated by requires_gpu)."""
     return torch.device("cuda", 0) if kind == "cuda" else torch.device("cpu")
-
-
-DEVICES = [
-    pytest.param("cpu", id="cpu"),
-    pytest.param("cuda", id="cuda", marks=[pytest.mark.gpu, requires_gpu()]),
-]
 
 
 def randn(shape, *, seed: int, dtype=torch.float32, device="cpu", scale: float = 1.0) -> torch.Tensor:
@@ -351,10 +343,6 @@ def clone_inputs(d):
     return out
 
 
-def cpu_threads_note() -> str:
-    return f"torch threads={torch.get_num_threads()} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}"
-
-
 # ----------------------------------------------------------------------------------------------------------
 # planted faults
 # ----------------------------------------------------------------------------------------------------------
@@ -388,62 +376,6 @@ def assert_fault_caught(excinfo, component: str, *, statistics=None) -> list:
             row = [ln for ln in msg.splitlines() if labels[s] in ln and "FAIL" in ln]
             assert row, f"no FAIL row for {labels[s]!r} in the message:\n{msg}"
     return failed
-
-
-# ----------------------------------------------------------------------------------------------------------
-# planted faults
-# ----------------------------------------------------------------------------------------------------------
-
-
-def assert_fault_caught(excinfo, component: str, *, statistics=None) -> list:
-    """Check that a gate or probe failed *diagnostically* on a planted fault.
-
-    ``excinfo`` is the ``pytest.raises`` result of a vgct gate (GateFailure) or probe (FeatureInactive). The
-    message must name ``component``, and at least one statistic (gate) or form (probe) must have failed; when
-    ``statistics`` is given, one of the failed ones must be among them and its message row must say FAIL.
-    Returns the names of the failed statistics / forms (for the test's own assertions).
-    """
-    err = excinfo.value
-    msg = str(err)
-    assert f"'{component}'" in msg, f"the failure does not name component {component!r}:\n{msg}"
-    checks = getattr(err, "checks", None)
-    if checks:
-        failed = [c.statistic for c in checks if c.gating and not c.passed]
-        labels = {c.statistic: c.label for c in checks}
-    else:  # a feature-active probe
-        result = getattr(err, "result", None)
-        assert result is not None, f"not a vgct gate/probe failure: {type(err).__name__}: {msg}"
-        failed = [form for form, ok, _ in result.forms if not ok]
-        labels = {f: f for f in failed}
-    assert failed, f"the failure lists no failed statistic:\n{msg}"
-    if statistics is not None:
-        hit = [s for s in failed if s in statistics]
-        assert hit, f"expected one of {statistics} to fail, failed: {failed}\n{msg}"
-        for s in hit:
-            row = [ln for ln in msg.splitlines() if labels[s] in ln and "FAIL" in ln]
-            assert row, f"no FAIL row for {labels[s]!r} in the message:\n{msg}"
-    return failed
-
-
-# ----------------------------------------------------------------------------------------------------------
-# test environment (an autouse fixture, pulled into each model folder by its conftest.py)
-# ----------------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def component_test_env():
-    """One intra-op CPU thread for the duration of each component test, then restored.
-
-    The components are tiny: with several threads, OpenMP spin/wake overhead dominates (measured 17 ms for a
-    16 x 64 x 64 linear on a busy 2-core machine against 0.05 ms on one thread), and one thread also keeps the
-    CPU results run-to-run reproducible for ``--vgct-repeat``.
-    """
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
 
 
 def skip_while_calibrating(vgct) -> None:

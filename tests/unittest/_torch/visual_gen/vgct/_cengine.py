@@ -23,7 +23,7 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *([".."] * 5)))
-CSRC = os.path.join(ROOT, "csrc")
+CSRC = os.environ.get("VGCT_TEST_CSRC") or os.path.join(ROOT, "csrc")  # override: mutation checks
 MAX_NDIM = 32
 
 # vgct_dtype codes (csrc/vgct_dtypes.h)
@@ -87,7 +87,10 @@ class Engine:
                                         C.c_void_p, C.c_int, C.c_void_p, C.c_char_p, C.c_size_t]
         lib.vgct_cpu_fingerprint.argtypes = [C.POINTER(View), C.c_int, C.POINTER(C.c_uint64),
                                              C.c_char_p, C.c_size_t]
-        for f in ("vgct_cpu_reduce", "vgct_cpu_select", "vgct_cpu_fingerprint"):
+        lib.vgct_cpu_histogram.argtypes = [C.POINTER(View), C.POINTER(View), C.POINTER(Params),
+                                           C.c_void_p, C.c_int, C.c_int, C.c_int, C.c_void_p,
+                                           C.c_char_p, C.c_size_t]
+        for f in ("vgct_cpu_reduce", "vgct_cpu_select", "vgct_cpu_fingerprint", "vgct_cpu_histogram"):
             getattr(lib, f).restype = C.c_int
 
     # knobs (csrc/cpu_engine.c, "Test hooks")
@@ -147,6 +150,18 @@ class Engine:
         if rc:
             raise ValueError(f"vgct_cpu_select rc={rc}: {err.value.decode()}")
         return out
+
+    def histogram(self, a, e, prefixes, prefix_bits, width, nthreads=1, dta=None, dte=None):
+        va, ve = self.view(a, dta), self.view(e, dte)
+        p = Params(0.0, 0.0, -1, nthreads)
+        pr = np.ascontiguousarray(prefixes, dtype=np.uint64)
+        out = np.full(len(pr) << width, -7, dtype=np.int64)
+        err = C.create_string_buffer(512)
+        rc = self.lib.vgct_cpu_histogram(C.byref(va), C.byref(ve), C.byref(p), pr.ctypes.data, len(pr),
+                                         prefix_bits, width, out.ctypes.data, err, 512)
+        if rc:
+            raise ValueError(f"vgct_cpu_histogram rc={rc}: {err.value.decode()}")
+        return out.reshape(len(pr), 1 << width)
 
     def fingerprint(self, x, nthreads=1, dtype=None) -> int:
         v = self.view(x, dtype)

@@ -252,3 +252,70 @@ def test_fingerprint_definition_layouts_threads(engine):
     engine.configure(seg_min=1024, par_min=0)
     assert len({engine.fingerprint(big.T.copy().T, nthreads=t) for t in (1, 2, 5)}) == 1
     assert engine.fingerprint(big) == engine.fingerprint(np.asfortranarray(big))
+
+
+def test_max_rel_tie_whose_product_rounds_up(engine):
+    """fl(fl(d/e) * e) > d for (7.007, 7.0): a tie of max_rel found later in memory
+    order at a LOWER flat index must still win (the 2^-40 margin of the threshold)."""
+    x = np.ones((1024, 2), np.float64)
+    y = np.ones((1024, 2), np.float64)
+    x[0, 1], y[0, 1] = 7.007, 7.0        # logical (1, 0) of the transposed view: index 1024
+    x[1023, 0], y[1023, 0] = 7.007, 7.0  # logical (0, 1023): index 1023, visited later
+    d = abs(7.007 - 7.0)
+    assert (d / 7.0) * 7.0 > d
+    for force_slow in (0, 1):
+        engine.configure(force_slow=force_slow)
+        acc, _ = engine.reduce(x.T, y.T)
+        assert acc.max_rel_i == 1023 and acc.max_abs_i == 1023
+
+
+def test_scaled_norms_at_the_float64_limits(engine):
+    """|x| >= 2^1023 (scale capped at 2^1023) and subnormals, through the engine."""
+    a = np.array([1.7e308, -1.2e308, 1.0, 5e-324])
+    e = np.array([1.0e308, 0.0, -1.0, 0.0])
+    acc, _ = engine.reduce(a, e)
+    assert math.sqrt(acc.s_aa) * acc.scale == pytest.approx(norm(a), rel=1e-15)
+    assert math.sqrt(acc.s_ee) * acc.scale == pytest.approx(norm(e), rel=1e-15)
+    assert math.sqrt(acc.s_dd) * acc.scale == pytest.approx(norm(a - e), rel=1e-15)
+    t = np.array([3e-320, -1e-321, 5e-324])
+    acc, _ = engine.reduce(t, np.zeros(3))
+    assert math.sqrt(acc.s_aa) * acc.scale == pytest.approx(norm(t), rel=1e-15)
+
+
+# ---- histogram (compare_sharded's distributed selection) ---------------------------------
+
+def test_histogram_matches_numpy(engine):
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((300, 701)).astype(np.float32)
+    e = a + rng.standard_normal(a.shape).astype(np.float32) * 1e-3
+    a[rng.random(a.shape) < 0.01] = np.nan
+    e[rng.random(a.shape) < 0.01] = np.inf
+    fin = np.isfinite(a) & np.isfinite(e)
+    keys = np.abs(a.astype(np.float64) - e.astype(np.float64))[fin].view(np.uint64)
+    engine.configure(seg_min=1024, par_min=0)
+    h = engine.histogram(a.T, e.T, [0], 0, 16, nthreads=2)
+    assert h.shape == (1, 65536) and h.sum() == fin.sum()
+    assert np.array_equal(h[0], np.bincount((keys >> np.uint64(48)).astype(np.int64), minlength=65536))
+    top = np.argsort(h[0])[::-1][:3].astype(np.uint64)  # the three fullest 16-bit prefixes
+    for width in (16, 5, 1):
+        got = engine.histogram(a, e, top[::-1], 16, width, nthreads=3)
+        for g, pre in enumerate(top[::-1]):
+            sel = keys[(keys >> np.uint64(48)) == pre]
+            digits = ((sel >> np.uint64(48 - width)) & np.uint64((1 << width) - 1)).astype(np.int64)
+            assert np.array_equal(got[g], np.bincount(digits, minlength=1 << width))
+        assert np.array_equal(got, engine.histogram(a, e, top[::-1], 16, width, nthreads=1))
+    # the last digit: prefix_bits + width == 64
+    pre48 = np.unique(keys >> np.uint64(16))[:2]
+    got = engine.histogram(a, e, pre48, 48, 16)
+    for g, pre in enumerate(pre48):
+        sel = keys[(keys >> np.uint64(16)) == pre]
+        assert np.array_equal(got[g], np.bincount((sel & np.uint64(0xFFFF)).astype(np.int64), minlength=65536))
+
+
+def test_histogram_errors(engine):
+    a = np.ones(4)
+    for args in (([1], 0, 16), ([0, 1], 0, 16), ([0], 8, 17), ([0], 60, 8), ([3, 3], 4, 4),
+                 ([16], 4, 4), ([], 4, 4)):
+        with pytest.raises(ValueError, match="vgct_cpu_histogram"):
+            engine.histogram(a, a, *args)
+    assert engine.histogram(np.zeros(0), np.zeros(0), [0], 0, 4).sum() == 0
