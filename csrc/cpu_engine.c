@@ -666,17 +666,83 @@ static inline int64_t tile_single_slice(const tile_t *t, const plan_t *P) {
   return t->runs[0].s0;
 }
 
-static void slices_per_pair(const tile_t *t, const plan_t *P, vgct_slice_acc *sl, int scaled) {
+/* Pairs to their slices when the tile is not one slice.  Slice axis innermost:
+ * consecutive pairs, consecutive slices, one vgct_slice_update each.  Slice
+ * axis outer: a run has one slice; a run of >= 64 pairs is folded into NLANE
+ * fresh lanes (pair j to lane j % NLANE; independent dependency chains) merged
+ * in order into the slice, a shorter one pair by pair.  Both tile paths call
+ * this, with the same lanes (patched pairs are skipped, as vgct_slice_update
+ * skips non-finite ones). */
+static void slices_per_pair(const tile_t *t, const plan_t *P, vgct_slice_acc *sl, int scaled,
+                            int fast) {
   const int inner = P->dpos == P->nd - 1;
   for (int r = 0; r < t->nr; ++r) {
     const run_t *ru = &t->runs[r];
     vgct_slice_acc *base = sl + ru->s0;
-    for (int j = 0; j < ru->len; ++j) {
-      const int q = ru->off + j;
-      if (t->npatch && t->bad[q]) continue; /* non-finite: vgct_slice_update ignores it */
-      vgct_slice_acc *dst = inner ? base + j : base;
-      if (scaled) vgct_slice_update(dst, t->A[q], t->E[q], 1);
-      else vgct_slice_update(dst, t->A[q], t->E[q], 0);
+    const double *A = t->A + ru->off, *E = t->E + ru->off;
+    const unsigned char *bad = t->npatch ? t->bad + ru->off : NULL;
+    if (inner && fast && !scaled) {
+      /* finite pairs: vgct_slice_update's unscaled branch, class tests dropped */
+      for (int j = 0; j < ru->len; ++j) {
+        if (bad && bad[j]) continue;
+        vgct_slice_acc *q = base + j;
+        const double a = A[j], e = E[j], d = a - e, ad = fabs(d);
+        q->n_finite += 1;
+        if (ad > q->max_abs) q->max_abs = ad;
+        q->s_dd += d * d; q->s_ee += e * e; q->s_d += d;
+      }
+    } else if (inner) {
+      for (int j = 0; j < ru->len; ++j) {
+        if (bad && bad[j]) continue;
+        if (scaled) vgct_slice_update(base + j, A[j], E[j], 1);
+        else vgct_slice_update(base + j, A[j], E[j], 0);
+      }
+    } else if (ru->len >= 64 && fast && !scaled) {
+      /* all pairs finite (patched ones are (0, 0)): the lanes below with the
+       * class tests dropped -- the same operations on the same values */
+      double sdd[NLANE], see[NLANE], sd[NLANE], mx[NLANE];
+      for (int l = 0; l < NLANE; ++l) { sdd[l] = see[l] = sd[l] = 0.0; mx[l] = -1.0; }
+      int j = 0;
+      for (; j + NLANE <= ru->len; j += NLANE)
+        for (int l = 0; l < NLANE; ++l) {
+          const double a = A[j + l], e = E[j + l], d = a - e, ad = fabs(d);
+          mx[l] = ad > mx[l] ? ad : mx[l];
+          sdd[l] += d * d; see[l] += e * e; sd[l] += d;
+        }
+      for (int l = 0; j < ru->len; ++j, ++l) {
+        const double a = A[j], e = E[j], d = a - e, ad = fabs(d);
+        mx[l] = ad > mx[l] ? ad : mx[l];
+        sdd[l] += d * d; see[l] += e * e; sd[l] += d;
+      }
+      int nb = 0;
+      if (bad)
+        for (int q = 0; q < ru->len; ++q) nb += bad[q];
+      if (nb == ru->len) continue;
+      vgct_slice_acc part; /* lanes merged in lane order (equal scales: plain adds) */
+      vgct_slice_init(&part, 0);
+      part.s_dd = sdd[0]; part.s_ee = see[0]; part.s_d = sd[0]; part.max_abs = mx[0];
+      for (int l = 1; l < NLANE; ++l) {
+        part.s_dd = part.s_dd + sdd[l]; part.s_ee = part.s_ee + see[l]; part.s_d = part.s_d + sd[l];
+        part.max_abs = mx[l] > part.max_abs ? mx[l] : part.max_abs;
+      }
+      part.n_finite = ru->len - nb;
+      vgct_slice_merge(base, &part);
+    } else if (ru->len >= 64) {
+      vgct_slice_acc lane[NLANE];
+      for (int l = 0; l < NLANE; ++l) vgct_slice_init(&lane[l], scaled);
+      for (int j = 0; j < ru->len; ++j) {
+        if (bad && bad[j]) continue;
+        if (scaled) vgct_slice_update(&lane[j % NLANE], A[j], E[j], 1);
+        else vgct_slice_update(&lane[j % NLANE], A[j], E[j], 0);
+      }
+      for (int l = 1; l < NLANE; ++l) vgct_slice_merge(&lane[0], &lane[l]);
+      vgct_slice_merge(base, &lane[0]);
+    } else {
+      for (int j = 0; j < ru->len; ++j) {
+        if (bad && bad[j]) continue;
+        if (scaled) vgct_slice_update(base, A[j], E[j], 1);
+        else vgct_slice_update(base, A[j], E[j], 0);
+      }
     }
   }
 }
@@ -751,7 +817,7 @@ static void tile_slow(const tile_t *t, const plan_t *P, double rtol, double atol
       for (int l = 1; l < NLANE; ++l) vgct_slice_merge(&sp[0], &sp[l]);
       vgct_slice_merge(&sl[c], &sp[0]);
     } else {
-      slices_per_pair(t, P, sl, scaled);
+      slices_per_pair(t, P, sl, scaled, 0);
     }
   }
 }
@@ -819,7 +885,7 @@ static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl)
         sp.max_abs = f.mad; sp.n_finite = nfin;
         vgct_slice_merge(&sl[c], &sp);
       } else {
-        slices_per_pair(t, P, sl, scaled);
+        slices_per_pair(t, P, sl, scaled, 1);
       }
     }
   }

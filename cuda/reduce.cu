@@ -2,13 +2,16 @@
  * reduce.cu -- vgct_cuda_reduce: every whole-tensor statistic (and the
  * per-slice ones for compare(dim=k)) in ONE pass over both inputs.
  *
- * What each kernel computes: every thread folds its elements into a private
- * vgct_acc with vgct_acc_update (float64, the shared definition); the block
- * folds its threads' accumulators with a fixed shuffle tree
- * (vg_block_merge); each block writes one partial; the last block to finish
- * (integer counter, vg_last_block) folds the partials in block order and
- * writes the result record.  No floating-point atomics and a fixed
- * element->thread->block assignment, so the result is bitwise repeatable.
+ * What each kernel computes: every thread folds its pairs, in float64, into
+ * a register accumulator (HotAcc: vgct_acc_update's finite branch statement
+ * by statement, vgct_cuda_internal.cuh) and sends non-finite pairs (and the
+ * scaled float64 update) through vgct_acc_update itself into its vgct_acc;
+ * every VG_FLUSH pairs the registers are merged into that vgct_acc with
+ * vgct_acc_merge (two-level sums).  The block folds its threads' vgct_acc
+ * with a fixed binary tree in shared memory, each block writes one partial,
+ * and the last block to finish (integer counter, vg_last_block) folds the
+ * partials in block order and writes the result record.  No floating-point
+ * atomics and a fixed element->thread->block assignment: bitwise repeatable.
  * Per-slice accumulators come from vgct_slice_from_acc (vgct_stats.h): a
  * block (row mode) or a thread (column mode) only ever sees one slice, and
  * the projection of its vgct_acc is that slice's vgct_slice_acc bit for bit
@@ -31,9 +34,9 @@
  *                  channel axis innermost): one thread per slice, loads
  *                  coalesced across neighbouring slices.  Trade-off: only as
  *                  much parallelism as there are slices.
- * Dtype pairs outside the typed list (ints, bool, mixed rare pairs) run the
- * same kernels with run-time dtypes (DA = DE = -1): scalar loads through the
- * same vgct_load.
+ * Dtype pairs outside the typed list (fp8, ints, bool, mixed rare pairs) run
+ * the same kernels with run-time dtypes (DA = DE = -1): scalar loads through
+ * the same vgct_load.  Measured speed and its limits: docs/performance.md.
  */
 #include <stdio.h>
 #include <string.h>

@@ -243,19 +243,19 @@ struct VAcc {
 /* ---- device helpers shared by the kernels ----------------------------- */
 #ifdef __CUDACC__
 
-template <int D> struct vg_isz { enum { v = 0 }; };
-template <> struct vg_isz<VGCT_BOOL> { enum { v = 1 }; };
-template <> struct vg_isz<VGCT_INT8> { enum { v = 1 }; };
-template <> struct vg_isz<VGCT_INT16> { enum { v = 2 }; };
-template <> struct vg_isz<VGCT_INT32> { enum { v = 4 }; };
-template <> struct vg_isz<VGCT_INT64> { enum { v = 8 }; };
-template <> struct vg_isz<VGCT_UINT8> { enum { v = 1 }; };
-template <> struct vg_isz<VGCT_FLOAT16> { enum { v = 2 }; };
-template <> struct vg_isz<VGCT_BFLOAT16> { enum { v = 2 }; };
-template <> struct vg_isz<VGCT_FLOAT32> { enum { v = 4 }; };
-template <> struct vg_isz<VGCT_FLOAT64> { enum { v = 8 }; };
-template <> struct vg_isz<VGCT_FLOAT8_E4M3FN> { enum { v = 1 }; };
-template <> struct vg_isz<VGCT_FLOAT8_E5M2> { enum { v = 1 }; };
+template <int D> struct vg_isz { static constexpr int v = 0; };
+template <> struct vg_isz<VGCT_BOOL> { static constexpr int v = 1; };
+template <> struct vg_isz<VGCT_INT8> { static constexpr int v = 1; };
+template <> struct vg_isz<VGCT_INT16> { static constexpr int v = 2; };
+template <> struct vg_isz<VGCT_INT32> { static constexpr int v = 4; };
+template <> struct vg_isz<VGCT_INT64> { static constexpr int v = 8; };
+template <> struct vg_isz<VGCT_UINT8> { static constexpr int v = 1; };
+template <> struct vg_isz<VGCT_FLOAT16> { static constexpr int v = 2; };
+template <> struct vg_isz<VGCT_BFLOAT16> { static constexpr int v = 2; };
+template <> struct vg_isz<VGCT_FLOAT32> { static constexpr int v = 4; };
+template <> struct vg_isz<VGCT_FLOAT64> { static constexpr int v = 8; };
+template <> struct vg_isz<VGCT_FLOAT8_E4M3FN> { static constexpr int v = 1; };
+template <> struct vg_isz<VGCT_FLOAT8_E5M2> { static constexpr int v = 1; };
 
 /* One element to float64 through THE loader (vgct_load).  D >= 0: the dtype is
  * a compile-time constant and vgct_load's switch folds away; D < 0: the
@@ -268,17 +268,16 @@ __device__ __forceinline__ double vg_ld(const char *p, int rt) {
 /* Chunk geometry of a dtype pair: CH elements per chunk = one 16-byte vector
  * of the narrower type; NVA/NVE 16-byte vectors per chunk of each input. */
 template <int DA, int DE> struct vg_chunk {
-  enum {
-    ISA = vg_isz<DA>::v, ISE = vg_isz<DE>::v,
-    TYPED = (DA >= 0 && DE >= 0),
-    MINIS = TYPED ? (ISA < ISE ? ISA : ISE) : 4,
-    CH = 16 / MINIS,
-    NVA = TYPED ? CH * ISA / 16 : 1,
-    NVE = TYPED ? CH * ISE / 16 : 1,
-  };
+  static constexpr int ISA = vg_isz<DA>::v, ISE = vg_isz<DE>::v;
+  static constexpr bool TYPED = (DA >= 0 && DE >= 0);
+  static constexpr int MINIS = TYPED ? (ISA < ISE ? ISA : ISE) : 4;
+  static constexpr int CH = 16 / MINIS;
+  static constexpr int NVA = TYPED ? CH * ISA / 16 : 1;
+  static constexpr int NVE = TYPED ? CH * ISE / 16 : 1;
 };
 
-/* Shuffle a POD struct word by word (merges of warp-tree reductions). */
+/* Shuffle a POD struct word by word (a warp-tree merge; unused since the
+ * accumulators moved to shared memory, kept for experiments). */
 template <typename T>
 __device__ __forceinline__ T vg_shfl_down(const T &v, int off) {
   static_assert(sizeof(T) % 4 == 0, "POD of 32-bit words");

@@ -79,8 +79,9 @@ def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-
     qs = _quantile_tuple(quantiles)
     a, da = _dlpack.prepare(actual)
     e, de = _dlpack.prepare(expected)
-    stream = _dlpack.consumer_stream(a, e)
-    d = _C.compare(a, e, rtol, atol, qs, dim, stream, da, de)
+    with _dlpack.device_guard(a, e):
+        stream = _dlpack.consumer_stream(a, e)
+        d = _C.compare(a, e, rtol, atol, qs, dim, stream, da, de)
     return PairedStats._from_c(d)
 
 
@@ -91,7 +92,8 @@ def fingerprint(x: Any) -> int:
     and errors as :func:`compare`.
     """
     obj, override = _dlpack.prepare(x)
-    return _C.fingerprint(obj, _dlpack.consumer_stream(obj), override)
+    with _dlpack.device_guard(obj):
+        return _C.fingerprint(obj, _dlpack.consumer_stream(obj), override)
 
 
 def build_info() -> Dict[str, Any]:

@@ -29,8 +29,9 @@ can only exist once torch is imported):
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import Any, Optional, Tuple
+from typing import Any, ContextManager, Optional, Tuple
 
 _FP8 = ("float8_e4m3fn", "float8_e5m2")
 _CUDA_DEVICE_TYPES = (2, 13)  # kDLCUDA, kDLCUDAManaged
@@ -124,3 +125,25 @@ def consumer_stream(*xs: Any) -> Optional[int]:
         except Exception:  # noqa: BLE001 - fall back to the legacy default stream
             pass
     return 1
+
+
+def device_guard(*xs: Any) -> ContextManager[Any]:
+    """A context that makes the inputs' CUDA device current for the export and the call.
+
+    torch refuses ``__dlpack__(stream=...)`` for a tensor on another device than the current
+    one ("Can't export tensors on a different CUDA device index"), so a tensor on ``cuda:1``
+    while ``cuda:0`` is current is exported under ``torch.cuda.device(1)`` (CuPy:
+    ``cupy.cuda.Device(1)``); the previous device is restored on exit.  A null context for
+    CPU inputs and other producers (the C engine switches and restores the device itself).
+    """
+    for x in xs:
+        d = _device(x)
+        if d is None or d[0] not in _CUDA_DEVICE_TYPES:
+            continue
+        torch = _torch_of(x)
+        if torch is not None:
+            return torch.cuda.device(x.device)
+        cupy = _cupy_of(x)
+        if cupy is not None:
+            return cupy.cuda.Device(x.device.id)
+    return contextlib.nullcontext()

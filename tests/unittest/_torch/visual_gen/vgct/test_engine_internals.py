@@ -319,3 +319,15 @@ def test_histogram_errors(engine):
         with pytest.raises(ValueError, match="vgct_cpu_histogram"):
             engine.histogram(a, a, *args)
     assert engine.histogram(np.zeros(0), np.zeros(0), [0], 0, 4).sum() == 0
+
+
+@pytest.mark.parametrize("shape,dim", [((50, 100), 0), ((7, 30, 100), 1), ((60, 70), 1),
+                                       ((40, 513), 0), ((9, 3, 64), 0)])
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+@pytest.mark.parametrize("nonfinite", [0.0, 0.02])
+def test_slice_paths_equal_definition(engine, shape, dim, dt, nonfinite):
+    """Multi-run tiles (runs of 64+ and shorter), slice axis outer and inner."""
+    rng = np.random.default_rng(sum(shape) + dim)
+    a, e, *_ = make(rng, shape, dt, nonfinite)
+    fast, slow = run_both(engine, a, e, dim, None, None, seg_min=1024, par_min=0)
+    assert fast == slow
