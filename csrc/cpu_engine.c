@@ -46,11 +46,19 @@
  *             over 16-bit digits (threads: per-thread histograms, exact sums),
  *             narrowing each requested rank to one bucket, until the buckets
  *             that hold the ranks fit a bounded candidate buffer; one more
- *             pass gathers them and an in-memory multi-select finishes.
+ *             pass gathers them and an in-memory multi-select finishes.  For
+ *             n >= 2^18 a sample of ~32 tiles first predicts a key range per
+ *             rank; the first pass also gathers those ranges (bounded) and
+ *             counts the keys below them exactly, so a rank that lands inside
+ *             a complete range is finished after ONE pass; any other rank
+ *             continues with the radix passes (exact either way).
+ *  histogram  vgct_cpu_histogram: the digit histograms of the same keys, for
+ *             compare_sharded's distributed selection ([E]).
  *
  * No allocation depends on n except through bounded quantities: segment
  * results (<= 2^14), slice blocks (<= 8 x slices), and the candidate buffer
- * (<= 2^20 keys).  Failures return VGCT_ENOMEM / VGCT_EVALUE with a message.
+ * (<= 2^20 keys).  Failures return VGCT_ENOMEM / VGCT_EVALUE with a message
+ * (every allocation failure is exercised by the engine tests).
  */
 #define _POSIX_C_SOURCE 200809L
 #if defined(__clang__)
@@ -85,6 +93,7 @@ int64_t vgct_cpu_test_par_min = -1;    /* override PAR_MIN_N when >= 0      */
 int64_t vgct_cpu_test_select_cap = 0;  /* override SELECT_CAP when > 0      */
 int vgct_cpu_test_last_passes = 0;     /* data passes of the last select   */
 int vgct_cpu_test_level = -1;          /* cap the x86 code level when >= 0  */
+int vgct_cpu_test_fail_alloc = 0;      /* > 0: the k-th allocation fails    */
 #define FORCE_SLOW vgct_cpu_test_force_slow
 #define SEG_MIN_EFF (vgct_cpu_test_seg_min > 0 ? vgct_cpu_test_seg_min : SEG_MIN)
 #define PAR_MIN_EFF (vgct_cpu_test_par_min >= 0 ? vgct_cpu_test_par_min : PAR_MIN_N)
@@ -95,6 +104,20 @@ int vgct_cpu_test_level = -1;          /* cap the x86 code level when >= 0  */
 #define PAR_MIN_EFF PAR_MIN_N
 #define SELECT_CAP_EFF SELECT_CAP
 #endif
+
+/* Allocation (the test build can make the k-th one fail: the ENOMEM paths). */
+static void *eng_malloc(size_t n) {
+#ifdef VGCT_CPU_TESTING
+  if (vgct_cpu_test_fail_alloc > 0 && --vgct_cpu_test_fail_alloc == 0) return NULL;
+#endif
+  return malloc(n);
+}
+static void *eng_calloc(size_t n, size_t size) {
+#ifdef VGCT_CPU_TESTING
+  if (vgct_cpu_test_fail_alloc > 0 && --vgct_cpu_test_fail_alloc == 0) return NULL;
+#endif
+  return calloc(n, size);
+}
 
 static void set_err(char *err, size_t errlen, const char *fmt, const char *what, long long v) {
   if (err && errlen) snprintf(err, errlen, fmt, what, v);
@@ -908,7 +931,7 @@ static void reduce_unit(void *ctx, int64_t u, int tid) {
 static int alloc_tiles(tile_t **tiles, int nthreads) {
   for (int i = 0; i < nthreads; ++i) tiles[i] = NULL;
   for (int i = 0; i < nthreads; ++i) {
-    tiles[i] = (tile_t *)malloc(sizeof(tile_t));
+    tiles[i] = (tile_t *)eng_malloc(sizeof(tile_t));
     if (!tiles[i]) return 0;
   }
   return 1;
@@ -959,9 +982,10 @@ int vgct_cpu_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p
   }
   int nthreads = pick_threads(p->nthreads, P.n, nunits);
   tile_t *tiles[MAX_THREADS];
+  for (int i = 0; i < nthreads; ++i) tiles[i] = NULL; /* freed on every path */
   C.tiles = tiles;
-  C.res = (vgct_acc *)malloc((size_t)C.nseg * sizeof(vgct_acc));
-  if (has_slices) C.blk = (vgct_slice_acc *)malloc((size_t)(C.nblk * nslices) * sizeof(vgct_slice_acc));
+  C.res = (vgct_acc *)eng_malloc((size_t)C.nseg * sizeof(vgct_acc));
+  if (has_slices) C.blk = (vgct_slice_acc *)eng_malloc((size_t)(C.nblk * nslices) * sizeof(vgct_slice_acc));
   int ok = C.res && (!has_slices || C.blk) && alloc_tiles(tiles, nthreads);
   if (!ok) {
     free_tiles(tiles, nthreads); free(C.res); free(C.blk);
@@ -992,6 +1016,7 @@ static const int lv_width[NLEVEL] = {16, 16, 16, 15};
 #define MAX_PEND 4   /* groups histogrammed in one pass */
 #define MAX_GATH 8   /* groups gathered in one pass     */
 #define LBUF 256     /* per-thread gather staging       */
+#define MAX_RNG 4    /* sampled ranges in the first pass */
 
 typedef struct {
   uint64_t prefix; /* key >> shift == prefix for the group's keys */
@@ -1017,7 +1042,22 @@ typedef struct {
   int64_t *total;    /* per thread: finite pairs   */
   tile_t **tiles;
   uint64_t (*stage)[MAX_GATH][LBUF]; /* per thread */
+  /* first pass only: key ranges [rlo, rhi] predicted by a sample to hold
+   * ranks, gathered (bounded) while the histogram is built, with the exact
+   * count of keys below each; a rank found inside is finished in memory */
+  int nrng;
+  uint64_t rlo[MAX_RNG], rhi[MAX_RNG];
+  uint64_t *rbuf[MAX_RNG];
+  int64_t rcap[MAX_RNG];
+  atomic_llong rpos[MAX_RNG];
+  int64_t (*rlt)[MAX_RNG];           /* per thread: keys < rlo */
 } sel_ctx;
+
+static void range_flush(sel_ctx *C, int tid, int g, int cnt) {
+  long long at = atomic_fetch_add(&C->rpos[g], cnt);
+  if (at + cnt <= C->rcap[g]) /* else the range overflowed: rpos > rcap marks it */
+    memcpy(C->rbuf[g] + at, C->stage[tid][g], (size_t)cnt * sizeof(uint64_t));
+}
 
 static void stage_flush(sel_ctx *C, int tid, int g, int cnt) {
   long long at = atomic_fetch_add(&C->gath_pos[g], cnt);
@@ -1052,7 +1092,7 @@ static void select_unit(void *ctx, int64_t s, int tid) {
   tile_t *t = C->tiles[tid];
   uint64_t *h = C->hist[tid];
   int nst[MAX_GATH];
-  for (int g = 0; g < C->ngath; ++g) nst[g] = 0;
+  for (int g = 0; g < MAX_GATH; ++g) nst[g] = 0;
   const int64_t start = s * C->seg;
   const int64_t end = start + C->seg < P->n ? start + C->seg : P->n;
   int64_t fin = 0;
@@ -1085,6 +1125,21 @@ static void select_unit(void *ctx, int64_t s, int tid) {
           if (pre == C->pend_prefix[g]) { h[(size_t)g * HBINS + ((keys[j] >> dsh) & dmask)]++; break; }
       }
     }
+    for (int g = 0; g < C->nrng; ++g) {
+      const uint64_t lo = C->rlo[g], hi = C->rhi[g];
+      uint64_t *stg = C->stage[tid][g];
+      int c = nst[g];
+      int64_t lt = 0;
+      for (int j = 0; j < m; ++j) {
+        const uint64_t k = keys[j];
+        lt += k < lo;
+        stg[c] = k;
+        c += (k >= lo) & (k <= hi);
+        if (c == LBUF) { range_flush(C, tid, g, LBUF); c = 0; }
+      }
+      nst[g] = c;
+      C->rlt[tid][g] += lt;
+    }
     for (int g = 0; g < C->ngath; ++g) {
       const int sh = C->gath_shift[g];
       const uint64_t pre = C->gath_prefix[g];
@@ -1100,6 +1155,8 @@ static void select_unit(void *ctx, int64_t s, int tid) {
   }
   for (int g = 0; g < C->ngath; ++g)
     if (nst[g]) stage_flush(C, tid, g, nst[g]);
+  for (int g = 0; g < C->nrng; ++g)
+    if (nst[g]) range_flush(C, tid, g, nst[g]);
   C->total[tid] += fin;
 }
 
@@ -1167,6 +1224,75 @@ static int cmp_rank_ref(const void *x, const void *y) {
   return a->orig - b->orig;
 }
 
+static int cmp_u64(const void *x, const void *y) {
+  const uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+  return a < b ? -1 : a > b;
+}
+
+#define SAMPLE_TILES 32
+#define SAMPLE_MIN_N ((int64_t)1 << 18)
+
+/* The first pass's ranges: read every (nblk/32)-th tile (about 32 tiles,
+ * fixed by n), sort their keys, and for each distinct rank take the key
+ * range that a generous binomial margin around its estimated position holds.
+ * Only a prediction: the first pass counts exactly, and a rank that is not
+ * inside a complete range takes the radix passes.  Deterministic. */
+static void setup_ranges(sel_ctx *C, const plan_t *P, const rank_ref *order, int nranks,
+                         int64_t cap, uint64_t *gbuf, tile_t *t, uint64_t *sample) {
+  C->nrng = 0;
+  const int64_t nblk = (P->n + TILE - 1) / TILE;
+  int64_t step = nblk / SAMPLE_TILES;
+  if (step < 1) step = 1;
+  int64_t ns = 0, seen = 0;
+  for (int64_t b = 0; b < nblk && ns + TILE <= (int64_t)(SAMPLE_TILES + 1) * TILE; b += step) {
+    iter_t it;
+    const int64_t pos = b * TILE, end = pos + TILE < P->n ? pos + TILE : P->n;
+    iter_seek(P, &it, pos);
+    while (it.pos < end) { /* a tile stops at run boundaries: refill to `end` */
+      if (ns + TILE > (int64_t)(SAMPLE_TILES + 1) * TILE) break;
+      tile_fill(P, &it, end, t);
+      seen += t->len;
+      ns += tile_keys(t, sample + ns);
+    }
+  }
+  if (ns < 256) return;
+  qsort(sample, (size_t)ns, sizeof(uint64_t), cmp_u64);
+  const double nest = (double)P->n * (double)ns / (double)seen; /* finite pairs, estimated */
+  uint64_t lo[MAX_RNG], hi[MAX_RNG];
+  double expect[MAX_RNG];
+  int nr = 0;
+  for (int q = 0; q < nranks; ++q) {
+    if (q > 0 && order[q].rank == order[q - 1].rank) continue;
+    double ph = ((double)order[q].rank + 0.5) / nest;
+    ph = ph < 0.0 ? 0.0 : (ph > 1.0 ? 1.0 : ph);
+    const double at = ph * (double)ns;
+    const double m = 6.0 * sqrt((double)ns * ph * (1.0 - ph)) + 16.0 + (double)ns / 64.0;
+    const int64_t ilo = (int64_t)floor(at - m), ihi = (int64_t)ceil(at + m);
+    const uint64_t klo = ilo <= 0 ? 0 : sample[ilo];
+    const uint64_t khi = ihi >= ns - 1 ? ~(uint64_t)0 : sample[ihi];
+    const double ex = (double)((ihi < ns ? ihi : ns) - (ilo > 0 ? ilo : 0)) / (double)ns * nest;
+    if (nr > 0 && klo <= hi[nr - 1]) { /* ranks ascend: merge with the previous range */
+      if (khi > hi[nr - 1]) hi[nr - 1] = khi;
+      expect[nr - 1] += ex;
+      continue;
+    }
+    if (nr == MAX_RNG) break;
+    lo[nr] = klo; hi[nr] = khi; expect[nr] = ex;
+    ++nr;
+  }
+  int64_t used = 0;
+  for (int g = 0; g < nr; ++g) {
+    const double want = 2.0 * expect[g] + 4096.0;
+    if (want > (double)(cap - used)) break;
+    C->rlo[g] = lo[g]; C->rhi[g] = hi[g];
+    C->rbuf[g] = gbuf + used;
+    C->rcap[g] = (int64_t)want;
+    atomic_init(&C->rpos[g], 0);
+    used += C->rcap[g];
+    C->nrng = g + 1;
+  }
+}
+
 int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p,
                     const int64_t *ranks, int nranks, double *values,
                     char *err, size_t errlen) {
@@ -1183,10 +1309,10 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
 
   /* working state, all bounded by nranks and constants */
   int rc = VGCT_OK;
-  rank_ref *order = (rank_ref *)malloc((size_t)nranks * sizeof(rank_ref));
-  int64_t *rel = (int64_t *)malloc((size_t)nranks * sizeof(int64_t)); /* rank within its group, by order index */
-  group_t *groups = (group_t *)malloc((size_t)nranks * sizeof(group_t) * 2);
-  int *gstate = (int *)malloc((size_t)nranks * 2 * sizeof(int)); /* 0 pend 1 gather 2 done */
+  rank_ref *order = (rank_ref *)eng_malloc((size_t)nranks * sizeof(rank_ref));
+  int64_t *rel = (int64_t *)eng_malloc((size_t)nranks * sizeof(int64_t)); /* rank within its group, by order index */
+  group_t *groups = (group_t *)eng_malloc((size_t)nranks * sizeof(group_t) * 2);
+  int *gstate = (int *)eng_malloc((size_t)nranks * 2 * sizeof(int)); /* 0 pend 1 gather 2 done */
   sel_ctx C;
   memset(&C, 0, sizeof C);
   C.P = &P;
@@ -1198,14 +1324,17 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
   int64_t total[MAX_THREADS];
   for (int i = 0; i < nthreads; ++i) { hist[i] = NULL; tiles[i] = NULL; }
   C.tiles = tiles; C.hist = hist; C.total = total;
-  C.stage = malloc((size_t)nthreads * sizeof *C.stage);
-  uint64_t *gbuf = NULL;
-  int ok = order && rel && groups && gstate && C.stage && alloc_tiles(tiles, nthreads);
+  C.stage = eng_malloc((size_t)nthreads * sizeof *C.stage);
+  C.rlt = eng_malloc((size_t)nthreads * sizeof *C.rlt);
+  unsigned char *resolved = (unsigned char *)eng_malloc((size_t)nranks);
+  uint64_t *gbuf = NULL, *sample = NULL;
+  int ok = order && rel && groups && gstate && C.stage && C.rlt && resolved &&
+           alloc_tiles(tiles, nthreads);
   for (int i = 0; ok && i < nthreads; ++i) {
-    hist[i] = (uint64_t *)malloc((size_t)MAX_PEND * HBINS * sizeof(uint64_t));
+    hist[i] = (uint64_t *)eng_malloc((size_t)MAX_PEND * HBINS * sizeof(uint64_t));
     ok = hist[i] != NULL;
   }
-  if (ok) { gbuf = (uint64_t *)malloc((size_t)(cap > 0 ? cap : 1) * sizeof(uint64_t)); ok = gbuf != NULL; }
+  if (ok) { gbuf = (uint64_t *)eng_malloc((size_t)(cap > 0 ? cap : 1) * sizeof(uint64_t)); ok = gbuf != NULL; }
   if (!ok) {
     set_err(err, errlen, "vgct_cpu_select: out of memory (%s, %lld threads)",
             "histograms, tile buffers or the candidate buffer", (long long)nthreads);
@@ -1215,6 +1344,11 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
   for (int r = 0; r < nranks; ++r) { order[r].rank = ranks[r]; order[r].orig = r; }
   qsort(order, (size_t)nranks, sizeof(rank_ref), cmp_rank_ref);
   for (int r = 0; r < nranks; ++r) rel[r] = order[r].rank;
+  for (int r = 0; r < nranks; ++r) resolved[r] = 0;
+  if (P.n >= SAMPLE_MIN_N && cap >= 8192) { /* a sample predicts where the ranks lie */
+    sample = (uint64_t *)eng_malloc((size_t)(SAMPLE_TILES + 1) * TILE * sizeof(uint64_t));
+    if (sample) setup_ranges(&C, &P, order, nranks, cap, gbuf, tiles[0], sample);
+  }
 
   /* one root group holding every finite key (prefix: the sign bit, 0) */
   int ng = 1;
@@ -1256,7 +1390,10 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
       atomic_init(&C.gath_pos[k], 0);
       used += G->count;
     }
-    for (int i = 0; i < nthreads; ++i) total[i] = 0;
+    for (int i = 0; i < nthreads; ++i) {
+      total[i] = 0;
+      for (int g = 0; g < MAX_RNG; ++g) C.rlt[i][g] = 0;
+    }
     par_run(nthreads, C.nseg, select_unit, &C);
     ++passes;
     if (n_finite < 0) {
@@ -1270,6 +1407,42 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
           rc = VGCT_EVALUE;
           goto done;
         }
+      /* ranks inside a complete sampled range: [lt, lt + cnt) are exactly its keys */
+      for (int g = 0; g < C.nrng; ++g) {
+        const int64_t cnt = (int64_t)atomic_load(&C.rpos[g]);
+        if (cnt > C.rcap[g]) continue; /* overflowed */
+        int64_t lt = 0;
+        for (int i = 0; i < nthreads; ++i) lt += C.rlt[i][g];
+        int64_t rk[64];
+        int depth = 2;
+        for (int64_t c = cnt; c > 1; c >>= 1) depth += 2;
+        int q = 0;
+        while (q < nranks) { /* batches of 64 distinct ranks, read out after each */
+          int m = 0, q0 = q;
+          while (q < nranks && (m < 64 || (m > 0 && rk[m - 1] == order[q].rank - lt))) {
+            const int64_t r = order[q].rank;
+            if (!resolved[q] && r >= lt && r < lt + cnt && (m == 0 || rk[m - 1] != r - lt))
+              rk[m++] = r - lt;
+            ++q;
+          }
+          if (m == 0) continue;
+          u64_mselect(C.rbuf[g], 0, cnt, rk, m, depth);
+          for (int z = q0; z < q; ++z) {
+            const int64_t r = order[z].rank;
+            if (!resolved[z] && r >= lt && r < lt + cnt) {
+              values[order[z].orig] = vgct_f64_from_bits(C.rbuf[g][r - lt]);
+              resolved[z] = 1;
+            }
+          }
+        }
+      }
+      if (C.nrng > 0) { /* the rest stay in the root group */
+        int w = 0;
+        for (int r = 0; r < nranks; ++r)
+          if (!resolved[r]) { order[w] = order[r]; rel[w] = rel[r]; ++w; }
+        groups[0].nr = w;
+      }
+      C.nrng = 0;
     }
     /* gathered groups: finish in memory */
     for (int k = 0; k < C.ngath; ++k) {
@@ -1353,6 +1526,9 @@ done:
   for (int i = 0; i < nthreads; ++i) free(hist[i]);
   free_tiles(tiles, nthreads);
   free(C.stage);
+  free(C.rlt);
+  free(resolved);
+  free(sample);
   free(gbuf);
   free(order); free(rel); free(groups); free(gstate);
   return rc;
@@ -1473,7 +1649,7 @@ int vgct_cpu_histogram(const vgct_view *a, const vgct_view *e, const vgct_params
   cnt[0] = counts;
   int ok = alloc_tiles(tiles, nthreads);
   for (int i = 1; ok && i < nthreads; ++i) {
-    cnt[i] = (int64_t *)calloc(ncnt, sizeof(int64_t));
+    cnt[i] = (int64_t *)eng_calloc(ncnt, sizeof(int64_t));
     ok = cnt[i] != NULL;
   }
   if (!ok) {
@@ -1540,7 +1716,7 @@ int vgct_cpu_fingerprint(const vgct_view *x, int nthreads, uint64_t *out, char *
     C.P = &P;
     C.seg = seg_size(P.n);
     int64_t nseg = (P.n + C.seg - 1) / C.seg;
-    C.part = (uint64_t *)malloc((size_t)nseg * sizeof(uint64_t));
+    C.part = (uint64_t *)eng_malloc((size_t)nseg * sizeof(uint64_t));
     if (!C.part) {
       set_err(err, errlen, "vgct_cpu_fingerprint: out of memory (%s for %lld segments)",
               "partial sums", (long long)nseg);

@@ -98,9 +98,10 @@ class Engine:
         return ctype.in_dll(self.lib, name)
 
     def configure(self, force_slow: int = 0, seg_min: int = 0, par_min: int = -1,
-                  select_cap: int = 0, level: int = -1) -> None:
+                  select_cap: int = 0, level: int = -1, fail_alloc: int = 0) -> None:
         """Engine knobs; every call resets the ones not given to their defaults."""
         self._int("vgct_cpu_test_force_slow").value = force_slow
+        self._int("vgct_cpu_test_fail_alloc").value = fail_alloc
         self._int("vgct_cpu_test_level").value = level
         self._int("vgct_cpu_test_seg_min", C.c_int64).value = seg_min
         self._int("vgct_cpu_test_par_min", C.c_int64).value = par_min
@@ -136,7 +137,7 @@ class Engine:
         rc = self.lib.vgct_cpu_reduce(C.byref(va), C.byref(ve), C.byref(p), C.byref(acc),
                                       C.cast(sl, C.c_void_p) if dim >= 0 else None, err, 512)
         if rc:
-            raise RuntimeError(f"vgct_cpu_reduce rc={rc}: {err.value.decode()}")
+            raise (MemoryError if rc == 1 else RuntimeError)(f"vgct_cpu_reduce rc={rc}: {err.value.decode()}")
         return acc, list(sl)[:k]
 
     def select(self, a, e, ranks: Sequence[int], nthreads=1, dta=None, dte=None):
@@ -148,7 +149,7 @@ class Engine:
         rc = self.lib.vgct_cpu_select(C.byref(va), C.byref(ve), C.byref(p), r.ctypes.data, len(r),
                                       out.ctypes.data, err, 512)
         if rc:
-            raise ValueError(f"vgct_cpu_select rc={rc}: {err.value.decode()}")
+            raise (MemoryError if rc == 1 else ValueError)(f"vgct_cpu_select rc={rc}: {err.value.decode()}")
         return out
 
     def histogram(self, a, e, prefixes, prefix_bits, width, nthreads=1, dta=None, dte=None):
@@ -160,7 +161,7 @@ class Engine:
         rc = self.lib.vgct_cpu_histogram(C.byref(va), C.byref(ve), C.byref(p), pr.ctypes.data, len(pr),
                                          prefix_bits, width, out.ctypes.data, err, 512)
         if rc:
-            raise ValueError(f"vgct_cpu_histogram rc={rc}: {err.value.decode()}")
+            raise (MemoryError if rc == 1 else ValueError)(f"vgct_cpu_histogram rc={rc}: {err.value.decode()}")
         return out.reshape(len(pr), 1 << width)
 
     def fingerprint(self, x, nthreads=1, dtype=None) -> int:
@@ -169,7 +170,7 @@ class Engine:
         err = C.create_string_buffer(512)
         rc = self.lib.vgct_cpu_fingerprint(C.byref(v), nthreads, C.byref(h), err, 512)
         if rc:
-            raise RuntimeError(err.value.decode())
+            raise (MemoryError if rc == 1 else RuntimeError)(err.value.decode())
         return h.value
 
 
@@ -186,7 +187,7 @@ def load() -> Optional[Engine]:
         return None
     srcs = [os.path.join(CSRC, f) for f in ("cpu_engine.c", "cpu_fold.inc", "vgct_engine.h", "vgct_stats.h",
                                             "vgct_dtypes.h")]
-    h = hashlib.sha256()
+    h = hashlib.sha256(cc.encode())
     for s in srcs:
         with open(s, "rb") as f:
             h.update(f.read())

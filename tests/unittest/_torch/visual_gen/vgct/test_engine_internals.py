@@ -200,7 +200,38 @@ def test_select_passes_and_bounded_buffer(engine):
         engine.configure(select_cap=cap)
         assert engine.select(a, e, ranks).tolist() == keys[ranks].tolist()
         passes[cap] = engine.last_select_passes
-    assert passes[0] == 2 and passes[1] >= passes[64] > passes[0]
+    # default: the sample's ranges hold every rank -> one pass; tiny caps: radix passes
+    assert passes[0] == 1 and passes[1] >= passes[64] > passes[0]
+
+
+@pytest.mark.parametrize("kind", ["normal", "ties", "adversarial", "wide", "nan"])
+def test_select_sampled_first_pass_exact(engine, kind):
+    """n >= 2^18: the first pass gathers sampled key ranges; exact whether the sample
+    predicts well (one pass) or not (the radix passes take over)."""
+    rng = np.random.default_rng(12)
+    n = 1 << 19
+    e = rng.standard_normal(n)
+    a = e + rng.standard_normal(n) * 1e-3
+    if kind == "ties":
+        a = np.round(a * 4) / 4
+        e = np.zeros(n)
+    elif kind == "adversarial":  # the sampled tiles (every 32nd of 512 pairs) are outliers
+        idx = (np.arange(n) // 512) % 32 == 0
+        a[idx] += 1000.0
+    elif kind == "wide":
+        a = e * 10.0 ** rng.integers(-200, 200, n)
+    elif kind == "nan":
+        a[rng.random(n) < 0.3] = np.nan
+    fin = np.isfinite(a) & np.isfinite(e)
+    keys = np.sort(np.abs(a - e)[fin])
+    m = keys.size
+    ranks = [0, 1, m // 2, (99 * (m - 1)) // 100, (99 * (m - 1)) // 100 + 1, m - 2, m - 1,
+             int(0.999 * (m - 1)), 7, 7]
+    for nt in (1, 2):
+        got = engine.select(a, e, ranks, nthreads=nt)
+        assert got.tobytes() == keys[ranks].tobytes(), kind
+    if kind == "adversarial":
+        assert engine.last_select_passes >= 2  # the prediction failed for some rank
 
 
 def test_select_errors(engine):
@@ -331,3 +362,37 @@ def test_slice_paths_equal_definition(engine, shape, dim, dt, nonfinite):
     a, e, *_ = make(rng, shape, dt, nonfinite)
     fast, slow = run_both(engine, a, e, dim, None, None, seg_min=1024, par_min=0)
     assert fast == slow
+
+
+def test_every_allocation_failure_is_enomem_with_a_message(engine):
+    """Each allocation of each entry point, made to fail in turn: VGCT_ENOMEM and a message
+    naming the call, never a crash; the next call works."""
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((64, 5000)).astype(np.float32)
+    e = a + np.float32(1e-3)
+    calls = {
+        "vgct_cpu_reduce": lambda: acc_bits(engine.reduce(a, e, nthreads=2)),
+        "vgct_cpu_reduce ": lambda: acc_bits(engine.reduce(a, e, dim=0, nthreads=2)),
+        "vgct_cpu_select": lambda: engine.select(a, e, [5, 100_000], nthreads=2).tolist(),
+        "vgct_cpu_histogram": lambda: engine.histogram(a, e, [0], 0, 16, nthreads=2).tolist(),
+        "vgct_cpu_fingerprint": lambda: engine.fingerprint(a, nthreads=2),
+    }
+    for name, call in calls.items():
+        engine.configure(par_min=0)
+        want = call()
+        failures = 0
+        for k in range(1, 40):
+            engine.configure(par_min=0, fail_alloc=k)
+            try:
+                got = call()
+            except MemoryError as ex:
+                assert name.strip() in str(ex) and "out of memory" in str(ex)
+                failures += 1
+                continue
+            # k beyond the call's allocations: a normal, identical result
+            assert repr(got) == repr(want)
+            break
+        else:
+            pytest.fail(f"{name}: still failing after 40 allocations")
+        assert failures >= 1, name
+    engine.configure()
