@@ -7,6 +7,9 @@
  *   fingerprint(x, stream=None, dtype=None) -> int (unsigned 64-bit)
  *   build_info() -> dict
  *   device_props(device) -> dict (name, major, minor)
+ *   reduce_raw, histogram, merge_raw, merge_slices_raw, remap_raw, acc_fields,
+ *   quantile_ranks, finalize_raw -- the steps of compare() for
+ *   vgct_ext.compare_sharded ([E]; see "sharded comparisons" below)
  * The dict keys of compare() are the PairedStats field names; flat indices
  * are ints (None when undefined); with dim, "slices" is a dict of NumPy
  * arrays (float64 mean_shift, rel_l2, max_abs_err, ref_rms; int64 count).
@@ -234,9 +237,36 @@ fail:
   return NULL;
 }
 
-static PyObject *result_dict(const vgct_view *a, const vgct_view *e, const vgct_params *p,
+/* What a result describes besides the accumulators: the logical shape, the
+ * dtypes and the device.  compare() takes it from the imported views,
+ * finalize_raw() ([E], sharded comparisons) from its arguments, so both build
+ * their dict with the one result_dict() below. */
+typedef struct {
+  vgct_view v; /* ndim, shape, device_type, device_id used (data and strides unused) */
+  int dta, dte;
+} result_meta;
+
+static void meta_from_views(const vgct_view *a, const vgct_view *e, result_meta *m) {
+  m->v = *a;
+  m->dta = a->dtype;
+  m->dte = e->dtype;
+}
+
+/* qv[i] = numpy's linear p-quantile qs[i] from the two order statistics
+ * vals[2i] (rank lo) and vals[2i+1] (rank hi) of vgct_quantile_ranks(nf, qs[i]). */
+static void lerp_quantiles(int64_t nf, int nq, const double *qs, const double *vals, double *qv) {
+  for (int i = 0; i < nq; ++i) {
+    int64_t lo, hi;
+    double gamma;
+    vgct_quantile_ranks(nf, qs[i], &lo, &hi, &gamma);
+    qv[i] = vgct_lerp(vals[2 * i], vals[2 * i + 1], gamma);
+  }
+}
+
+static PyObject *result_dict(const result_meta *m, const vgct_params *p,
                              const vgct_acc *s, int nq, const double *qs, const double *qv,
                              const vgct_slice_acc *sl) {
+  const vgct_view *a = &m->v;
   vgct_derived r;
   vgct_acc_finalize(s, &r);
   char dev[32];
@@ -246,8 +276,8 @@ static PyObject *result_dict(const vgct_view *a, const vgct_view *e, const vgct_
   if (d == NULL) return NULL;
   if (put(d, "n", PyLong_FromLongLong((long long)vgct_numel(a))) < 0 ||
       put(d, "shape", shape_tuple(a)) < 0 ||
-      put(d, "dtype_actual", PyUnicode_FromString(vgct_dtype_names[a->dtype])) < 0 ||
-      put(d, "dtype_expected", PyUnicode_FromString(vgct_dtype_names[e->dtype])) < 0 ||
+      put(d, "dtype_actual", PyUnicode_FromString(vgct_dtype_names[m->dta])) < 0 ||
+      put(d, "dtype_expected", PyUnicode_FromString(vgct_dtype_names[m->dte])) < 0 ||
       put(d, "device", PyUnicode_FromString(dev)) < 0 ||
       put(d, "n_finite", PyLong_FromLongLong((long long)s->n_finite)) < 0 ||
       put(d, "rel_l2", float_or_none(r.rel_l2, !r.zero_reference)) < 0 ||
@@ -323,6 +353,140 @@ PyDoc_STRVAR(compare_doc,
 "flat indices.  Raises TypeError, ValueError, BufferError (inputs),\n"
 "MemoryError, RuntimeError (engine).");
 
+/* quantiles argument -> qs[0..*nq): NULL means the default (0.99,), None
+ * none; else a sequence of at most VGCT_MAX_QUANTILES finite floats in [0, 1]. */
+static int parse_quantiles(PyObject *quantiles, double *qs, int *nq) {
+  *nq = 0;
+  if (quantiles == NULL) {
+    qs[0] = 0.99;
+    *nq = 1;
+    return 0;
+  }
+  if (quantiles == Py_None) return 0;
+  PyObject *seq = PySequence_Fast(quantiles, "quantiles must be a sequence of floats in [0, 1]");
+  if (seq == NULL) return -1;
+  Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
+  if (len > VGCT_MAX_QUANTILES) {
+    PyErr_Format(PyExc_ValueError, "at most %d quantiles per call, got %zd", VGCT_MAX_QUANTILES,
+                 len);
+    Py_DECREF(seq);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < len; ++i) {
+    PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
+    double v = PyFloat_AsDouble(it);
+    if (v == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_TypeError, "quantiles[%zd] must be a float in [0, 1], got %.200s", i,
+                   Py_TYPE(it)->tp_name);
+      Py_DECREF(seq);
+      return -1;
+    }
+    if (!isfinite(v) || v < 0.0 || v > 1.0) {
+      PyErr_Format(PyExc_ValueError, "quantiles[%zd] must be a finite float in [0, 1], got %R", i,
+                   it);
+      Py_DECREF(seq);
+      return -1;
+    }
+    qs[(*nq)++] = v;
+  }
+  Py_DECREF(seq);
+  return 0;
+}
+
+/* dim argument: None -> *has = 0; else any integer (operator.index: numpy
+ * integer scalars too), never a bool -> *dim (range checked by check_dim). */
+static int parse_dim(PyObject *dim_obj, int *has, long *dim) {
+  *has = dim_obj != Py_None;
+  *dim = -1;
+  if (!*has) return 0;
+  PyObject *ix = PyBool_Check(dim_obj) ? NULL : PyNumber_Index(dim_obj);
+  if (ix == NULL) {
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_TypeError)) return -1;
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "dim must be None or an int, got %.200s",
+                 Py_TYPE(dim_obj)->tp_name);
+    return -1;
+  }
+  int overflow = 0;
+  *dim = PyLong_AsLongAndOverflow(ix, &overflow);
+  if (overflow) {
+    PyErr_Format(PyExc_ValueError, "dim %S out of range (vgct_ext supports at most %d dims)", ix,
+                 VGCT_MAX_NDIM);
+    *dim = -1;
+  }
+  Py_DECREF(ix);
+  if (*dim == -1 && PyErr_Occurred()) return -1;
+  return 0;
+}
+
+/* dim in [-ndim, ndim) -> [0, ndim); ValueError naming the shape otherwise. */
+static int check_dim(const vgct_view *a, long *dim) {
+  if (*dim < -a->ndim || *dim >= a->ndim) {
+    char sa[256];
+    vgct_format_shape(a, sa, sizeof sa);
+    PyErr_Format(PyExc_ValueError, "dim %ld out of range for a tensor of %d dims (shape %s)", *dim,
+                 a->ndim, sa);
+    return -1;
+  }
+  if (*dim < 0) *dim += a->ndim;
+  return 0;
+}
+
+/* The two inputs of compare/reduce_raw/histogram: stream and dtype overrides
+ * parsed, devices checked, both imported (zero-copy), same logical shape.
+ * On success the caller releases *ia and *ie; on failure nothing is held. */
+static int open_pair(PyObject *actual, PyObject *expected, PyObject *stream_obj,
+                     PyObject *dta_obj, PyObject *dte_obj, vgct_import *ia, vgct_import *ie,
+                     uintptr_t *stream) {
+  if (parse_stream(stream_obj, stream) < 0) return -1;
+  int dta = parse_dtype_override("dtype_actual", dta_obj);
+  if (dta == -2) return -1;
+  int dte = parse_dtype_override("dtype_expected", dte_obj);
+  if (dte == -2) return -1;
+  vgct_device da, de;
+  if (vgct_bridge_device(actual, "actual", &da) < 0) return -1;
+  if (vgct_bridge_device(expected, "expected", &de) < 0) return -1;
+  if (check_devices(&da, &de) < 0) return -1;
+  if (vgct_bridge_import(actual, "actual", &da, stream_obj, dta, ia) < 0) goto fail;
+  if (vgct_bridge_import(expected, "expected", &de, stream_obj, dte, ie) < 0) goto fail;
+  const vgct_view *a = &ia->view, *e = &ie->view;
+  int same = a->ndim == e->ndim;
+  for (int k = 0; same && k < a->ndim; ++k) same = a->shape[k] == e->shape[k];
+  if (!same) {
+    char sa[256], se[256];
+    vgct_format_shape(a, sa, sizeof sa);
+    vgct_format_shape(e, se, sizeof se);
+    PyErr_Format(PyExc_ValueError,
+                 "shape mismatch: actual has shape %s, expected has shape %s (vgct_ext does not "
+                 "broadcast; pass views of the same shape)",
+                 sa, se);
+    goto fail;
+  }
+  return 0;
+fail:
+  vgct_import_release(ie);
+  vgct_import_release(ia);
+  return -1;
+}
+
+/* The reduction of one pair on its device (GIL released by the caller). */
+static int reduce_pair(const vgct_view *a, const vgct_view *e, const vgct_params *p,
+                       uintptr_t stream, vgct_acc *acc, vgct_slice_acc *slices, char *err,
+                       size_t errlen) {
+  (void)stream;
+  if (a->device_type == kDLCUDA) {
+#ifdef VGCT_HAVE_CUDA
+    return vgct_cuda_reduce(a, e, p, stream, acc, slices, err, errlen);
+#else
+    return VGCT_EINTERNAL; /* unreachable: check_devices refused */
+#endif
+  }
+  return vgct_cpu_reduce(a, e, p, acc, slices, err, errlen);
+}
+
+/* compare() = reduce -> order statistics -> finalize (result_dict); the
+ * sharded path ([E]) runs the same three steps with a merge in between. */
 static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
   (void)self;
   static char *kwlist[] = {"actual", "expected", "rtol", "atol", "quantiles", "dim",
@@ -335,107 +499,21 @@ static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
                                    &dta_obj, &dte_obj))
     return NULL;
   if (check_tol("rtol", rtol) < 0 || check_tol("atol", atol) < 0) return NULL;
-
-  /* quantiles: a sequence of at most 64 finite floats in [0, 1] */
   double qs[VGCT_MAX_QUANTILES], qv[VGCT_MAX_QUANTILES];
   int nq = 0;
-  if (quantiles == NULL) {
-    qs[0] = 0.99;
-    nq = 1;
-  } else if (quantiles != Py_None) {
-    PyObject *seq = PySequence_Fast(quantiles, "quantiles must be a sequence of floats in [0, 1]");
-    if (seq == NULL) return NULL;
-    Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
-    if (len > VGCT_MAX_QUANTILES) {
-      PyErr_Format(PyExc_ValueError, "at most %d quantiles per call, got %zd",
-                   VGCT_MAX_QUANTILES, len);
-      Py_DECREF(seq);
-      return NULL;
-    }
-    for (Py_ssize_t i = 0; i < len; ++i) {
-      PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
-      double v = PyFloat_AsDouble(it);
-      if (v == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "quantiles[%zd] must be a float in [0, 1], got %.200s", i,
-                     Py_TYPE(it)->tp_name);
-        Py_DECREF(seq);
-        return NULL;
-      }
-      if (!isfinite(v) || v < 0.0 || v > 1.0) {
-        PyErr_Format(PyExc_ValueError, "quantiles[%zd] must be a finite float in [0, 1], got %R",
-                     i, it);
-        Py_DECREF(seq);
-        return NULL;
-      }
-      qs[nq++] = v;
-    }
-    Py_DECREF(seq);
-  }
-
+  if (parse_quantiles(quantiles, qs, &nq) < 0) return NULL;
   long dim = -1;
-  int has_dim = dim_obj != Py_None;
-  if (has_dim) {
-    /* any integer (operator.index: numpy integer scalars too), never a bool */
-    PyObject *ix = PyBool_Check(dim_obj) ? NULL : PyNumber_Index(dim_obj);
-    if (ix == NULL) {
-      if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_TypeError)) return NULL;
-      PyErr_Clear();
-      PyErr_Format(PyExc_TypeError, "dim must be None or an int, got %.200s",
-                   Py_TYPE(dim_obj)->tp_name);
-      return NULL;
-    }
-    int overflow = 0;
-    dim = PyLong_AsLongAndOverflow(ix, &overflow);
-    if (overflow) {
-      PyErr_Format(PyExc_ValueError, "dim %S out of range (vgct_ext supports at most %d dims)",
-                   ix, VGCT_MAX_NDIM);
-      dim = -1;
-    }
-    Py_DECREF(ix);
-    if (dim == -1 && PyErr_Occurred()) return NULL;
-  }
-  uintptr_t stream = 0;
-  if (parse_stream(stream_obj, &stream) < 0) return NULL;
-  int dta = parse_dtype_override("dtype_actual", dta_obj);
-  if (dta == -2) return NULL;
-  int dte = parse_dtype_override("dtype_expected", dte_obj);
-  if (dte == -2) return NULL;
-
-  vgct_device da, de;
-  if (vgct_bridge_device(actual, "actual", &da) < 0) return NULL;
-  if (vgct_bridge_device(expected, "expected", &de) < 0) return NULL;
-  if (check_devices(&da, &de) < 0) return NULL;
+  int has_dim = 0;
+  if (parse_dim(dim_obj, &has_dim, &dim) < 0) return NULL;
 
   vgct_import ia = VGCT_IMPORT_INIT, ie = VGCT_IMPORT_INIT;
+  uintptr_t stream = 0;
+  if (open_pair(actual, expected, stream_obj, dta_obj, dte_obj, &ia, &ie, &stream) < 0)
+    return NULL;
   vgct_slice_acc *slices = NULL;
   PyObject *result = NULL;
-  if (vgct_bridge_import(actual, "actual", &da, stream_obj, dta, &ia) < 0) goto done;
-  if (vgct_bridge_import(expected, "expected", &de, stream_obj, dte, &ie) < 0) goto done;
-
   const vgct_view *a = &ia.view, *e = &ie.view;
-  int same = a->ndim == e->ndim;
-  for (int k = 0; same && k < a->ndim; ++k) same = a->shape[k] == e->shape[k];
-  if (!same) {
-    char sa[256], se[256];
-    vgct_format_shape(a, sa, sizeof sa);
-    vgct_format_shape(e, se, sizeof se);
-    PyErr_Format(PyExc_ValueError,
-                 "shape mismatch: actual has shape %s, expected has shape %s (vgct_ext does not "
-                 "broadcast; pass views of the same shape)",
-                 sa, se);
-    goto done;
-  }
-  if (has_dim) {
-    if (dim < -a->ndim || dim >= a->ndim) {
-      char sa[256];
-      vgct_format_shape(a, sa, sizeof sa);
-      PyErr_Format(PyExc_ValueError, "dim %ld out of range for a tensor of %d dims (shape %s)",
-                   dim, a->ndim, sa);
-      goto done;
-    }
-    if (dim < 0) dim += a->ndim;
-  }
+  if (has_dim && check_dim(a, &dim) < 0) goto done;
 
   vgct_params p;
   p.rtol = rtol;
@@ -459,15 +537,7 @@ static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
   int64_t ranks[2 * VGCT_MAX_QUANTILES];
   double gammas[VGCT_MAX_QUANTILES], vals[2 * VGCT_MAX_QUANTILES];
   Py_BEGIN_ALLOW_THREADS
-  if (is_cuda) {
-#ifdef VGCT_HAVE_CUDA
-    rc = vgct_cuda_reduce(a, e, &p, stream, &acc, slices, err, sizeof err);
-#else
-    rc = VGCT_EINTERNAL; /* unreachable: check_devices refused */
-#endif
-  } else {
-    rc = vgct_cpu_reduce(a, e, &p, &acc, slices, err, sizeof err);
-  }
+  rc = reduce_pair(a, e, &p, stream, &acc, slices, err, sizeof err);
   if (rc == VGCT_OK && nq > 0 && acc.n_finite > 0) {
     for (int i = 0; i < nq; ++i)
       vgct_quantile_ranks(acc.n_finite, qs[i], &ranks[2 * i], &ranks[2 * i + 1], &gammas[i]);
@@ -478,8 +548,7 @@ static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
     } else {
       rc = vgct_cpu_select(a, e, &p, ranks, 2 * nq, vals, err, sizeof err);
     }
-    if (rc == VGCT_OK)
-      for (int i = 0; i < nq; ++i) qv[i] = vgct_lerp(vals[2 * i], vals[2 * i + 1], gammas[i]);
+    if (rc == VGCT_OK) lerp_quantiles(acc.n_finite, nq, qs, vals, qv);
   }
   Py_END_ALLOW_THREADS
   if (rc != VGCT_OK) {
@@ -488,11 +557,622 @@ static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
   }
   if (acc.n_finite == 0)
     for (int i = 0; i < nq; ++i) qv[i] = (double)NAN;
-  result = result_dict(a, e, &p, &acc, nq, qs, qv, slices);
+  result_meta meta;
+  meta_from_views(a, e, &meta);
+  result = result_dict(&meta, &p, &acc, nq, qs, qv, slices);
 done:
   PyMem_RawFree(slices);
   vgct_import_release(&ie);
   vgct_import_release(&ia);
+  return result;
+}
+
+/* ---- sharded comparisons ([E]): raw records, merge, remap, finalize -----
+ *
+ * vgct_ext.compare_sharded (vgct_ext/sharded.py) runs compare()'s steps with
+ * the ranks of a torch.distributed group in between:
+ *   reduce_raw    each rank: its shard's vgct_acc (and vgct_slice_acc array)
+ *                 as bytes -- the record that travels (sizeof(vgct_acc) bytes
+ *                 plus the slices), never the tensors;
+ *   remap_raw     a shard's flat indices -> flat indices of the gathered tensor;
+ *   merge_raw     vgct_acc_merge over the ranks' records, in list (rank) order;
+ *   merge_slices_raw  the slice arrays: vgct_slice_merge elementwise, or
+ *                 concatenated when the slice axis is the shard axis;
+ *   quantile_ranks / histogram  the distributed radix selection: global
+ *                 ranks from the merged n_finite, then one histogram of
+ *                 vgct_absdiff_key digits per level, summed over ranks;
+ *   finalize_raw  the merged record + the selected keys -> exactly the dict
+ *                 compare() builds (the same result_dict and lerp_quantiles).
+ * Records are raw structs: every rank must run the same build (ACC_VERSION,
+ * ACC_SIZE and SLICE_ACC_SIZE are module constants the caller compares). */
+
+/* bytes-like of exactly `size` bytes -> *out; TypeError / ValueError naming `what`. */
+static int read_record(PyObject *o, const char *what, size_t size, void *out) {
+  Py_buffer b;
+  if (PyObject_GetBuffer(o, &b, PyBUF_SIMPLE) < 0) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%s must be bytes (a raw record from reduce_raw), got %.200s",
+                 what, Py_TYPE(o)->tp_name);
+    return -1;
+  }
+  if ((size_t)b.len != size) {
+    PyErr_Format(PyExc_ValueError,
+                 "%s: a record is %zu bytes in this build, got %zd (ranks running different "
+                 "vgct_ext builds?)",
+                 what, size, b.len);
+    PyBuffer_Release(&b);
+    return -1;
+  }
+  memcpy(out, b.buf, size);
+  PyBuffer_Release(&b);
+  return 0;
+}
+
+static PyObject *acc_bytes(const vgct_acc *s) {
+  return PyBytes_FromStringAndSize((const char *)s, (Py_ssize_t)sizeof *s);
+}
+
+/* a sequence of non-negative ints -> shape; ValueError / TypeError naming `what`. */
+static int parse_shape(PyObject *o, const char *what, vgct_view *v) {
+  PyObject *seq = PySequence_Fast(o, "shape must be a sequence of ints");
+  if (seq == NULL) return -1;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  if (n > VGCT_MAX_NDIM) {
+    PyErr_Format(PyExc_ValueError, "%s has %zd dims, at most %d are supported", what, n,
+                 VGCT_MAX_NDIM);
+    Py_DECREF(seq);
+    return -1;
+  }
+  v->ndim = (int)n;
+  for (Py_ssize_t k = 0; k < n; ++k) {
+    long long x = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, k));
+    if (x == -1 && PyErr_Occurred()) {
+      Py_DECREF(seq);
+      return -1;
+    }
+    if (x < 0) {
+      PyErr_Format(PyExc_ValueError, "%s[%zd] is negative (%lld)", what, k, x);
+      Py_DECREF(seq);
+      return -1;
+    }
+    v->shape[k] = (int64_t)x;
+    v->strides[k] = 0;
+  }
+  Py_DECREF(seq);
+  return 0;
+}
+
+PyDoc_STRVAR(reduce_raw_doc,
+"reduce_raw(actual, expected, rtol=1e-3, atol=1e-3, dim=None, stream=None,\n"
+"           dtype_actual=None, dtype_expected=None) -> dict\n"
+"\n"
+"Private ([E], sharded comparisons).  compare()'s reduction of one pair without\n"
+"quantiles: {'acc': bytes (one vgct_acc), 'slices': bytes (shape[dim] vgct_slice_acc)\n"
+"or None, 'shape', 'dtype_actual', 'dtype_expected', 'device' ('cpu'/'cuda:K'),\n"
+"'device_type', 'device_id', 'dim' (non-negative or None), 'n_finite'}.  Same\n"
+"inputs and errors as compare().");
+
+static PyObject *py_reduce_raw(PyObject *self, PyObject *args, PyObject *kwargs) {
+  (void)self;
+  static char *kwlist[] = {"actual", "expected", "rtol", "atol", "dim", "stream",
+                           "dtype_actual", "dtype_expected", NULL};
+  PyObject *actual, *expected, *dim_obj = Py_None, *stream_obj = Py_None;
+  PyObject *dta_obj = Py_None, *dte_obj = Py_None;
+  double rtol = 1e-3, atol = 1e-3;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|ddOOOO:reduce_raw", kwlist, &actual,
+                                   &expected, &rtol, &atol, &dim_obj, &stream_obj, &dta_obj,
+                                   &dte_obj))
+    return NULL;
+  if (check_tol("rtol", rtol) < 0 || check_tol("atol", atol) < 0) return NULL;
+  long dim = -1;
+  int has_dim = 0;
+  if (parse_dim(dim_obj, &has_dim, &dim) < 0) return NULL;
+  vgct_import ia = VGCT_IMPORT_INIT, ie = VGCT_IMPORT_INIT;
+  uintptr_t stream = 0;
+  if (open_pair(actual, expected, stream_obj, dta_obj, dte_obj, &ia, &ie, &stream) < 0)
+    return NULL;
+  const vgct_view *a = &ia.view, *e = &ie.view;
+  vgct_slice_acc *slices = NULL;
+  PyObject *result = NULL;
+  if (has_dim && check_dim(a, &dim) < 0) goto done;
+  vgct_params p;
+  p.rtol = rtol;
+  p.atol = atol;
+  p.dim = has_dim ? (int)dim : -1;
+  p.nthreads = pick_threads(vgct_numel(a));
+  int64_t k = has_dim ? a->shape[dim] : 0;
+  if (has_dim) {
+    slices = (vgct_slice_acc *)PyMem_RawCalloc(k ? (size_t)k : 1, sizeof *slices);
+    if (slices == NULL) {
+      PyErr_NoMemory();
+      goto done;
+    }
+  }
+  vgct_acc acc;
+  char err[ERRLEN];
+  err[0] = '\0';
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = reduce_pair(a, e, &p, stream, &acc, slices, err, sizeof err);
+  Py_END_ALLOW_THREADS
+  if (rc != VGCT_OK) {
+    raise_engine(rc, err);
+    goto done;
+  }
+  char dev[32];
+  vgct_format_device(a->device_type, a->device_id, dev, sizeof dev);
+  result = PyDict_New();
+  if (result == NULL) goto done;
+  if (put(result, "acc", acc_bytes(&acc)) < 0 ||
+      (has_dim ? put(result, "slices", PyBytes_FromStringAndSize((const char *)slices,
+                                                                 (Py_ssize_t)(k * (int64_t)sizeof *slices)))
+               : PyDict_SetItemString(result, "slices", Py_None)) < 0 ||
+      put(result, "shape", shape_tuple(a)) < 0 ||
+      put(result, "dtype_actual", PyUnicode_FromString(vgct_dtype_names[a->dtype])) < 0 ||
+      put(result, "dtype_expected", PyUnicode_FromString(vgct_dtype_names[e->dtype])) < 0 ||
+      put(result, "device", PyUnicode_FromString(dev)) < 0 ||
+      put(result, "device_type", PyLong_FromLong(a->device_type)) < 0 ||
+      put(result, "device_id", PyLong_FromLong(a->device_id)) < 0 ||
+      (has_dim ? put(result, "dim", PyLong_FromLong(dim))
+               : PyDict_SetItemString(result, "dim", Py_None)) < 0 ||
+      put(result, "n_finite", PyLong_FromLongLong((long long)acc.n_finite)) < 0)
+    Py_CLEAR(result);
+done:
+  PyMem_RawFree(slices);
+  vgct_import_release(&ie);
+  vgct_import_release(&ia);
+  return result;
+}
+
+#ifdef VGCT_HAVE_CUDA
+/* Weak: a CUDA build whose cuda/ does not define it yet still links (the
+ * address is then NULL and histogram() on a CUDA tensor raises). */
+#pragma weak vgct_cuda_histogram
+#endif
+
+PyDoc_STRVAR(histogram_doc,
+"histogram(actual, expected, prefixes, prefix_bits, width, stream=None,\n"
+"          dtype_actual=None, dtype_expected=None) -> numpy.ndarray\n"
+"\n"
+"Private ([E]).  One radix digit of the selection keys (vgct_absdiff_key: the bits\n"
+"of |a-e| over finite pairs): int64 array of shape (len(prefixes), 2**width); row g\n"
+"counts the keys whose top prefix_bits bits equal prefixes[g] (prefix_bits 0:\n"
+"every key, prefixes == [0]) by their next `width` bits (1..16, prefix_bits +\n"
+"width <= 64).  Distinct prefixes, at most 128.  Contract: vgct_cpu_histogram.");
+
+static PyObject *py_histogram(PyObject *self, PyObject *args, PyObject *kwargs) {
+  (void)self;
+  static char *kwlist[] = {"actual", "expected", "prefixes", "prefix_bits", "width", "stream",
+                           "dtype_actual", "dtype_expected", NULL};
+  PyObject *actual, *expected, *pre_obj, *stream_obj = Py_None;
+  PyObject *dta_obj = Py_None, *dte_obj = Py_None;
+  int prefix_bits = 0, width = 16;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOii|OOO:histogram", kwlist, &actual,
+                                   &expected, &pre_obj, &prefix_bits, &width, &stream_obj,
+                                   &dta_obj, &dte_obj))
+    return NULL;
+  if (width < 1 || width > VGCT_HIST_MAX_WIDTH || prefix_bits < 0 || prefix_bits > 64 - width) {
+    PyErr_Format(PyExc_ValueError,
+                 "width must be in [1, %d] and prefix_bits in [0, 64 - width], got width %d, "
+                 "prefix_bits %d",
+                 VGCT_HIST_MAX_WIDTH, width, prefix_bits);
+    return NULL;
+  }
+  uint64_t prefixes[VGCT_HIST_MAX_PREFIXES];
+  PyObject *seq = PySequence_Fast(pre_obj, "prefixes must be a sequence of ints");
+  if (seq == NULL) return NULL;
+  Py_ssize_t np_ = PySequence_Fast_GET_SIZE(seq);
+  if (np_ < 1 || np_ > VGCT_HIST_MAX_PREFIXES) {
+    PyErr_Format(PyExc_ValueError, "between 1 and %d prefixes per call, got %zd",
+                 VGCT_HIST_MAX_PREFIXES, np_);
+    Py_DECREF(seq);
+    return NULL;
+  }
+  for (Py_ssize_t g = 0; g < np_; ++g) {
+    unsigned long long v = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, g));
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+      Py_DECREF(seq);
+      return NULL;
+    }
+    prefixes[g] = (uint64_t)v;
+  }
+  Py_DECREF(seq);
+  vgct_import ia = VGCT_IMPORT_INIT, ie = VGCT_IMPORT_INIT;
+  uintptr_t stream = 0;
+  if (open_pair(actual, expected, stream_obj, dta_obj, dte_obj, &ia, &ie, &stream) < 0)
+    return NULL;
+  const vgct_view *a = &ia.view, *e = &ie.view;
+  PyObject *result = NULL;
+  npy_intp dims[2] = {(npy_intp)np_, (npy_intp)1 << width};
+  PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(2, dims, NPY_INT64);
+  if (out == NULL) goto done;
+  vgct_params p;
+  p.rtol = 0.0;
+  p.atol = 0.0;
+  p.dim = -1;
+  p.nthreads = pick_threads(vgct_numel(a));
+  int64_t *counts = (int64_t *)PyArray_DATA(out);
+  char err[ERRLEN];
+  err[0] = '\0';
+  int rc = VGCT_OK;
+  if (a->device_type == kDLCUDA) {
+#ifdef VGCT_HAVE_CUDA
+    if (vgct_cuda_histogram == NULL) {
+      PyErr_SetString(PyExc_RuntimeError,
+                      "histogram: this build's CUDA engine has no vgct_cuda_histogram yet; "
+                      "compare_sharded on CUDA tensors needs it (vgct_engine.h)");
+      Py_DECREF(out);
+      goto done;
+    }
+#endif
+  }
+  Py_BEGIN_ALLOW_THREADS
+  if (a->device_type == kDLCUDA) {
+#ifdef VGCT_HAVE_CUDA
+    rc = vgct_cuda_histogram(a, e, &p, stream, prefixes, (int)np_, prefix_bits, width, counts,
+                             err, sizeof err);
+#else
+    rc = VGCT_EINTERNAL; /* unreachable: check_devices refused */
+#endif
+  } else {
+    rc = vgct_cpu_histogram(a, e, &p, prefixes, (int)np_, prefix_bits, width, counts, err,
+                            sizeof err);
+  }
+  Py_END_ALLOW_THREADS
+  (void)stream;
+  if (rc != VGCT_OK) {
+    raise_engine(rc, err);
+    Py_DECREF(out);
+    goto done;
+  }
+  result = (PyObject *)out;
+done:
+  vgct_import_release(&ie);
+  vgct_import_release(&ia);
+  return result;
+}
+
+PyDoc_STRVAR(merge_raw_doc,
+"merge_raw(records) -> bytes\n"
+"\n"
+"Private ([E]).  vgct_acc_merge of a non-empty sequence of raw vgct_acc records,\n"
+"left to right (pass them in rank order: sums depend on the order by rounding only).");
+
+static PyObject *py_merge_raw(PyObject *self, PyObject *arg) {
+  (void)self;
+  PyObject *seq = PySequence_Fast(arg, "merge_raw: records must be a sequence of bytes");
+  if (seq == NULL) return NULL;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  if (n < 1) {
+    PyErr_SetString(PyExc_ValueError, "merge_raw: no records");
+    Py_DECREF(seq);
+    return NULL;
+  }
+  vgct_acc s, o;
+  if (read_record(PySequence_Fast_GET_ITEM(seq, 0), "merge_raw: records[0]", sizeof s, &s) < 0) {
+    Py_DECREF(seq);
+    return NULL;
+  }
+  for (Py_ssize_t i = 1; i < n; ++i) {
+    if (read_record(PySequence_Fast_GET_ITEM(seq, i), "merge_raw: a record", sizeof o, &o) < 0) {
+      Py_DECREF(seq);
+      return NULL;
+    }
+    vgct_acc_merge(&s, &o);
+  }
+  Py_DECREF(seq);
+  return acc_bytes(&s);
+}
+
+PyDoc_STRVAR(merge_slices_raw_doc,
+"merge_slices_raw(records, concat) -> bytes\n"
+"\n"
+"Private ([E]).  Raw vgct_slice_acc arrays: concat=True joins them in list order\n"
+"(the slice axis is the shard axis); concat=False merges them elementwise with\n"
+"vgct_slice_merge, left to right (all of the same length).");
+
+static PyObject *py_merge_slices_raw(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *recs;
+  int concat;
+  if (!PyArg_ParseTuple(args, "Op:merge_slices_raw", &recs, &concat)) return NULL;
+  PyObject *seq = PySequence_Fast(recs, "merge_slices_raw: records must be a sequence of bytes");
+  if (seq == NULL) return NULL;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  Py_buffer *bufs = (Py_buffer *)PyMem_Calloc(n ? (size_t)n : 1, sizeof(Py_buffer));
+  PyObject *result = NULL;
+  Py_ssize_t got = 0, total = 0;
+  const size_t sz = sizeof(vgct_slice_acc);
+  if (bufs == NULL) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  if (n < 1) {
+    PyErr_SetString(PyExc_ValueError, "merge_slices_raw: no records");
+    goto done;
+  }
+  for (; got < n; ++got) {
+    if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &bufs[got], PyBUF_SIMPLE) < 0)
+      goto done;
+    if ((size_t)bufs[got].len % sz != 0 ||
+        (!concat && bufs[got].len != bufs[0].len)) {
+      PyErr_Format(PyExc_ValueError,
+                   "merge_slices_raw: records[%zd] has %zd bytes (records of %zu-byte slice "
+                   "accumulators%s)",
+                   got, bufs[got].len, sz, concat ? "" : ", all of one length");
+      ++got;
+      goto done;
+    }
+    total += bufs[got].len;
+  }
+  if (concat) {
+    result = PyBytes_FromStringAndSize(NULL, total);
+    if (result == NULL) goto done;
+    char *dst = PyBytes_AS_STRING(result);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      if (bufs[i].len) memcpy(dst, bufs[i].buf, (size_t)bufs[i].len);
+      dst += bufs[i].len;
+    }
+  } else {
+    result = PyBytes_FromStringAndSize(NULL, bufs[0].len);
+    if (result == NULL) goto done;
+    vgct_slice_acc *dst = (vgct_slice_acc *)PyBytes_AS_STRING(result);
+    size_t k = (size_t)bufs[0].len / sz;
+    if (k) memcpy(dst, bufs[0].buf, k * sz);
+    for (Py_ssize_t i = 1; i < n; ++i) {
+      const char *src = (const char *)bufs[i].buf;
+      for (size_t j = 0; j < k; ++j) {
+        vgct_slice_acc o;
+        memcpy(&o, src + j * sz, sz);
+        vgct_slice_merge(&dst[j], &o);
+      }
+    }
+  }
+done:
+  for (Py_ssize_t i = 0; i < got; ++i) PyBuffer_Release(&bufs[i]);
+  PyMem_Free(bufs);
+  Py_DECREF(seq);
+  return result;
+}
+
+PyDoc_STRVAR(remap_raw_doc,
+"remap_raw(acc, local_shape, global_shape, shard_dim, offset) -> bytes\n"
+"\n"
+"Private ([E]).  The record with its flat indices (max_abs, max_rel, worst\n"
+"mismatch, first class mismatch) moved from the shard's row-major index space to\n"
+"the gathered tensor's: the shard is global[..., offset:offset+local_shape[shard_dim],\n"
+"...] along shard_dim; every other dim must be equal.");
+
+static int64_t remap_index(int64_t i, const vgct_view *l, const vgct_view *g, int sd,
+                           int64_t offset) {
+  if (i < 0) return i;
+  int64_t m[VGCT_MAX_NDIM];
+  for (int k = l->ndim - 1; k >= 0; --k) {
+    m[k] = i % l->shape[k];
+    i /= l->shape[k];
+  }
+  m[sd] += offset;
+  int64_t out = 0;
+  for (int k = 0; k < g->ndim; ++k) out = out * g->shape[k] + m[k];
+  return out;
+}
+
+static PyObject *py_remap_raw(PyObject *self, PyObject *args, PyObject *kwargs) {
+  (void)self;
+  static char *kwlist[] = {"acc", "local_shape", "global_shape", "shard_dim", "offset", NULL};
+  PyObject *acc_obj, *ls_obj, *gs_obj;
+  int sd;
+  long long offset;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOiL:remap_raw", kwlist, &acc_obj, &ls_obj,
+                                   &gs_obj, &sd, &offset))
+    return NULL;
+  vgct_acc s;
+  if (read_record(acc_obj, "remap_raw: acc", sizeof s, &s) < 0) return NULL;
+  vgct_view l, g;
+  memset(&l, 0, sizeof l);
+  memset(&g, 0, sizeof g);
+  if (parse_shape(ls_obj, "local_shape", &l) < 0 || parse_shape(gs_obj, "global_shape", &g) < 0)
+    return NULL;
+  int ok = l.ndim == g.ndim && sd >= -l.ndim && sd < l.ndim;
+  if (ok && sd < 0) sd += l.ndim;
+  for (int k = 0; ok && k < l.ndim; ++k) ok = k == sd || l.shape[k] == g.shape[k];
+  ok = ok && offset >= 0 && offset <= g.shape[sd] && l.shape[sd] <= g.shape[sd] - offset;
+  if (!ok) {
+    char a[256], b[256];
+    vgct_format_shape(&l, a, sizeof a);
+    vgct_format_shape(&g, b, sizeof b);
+    PyErr_Format(PyExc_ValueError,
+                 "remap_raw: a shard of shape %s at offset %lld along dim %d does not fit the "
+                 "global shape %s",
+                 a, offset, sd, b);
+    return NULL;
+  }
+  int64_t n = vgct_numel(&l);
+  int64_t *idx[4] = {&s.max_abs_i, &s.max_rel_i, &s.worst_i, &s.first_class_diff};
+  for (int j = 0; j < 4; ++j) {
+    if (*idx[j] >= n) {
+      PyErr_Format(PyExc_ValueError, "remap_raw: index %lld out of range for a shard of %lld "
+                   "elements (a record of another shape?)", (long long)*idx[j], (long long)n);
+      return NULL;
+    }
+    *idx[j] = remap_index(*idx[j], &l, &g, sd, (int64_t)offset);
+  }
+  return acc_bytes(&s);
+}
+
+PyDoc_STRVAR(acc_fields_doc,
+"acc_fields(acc) -> dict\n"
+"\n"
+"Private ([E]; tests, debugging).  Every field of a raw vgct_acc record by its C name.");
+
+static PyObject *py_acc_fields(PyObject *self, PyObject *arg) {
+  (void)self;
+  vgct_acc s;
+  if (read_record(arg, "acc_fields: acc", sizeof s, &s) < 0) return NULL;
+  return Py_BuildValue(
+      "{s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,"
+      "s:L,s:L,s:L,s:L,s:L,s:L}",
+      "scale", s.scale, "s_aa", s.s_aa, "s_ee", s.s_ee, "s_ae", s.s_ae, "s_dd", s.s_dd, "s_d",
+      s.s_d, "max_abs", s.max_abs, "max_abs_a", s.max_abs_a, "max_abs_e", s.max_abs_e,
+      "max_rel", s.max_rel, "worst_excess", s.worst_excess, "max_abs_ref", s.max_abs_ref,
+      "max_abs_i", (long long)s.max_abs_i, "max_rel_i", (long long)s.max_rel_i, "worst_i",
+      (long long)s.worst_i, "n", (long long)s.n, "n_finite", (long long)s.n_finite, "n_unequal",
+      (long long)s.n_unequal, "n_mismatch", (long long)s.n_mismatch, "n_nan_a",
+      (long long)s.n_nan_a, "n_posinf_a", (long long)s.n_posinf_a, "n_neginf_a",
+      (long long)s.n_neginf_a, "n_nan_e", (long long)s.n_nan_e, "n_posinf_e",
+      (long long)s.n_posinf_e, "n_neginf_e", (long long)s.n_neginf_e, "n_class_diff",
+      (long long)s.n_class_diff, "first_class_diff", (long long)s.first_class_diff);
+}
+
+PyDoc_STRVAR(quantile_ranks_doc,
+"quantile_ranks(n, quantiles) -> list[tuple[int, int]]\n"
+"\n"
+"Private ([E]).  For each probability, the 0-based ranks (lo, hi) among n >= 1\n"
+"ascending values that numpy's linear quantile interpolates (vgct_quantile_ranks).");
+
+static PyObject *py_quantile_ranks(PyObject *self, PyObject *args) {
+  (void)self;
+  long long n;
+  PyObject *qobj;
+  if (!PyArg_ParseTuple(args, "LO:quantile_ranks", &n, &qobj)) return NULL;
+  if (n < 1) {
+    PyErr_Format(PyExc_ValueError, "quantile_ranks: n must be >= 1, got %lld", n);
+    return NULL;
+  }
+  double qs[VGCT_MAX_QUANTILES];
+  int nq = 0;
+  if (parse_quantiles(qobj, qs, &nq) < 0) return NULL;
+  PyObject *out = PyList_New(nq);
+  if (out == NULL) return NULL;
+  for (int i = 0; i < nq; ++i) {
+    int64_t lo, hi;
+    double gamma;
+    vgct_quantile_ranks((int64_t)n, qs[i], &lo, &hi, &gamma);
+    PyObject *t = Py_BuildValue("(LL)", (long long)lo, (long long)hi);
+    if (t == NULL) {
+      Py_DECREF(out);
+      return NULL;
+    }
+    PyList_SET_ITEM(out, i, t);
+  }
+  return out;
+}
+
+PyDoc_STRVAR(finalize_raw_doc,
+"finalize_raw(acc, slices, shape, dtype_actual, dtype_expected, device_type, device_id,\n"
+"             rtol, atol, quantiles, order_keys, dim) -> dict\n"
+"\n"
+"Private ([E]).  The dict compare() returns, from a (merged) raw record: `slices`\n"
+"None or shape[dim] raw vgct_slice_acc; `order_keys` None when there is no finite\n"
+"pair or no quantile, else 2*len(quantiles) selection keys (the bits of the\n"
+"order statistics at quantile_ranks' lo, hi for each probability, in order).");
+
+static PyObject *py_finalize_raw(PyObject *self, PyObject *args, PyObject *kwargs) {
+  (void)self;
+  static char *kwlist[] = {"acc", "slices", "shape", "dtype_actual", "dtype_expected",
+                           "device_type", "device_id", "rtol", "atol", "quantiles",
+                           "order_keys", "dim", NULL};
+  PyObject *acc_obj, *sl_obj, *shape_obj, *qobj, *keys_obj, *dim_obj;
+  const char *dta_s, *dte_s;
+  int devtype, devid;
+  double rtol, atol;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOssiiddOOO:finalize_raw", kwlist, &acc_obj,
+                                   &sl_obj, &shape_obj, &dta_s, &dte_s, &devtype, &devid, &rtol,
+                                   &atol, &qobj, &keys_obj, &dim_obj))
+    return NULL;
+  if (check_tol("rtol", rtol) < 0 || check_tol("atol", atol) < 0) return NULL;
+  vgct_acc s;
+  if (read_record(acc_obj, "finalize_raw: acc", sizeof s, &s) < 0) return NULL;
+  result_meta m;
+  memset(&m, 0, sizeof m);
+  if (parse_shape(shape_obj, "shape", &m.v) < 0) return NULL;
+  m.dta = vgct_dtype_from_name(dta_s);
+  m.dte = vgct_dtype_from_name(dte_s);
+  if (m.dta < 0 || m.dte < 0) {
+    PyErr_Format(PyExc_ValueError, "finalize_raw: unknown dtype name '%s'",
+                 m.dta < 0 ? dta_s : dte_s);
+    return NULL;
+  }
+  if (devtype != kDLCPU && devtype != kDLCUDA) {
+    PyErr_Format(PyExc_ValueError, "finalize_raw: device_type %d is neither kDLCPU nor kDLCUDA",
+                 devtype);
+    return NULL;
+  }
+  m.v.device_type = devtype;
+  m.v.device_id = devid;
+  if (vgct_numel(&m.v) != s.n) {
+    PyErr_Format(PyExc_ValueError,
+                 "finalize_raw: the record holds %lld pairs, the shape %lld elements",
+                 (long long)s.n, (long long)vgct_numel(&m.v));
+    return NULL;
+  }
+  double qs[VGCT_MAX_QUANTILES], qv[VGCT_MAX_QUANTILES], vals[2 * VGCT_MAX_QUANTILES];
+  int nq = 0;
+  if (parse_quantiles(qobj, qs, &nq) < 0) return NULL;
+  long dim = -1;
+  int has_dim = 0;
+  if (parse_dim(dim_obj, &has_dim, &dim) < 0) return NULL;
+  if (has_dim && check_dim(&m.v, &dim) < 0) return NULL;
+  if (has_dim != (sl_obj != Py_None)) {
+    PyErr_SetString(PyExc_ValueError, "finalize_raw: slices are given exactly when dim is");
+    return NULL;
+  }
+  if (nq > 0 && s.n_finite > 0) {
+    PyObject *seq = keys_obj == Py_None ? NULL
+                    : PySequence_Fast(keys_obj, "order_keys must be a sequence of ints");
+    if (seq == NULL) {
+      if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "finalize_raw: order_keys are needed (finite pairs and "
+                                          "quantiles)");
+      return NULL;
+    }
+    if (PySequence_Fast_GET_SIZE(seq) != 2 * nq) {
+      PyErr_Format(PyExc_ValueError, "finalize_raw: %d order keys needed, got %zd", 2 * nq,
+                   PySequence_Fast_GET_SIZE(seq));
+      Py_DECREF(seq);
+      return NULL;
+    }
+    for (int i = 0; i < 2 * nq; ++i) {
+      unsigned long long k = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
+      if (k == (unsigned long long)-1 && PyErr_Occurred()) {
+        Py_DECREF(seq);
+        return NULL;
+      }
+      vals[i] = vgct_f64_from_bits((uint64_t)k);
+    }
+    Py_DECREF(seq);
+    lerp_quantiles(s.n_finite, nq, qs, vals, qv);
+  } else {
+    for (int i = 0; i < nq; ++i) qv[i] = (double)NAN;
+  }
+  vgct_slice_acc *slices = NULL;
+  if (has_dim) {
+    int64_t k = m.v.shape[dim];
+    slices = (vgct_slice_acc *)PyMem_RawCalloc(k ? (size_t)k : 1, sizeof *slices);
+    if (slices == NULL) return PyErr_NoMemory();
+    Py_buffer b;
+    if (PyObject_GetBuffer(sl_obj, &b, PyBUF_SIMPLE) < 0) {
+      PyMem_RawFree(slices);
+      return NULL;
+    }
+    if ((size_t)b.len != (size_t)k * sizeof *slices) {
+      PyErr_Format(PyExc_ValueError,
+                   "finalize_raw: slices hold %zd bytes, shape[%ld] = %lld slices need %zu", b.len,
+                   dim, (long long)k, (size_t)k * sizeof *slices);
+      PyBuffer_Release(&b);
+      PyMem_RawFree(slices);
+      return NULL;
+    }
+    if (k) memcpy(slices, b.buf, (size_t)b.len);
+    PyBuffer_Release(&b);
+  }
+  vgct_params p;
+  p.rtol = rtol;
+  p.atol = atol;
+  p.dim = has_dim ? (int)dim : -1;
+  p.nthreads = 1;
+  PyObject *result = result_dict(&m, &p, &s, nq, qs, qv, slices);
+  PyMem_RawFree(slices);
   return result;
 }
 
@@ -634,6 +1314,18 @@ static PyMethodDef methods[] = {
     {"compare", (PyCFunction)(void (*)(void))py_compare, METH_VARARGS | METH_KEYWORDS, compare_doc},
     {"fingerprint", (PyCFunction)(void (*)(void))py_fingerprint, METH_VARARGS | METH_KEYWORDS,
      fingerprint_doc},
+    {"reduce_raw", (PyCFunction)(void (*)(void))py_reduce_raw, METH_VARARGS | METH_KEYWORDS,
+     reduce_raw_doc},
+    {"histogram", (PyCFunction)(void (*)(void))py_histogram, METH_VARARGS | METH_KEYWORDS,
+     histogram_doc},
+    {"merge_raw", py_merge_raw, METH_O, merge_raw_doc},
+    {"merge_slices_raw", py_merge_slices_raw, METH_VARARGS, merge_slices_raw_doc},
+    {"remap_raw", (PyCFunction)(void (*)(void))py_remap_raw, METH_VARARGS | METH_KEYWORDS,
+     remap_raw_doc},
+    {"acc_fields", py_acc_fields, METH_O, acc_fields_doc},
+    {"quantile_ranks", py_quantile_ranks, METH_VARARGS, quantile_ranks_doc},
+    {"finalize_raw", (PyCFunction)(void (*)(void))py_finalize_raw, METH_VARARGS | METH_KEYWORDS,
+     finalize_raw_doc},
     {"build_info", py_build_info, METH_NOARGS, build_info_doc},
     {"device_props", py_device_props, METH_O, device_props_doc},
     {NULL, NULL, 0, NULL}};
@@ -669,6 +1361,11 @@ PyMODINIT_FUNC PyInit__C(void) {
   if (m == NULL) return NULL;
   if (PyModule_AddIntConstant(m, "MAX_NDIM", VGCT_MAX_NDIM) < 0 ||
       PyModule_AddIntConstant(m, "MAX_QUANTILES", VGCT_MAX_QUANTILES) < 0 ||
+      PyModule_AddIntConstant(m, "ACC_VERSION", VGCT_ACC_VERSION) < 0 ||
+      PyModule_AddIntConstant(m, "ACC_SIZE", (long)sizeof(vgct_acc)) < 0 ||
+      PyModule_AddIntConstant(m, "SLICE_ACC_SIZE", (long)sizeof(vgct_slice_acc)) < 0 ||
+      PyModule_AddIntConstant(m, "HIST_MAX_PREFIXES", VGCT_HIST_MAX_PREFIXES) < 0 ||
+      PyModule_AddIntConstant(m, "HIST_MAX_WIDTH", VGCT_HIST_MAX_WIDTH) < 0 ||
       PyModule_AddStringConstant(m, "__version__", VGCT_VERSION) < 0) {
     Py_DECREF(m);
     return NULL;

@@ -21,7 +21,7 @@ __all__ = ["compare", "PairedStats", "SliceStats", "fingerprint", "build_info", 
 
 # Method-layer modules whose __all__ names are forwarded lazily (PEP 562), so that a plain
 # `import vgct_ext` stays light and never imports torch.
-_LAZY_MODULES = ("gates", "probes", "experiment", "skips")
+_LAZY_MODULES = ("gates", "probes", "experiment", "skips", "sharded")
 
 
 def __getattr__(name: str):

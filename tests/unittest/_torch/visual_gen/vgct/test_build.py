@@ -91,7 +91,9 @@ def test_nvcc_presence_decides_cuda_build():
 def test_stub_matches_module():
     stub = (ROOT / "vgct_ext" / "_C.pyi").read_text()
     public = sorted(n for n in dir(_C) if not n.startswith("_") and callable(getattr(_C, n)))
-    assert public == ["build_info", "compare", "device_props", "fingerprint"]
+    assert public == ["acc_fields", "build_info", "compare", "device_props", "finalize_raw",
+                      "fingerprint", "histogram", "merge_raw", "merge_slices_raw",
+                      "quantile_ranks", "reduce_raw", "remap_raw"]
     for n in public:
         assert f"def {n}(" in stub
     assert (ROOT / "vgct_ext" / "py.typed").exists()
