@@ -724,12 +724,6 @@ done:
   return result;
 }
 
-#ifdef VGCT_HAVE_CUDA
-/* Weak: a CUDA build whose cuda/ does not define it yet still links (the
- * address is then NULL and histogram() on a CUDA tensor raises). */
-#pragma weak vgct_cuda_histogram
-#endif
-
 PyDoc_STRVAR(histogram_doc,
 "histogram(actual, expected, prefixes, prefix_bits, width, stream=None,\n"
 "          dtype_actual=None, dtype_expected=None) -> numpy.ndarray\n"
@@ -795,17 +789,6 @@ static PyObject *py_histogram(PyObject *self, PyObject *args, PyObject *kwargs) 
   char err[ERRLEN];
   err[0] = '\0';
   int rc = VGCT_OK;
-  if (a->device_type == kDLCUDA) {
-#ifdef VGCT_HAVE_CUDA
-    if (vgct_cuda_histogram == NULL) {
-      PyErr_SetString(PyExc_RuntimeError,
-                      "histogram: this build's CUDA engine has no vgct_cuda_histogram yet; "
-                      "compare_sharded on CUDA tensors needs it (vgct_engine.h)");
-      Py_DECREF(out);
-      goto done;
-    }
-#endif
-  }
   Py_BEGIN_ALLOW_THREADS
   if (a->device_type == kDLCUDA) {
 #ifdef VGCT_HAVE_CUDA

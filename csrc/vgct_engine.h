@@ -135,9 +135,7 @@ int vgct_cuda_fingerprint(const vgct_view *x, uintptr_t stream, uint64_t *out,
  * call returns.  Needed by compare_sharded on CUDA tensors ([E]), which asks
  * for digits of width <= 15 there (one 32768-bin row of 32-bit counters per
  * prefix fits a block's shared memory), at most 2 * VGCT_MAX_QUANTILES
- * prefixes per call, usually 1 or 2.  module.c references it weakly: a CUDA
- * build whose cuda/ does not define it still links, and _C.histogram on a
- * CUDA tensor then raises RuntimeError. */
+ * prefixes per call, usually 1 or 2.  Defined in cuda/histogram.cu. */
 int vgct_cuda_histogram(const vgct_view *a, const vgct_view *e, const vgct_params *p,
                         uintptr_t stream, const uint64_t *prefixes, int nprefix,
                         int prefix_bits, int width, int64_t *counts, char *err, size_t errlen);
