@@ -27,7 +27,6 @@
 #define H_SMEM_MAX (128u << 10)          /* shared counters per block, bytes     */
 #define H_WS_OFF (2u << 20)              /* workspace region for the histogram   */
 #define H_WS_BYTES (8u << 20)
-#define H_NONE 0xffffffffffffffffull
 
 struct HArgs {
   IterSpec it;
@@ -75,36 +74,12 @@ __global__ void __launch_bounds__(HT, 1) k_hist(const __grid_constant__ HArgs A)
     oe += col0 * sei;
     const int cnt = (int)min((int64_t)G::CH, L - col0);
     const char *qa = it.pa + oa * isa, *qe = it.pe + oe * ise;
-    const bool v = unit && cnt == G::CH && ((reinterpret_cast<uintptr_t>(qa) & 15) == 0) &&
-                   ((reinterpret_cast<uintptr_t>(qe) & 15) == 0);
     unsigned long long keys[G::CH];
-    if (v) {
-      uint4 va[G::NVA], ve[G::NVE];
-#pragma unroll
-      for (int i = 0; i < G::NVA; ++i) va[i] = __ldcs(reinterpret_cast<const uint4 *>(qa) + i);
-#pragma unroll
-      for (int i = 0; i < G::NVE; ++i) ve[i] = __ldcs(reinterpret_cast<const uint4 *>(qe) + i);
-      const char *ba = reinterpret_cast<const char *>(va), *be = reinterpret_cast<const char *>(ve);
-#pragma unroll
-      for (int q = 0; q < G::CH; ++q) {
-        uint64_t k;
-        keys[q] = vgct_absdiff_key(vgct_load(ba + q * G::ISA, DA), vgct_load(be + q * G::ISE, DE), &k)
-                      ? k : H_NONE;
-      }
-    } else {
-#pragma unroll
-      for (int q = 0; q < G::CH; ++q) {
-        uint64_t k = H_NONE;
-        if (q < cnt &&
-            !vgct_absdiff_key(vg_ld<DA>(qa + q * sai * isa, it.da), vg_ld<DE>(qe + q * sei * ise, it.de), &k))
-          k = H_NONE;
-        keys[q] = k;
-      }
-    }
+    vg_chunk_keys<DA, DE>(it, qa, qe, sai, sei, isa, ise, unit, cnt, keys);
 #pragma unroll
     for (int q = 0; q < G::CH; ++q) {
       const unsigned long long key = keys[q];
-      if (q >= cnt || (key >> 63)) continue; /* H_NONE: not a finite pair */
+      if (q >= cnt || (key >> 63)) continue; /* VG_KEY_NONE: not a finite pair */
       const int r = h_row(A, key);
       if (r < 0) continue;
       const unsigned bin = (unsigned)r * (unsigned)(A.dmask + 1) + (unsigned)((key >> A.dshift) & A.dmask);

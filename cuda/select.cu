@@ -48,7 +48,7 @@ namespace cg = cooperative_groups;
 #define SEL_BINS 32768
 #define SEL_SMEM (SEL_BINS * 4)
 #define SEL_CAP ((12u << 20) / 8) /* candidate keys: 12 MiB               */
-#define KEY_NONE 0xffffffffffffffffull
+#define KEY_NONE VG_KEY_NONE
 
 /* workspace layout (bytes from d_ws; shares the region with reduce.cu,
    calls are serialised by the device lock) */
@@ -302,32 +302,8 @@ __global__ void __launch_bounds__(ST, 1) k_sel_data(const __grid_constant__ KArg
     const int cnt = (int)min((int64_t)G::CH, L - col0);
     const char *qa = it.pa + oa * isa, *qe = it.pe + oe * ise;
     const int64_t pos0 = (int64_t)row * L + col0;
-    const bool v = unit && cnt == G::CH && ((reinterpret_cast<uintptr_t>(qa) & 15) == 0) &&
-                   ((reinterpret_cast<uintptr_t>(qe) & 15) == 0);
     unsigned long long keys[G::CH];
-    if (v) {
-      uint4 va[G::NVA], ve[G::NVE];
-#pragma unroll
-      for (int i = 0; i < G::NVA; ++i) va[i] = __ldcs(reinterpret_cast<const uint4 *>(qa) + i);
-#pragma unroll
-      for (int i = 0; i < G::NVE; ++i) ve[i] = __ldcs(reinterpret_cast<const uint4 *>(qe) + i);
-      const char *ba = reinterpret_cast<const char *>(va), *be = reinterpret_cast<const char *>(ve);
-#pragma unroll
-      for (int q = 0; q < G::CH; ++q) {
-        uint64_t k;
-        keys[q] = vgct_absdiff_key(vgct_load(ba + q * G::ISA, DA), vgct_load(be + q * G::ISE, DE), &k)
-                      ? k : KEY_NONE;
-      }
-    } else {
-#pragma unroll
-      for (int q = 0; q < G::CH; ++q) {
-        uint64_t k = KEY_NONE;
-        if (q < cnt &&
-            !vgct_absdiff_key(vg_ld<DA>(qa + q * sai * isa, it.da), vg_ld<DE>(qe + q * sei * ise, it.de), &k))
-          k = KEY_NONE;
-        keys[q] = k;
-      }
-    }
+    vg_chunk_keys<DA, DE>(it, qa, qe, sai, sei, isa, ise, unit, cnt, keys);
 #pragma unroll
     for (int q = 0; q < G::CH; ++q) {
       if (q < cnt) {

@@ -276,6 +276,48 @@ template <int DA, int DE> struct vg_chunk {
   static constexpr int NVE = TYPED ? CH * ISE / 16 : 1;
 };
 
+/* Selection keys of one chunk: for each of the G::CH pairs starting at qa/qe
+ * (strides sai/sei elements of isa/ise bytes), vgct_absdiff_key of the pair,
+ * or VG_KEY_NONE (all ones: a non-finite pair, or q >= cnt).  16-byte
+ * streaming loads when the chunk is full, unit-stride and both pointers are
+ * 16-byte aligned (`unit`: typed pair with unit inner strides); element loads
+ * otherwise (misaligned views such as bf16 x[1:], any strides).  Shared by the
+ * data passes of the selection (select.cu) and of the histogram
+ * (histogram.cu). */
+#define VG_KEY_NONE 0xffffffffffffffffull
+template <int DA, int DE>
+__device__ __forceinline__ void vg_chunk_keys(const IterSpec &it, const char *qa, const char *qe,
+                                              int64_t sai, int64_t sei, int64_t isa, int64_t ise,
+                                              bool unit, int cnt,
+                                              unsigned long long (&keys)[vg_chunk<DA, DE>::CH]) {
+  typedef vg_chunk<DA, DE> G;
+  const bool v = unit && cnt == G::CH && ((reinterpret_cast<uintptr_t>(qa) & 15) == 0) &&
+                 ((reinterpret_cast<uintptr_t>(qe) & 15) == 0);
+  if (v) {
+    uint4 va[G::NVA], ve[G::NVE];
+#pragma unroll
+    for (int i = 0; i < G::NVA; ++i) va[i] = __ldcs(reinterpret_cast<const uint4 *>(qa) + i);
+#pragma unroll
+    for (int i = 0; i < G::NVE; ++i) ve[i] = __ldcs(reinterpret_cast<const uint4 *>(qe) + i);
+    const char *ba = reinterpret_cast<const char *>(va), *be = reinterpret_cast<const char *>(ve);
+#pragma unroll
+    for (int q = 0; q < G::CH; ++q) {
+      uint64_t k;
+      keys[q] = vgct_absdiff_key(vgct_load(ba + q * G::ISA, DA), vgct_load(be + q * G::ISE, DE), &k)
+                    ? k : VG_KEY_NONE;
+    }
+  } else {
+#pragma unroll
+    for (int q = 0; q < G::CH; ++q) {
+      uint64_t k = VG_KEY_NONE;
+      if (q < cnt &&
+          !vgct_absdiff_key(vg_ld<DA>(qa + q * sai * isa, it.da), vg_ld<DE>(qe + q * sei * ise, it.de), &k))
+        k = VG_KEY_NONE;
+      keys[q] = k;
+    }
+  }
+}
+
 /* Shuffle a POD struct word by word (a warp-tree merge; unused since the
  * accumulators moved to shared memory, kept for experiments). */
 template <typename T>
