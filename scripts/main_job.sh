@@ -5,12 +5,13 @@
 #   bash scripts/main_job.sh                # the default subset
 #   bash scripts/main_job.sh --full         # also the slow cases
 #   bash scripts/main_job.sh -- -k wan      # extra pytest arguments after --
-# Installs the pinned component stack (diffusers, transformers; see scripts/main_job.py PINS) and torch
+# Installs pytest and safetensors when missing, the pinned component stack (diffusers, transformers; see scripts/main_job.py PINS) and torch
 # (torch==2.13.0, the CPU build, only when no torch is importable: a torch you have is kept).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
 
+vgct_need pytest:pytest "numpy:numpy>=2.1" safetensors:safetensors
 vgct_need_torch
 vgct_build
 "$PY" scripts/main_job.py --install-deps --no-run
