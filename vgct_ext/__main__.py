@@ -4,7 +4,9 @@
 one row per name: dtypes, shape, relative L2, cosine, max abs error, p99 abs error, elementwise mismatches and
 the verdict. With ``--gate t1`` each pair is gated by :func:`vgct_ext.gates.assert_t1` (``--relax`` and bars as
 there) and the failure messages follow the table. A name present in only one file, or a shape mismatch, is a
-failure. Exit status: 0 all compared (and passed the gate), 1 a failure, 2 a usage error or a refused request
+failure, and so is a pair of files with no tensor at all ("no tensors compared"). ``--dim`` must be a valid
+axis of every tensor (``-ndim <= dim < ndim``); otherwise it is a usage error naming the tensor and its ndim.
+Exit status: 0 all compared (and passed the gate), 1 a failure, 2 a usage error or a refused request
 (:class:`vgct_ext.gates.TransparencyFinding`).
 
 ``info`` prints the build (``vgct_ext.build_info()``), the hardware (CPU, GPUs, driver, CUDA) and the
@@ -62,12 +64,26 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - a corrupt/foreign file is a usage error here
         print(f"error: cannot read safetensors: {exc}", file=sys.stderr)
         return 2
+    names = sorted(set(ta) | set(tb))
+    if not names:
+        print(f"error: no tensors compared: {args.a} and {args.b} hold no tensors", file=sys.stderr)
+        return 1
+    if args.dim is not None:
+        for name in names:
+            for side, t in (("A", ta.get(name)), ("B", tb.get(name))):
+                if t is None:
+                    continue
+                nd = len(t.shape)
+                if not -nd <= args.dim < nd:
+                    print(f"error: --dim {args.dim} is out of range for tensor {name!r} in {side} (ndim {nd}, "
+                          f"shape {tuple(t.shape)})", file=sys.stderr)
+                    return 2
     feature = f"{os.path.basename(args.a)} vs {os.path.basename(args.b)}"
     rows: List[Tuple[str, ...]] = []
     messages: List[str] = []
     records: List[Dict[str, Any]] = []
     failed = False
-    for name in sorted(set(ta) | set(tb)):
+    for name in names:
         if name not in tb or name not in ta:
             where = "B" if name not in tb else "A"
             t = ta.get(name, tb.get(name))
@@ -84,8 +100,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             failed = True
             continue
         verdict = "-"
-        nd = len(a.shape)
-        dim = args.dim if args.dim is not None and -nd <= args.dim < nd else None  # only where the axis exists
+        dim = args.dim  # validated above for every tensor
         try:
             if args.gate == "t1":
                 try:

@@ -20,6 +20,12 @@ File ``<test module stem>.vgct-evidence.json``::
 Bars: ``worst x (1 + h)`` for the upper-bounded statistics (relative L2, p99, max abs error, per-channel
 mean shift) and ``1 - (1 - worst cosine) x (1 + h)`` for cosine; ``h`` is ``--vgct-headroom`` (default 0.5).
 Recalibrating a stratum replaces its runs and bars and keeps its investigation note; other strata are kept.
+
+Every entry must carry a finite bar for rel_l2, cosine, p99 and max_abs_err (and channel_mean_shift when the
+entry has a ``dim``): :func:`lookup` refuses an entry that lacks one (recalibrate), except that relative L2 and
+cosine are not required when the gated run's reference has zero norm (the gate then uses absolute error).
+Calibration refuses a run with a non-finite pair (``n_finite < n``), a zero-norm reference, or an undefined or
+non-finite statistic, and :func:`derive_bars` never produces a missing or non-finite bar.
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ __all__ = [
 FORMAT = "vgct-evidence/1"
 SUFFIX = ".vgct-evidence.json"
 UPPER = ("rel_l2", "p99", "max_abs_err", "channel_mean_shift")
+REQUIRED = ("rel_l2", "cosine", "p99", "max_abs_err")  # plus channel_mean_shift when dim is set
+RELATIVE = ("rel_l2", "cosine")  # undefined for a zero-norm reference
 HEADROOM_RULE = ("upper-bounded statistics: bar = worst x (1 + headroom); cosine: bar = 1 - (1 - worst) x "
                  "(1 + headroom)")
 
@@ -98,12 +106,56 @@ def t2_statistics(stats: Any) -> Dict[str, Any]:
     return out
 
 
-def derive_bars(runs: Sequence[Mapping[str, Any]], headroom: float) -> Tuple[Dict[str, float], Dict[str, float]]:
-    """``(observed_worst, bars)`` from raw runs: worst of each statistic, then headroom (module docstring)."""
+def required_bars(dim: Optional[int], zero_reference: bool = False) -> Tuple[str, ...]:
+    """The bars an entry must carry: rel_l2, cosine, p99, max_abs_err, plus channel_mean_shift with ``dim``;
+    without rel_l2 and cosine when the gated run's reference has zero norm (they are undefined there)."""
+    names = REQUIRED + (("channel_mean_shift",) if dim is not None else ())
+    return tuple(n for n in names if not (zero_reference and n in RELATIVE))
+
+
+def _finite_number(v: Any) -> bool:
+    return (not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(float(v)))
+
+
+def check_calibration_run(stats: Any, observed: Mapping[str, Any], dim: Optional[int]) -> Optional[str]:
+    """Why a run cannot calibrate bars (``None`` when it can): a non-finite pair, a zero-norm reference, or a
+    required statistic that is undefined or non-finite."""
+    if stats.n == 0 or stats.n_finite == 0:
+        return "no finite pair was compared (an empty or all-non-finite comparison proves nothing)"
+    if stats.n_finite < stats.n:
+        return (f"{stats.n - stats.n_finite} of {stats.n} pairs are non-finite (NaN/Inf); a T2 bar must be "
+                f"calibrated from finite output only")
+    if stats.zero_reference:
+        return ("the reference has zero norm, so relative L2 and cosine are undefined and no bar could be recorded "
+                "for them; calibrate on an experiment with a nonzero reference")
+    bad = [f"{k}={observed.get(k)!r}" for k in required_bars(dim) if not _finite_number(observed.get(k))]
+    if bad:
+        return ("undefined or non-finite statistic(s) " + ", ".join(bad)
+                + " (cosine is undefined when ||actual||_2 = 0); no bar can be derived from them")
+    return None
+
+
+def derive_bars(runs: Sequence[Mapping[str, Any]], headroom: float,
+                dim: Optional[int] = None) -> Tuple[Dict[str, float], Dict[str, float]]:
+    """``(observed_worst, bars)`` from raw runs: worst of each statistic, then headroom (module docstring).
+
+    Raises ``ValueError`` when there is no run, when a run lacks a required statistic (rel_l2, cosine, p99,
+    max_abs_err; channel_mean_shift with ``dim``) or has a non-finite one, or when a bar would be non-finite:
+    an entry is never written with a missing or non-finite bar."""
     if headroom < 0 or not math.isfinite(headroom):
         raise ValueError(f"headroom must be a finite number >= 0, got {headroom!r}")
+    if not runs:
+        raise ValueError("derive_bars: no calibration run")
+    need = required_bars(dim)
     worst: Dict[str, float] = {}
-    for r in runs:
+    for i, r in enumerate(runs):
+        bad = [f"{k}={r.get(k)!r}" for k in need if not _finite_number(r.get(k))]
+        bad += [f"{k}={r.get(k)!r}" for k in UPPER + ("cosine",)
+                if k not in need and r.get(k) is not None and not _finite_number(r.get(k))]
+        if bad:
+            raise ValueError(f"calibration run {i} has undefined or non-finite statistic(s) {', '.join(bad)}; "
+                             f"refusing to derive bars from it (a zero-norm reference or non-finite output "
+                             f"cannot calibrate a T2 bar)")
         for k in UPPER:
             v = r.get(k)
             if v is not None and (k not in worst or v > worst[k]):
@@ -115,6 +167,9 @@ def derive_bars(runs: Sequence[Mapping[str, Any]], headroom: float) -> Tuple[Dic
     bars = {k: v * f for k, v in worst.items() if k != "cosine"}
     if "cosine" in worst:
         bars["cosine"] = 1.0 - (1.0 - worst["cosine"]) * f
+    bad = [f"{k}={v!r}" for k, v in bars.items() if not math.isfinite(v)]
+    if bad:
+        raise ValueError(f"derive_bars: non-finite bar(s) {', '.join(bad)}; not written")
     return worst, bars
 
 
@@ -164,6 +219,20 @@ def lookup(path: Path, key: str, stratum: str, stats: Any, dim: Optional[int]) -
     bars = entry.get("bars")
     if not isinstance(bars, dict) or not bars:
         return None, f"T2 evidence for {key!r} on {stratum} in {path} has no bars. {_calibrate_hint(stratum)}"
+    zero = bool(stats.zero_reference)
+    need = required_bars(dim, zero_reference=zero)
+    missing = [k for k in need if k not in bars]
+    bad = [f"{k}={v!r}" for k, v in bars.items() if not _finite_number(v)]
+    if missing or bad:
+        what = []
+        if missing:
+            what.append("no bar for " + ", ".join(missing))
+        if bad:
+            what.append("non-finite or non-numeric bar(s) " + ", ".join(bad))
+        return None, (f"T2 evidence for {key!r} on {stratum} in {path} is incomplete: {'; '.join(what)}. A T2 gate "
+                      f"needs a calibrated bar for each of {', '.join(need)}"
+                      + (" (relative L2 and cosine are not required: the reference has zero norm)" if zero else "")
+                      + f"; a statistic is never left ungated. Recalibrate. {_calibrate_hint(stratum)}")
     cos = bars.get("cosine")
     note = entry.get("investigation")
     if cos is not None and cos < 0.99 and not (isinstance(note, str) and note.strip()):
@@ -176,7 +245,14 @@ def lookup(path: Path, key: str, stratum: str, stats: Any, dim: Optional[int]) -
 def add_calibration_run(session: "_context.Session", path: Path, key: str, stratum: str, stats: Any,
                         observed: Mapping[str, Any], *, component: str, feature: str, case: Optional[str],
                         dim: Optional[int]) -> None:
-    """Queue one calibration run (written by :func:`write_calibration` at the end of the session)."""
+    """Queue one calibration run (written by :func:`write_calibration` at the end of the session).
+
+    Raises ``ValueError`` (the run is refused, nothing queued) for a run :func:`check_calibration_run` rejects:
+    a non-finite pair, a zero-norm reference, or an undefined/non-finite statistic."""
+    why = check_calibration_run(stats, observed, dim)
+    if why is not None:
+        raise ValueError(f"calibration of {key!r} on {stratum} refused: {why}. No evidence is recorded from this "
+                         f"run; fix the experiment and rerun pytest --vgct-calibrate.")
     slot = session.calibration.setdefault((str(path), key, stratum), {"runs": [], "meta": None, "tests": []})
     t = _context.current_test()
     run = {k: v for k, v in observed.items()}
@@ -210,7 +286,7 @@ def write_calibration(session: "_context.Session", command: str) -> List[Dict[st
                     if r["_test"] not in session.failed_tests]
             if not runs:
                 continue
-            worst, bars = derive_bars(runs, session.headroom)
+            worst, bars = derive_bars(runs, session.headroom, slot["meta"]["dim"])
             old = data["entries"].get(key, {}).get(stratum, {})
             entry = dict(slot["meta"])
             entry.update({

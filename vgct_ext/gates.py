@@ -12,8 +12,9 @@ themselves are defined in ``docs/metrics.md``.
   current hardware stratum (``"cpu"`` or ``"sm_XY"``), never a built-in default
   (see :mod:`vgct_ext.evidence`).
 
-Both gates fail on any non-finite pair, on an empty comparison, and, for a zero-norm reference (where
-relative L2 and cosine are undefined), gate on the maximum absolute error and say so.
+Both gates fail on any non-finite pair, on an empty comparison (the message then says no finite pair was
+compared), and, for a zero-norm reference (where relative L2 and cosine are undefined), gate on the maximum
+absolute error and say so.
 """
 
 from __future__ import annotations
@@ -374,12 +375,15 @@ def resolve_t1_bars(relax: Union[Relax, str, None] = None, *, rel_l2: Optional[f
     return bars, cause
 
 
+_NO_FINITE_NOTE = "no finite pair was compared: no statistic is defined, nothing is proven"
+
+
 def t1_checks(stats: Any, bars: T1Bars) -> List[Check]:
     checks: List[Check] = []
     if stats.zero_reference:
-        checks.append(Check("max_abs_err", "max abs error", stats.max_abs_err, "<=", bars.atol,
-                            note="zero-norm reference: relative L2 and cosine undefined, gating on absolute "
-                                 "error <= atol"))
+        note = (_NO_FINITE_NOTE if stats.n_finite == 0 else
+                "zero-norm reference: relative L2 and cosine undefined, gating on absolute error <= atol")
+        checks.append(Check("max_abs_err", "max abs error", stats.max_abs_err, "<=", bars.atol, note=note))
     else:
         checks.append(Check("rel_l2", "relative L2", stats.rel_l2, "<=", bars.rel_l2))
         checks.append(Check("cosine", "cosine similarity", stats.cosine, ">=", bars.cosine,
@@ -469,14 +473,21 @@ def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
     written to the evidence file at the end of the session (worst observed value plus headroom).
 
     Gated statistics (bars from the evidence): relative L2 ``<=``, cosine ``>=``, p99 abs error ``<=``,
-    max abs error ``<=``, per-channel mean shift ``<=`` (with ``dim``); no non-finite pair. A zero-norm
-    reference gates on absolute error only and says so.
+    max abs error ``<=``, per-channel mean shift ``<=`` (with ``dim``); no non-finite pair; at least one
+    element. Every one of these bars must be in the evidence entry -- an entry lacking one (e.g. only a
+    ``max_abs_err`` bar) is refused with :class:`EvidenceMissing` and a recalibration hint, never gated on
+    the bars it has. The only exception: when the gated run's reference has zero norm, relative L2 and cosine
+    are undefined, their bars are not required, and the gate says it gates on absolute error. Under
+    calibration a run with a non-finite pair, a zero-norm reference or an undefined statistic is refused
+    (``ValueError``), so no entry is written without a required bar.
 
     Returns: the ``vgct_ext.PairedStats``.
     Raises:
         EvidenceMissing (AssertionError): no evidence for this key and stratum (the message says how to record
-            it: ``pytest --vgct-calibrate <test id>``), evidence recorded for another dtype/shape/dim, or a
-            cosine bar under 0.99 without an investigation note.
+            it: ``pytest --vgct-calibrate <test id>``), evidence recorded for another dtype/shape/dim, evidence
+            lacking a required bar (or with a non-finite one), or a cosine bar under 0.99 without an
+            investigation note.
+        ValueError: under ``--vgct-calibrate``, a run that cannot calibrate bars (see above).
         GateFailure (AssertionError): a bar was missed (message as for :func:`assert_t1`).
     Source: the method, "T2, lossy" (calibrated bars, evidence per GPU-architecture stratum, 0.99 cosine floor
     requires investigation).
@@ -547,6 +558,9 @@ def _t2_report_checks(stats: Any, observed: Mapping[str, Any]) -> List[Check]:
 
 
 def t2_checks(stats: Any, observed: Mapping[str, Any], bars: Mapping[str, float]) -> List[Check]:
+    """The T2 checks against ``bars``. ``bars`` must be complete (:func:`vgct_ext.evidence.lookup` refuses
+    evidence lacking a required bar), so every statistic gated here has a bar; a zero-norm reference skips
+    relative L2 and cosine (undefined) and says so on the max-abs-error row."""
     checks: List[Check] = []
     zero = stats.zero_reference
     for name, (label, op) in _T2_LABELS.items():
@@ -556,7 +570,8 @@ def t2_checks(stats: Any, observed: Mapping[str, Any], bars: Mapping[str, float]
             continue
         note = ""
         if zero and name == "max_abs_err":
-            note = "zero-norm reference: relative L2 and cosine undefined, gating on absolute error"
+            note = (_NO_FINITE_NOTE if stats.n_finite == 0 else
+                    "zero-norm reference: relative L2 and cosine undefined, gating on absolute error")
         if name == "channel_mean_shift" and observed.get("channel_mean_shift_index") is not None:
             note = f"channel {observed['channel_mean_shift_index']}"
         if name == "cosine" and observed.get("cosine") is None:

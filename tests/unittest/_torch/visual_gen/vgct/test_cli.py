@@ -125,3 +125,22 @@ def test_module_entry_point_subprocess(files):
     assert r.returncode == 0 and "vgct_ext build" in r.stdout and "cpu:" in r.stdout
     r = subprocess.run([sys.executable, "-m", "vgct_ext"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "usage" in r.stderr
+
+
+def test_compare_files_without_tensors_fail(tmp_path, capsys):
+    save_file({}, str(tmp_path / "a.safetensors"))
+    save_file({}, str(tmp_path / "b.safetensors"))
+    for gate in ([], ["--gate", "t1"]):
+        assert main(["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"), *gate]) == 1
+        assert "no tensors compared" in capsys.readouterr().err
+
+
+def test_compare_dim_out_of_range_is_a_usage_error(tmp_path, capsys):
+    save_file({"m": torch.ones(3, 5), "v": torch.ones(4)}, str(tmp_path / "a.safetensors"))
+    save_file({"m": torch.ones(3, 5), "v": torch.ones(4)}, str(tmp_path / "b.safetensors"))
+    args = ["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"), "--gate", "t1"]
+    assert main(args + ["--dim", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--dim 1 is out of range for tensor 'v'" in err and "ndim 1" in err
+    assert main(args + ["--dim", "-1"]) == 0  # fits every tensor
+    capsys.readouterr()

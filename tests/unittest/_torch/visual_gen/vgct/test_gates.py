@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -389,3 +390,92 @@ def test_method_layer_does_not_import_torch():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "vgct_ext.gates"
+
+
+# --- regression: T2 evidence must carry every gated bar; calibration refuses runs it cannot derive bars from
+
+
+@pytest.mark.parametrize("bars, missing", [
+    ({"max_abs_err": 10.0}, "rel_l2, cosine, p99"),
+    ({"p99": 100.0}, "rel_l2, cosine, max_abs_err"),
+    ({"rel_l2": 10.0, "p99": 10.0, "max_abs_err": 10.0}, "cosine"),
+])
+def test_t2_evidence_missing_a_bar_is_refused_not_skipped(tmp_path, bars, missing):
+    e = _ref()
+    a = e * 0.5  # cosine 1 but relative L2 0.5: would pass on the max-abs/p99 bars alone
+    path = tmp_path / "x.vgct-evidence.json"
+    _write_evidence(path, "c | f", "cpu", _entry(a, e, bars))
+    with pytest.raises(EvidenceMissing) as ei:
+        assert_t2(a, e, component="c", feature="f", evidence=path)
+    msg = str(ei.value)
+    assert f"no bar for {missing}" in msg and "pytest --vgct-calibrate" in msg and "Recalibrate" in msg
+
+
+def test_t2_evidence_missing_channel_bar_with_dim_or_non_finite_bar_is_refused(tmp_path):
+    e = _ref((2, 4, 8))
+    path = tmp_path / "x.vgct-evidence.json"
+    full = {"rel_l2": 1.0, "cosine": 0.99, "p99": 1.0, "max_abs_err": 1.0}
+    _write_evidence(path, "c | f", "cpu", _entry(e, e, full, dim=1))
+    with pytest.raises(EvidenceMissing, match="no bar for channel_mean_shift"):
+        assert_t2(e, e, component="c", feature="f", dim=1, evidence=path)
+    _write_evidence(path, "c | f", "cpu", _entry(e, e, {**full, "rel_l2": None}))
+    with pytest.raises(EvidenceMissing, match=r"non-finite or non-numeric bar\(s\) rel_l2=None"):
+        assert_t2(e, e, component="c", feature="f", evidence=path)
+
+
+def test_t2_zero_reference_needs_only_absolute_bars_and_says_so(tmp_path):
+    e = np.zeros(16)
+    path = tmp_path / "x.vgct-evidence.json"
+    _write_evidence(path, "c | f", "cpu", _entry(e, e, {"max_abs_err": 1e-3, "p99": 1e-3}))
+    s = assert_t2(np.full(16, 5e-4), e, component="c", feature="f", evidence=path)
+    assert s.zero_reference
+    _write_evidence(path, "c | f", "cpu", _entry(e, e, {"max_abs_err": 1e-3}))  # p99 is still required
+    with pytest.raises(EvidenceMissing, match="no bar for p99.*reference has zero norm"):
+        assert_t2(np.full(16, 5e-4), e, component="c", feature="f", evidence=path)
+
+
+def _calibrate(a, e, dim=None):
+    from types import SimpleNamespace
+
+    from vgct_ext import compare
+
+    session = SimpleNamespace(calibration={})
+    stats = compare(a, e, quantiles=(0.99,), dim=dim)
+    ev.add_calibration_run(session, Path("/nonexistent/x.vgct-evidence.json"), "c | f", "cpu", stats,
+                           ev.t2_statistics(stats), component="c", feature="f", case=None, dim=dim)
+    return session
+
+
+def test_calibration_refuses_zero_reference_non_finite_and_undefined_runs():
+    e = _ref()
+    assert len(_calibrate(e * 1.01, e).calibration) == 1  # a good run is queued
+    with pytest.raises(ValueError, match="calibration of 'c | f' on cpu refused: the reference has zero norm"):
+        _calibrate(np.full(16, 1e-3), np.zeros(16))
+    a = e.copy()
+    a.flat[3] = np.nan
+    with pytest.raises(ValueError, match=r"refused: 1 of \d+ pairs are non-finite"):
+        _calibrate(a, e)
+    with pytest.raises(ValueError, match=r"refused: undefined or non-finite statistic\(s\) cosine=None"):
+        _calibrate(np.zeros_like(e), e)
+
+
+def test_derive_bars_never_writes_a_missing_or_non_finite_bar():
+    good = {"rel_l2": 0.01, "cosine": 0.999, "p99": 0.1, "max_abs_err": 0.2}
+    with pytest.raises(ValueError, match=r"rel_l2=nan"):
+        ev.derive_bars([good, {**good, "rel_l2": float("nan")}], 0.5)
+    with pytest.raises(ValueError, match=r"cosine=None"):
+        ev.derive_bars([{k: v for k, v in good.items() if k != "cosine"}], 0.5)
+    with pytest.raises(ValueError, match=r"channel_mean_shift=None"):
+        ev.derive_bars([good], 0.5, dim=1)
+    with pytest.raises(ValueError, match=r"max_abs_err=inf"):
+        ev.derive_bars([{**good, "max_abs_err": float("inf")}], 0.5)
+    _, bars = ev.derive_bars([good], 0.5)
+    assert set(bars) == set(good) and all(math.isfinite(v) for v in bars.values())
+
+
+@pytest.mark.parametrize("a, e", [(np.zeros(0), np.zeros(0)), (np.full(4, np.nan), np.full(4, np.nan))])
+def test_t1_no_finite_pair_says_so_not_zero_norm(a, e):
+    with pytest.raises(GateFailure) as ei:
+        assert_t1(a, e, component="c", feature="f")
+    msg = str(ei.value)
+    assert "no finite pair was compared" in msg and "zero-norm reference" not in msg
