@@ -3,7 +3,7 @@
 Prints median wall microseconds of: the full Python call, the _C.compare call alone (bridge +
 engine), the same on a 1-element CPU tensor (bridge + Python, no engine work), with and without
 quantiles, for a few sizes; and a torch launch+sync for scale.  With --ncu-target it instead runs
-one compare of 2^24 bf16 pairs (for `ncu --kernel-name regex:k_reduce --launch-count 1`).
+one compare of 2^26 bf16 pairs (bench_gpu.py's data) (for `ncu --kernel-name regex:k_reduce --launch-count 1`).
 
     python bench/gpu_diag.py [--ncu-target]
 """
@@ -39,8 +39,9 @@ def main():
                 print(f"-- 2^{lg} quantiles={q}: last 4 calls above", file=sys.stderr, flush=True)
         return 0
     if "--ncu-target" in sys.argv:
-        a = torch.randn(1 << 24, device="cuda").to(torch.bfloat16)
-        e = (a.float() + 1e-2).to(torch.bfloat16)
+        e32 = torch.randn(1 << 26, device="cuda")
+        a = (e32 + 1e-2 * torch.randn_like(e32)).to(torch.bfloat16)  # bench_gpu.py's pairs
+        e = e32.to(torch.bfloat16)
         vgct_ext.compare(a, e, quantiles=None)
         torch.cuda.synchronize()
         vgct_ext.compare(a, e, quantiles=(0.99,))

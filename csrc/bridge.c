@@ -533,11 +533,27 @@ static int fill_view(const DLTensor *t, const char *argname, const vgct_device *
     return -1;
   }
   return 0;
-range:
+range: {
+  /* name the offending layout: which producer sent what is the first question
+   * (at most the first 8 axes; snprintf's return is clamped to the room left) */
+  char lay[512];
+  size_t at = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    const int64_t *xs = pass ? v->strides : v->shape;
+    for (int k = -1; k <= v->ndim && k <= 8 && at < sizeof lay - 1; ++k) {
+      int w;
+      if (k < 0) w = snprintf(lay + at, sizeof lay - at, "%s(", pass ? " strides " : "shape ");
+      else if (k == v->ndim || k == 8) w = snprintf(lay + at, sizeof lay - at, "%s)", k < v->ndim ? ", ..." : "");
+      else w = snprintf(lay + at, sizeof lay - at, "%s%" PRId64, k ? ", " : "", xs[k]);
+      if (w > 0) at += (size_t)w < sizeof lay - 1 - at ? (size_t)w : sizeof lay - 1 - at;
+    }
+  }
   PyErr_Format(PyExc_ValueError,
-               "%s: strides reach beyond the int64 byte range (shape x strides overflow)",
-               argname);
+               "%s: strides reach beyond the int64 byte range (shape x strides overflow): "
+               "%s in elements of %d bytes",
+               argname, lay, (int)isz);
   return -1;
+}
 }
 
 /*

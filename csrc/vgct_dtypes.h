@@ -201,4 +201,25 @@ VGCT_HD double vgct_load(const void *p, int dt) {
   }
 }
 
+/* The float32 value of a float16, bfloat16 or float32 element at p (binary32
+ * holds every value of the three exactly, so this equals (float)vgct_load(p,
+ * dt)).  Used by the CUDA reduce's narrow-dtype fast path, which makes its
+ * decisions in float32 (cuda/vgct_cuda_internal.cuh, vg_fast_chunk); any
+ * other dtype is a caller error (read as float32). */
+VGCT_HD float vgct_load_f32(const void *p, int dt) {
+  switch (dt) {
+    case VGCT_BFLOAT16: return vgct_f32_from_bits((uint32_t)VGCT_RD(uint16_t, p) << 16);
+#ifdef __CUDA_ARCH__
+    case VGCT_FLOAT16: {
+      float f;
+      asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(*(const unsigned short *)p));
+      return f;
+    }
+#else
+    case VGCT_FLOAT16: return (float)vgct_f16_to_f64(VGCT_RD(uint16_t, p));
+#endif
+    default: return VGCT_RD(float, p);
+  }
+}
+
 #endif /* VGCT_DTYPES_H_ */

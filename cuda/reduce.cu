@@ -6,6 +6,9 @@
  * a register accumulator (HotAcc: vgct_acc_update's finite branch statement
  * by statement, vgct_cuda_internal.cuh) and sends non-finite pairs (and the
  * scaled float64 update) through vgct_acc_update itself into its vgct_acc;
+ * float16/bfloat16/float32 pairs go a chunk at a time through the fast path
+ * (vg_fast_chunk: float64 sums, exact counts, float32 bounds that prove the
+ * chunk cannot change a maximum held in the warp; else the definition);
  * every VG_FLUSH pairs the registers are merged into that vgct_acc with
  * vgct_acc_merge (two-level sums).  The block folds its threads' vgct_acc
  * with a fixed binary tree in shared memory, each block writes one partial,
@@ -43,7 +46,8 @@
 #include "vgct_cuda_internal.cuh"
 
 #define RT 256       /* threads per block                               */
-#define RU 2         /* chunks in flight per thread                     */
+#define RU 2         /* chunks in flight per thread (4: slower, 2026-11-29) */
+
 #define VG_ROW_MIN 4096 /* row mode when a slice has at least this many */
 
 struct RArgs {
@@ -107,34 +111,94 @@ __device__ __noinline__ void vg_cold_update(vgct_acc *s, double a, double e, int
   vgct_acc_update(s, a, e, idx, rtol, atol, scaled);
 }
 
-/* Fold CH elements held in registers (vector path), converted by THE loader. */
+/* A chunk of narrow-dtype pairs as float32 (exact), and the definition's
+ * fold of it: the fast path's rare fallback, out of line so that its
+ * registers do not weigh on the hot loop (HotAcc by value in and out). */
+template <int CH> struct vg_f32chunk { float a[CH], e[CH]; };
+
+template <int CH>
+__device__ __noinline__ HotAcc vg_slow_chunk(HotAcc h, vgct_acc *acc, const vg_f32chunk<CH> c,
+                                             int64_t f, int64_t sf, double rtol, double atol,
+                                             int cnt = CH) {
+#pragma unroll
+  for (int q = 0; q < CH; ++q)
+    if (q < cnt) vg_pair<0>(h, acc, (double)c.a[q], (double)c.e[q], f + q * sf, rtol, atol);
+  return h;
+}
+
+/* After each step of RU chunks: when any lane of the warp folded a chunk by
+ * the definition, every lane recomputes its gate and takes the warp's
+ * largest thresholds (the loops below are warp-uniform: all 32 lanes run
+ * the same number of steps, so the full mask is exact). */
 template <int DA, int DE, int SC>
-__device__ __forceinline__ void vg_fold_vec(HotAcc &h, vgct_acc *acc, const VChunk<DA, DE> &c,
-                                            int64_t f, int64_t sf, double rtol, double atol) {
+__device__ __forceinline__ void vg_gate_refresh(HotGate &g, const HotAcc &h, bool slow) {
+  if constexpr (!SC && vg_fast<DA, DE>::ok) {
+    if (__any_sync(0xffffffffu, slow)) {
+      vg_gate_set(g, h);
+      vg_gate_warp(g);
+    }
+  }
+}
+
+/* Fold CH elements held in registers (vector path), converted by THE loader:
+ * narrow dtypes try the chunk fast path first (vg_fast_chunk) and fall back
+ * to the definition pair by pair.  Returns true when a narrow-dtype chunk
+ * took the fallback (the caller refreshes the warp's gate). */
+template <int DA, int DE, int SC>
+__device__ __forceinline__ bool vg_fold_vec(HotAcc &h, HotGate &g, vgct_acc *acc,
+                                            const VChunk<DA, DE> &c, int64_t f, int64_t sf,
+                                            double rtol, double atol) {
   typedef vg_chunk<DA, DE> G;
   const char *ba = reinterpret_cast<const char *>(c.va);
   const char *be = reinterpret_cast<const char *>(c.ve);
+  if constexpr (!SC && vg_fast<DA, DE>::ok) {
+    vg_f32chunk<G::CH> x;
 #pragma unroll
-  for (int q = 0; q < G::CH; ++q)
-    vg_pair<SC>(h, acc, vgct_load(ba + q * G::ISA, DA), vgct_load(be + q * G::ISE, DE), f + q * sf,
-                rtol, atol);
+    for (int q = 0; q < G::CH; ++q) {
+      x.a[q] = vgct_load_f32(ba + q * G::ISA, DA);
+      x.e[q] = vgct_load_f32(be + q * G::ISE, DE);
+    }
+    if (vg_fast_chunk<G::CH>(h, g, x.a, x.e, f, sf, rtol, atol)) return false;
+    h = vg_slow_chunk<G::CH>(h, acc, x, f, sf, rtol, atol);
+    return true;
+  } else {
+#pragma unroll
+    for (int q = 0; q < G::CH; ++q)
+      vg_pair<SC>(h, acc, vgct_load(ba + q * G::ISA, DA), vgct_load(be + q * G::ISE, DE),
+                  f + q * sf, rtol, atol);
+    return false;
+  }
 }
 
-/* Fold up to CH elements read one by one (any alignment or stride). */
+/* Fold up to CH elements read one by one (any alignment or stride); full
+ * chunks of narrow dtypes try the fast path first, as above. */
 template <int DA, int DE, int SC>
-__device__ __forceinline__ void vg_fold_scalar(HotAcc &h, vgct_acc *acc, const IterSpec &it,
-                                               const char *qa, const char *qe, int64_t sa,
-                                               int64_t se, int cnt, int64_t f, int64_t sf,
-                                               double rtol, double atol) {
+__device__ __forceinline__ bool vg_fold_scalar(HotAcc &h, HotGate &g, vgct_acc *acc,
+                                               const IterSpec &it, const char *qa, const char *qe,
+                                               int64_t sa, int64_t se, int cnt, int64_t f,
+                                               int64_t sf, double rtol, double atol) {
   typedef vg_chunk<DA, DE> G;
   const int64_t ba = sa * (G::TYPED ? (int64_t)G::ISA : (int64_t)it.isa);
   const int64_t be = se * (G::TYPED ? (int64_t)G::ISE : (int64_t)it.ise);
   const int da = it.da, de = it.de;
+  if constexpr (!SC && vg_fast<DA, DE>::ok) {
+    vg_f32chunk<G::CH> x;
 #pragma unroll
-  for (int q = 0; q < G::CH; ++q)
-    if (q < cnt)
-      vg_pair<SC>(h, acc, vg_ld<DA>(qa + q * ba, da), vg_ld<DE>(qe + q * be, de), f + q * sf, rtol,
-                  atol);
+    for (int q = 0; q < G::CH; ++q) {
+      x.a[q] = q < cnt ? vgct_load_f32(qa + q * ba, DA) : 0.0f;
+      x.e[q] = q < cnt ? vgct_load_f32(qe + q * be, DE) : 0.0f;
+    }
+    if (cnt == G::CH && vg_fast_chunk<G::CH>(h, g, x.a, x.e, f, sf, rtol, atol)) return false;
+    h = vg_slow_chunk<G::CH>(h, acc, x, f, sf, rtol, atol, cnt);
+    return true;
+  } else {
+#pragma unroll
+    for (int q = 0; q < G::CH; ++q)
+      if (q < cnt)
+        vg_pair<SC>(h, acc, vg_ld<DA>(qa + q * ba, da), vg_ld<DE>(qe + q * be, de), f + q * sf,
+                    rtol, atol);
+    return false;
+  }
 }
 
 template <int DA, int DE, int SC>
@@ -146,6 +210,8 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
   vgct_acc_init(acc, SC);
   HotAcc h;
   vg_hot_init(h);
+  HotGate gate;
+  vg_gate_init(gate, h, A.rtol);
   vgct_acc part; /* scaled path only (local memory) */
   vgct_acc_init(&part, SC);
   vgct_acc *cold = SC ? &part : acc; /* where vg_pair sends the definition path */
@@ -154,7 +220,10 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
   const int64_t c1 = min(c0 + A.cpb, A.nchunk);
   const int64_t m = it.m, sf = it.sf[0];
   const int64_t isa = G::TYPED ? G::ISA : it.isa, ise = G::TYPED ? G::ISE : it.ise;
-  for (int64_t c = c0 + threadIdx.x; c < c1; c += (int64_t)RT * RU) {
+  /* warp-uniform steps (vg_gate_refresh): lanes past c1 idle through the last one */
+  for (int64_t cw = c0 + (threadIdx.x & ~31u); cw < c1; cw += (int64_t)RT * RU) {
+    const int64_t c = cw + (threadIdx.x & 31u);
+    bool slow = false;
     VChunk<DA, DE> ch[RU];
     bool v[RU];
 #pragma unroll
@@ -176,14 +245,15 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
       if (cc < c1) {
         const int64_t i0 = cc * G::CH;
         if (v[u]) {
-          vg_fold_vec<DA, DE, SC>(h, cold, ch[u], it.f0 + i0 * sf, sf, A.rtol, A.atol);
+          slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], it.f0 + i0 * sf, sf, A.rtol, A.atol);
         } else {
           const int cnt = (int)min((int64_t)G::CH, m - i0);
-          vg_fold_scalar<DA, DE, SC>(h, cold, it, it.pa + i0 * isa, it.pe + i0 * ise, 1, 1, cnt,
-                                     it.f0 + i0 * sf, sf, A.rtol, A.atol);
+          slow |= vg_fold_scalar<DA, DE, SC>(h, gate, cold, it, it.pa + i0 * isa, it.pe + i0 * ise,
+                                             1, 1, cnt, it.f0 + i0 * sf, sf, A.rtol, A.atol);
         }
       }
     }
+    vg_gate_refresh<DA, DE, SC>(gate, h, slow);
     if ((since += RU * G::CH) >= VG_FLUSH) {
       since = 0;
       if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
@@ -202,6 +272,8 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RA
   vgct_acc_init(acc, SC);
   HotAcc h;
   vg_hot_init(h);
+  HotGate gate;
+  vg_gate_init(gate, h, A.rtol);
   vgct_acc part; /* scaled path only (local memory) */
   vgct_acc_init(&part, SC);
   vgct_acc *cold = SC ? &part : acc; /* where vg_pair sends the definition path */
@@ -214,7 +286,10 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RA
   const int64_t isa = G::TYPED ? G::ISA : it.isa, ise = G::TYPED ? G::ISE : it.ise;
   const int64_t ja = j * it.ssa, je = j * it.sse, jf = it.f0 + j * it.ssf;
   const bool unit = G::TYPED && sai == 1 && sei == 1;
-  for (int64_t c = c0 + threadIdx.x; c < c1; c += (int64_t)RT * RU) {
+  /* warp-uniform steps (vg_gate_refresh): lanes past c1 idle through the last one */
+  for (int64_t cw = c0 + (threadIdx.x & ~31u); cw < c1; cw += (int64_t)RT * RU) {
+    const int64_t c = cw + (threadIdx.x & 31u);
+    bool slow = false;
     VChunk<DA, DE> ch[RU];
     bool v[RU];
     const char *qa[RU], *qe[RU];
@@ -249,11 +324,12 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RA
 #pragma unroll
     for (int u = 0; u < RU; ++u) {
       if (v[u])
-        vg_fold_vec<DA, DE, SC>(h, cold, ch[u], fq[u], sfi, A.rtol, A.atol);
+        slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], fq[u], sfi, A.rtol, A.atol);
       else if (cnt[u] > 0)
-        vg_fold_scalar<DA, DE, SC>(h, cold, it, qa[u], qe[u], sai, sei, cnt[u], fq[u], sfi, A.rtol,
-                                   A.atol);
+        slow |= vg_fold_scalar<DA, DE, SC>(h, gate, cold, it, qa[u], qe[u], sai, sei, cnt[u], fq[u],
+                                           sfi, A.rtol, A.atol);
     }
+    vg_gate_refresh<DA, DE, SC>(gate, h, slow);
     if ((since += RU * G::CH) >= VG_FLUSH) {
       since = 0;
       if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
@@ -415,10 +491,11 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
   A.sres = (vgct_slice_acc *)(ws->d_ws + WS_SRES);
   A.part = (vgct_acc *)(ws->d_ws + WS_PART);
   const int CH = chunk_elems(it.da, it.de);
-  /* blocks per launch: 4 waves of 2 blocks per SM for large inputs, but at
-     least VG_MIN_CHUNKS chunks per thread (small inputs: the per-block
-     merge would dominate) */
-  const int64_t target = (int64_t)ws->sms * 8;
+  /* blocks per launch: one resident wave (2 blocks per SM, __launch_bounds__)
+     for large inputs -- the most pairs per thread, so the fast path's gate
+     (vg_fast_chunk) settles early -- but at least VG_MIN_CHUNKS chunks per
+     thread (small inputs: the per-block merge would dominate) */
+  const int64_t target = (int64_t)ws->sms * 2;
 #define VG_MIN_CHUNKS 4
 
   const int64_t S = it.S;
@@ -461,7 +538,8 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
       A.cpr = ceil_div(L, CH);
       A.cprd = vg_make_div((uint64_t)A.cpr);
       A.nchunk = (it.m / L) * A.cpr;
-      int64_t bpj = ceil_div(target, Sc);
+      int64_t bpj = target / Sc; /* Sc * bpj <= one resident wave when Sc <= target */
+      if (bpj < 1) bpj = 1;
       const int64_t work = ceil_div(A.nchunk, (int64_t)RT * VG_MIN_CHUNKS);
       if (bpj > work) bpj = work;
       if (bpj * Sc > VG_MAX_PARTS) bpj = VG_MAX_PARTS / Sc;

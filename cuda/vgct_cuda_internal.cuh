@@ -233,6 +233,199 @@ __host__ __device__ __forceinline__ void vg_pair(HotAcc &h, vgct_acc *s, double 
   }
 }
 
+/* ---- the narrow-dtype chunk fast path ----------------------------------
+ * For float16 / bfloat16 / float32 inputs (unscaled; binary32 holds every
+ * value exactly) a chunk of CH pairs is first folded OPTIMISTICALLY: its sums
+ * in float64 into chunk temporaries, its counters, and float32 summaries
+ * that bound what vg_hot_update would do to the maxima; then, when the
+ * bounds PROVE that no maximum, index or mismatch-worst of the HotAcc can
+ * change, the chunk is committed (temporaries added to the HotAcc), else the
+ * caller discards it and folds the chunk pair by pair with vg_pair (the
+ * definition).  Results: maxima, indices and every counter exactly those of
+ * vg_hot_update; sums grouped per chunk (deterministic, within rounding).
+ * Why: vg_hot_update costs ~70 instructions a pair (float64 compares and
+ * index tie rules for three maxima); the committed path ~25, most of them
+ * float32 (docs/performance.md).  Proof sketch of each test (x = a - e exact,
+ * d32 = fl32(x): a difference of binary32 values is exact when subnormal and
+ * otherwise within 2^-24 relative; rounding is monotone):
+ *  - all pairs finite and d32 finite: max of |d32|'s bits < 0x7f800000 (NaN
+ *    and Inf order above every finite value as unsigned integers);
+ *  - max_abs: |d64_i| >= mx would give fl32(|d64_i|) >= fl32(mx), and
+ *    fl32(fl64(x)) is at most one ulp above fl32(x) (double rounding), so
+ *    bits(max |d32|) + 1 < bits(fl32(mx)) excludes a new maximum and ties;
+ *  - max_rel: |d32_i| < crel * |e_i| for every e_i != 0, with crel <=
+ *    mr (1 - 2^-20) (float32 rounded down), gives |d64_i|/|e_i| < mr after
+ *    both float64 roundings; all d == 0 gives quotients 0, which change
+ *    nothing once mr > 0, or mr == 0 at a lower index than the chunk's;
+ *  - mismatches are counted exactly (vgct_mul as in the definition); their
+ *    worst excess |d| - tol is bounded above by max(|d32| - rtol32 |e|) -
+ *    atol plus margins far above every rounding involved, and must stay
+ *    below the current worst (ties excluded).
+ * The host check (tests/.../cuda_host_check.cu) runs this against
+ * vgct_acc_update. */
+template <int DA, int DE> struct vg_fast {
+  static constexpr bool narrow(int d) {
+    return d == VGCT_FLOAT16 || d == VGCT_BFLOAT16 || d == VGCT_FLOAT32;
+  }
+  static constexpr bool ok = narrow(DA) && narrow(DE);
+};
+
+__host__ __device__ __forceinline__ uint32_t vg_bits32(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  uint32_t b;
+  memcpy(&b, &f, sizeof b);
+  return b;
+#endif
+}
+
+/* The largest float32 <= x (x >= 0 or NaN). */
+__host__ __device__ __forceinline__ float vg_f32_down(double x) {
+  float f = (float)x;
+  if ((double)f > x) f = vgct_f32_from_bits(vg_bits32(f) - 1u);
+  return f;
+}
+
+/* A float32 <= c * x (c, x >= 0; NaN when the product is). */
+__host__ __device__ __forceinline__ float vg_mul_down(float c, float x) {
+  const float p = c * x;
+  return p > 0.0f ? vgct_f32_from_bits(vg_bits32(p) - 1u) : p;
+}
+
+/* The gate of the fast path: maxima HELD by accumulators that the block
+ * merges into the result -- the thread's own HotAcc or, on the device
+ * (vg_gate_warp), the best over the threads of its warp -- and float32
+ * thresholds derived from them.  A pair that loses to a held maximum under
+ * vgct_better (smaller, or equal at a higher index) can never become the
+ * result's maximum (every accumulator is merged), so the fast path may skip
+ * it even when it would have raised this thread's own maximum: the thread's
+ * HotAcc then holds less than "its" maximum, and the merged result is
+ * unchanged.  Refreshed after any chunk of the warp was folded by the
+ * definition (the maxima change nowhere else). */
+struct HotGate {
+  double mx;    /* held max |d| and its index (mxi < 0: none)              */
+  int64_t mxi;
+  double wx;    /* held worst mismatch excess and its index (wxi < 0: none) */
+  int64_t wxi;
+  double mr;    /* held max |d|/|e| (< 0: none; its index is not needed)    */
+  uint32_t mxb; /* derived: bits of fl32(mx); 0 when none                  */
+  float crel;   /* derived: float32 <= mr (1 - 2^-20); 0 when none          */
+  float wx32;   /* derived: float32 <= wx; 0 when none                      */
+  float r32;    /* float32 <= rtol                                         */
+};
+
+__host__ __device__ __forceinline__ void vg_gate_derive(HotGate &g) {
+  g.mxb = g.mxi >= 0 ? vg_bits32((float)g.mx) : 0u;
+  g.crel = g.mr >= 0.0 ? vg_f32_down(g.mr * (1.0 - 0x1p-20)) : 0.0f;
+  g.wx32 = g.wxi >= 0 ? vg_f32_down(g.wx) : 0.0f;
+}
+
+/* This thread's own maxima (derive after any vg_gate_max / vg_gate_warp). */
+__host__ __device__ __forceinline__ void vg_gate_set(HotGate &g, const HotAcc &h) {
+  g.mx = h.mx; g.mxi = h.mxi;
+  g.wx = h.wx; g.wxi = h.wxi;
+  g.mr = h.mri >= 0 ? h.mr : -1.0;
+}
+
+__host__ __device__ __forceinline__ void vg_gate_init(HotGate &g, const HotAcc &h, double rtol) {
+  g.r32 = vg_f32_down(rtol);
+  vg_gate_set(g, h);
+  vg_gate_derive(g);
+}
+
+/* The better held maximum of two gates, each by vgct_better's rule. */
+__host__ __device__ __forceinline__ void vg_gate_max(HotGate &g, double mx, int64_t mxi, double wx,
+                                                    int64_t wxi, double mr) {
+  if (vgct_better(mx, mxi, g.mx, g.mxi)) { g.mx = mx; g.mxi = mxi; }
+  if (vgct_better(wx, wxi, g.wx, g.wxi)) { g.wx = wx; g.wxi = wxi; }
+  if (mr > g.mr) g.mr = mr;
+}
+#ifdef __CUDACC__
+/* The best held maxima over the (full) warp, then the derived thresholds. */
+__device__ __forceinline__ void vg_gate_warp(HotGate &g) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const double mx = __shfl_xor_sync(0xffffffffu, g.mx, o);
+    const int64_t mxi = (int64_t)__shfl_xor_sync(0xffffffffu, (long long)g.mxi, o);
+    const double wx = __shfl_xor_sync(0xffffffffu, g.wx, o);
+    const int64_t wxi = (int64_t)__shfl_xor_sync(0xffffffffu, (long long)g.wxi, o);
+    const double mr = __shfl_xor_sync(0xffffffffu, g.mr, o);
+    vg_gate_max(g, mx, mxi, wx, wxi, mr);
+  }
+  vg_gate_derive(g);
+}
+#endif
+
+/* Fold the CH pairs (a[q], e[q]) at flat indices f + q*sf if the gate
+ * allows; returns false (h untouched) when the caller must fold the chunk
+ * with vg_pair.  Where the float32 bounds are too coarse (a chunk whose
+ * largest |d| or mismatch excess is within rounding of the held one: ties,
+ * common with bfloat16 differences of one ulp), the pairs are checked
+ * exactly against the held maxima with vgct_better in float64. */
+template <int CH>
+__host__ __device__ __forceinline__ bool vg_fast_chunk(HotAcc &h, const HotGate &g,
+                                                       const float (&a)[CH], const float (&e)[CH],
+                                                       int64_t f, int64_t sf, double rtol,
+                                                       double atol) {
+  uint32_t mb = 0;                     /* max bits of |d32|                    */
+  float mine = (float)INFINITY;        /* <= min |e| over e != 0                */
+  float maxe = 0.0f;                   /* max |e|                              */
+  float X = -(float)INFINITY;          /* max fl32(|d32| - r32 |e|)            */
+  int neq = 0, nmm = 0;
+  double t_aa = 0.0, t_ee = 0.0, t_ae = 0.0, t_dd = 0.0, t_d = 0.0;
+#pragma unroll
+  for (int q = 0; q < CH; ++q) {
+    const float d32 = a[q] - e[q], ae32 = fabsf(e[q]), ad32 = fabsf(d32);
+    const uint32_t db = vg_bits32(ad32);
+    mb = db > mb ? db : mb;
+    maxe = fmaxf(maxe, ae32);
+    /* the float32 below |e| (NaN for e == 0, which fminf ignores) */
+    mine = fminf(mine, vgct_f32_from_bits(vg_bits32(ae32) - 1u));
+    X = fmaxf(X, fmaf(-g.r32, ae32, ad32));
+    neq += d32 != 0.0f;
+    const double a64 = a[q], e64 = e[q];
+    const double d = a64 - e64;
+    nmm += fabs(d) > atol + vgct_mul(rtol, fabs(e64));
+    t_aa += a64 * a64; t_ee += e64 * e64; t_ae += a64 * e64;
+    t_dd += d * d; t_d += d;
+  }
+  if (mb >= 0x7f800000u) return false; /* a non-finite pair, or |d32| overflowed */
+  bool chk_mx = !(mb + 1u < g.mxb);
+  if (mb == 0) { /* every d == 0: |d| and the quotients are 0, which lose to a
+                    held positive maximum, or to a held 0 at a lower index */
+    const int64_t cmin = sf >= 0 ? f : f + (int64_t)(CH - 1) * sf;
+    if (!(g.crel > 0.0f || (h.mri >= 0 && !(h.mr == 0.0 && cmin <= h.mri)))) return false;
+    if (chk_mx && (g.mxi < 0 || (g.mx == 0.0 && cmin <= g.mxi))) return false;
+    chk_mx = false;
+  } else {
+    if (!(vgct_f32_from_bits(mb) < vg_mul_down(g.crel, mine))) return false;
+  }
+  bool chk_wx = false;
+  if (nmm) {
+    double ub = (double)X - atol;
+    ub += fabs(ub) * 0x1p-50 + (double)vgct_f32_from_bits(mb) * 0x1p-19 + 0x1p-140;
+    chk_wx = !(g.wx32 > 0.0f && ub < (double)g.wx32);
+  }
+  if (chk_mx || chk_wx) { /* exact: no pair may beat a held maximum */
+    if ((chk_mx && g.mxi < 0) || (chk_wx && g.wxi < 0)) return false;
+#pragma unroll
+    for (int q = 0; q < CH; ++q) {
+      const double e64 = e[q], d = (double)a[q] - e64, ad = fabs(d);
+      const int64_t idx = f + q * sf;
+      if (chk_mx && vgct_better(ad, idx, g.mx, g.mxi)) return false;
+      if (chk_wx) {
+        const double tol = atol + vgct_mul(rtol, fabs(e64));
+        if (ad > tol && vgct_better(ad - tol, idx, g.wx, g.wxi)) return false;
+      }
+    }
+  }
+  h.s_aa += t_aa; h.s_ee += t_ee; h.s_ae += t_ae; h.s_dd += t_dd; h.s_d += t_d;
+  h.n += CH; h.neq += neq; h.nmm += nmm;
+  if ((double)maxe > h.ref) h.ref = maxe;
+  return true;
+}
+
 /* A thread's accumulator in shared memory, padded to an odd number of
  * 8-byte words so that a warp touching one field hits distinct banks. */
 struct VAcc {

@@ -7,7 +7,14 @@
  *     vgct_acc_update pair by pair: bit for bit with one final flush; with
  *     the kernels' periodic flushes, maxima/indices/counters bit for bit and
  *     sums within 1e-13 relative;
- *  2. FastDiv (vg_make_div / vg_div) against the '/' operator.
+ *  2. FastDiv (vg_make_div / vg_div) against the '/' operator;
+ *  3. the narrow-dtype chunk fast path (vg_fast_chunk, with the kernels'
+ *     fallback to vg_pair and gate refresh) against vgct_acc_update pair by
+ *     pair: maxima/indices/counters bit for bit, sums within 1e-13, on
+ *     float32-valued data built to hit every bound (ties, zeros, identical
+ *     pairs, subnormals, values near FLT_MAX, NaN/Inf, indices out of order),
+ *     with 1-4 lanes sharing their held maxima (vg_gate_max), and both
+ *     branches taken.
  * Prints "N passed, M failed" last; exit status 1 on any failure.
  */
 #include <math.h>
@@ -109,13 +116,140 @@ static int check_fastdiv(void) {
   return bad;
 }
 
+/* float32-valued data for the fast path: bf16-rounded or full float32 */
+static float fval(int kind) {
+  float x;
+  switch (R() % 24) {
+    case 0: x = 0.0f; break;
+    case 1: x = -0.0f; break;
+    case 2: x = ldexpf((float)U(), -140); break;       /* subnormal */
+    case 3: x = 3.0e38f * (float)(U() - 0.5); break;   /* near FLT_MAX */
+    case 4: x = (float)(R() % 5) - 2.0f; break;        /* repeated values: ties */
+    default: x = (float)ldexp(U() - 0.5, (int)(R() % 12) - 6);
+  }
+  if (kind == 1) { /* bfloat16: keep the top 16 bits */
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    b &= 0xffff0000u;
+    memcpy(&x, &b, 4);
+  }
+  return x;
+}
+
+/* W lanes of a "warp" fold interleaved chunks; after each step in which a
+ * lane fell back to the definition, every lane takes the lanes' best held
+ * maxima (as vg_gate_warp does on the device). */
+template <int CH>
+static int check_fast_chunk(long *n_fast, long *n_slow) {
+  int bad = 0;
+  for (int t = 0; t < 3000; ++t) {
+    const int kind = t % 2, nstep = 1 + (int)(R() % 60), W = 1 + (int)(R() % 4);
+    const double rtol = (t % 5) ? 1e-3 : ((t % 3) ? 0.0 : 0.25);
+    const double atol = (t % 4) ? 1e-3 : ((t % 7) ? 0.0 : 10.0);
+    const int mode = t % 6; /* 0: identical, 1: close, 2: mixed, 3: with non-finite, 4-5: close */
+    vgct_acc ref, cold;
+    vgct_acc_init(&ref, 0);
+    vgct_acc_init(&cold, 0);
+    HotAcc h[4];
+    HotGate g[4];
+    for (int l = 0; l < W; ++l) {
+      vg_hot_init(h[l]);
+      vg_gate_init(g[l], h[l], rtol);
+    }
+    int since = 0;
+    for (int c = 0; c < nstep; ++c) {
+      bool slow = false;
+      for (int l = 0; l < W; ++l) {
+        const int64_t sf = (t % 3 == 0) ? -1 : 1;
+        const int64_t f = (R() % 7 == 0) ? (int64_t)(R() % 4096)
+                                         : 100000 + ((int64_t)c * W + l) * CH * sf * 2;
+        float a[CH], e[CH];
+        for (int q = 0; q < CH; ++q) {
+          e[q] = fval(kind);
+          const float noise = (float)ldexp(U() - 0.5, -(int)(R() % 24));
+          switch (mode) {
+            case 0: a[q] = e[q]; break;
+            case 2: a[q] = (R() % 3) ? e[q] : fval(kind); break;
+            case 3: a[q] = (R() % 50) ? e[q] * (1.0f + noise) : (R() % 2 ? NAN : INFINITY); break;
+            default: a[q] = (R() % 4) ? e[q] + noise * fabsf(e[q]) + (float)(noise * 1e-3) : e[q];
+          }
+          if (kind == 1) {
+            uint32_t b;
+            memcpy(&b, &a[q], 4);
+            b &= 0xffff0000u;
+            memcpy(&a[q], &b, 4);
+          }
+          vgct_acc_update(&ref, (double)a[q], (double)e[q], f + q * sf, rtol, atol, 0);
+        }
+        if (vg_fast_chunk<CH>(h[l], g[l], a, e, f, sf, rtol, atol)) {
+          ++*n_fast;
+        } else {
+          ++*n_slow;
+          slow = true;
+          for (int q = 0; q < CH; ++q)
+            vg_pair<0>(h[l], &cold, (double)a[q], (double)e[q], f + q * sf, rtol, atol);
+        }
+      }
+      if (slow) { /* vg_gate_refresh */
+        HotGate m;
+        vg_gate_set(m, h[0]);
+        for (int l = 1; l < W; ++l) {
+          HotGate o;
+          vg_gate_set(o, h[l]);
+          vg_gate_max(m, o.mx, o.mxi, o.wx, o.wxi, o.mr);
+        }
+        m.r32 = g[0].r32;
+        vg_gate_derive(m);
+        for (int l = 0; l < W; ++l) g[l] = m;
+      }
+      if ((since += CH) >= VG_FLUSH) {
+        since = 0;
+        for (int l = 0; l < W; ++l) vg_hot_flush(h[l], &cold);
+      }
+    }
+    for (int l = 0; l < W; ++l) vg_hot_flush(h[l], &cold);
+    vgct_acc x = cold, y = ref;
+    const double cross = sqrt(y.s_aa * y.s_ee);
+    bool ok = close_rel(x.s_aa, y.s_aa) && close_rel(x.s_ee, y.s_ee) &&
+              (close_rel(x.s_ae, y.s_ae) || fabs(x.s_ae - y.s_ae) <= 1e-13 * cross) &&
+              close_rel(x.s_dd, y.s_dd) &&
+              (close_rel(x.s_d, y.s_d) || fabs(x.s_d - y.s_d) <= 1e-13 * sqrt(y.s_dd * (double)y.n_finite));
+    x.s_aa = y.s_aa; x.s_ee = y.s_ee; x.s_ae = y.s_ae; x.s_dd = y.s_dd; x.s_d = y.s_d;
+    ok = ok && memcmp(&x, &y, sizeof x) == 0;
+    if (!ok) {
+      if (bad < 5)
+        printf("fast chunk (CH=%d) mismatch in trial %d: max_abs %.17g@%lld vs %.17g@%lld, max_rel "
+               "%.17g@%lld vs %.17g@%lld, worst %.17g@%lld vs %.17g@%lld, mism %lld vs %lld, neq "
+               "%lld vs %lld\n", CH, t, x.max_abs, (long long)x.max_abs_i, y.max_abs,
+               (long long)y.max_abs_i, x.max_rel, (long long)x.max_rel_i, y.max_rel,
+               (long long)y.max_rel_i, x.worst_excess, (long long)x.worst_i, y.worst_excess,
+               (long long)y.worst_i, (long long)x.n_mismatch, (long long)y.n_mismatch,
+               (long long)x.n_unequal, (long long)y.n_unequal);
+      ++bad;
+    }
+  }
+  return bad;
+}
+
+static int check_fast(void) {
+  long nf = 0, ns = 0;
+  int bad = check_fast_chunk<8>(&nf, &ns) + check_fast_chunk<4>(&nf, &ns);
+  printf("fast path: %ld chunks committed, %ld folded by the definition\n", nf, ns);
+  if (nf < 10 * ns / 10 || ns == 0) { /* both branches well exercised */
+    printf("fast path: branch coverage too low\n");
+    ++bad;
+  }
+  return bad;
+}
+
 int main() {
   int passed = 0, failed = 0;
-  const int r[3] = {check_fold(false), check_fold(true), check_fastdiv()};
-  const char *names[3] = {"register accumulator == vgct_acc_update (bitwise)",
+  const int r[4] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast()};
+  const char *names[4] = {"register accumulator == vgct_acc_update (bitwise)",
                           "periodic flushes: maxima/counters exact, sums 1e-13",
-                          "FastDiv == '/'"};
-  for (int i = 0; i < 3; ++i) {
+                          "FastDiv == '/'",
+                          "narrow-dtype chunk fast path: maxima/counters exact, sums 1e-13"};
+  for (int i = 0; i < 4; ++i) {
     printf("%s: %s\n", names[i], r[i] ? "FAIL" : "ok");
     r[i] ? ++failed : ++passed;
   }

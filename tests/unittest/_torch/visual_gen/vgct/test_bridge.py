@@ -471,8 +471,14 @@ def test_element_count_overflow_and_stride_overflow():
     with pytest.raises(ValueError, match="element count overflows int64"):
         vgct_ext.compare(p, p)
     q = CtypesProducer(np.zeros(2, np.float32), shape=[2], strides=[2 ** 62])
-    with pytest.raises(ValueError, match="strides reach beyond the int64 byte range"):
+    with pytest.raises(ValueError, match=r"strides reach beyond the int64 byte range .*: "
+                                         r"shape \(2\) strides \(4611686018427387904\) in elements of 4 bytes"):
         vgct_ext.compare(q, np.zeros(2))
+    # a long layout is cut after 8 axes
+    r = CtypesProducer(np.zeros(1, np.float32), ndim=10, shape=[2] * 10, strides=[2 ** 61] + [1] * 9)
+    with pytest.raises(ValueError, match=r"shape \(2, 2, 2, 2, 2, 2, 2, 2, \.\.\.\) "
+                                         r"strides \(2305843009213693952, 1, 1, 1, 1, 1, 1, 1, \.\.\.\)"):
+        vgct_ext.compare(r, r)
 
 
 def test_capsule_device_disagrees_with_dlpack_device():
