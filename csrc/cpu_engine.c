@@ -25,9 +25,10 @@
  *             in order with vgct_acc_merge; tile accumulators are merged
  *             pairwise (a binary-counter stack), so rounding error grows like
  *             log(n), not n.  For the scaled (float64) update every lane
- *             starts at the tile scale S = pow2_ceil(max finite |a|,|e| of the
- *             tile) (a valid accumulator state: sums are relative to a power
- *             of two >= every value), so no rescaling happens inside a tile.
+ *             starts at the tile scales S_a, S_e, S_d = pow2_ceil(max finite
+ *             |a|, |e|, |a - e| of the tile) (a valid accumulator state: each
+ *             sum family is relative to a power of two >= every value of its
+ *             quantity), so no rescaling happens inside a tile.
  *  fast path  A tile whose pairs are all finite is folded by fold_fast(),
  *             which evaluates the same expressions lane by lane in
  *             vectorisable loops and reproduces the lane fold above BIT FOR
@@ -39,7 +40,7 @@
  *             (count fixed by n and the slice count); each block owns an array
  *             of vgct_slice_acc, the blocks are merged in order at the end.
  *             A tile lying in one slice (slice axis outer) contributes one
- *             partial (NLANE lanes of vgct_slice_update at scale S, merged in
+ *             partial (NLANE lanes of vgct_slice_update at S_e, S_d, merged in
  *             lane order -- equal to the tile's own sums); otherwise each pair
  *             goes to its slice with vgct_slice_update in iteration order.
  *  select     Radix selection on the vgct_absdiff_key keys: histogram passes
@@ -394,8 +395,9 @@ static void tile_fill(const plan_t *P, iter_t *it, int64_t end, tile_t *t) {
   }
 }
 
-/* Scale of a tile for the scaled update: pow2_ceil of the largest finite
- * magnitude (VGCT_MIN_SCALE when there is none, or all are zero). */
+/* Scale of a tile for the scaled update, per sum family: pow2_ceil of the
+ * largest finite magnitude of the family's quantity (VGCT_MIN_SCALE when
+ * there is none, or all are zero; 2^1023 for an overflowing difference). */
 static inline double tile_scale(double m) { return m > 0.0 ? vgct_pow2_ceil(m) : VGCT_MIN_SCALE; }
 
 /* ======================================================================
@@ -412,7 +414,8 @@ static inline double tile_scale(double m) { return m > 0.0 ? vgct_pow2_ceil(m) :
  * definition path) when the tile holds a NaN or an infinity.
  * ====================================================================== */
 typedef struct {
-  double scale, saa, see, sae, sdd, sd;
+  double scale_a, scale_e, scale_d; /* the tile scales (1 when unscaled) */
+  double saa, see, sae, sdd, sd;
   double mad, mex, mref;
   double nuneq, nmm;
   int rel_cand;
@@ -803,20 +806,25 @@ static int tile_patch(tile_t *t, double rtol, double atol, int scaled, vgct_acc 
 /* The definition: fold a tile with vgct_acc_update into NLANE lanes. */
 static void tile_slow(const tile_t *t, const plan_t *P, double rtol, double atol, int scaled,
                       vgct_acc *tacc, vgct_slice_acc *sl) {
-  double S = 1.0;
+  double Sa = 1.0, Se = 1.0, Sd = 1.0;
   if (scaled) {
-    double M = 0.0;
+    double Ma = 0.0, Me = 0.0, Md = 0.0;
     for (int j = 0; j < t->len; ++j) {
       double a = t->A[j], e = t->E[j];
       if (vgct_class(a) == VGCT_FINITE && vgct_class(e) == VGCT_FINITE) {
-        double m = fmax(fabs(a), fabs(e));
-        if (m > M) M = m;
+        double x = fabs(a), y = fabs(e), z = fabs(a - e); /* z: +Inf when a - e overflows */
+        if (x > Ma) Ma = x;
+        if (y > Me) Me = y;
+        if (z > Md) Md = z;
       }
     }
-    S = tile_scale(M);
+    Sa = tile_scale(Ma); Se = tile_scale(Me); Sd = tile_scale(Md);
   }
   vgct_acc lane[NLANE];
-  for (int l = 0; l < NLANE; ++l) { vgct_acc_init(&lane[l], scaled); if (scaled) lane[l].scale = S; }
+  for (int l = 0; l < NLANE; ++l) {
+    vgct_acc_init(&lane[l], scaled);
+    if (scaled) { lane[l].scale_a = Sa; lane[l].scale_e = Se; lane[l].scale_d = Sd; }
+  }
   for (int r = 0; r < t->nr; ++r) {
     const run_t *ru = &t->runs[r];
     for (int j = 0; j < ru->len; ++j) {
@@ -832,7 +840,10 @@ static void tile_slow(const tile_t *t, const plan_t *P, double rtol, double atol
     int64_t c = tile_single_slice(t, P);
     if (c >= 0) {
       vgct_slice_acc sp[NLANE];
-      for (int l = 0; l < NLANE; ++l) { vgct_slice_init(&sp[l], scaled); if (scaled) sp[l].scale = S; }
+      for (int l = 0; l < NLANE; ++l) {
+        vgct_slice_init(&sp[l], scaled);
+        if (scaled) { sp[l].scale_e = Se; sp[l].scale_d = Sd; }
+      }
       for (int q = 0; q < t->len; ++q) {
         if (scaled) vgct_slice_update(&sp[q % NLANE], t->A[q], t->E[q], 1);
         else vgct_slice_update(&sp[q % NLANE], t->A[q], t->E[q], 0);
@@ -889,11 +900,11 @@ static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl)
     }
     const int nfin = t->len - t->npatch;
     vgct_acc_init(&tacc, scaled);
-    tacc.scale = f.scale;
+    tacc.scale_a = f.scale_a; tacc.scale_e = f.scale_e; tacc.scale_d = f.scale_d;
     tacc.s_aa = f.saa; tacc.s_ee = f.see; tacc.s_ae = f.sae; tacc.s_dd = f.sdd; tacc.s_d = f.sd;
     tacc.n = nfin; tacc.n_finite = nfin;
     tacc.n_unequal = (int64_t)f.nuneq; tacc.n_mismatch = (int64_t)f.nmm;
-    if (t->npatch) vgct_acc_merge(&tacc, &nf); /* zero sums at a scale <= f.scale: sums unchanged */
+    if (t->npatch) vgct_acc_merge(&tacc, &nf); /* zero sums at scales <= the tile's: sums unchanged */
     ms_push(&ms, &tacc);
     if (f.mref > best.max_abs_ref) best.max_abs_ref = f.mref;
     tile_max_into(t, P, Q_ABS, f.mad, C->rtol, C->atol, &best.max_abs, &best.max_abs_i,
@@ -904,7 +915,7 @@ static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl)
       int64_t c = tile_single_slice(t, P);
       if (c >= 0) {
         vgct_slice_acc sp; /* == NLANE lanes of vgct_slice_update, merged in order */
-        sp.scale = f.scale; sp.s_dd = f.sdd; sp.s_ee = f.see; sp.s_d = f.sd;
+        sp.scale_e = f.scale_e; sp.scale_d = f.scale_d; sp.s_dd = f.sdd; sp.s_ee = f.see; sp.s_d = f.sd;
         sp.max_abs = f.mad; sp.n_finite = nfin;
         vgct_slice_merge(&sl[c], &sp);
       } else {

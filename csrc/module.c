@@ -993,10 +993,11 @@ static PyObject *py_acc_fields(PyObject *self, PyObject *arg) {
   vgct_acc s;
   if (read_record(arg, "acc_fields: acc", sizeof s, &s) < 0) return NULL;
   return Py_BuildValue(
-      "{s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,"
-      "s:L,s:L,s:L,s:L,s:L,s:L}",
-      "scale", s.scale, "s_aa", s.s_aa, "s_ee", s.s_ee, "s_ae", s.s_ae, "s_dd", s.s_dd, "s_d",
-      s.s_d, "max_abs", s.max_abs, "max_abs_a", s.max_abs_a, "max_abs_e", s.max_abs_e,
+      "{s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:L,s:L,s:L,s:L,s:L,s:L,s:L,"
+      "s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}",
+      "scale_a", s.scale_a, "scale_e", s.scale_e, "scale_d", s.scale_d, "s_aa", s.s_aa, "s_ee",
+      s.s_ee, "s_ae", s.s_ae, "s_dd", s.s_dd, "s_d", s.s_d, "max_abs", s.max_abs, "max_abs_a",
+      s.max_abs_a, "max_abs_e", s.max_abs_e,
       "max_rel", s.max_rel, "worst_excess", s.worst_excess, "max_abs_ref", s.max_abs_ref,
       "max_abs_i", (long long)s.max_abs_i, "max_rel_i", (long long)s.max_rel_i, "worst_i",
       (long long)s.worst_i, "n", (long long)s.n, "n_finite", (long long)s.n_finite, "n_unequal",

@@ -33,17 +33,29 @@
  *   mean_diff     sum(d_i) / n_finite.
  *
  * Overflow and underflow.  When an input is float64 the engines use the
- * SCALED update: every sum is kept relative to a power of two `scale`
- * >= max(|a_i|, |e_i|) seen so far (the idea of BLAS nrm2 / LAPACK dlassq),
- * rescaled exactly when a larger value arrives, so 1e300 and 1e-310 both give
- * correct norms.  For every other dtype the squares of finite values fit
- * float64 with room to spare (float32 max^2 ~ 1.2e77, int64 max^2 ~ 8.5e37,
- * smallest float32 subnormal^2 ~ 2e-90), so the UNSCALED update (scale == 1)
- * is exact in range and cheaper.  The scale never goes below 2^-1000 so that
- * 1/scale stays finite, nor above 2^1023 (the largest power of two).
- * Limit (float64 only): all sums share the one scale, so a vector entirely
- * below ~2^-537 * max(|a|,|e|) underflows to 0 against it (docs/metrics.md,
- * "Limit of the scaled update"); zero_reference therefore tests max |e|.
+ * SCALED update (the idea of BLAS nrm2 / LAPACK dlassq), with one power-of-
+ * two scale PER SUM FAMILY: s_aa is kept relative to scale_a >= max |a_i|,
+ * s_ee to scale_e >= max |e_i|, the cross sum s_ae to scale_a*scale_e, and
+ * s_dd, s_d to scale_d >= max |d_i| (maxima of the pairs seen so far); a
+ * family is rescaled exactly (by a power of two) when a larger value of its
+ * quantity arrives.  Each sum of squares thus holds its own maximum as a term
+ * >= 1/4 (>= 2^-148 when all its values are below the floor 2^-1000 of the
+ * scales), so no vector underflows against ANOTHER vector's magnitude:
+ * 1e300 and 1e-310,
+ * a ~ 1e-200 against e ~ 1, or d ~ 1e-300 next to |a|,|e| ~ 1e300 all give
+ * correct norms, ratios and cosines.  d_i = a_i - e_i can overflow although
+ * a_i and e_i are finite (|a|,|e| near DBL_MAX, opposite signs): max_abs and
+ * the quantile keys keep that +Inf (the float64 difference), while the sums
+ * use d_i/scale_d computed as (a_i/2 - e_i/2)*(2/scale_d), exact up to one
+ * rounding like every other d_i/scale_d.  For every other dtype the squares
+ * of finite values fit float64 with room to spare (float32 max^2 ~ 1.2e77,
+ * int64 max^2 ~ 8.5e37, smallest float32 subnormal^2 ~ 2e-90), so the
+ * UNSCALED update (every scale == 1) is exact in range and cheaper.  Scales
+ * never go below 2^-1000 so that 1/scale stays finite, nor above 2^1023 (the
+ * largest power of two; |x|/2^1023 <= 2 still squares far from overflow).
+ * Finalisation combines scales of different families only as ratios of
+ * powers of two applied with ldexp (vgct_ldexp_ratio), so a result is +Inf
+ * or 0 only when its true value is beyond the float64 range.
  */
 #ifndef VGCT_STATS_H_
 #define VGCT_STATS_H_
@@ -67,14 +79,16 @@ VGCT_HD int vgct_class(double x) {
 /* Whole-tensor accumulator.  Plain old data: engines copy it to and from the
  * device and across ranks ([E]) as bytes; the layout is part of the record
  * format (VGCT_ACC_VERSION). */
-#define VGCT_ACC_VERSION 1
+#define VGCT_ACC_VERSION 2
 typedef struct {
-  double scale;       /* power of two; sums below are relative to it        */
-  double s_aa;        /* sum (a/scale)^2                                    */
-  double s_ee;        /* sum (e/scale)^2                                    */
-  double s_ae;        /* sum (a/scale)(e/scale)                             */
-  double s_dd;        /* sum (d/scale)^2, d/scale = a/scale - e/scale       */
-  double s_d;         /* sum d/scale                                        */
+  double scale_a;     /* powers of two (1 in the unscaled update); the sums */
+  double scale_e;     /* below are relative to the scale of their family    */
+  double scale_d;
+  double s_aa;        /* sum (a/scale_a)^2                                  */
+  double s_ee;        /* sum (e/scale_e)^2                                  */
+  double s_ae;        /* sum (a/scale_a)(e/scale_e)                         */
+  double s_dd;        /* sum (d/scale_d)^2                                  */
+  double s_d;         /* sum d/scale_d                                      */
   double max_abs;     /* max |d|; -1 when no finite pair yet                */
   double max_abs_a;   /* a at max_abs_i                                     */
   double max_abs_e;   /* e at max_abs_i                                     */
@@ -96,14 +110,14 @@ typedef struct {
 
 /* Per-slice accumulator for compare(dim=k): one per index along axis k. */
 typedef struct {
-  double scale;
-  double s_dd, s_ee, s_d; /* relative to scale, as in vgct_acc */
+  double scale_e, scale_d;
+  double s_dd, s_ee, s_d; /* relative to scale_d, scale_e, scale_d, as in vgct_acc */
   double max_abs;         /* -1 when no finite pair               */
   int64_t n_finite;
 } vgct_slice_acc;
 
 VGCT_HD void vgct_acc_init(vgct_acc *s, int scaled) {
-  s->scale = scaled ? VGCT_MIN_SCALE : 1.0;
+  s->scale_a = s->scale_e = s->scale_d = scaled ? VGCT_MIN_SCALE : 1.0;
   s->s_aa = s->s_ee = s->s_ae = s->s_dd = s->s_d = 0.0;
   s->max_abs = s->max_rel = s->worst_excess = s->max_abs_ref = -1.0;
   s->max_abs_a = s->max_abs_e = 0.0;
@@ -116,15 +130,17 @@ VGCT_HD void vgct_acc_init(vgct_acc *s, int scaled) {
 }
 
 VGCT_HD void vgct_slice_init(vgct_slice_acc *s, int scaled) {
-  s->scale = scaled ? VGCT_MIN_SCALE : 1.0;
+  s->scale_e = s->scale_d = scaled ? VGCT_MIN_SCALE : 1.0;
   s->s_dd = s->s_ee = s->s_d = 0.0;
   s->max_abs = -1.0;
   s->n_finite = 0;
 }
 
-/* A power of two > m (m finite, > 0): 2^(floor(log2 m) + 1), clamped to
- * [VGCT_MIN_SCALE, 2^1023]. */
+/* A power of two > m (m > 0): 2^(floor(log2 m) + 1), clamped to
+ * [VGCT_MIN_SCALE, 2^1023]; 2^1023 for m = +Inf (an overflowing float64
+ * difference of finite values, |d| < 2^1025). */
 VGCT_HD double vgct_pow2_ceil(double m) {
+  if (!(m <= 0x1.fffffffffffffp+1023)) return 0x1p1023;
   int ex;
   double f = frexp(m, &ex); /* m = f * 2^ex, f in [0.5, 1) */
   (void)f;
@@ -169,6 +185,62 @@ VGCT_HD int vgct_rel_may_win(double ad, double ae, int64_t idx, double best, int
   return !(p >= 0x1p-1000 && p <= 0x1.fffffffffffffp+1023 && ad <= p);
 }
 
+/* ---- the scaled update (float64 inputs) ---------------------------------
+ * Each family's scale is a power of two >= the largest magnitude of its
+ * quantity seen so far; r = old/new is an exact power of two (or 0 when it
+ * is below 2^-1074: the old sums are then below 2^-1074 of the new term,
+ * which alone is >= 1/4).  1/scale is exact (scale in [2^-1000, 2^1023]).
+ * d/scale_d, not a/scale_d - e/scale_d: the float64 difference rounded once,
+ * then scaled exactly. */
+
+/* 1/p for a power of two p in [2^-1000, 2^1023], exactly, without a
+ * division (the definition path runs per pair on the GPU): 2^-k from the
+ * exponent bits; 2^-1023 (subnormal) for p = 2^1023.  x*(1/p) == x/p bit
+ * for bit (both are the exact quotient rounded once). */
+VGCT_HD double vgct_pow2_inv(double p) {
+  uint64_t eb = vgct_bits_from_f64(p) >> 52; /* biased exponent, p > 0 */
+  return eb < 2046 ? vgct_f64_from_bits((uint64_t)(2046 - eb) << 52) : 0x1p-1023;
+}
+
+/* Scaled difference d/scale_d: d*(1/scale_d) when the float64 difference is
+ * finite, else (|a|,|e| > 2^1022 with opposite signs; scale_d == 2^1023)
+ * (a/2 - e/2)*(2/scale_d): halving such values is exact and the subtraction
+ * rounds once, as a - e would in a wider exponent range. */
+VGCT_HD double vgct_scaled_diff(double a, double e, double d, double ad, double inv_d) {
+  return ad <= 0x1.fffffffffffffp+1023 ? d * inv_d : (a * 0.5 - e * 0.5) * (2.0 * inv_d);
+}
+
+/* The d family (s_dd, s_d relative to *scale_d), shared by vgct_acc_update
+ * and vgct_slice_update: rescale for |d| = ad, then add the pair. */
+VGCT_HD void vgct_scaled_sums(double *scale_d, double *s_dd, double *s_d, double a, double e,
+                              double d, double ad) {
+  if (ad > *scale_d) {
+    double ns = vgct_pow2_ceil(ad);
+    double r = *scale_d / ns;
+    *s_dd *= r * r; *s_d *= r;
+    *scale_d = ns;
+  }
+  double ds = vgct_scaled_diff(a, e, d, ad, vgct_pow2_inv(*scale_d));
+  *s_dd += ds * ds; *s_d += ds;
+}
+
+/* The a and e families of a vgct_acc for |a| = ma, |e| = me (s_ae follows
+ * both: it is relative to scale_a*scale_e). */
+VGCT_HD void vgct_rescale_ae(vgct_acc *s, double ma, double me) {
+  if (ma > s->scale_a) {
+    double ns = vgct_pow2_ceil(ma);
+    double r = s->scale_a / ns;
+    s->s_aa *= r * r; s->s_ae *= r;
+    s->scale_a = ns;
+  }
+  if (me > s->scale_e) {
+    double ns = vgct_pow2_ceil(me);
+    double r = s->scale_e / ns;
+    s->s_ee *= r * r; s->s_ae *= r;
+    s->scale_e = ns;
+  }
+}
+
 /* Fold one pair (a, e) at flat index idx.  `scaled` is a compile-time
  * constant in the engines' instantiations (0 unless an input is float64). */
 VGCT_HD void vgct_acc_update(vgct_acc *s, double a, double e, int64_t idx,
@@ -211,17 +283,10 @@ VGCT_HD void vgct_acc_update(vgct_acc *s, double a, double e, int64_t idx,
     if (vgct_better(ex, idx, s->worst_excess, s->worst_i)) { s->worst_excess = ex; s->worst_i = idx; }
   }
   if (scaled) {
-    double m = fmax(fabs(a), ae);
-    if (m > s->scale) {
-      double ns = vgct_pow2_ceil(m);
-      double r = s->scale / ns; /* exact power of two */
-      s->s_aa *= r * r; s->s_ee *= r * r; s->s_ae *= r * r; s->s_dd *= r * r; s->s_d *= r;
-      s->scale = ns;
-    }
-    double inv = 1.0 / s->scale; /* exact: scale is a power of two >= 2^-1000 */
-    double as = a * inv, es = e * inv, ds = as - es;
+    vgct_rescale_ae(s, fabs(a), ae);
+    vgct_scaled_sums(&s->scale_d, &s->s_dd, &s->s_d, a, e, d, ad);
+    double as = a * vgct_pow2_inv(s->scale_a), es = e * vgct_pow2_inv(s->scale_e);
     s->s_aa += as * as; s->s_ee += es * es; s->s_ae += as * es;
-    s->s_dd += ds * ds; s->s_d += ds;
   } else {
     s->s_aa += a * a; s->s_ee += e * e; s->s_ae += a * e;
     s->s_dd += d * d; s->s_d += d;
@@ -235,35 +300,44 @@ VGCT_HD void vgct_slice_update(vgct_slice_acc *s, double a, double e, int scaled
   double ad = fabs(d);
   if (ad > s->max_abs) s->max_abs = ad;
   if (scaled) {
-    double m = fmax(fabs(a), fabs(e));
-    if (m > s->scale) {
-      double ns = vgct_pow2_ceil(m);
-      double r = s->scale / ns;
-      s->s_dd *= r * r; s->s_ee *= r * r; s->s_d *= r;
-      s->scale = ns;
+    double ae = fabs(e);
+    if (ae > s->scale_e) { /* as vgct_rescale_ae does for the e family */
+      double ns = vgct_pow2_ceil(ae);
+      double r = s->scale_e / ns;
+      s->s_ee *= r * r;
+      s->scale_e = ns;
     }
-    double inv = 1.0 / s->scale;
-    double as = a * inv, es = e * inv, ds = as - es;
-    s->s_dd += ds * ds; s->s_ee += es * es; s->s_d += ds;
+    vgct_scaled_sums(&s->scale_d, &s->s_dd, &s->s_d, a, e, d, ad);
+    double es = e * vgct_pow2_inv(s->scale_e);
+    s->s_ee += es * es;
   } else {
     s->s_dd += d * d; s->s_ee += e * e; s->s_d += d;
   }
 }
 
-/* Merges bring both operands to the larger scale by exact powers of two;
- * only contributions below 2^-1074 of the new scale squared are lost, far
- * below float64 resolution of the result. */
+/* Merges bring both operands to the larger scale of each family by exact
+ * powers of two; only contributions below 2^-1074 of the new scale (squared)
+ * are lost, far below float64 resolution of the result (the new scale's own
+ * maximum contributes >= 1/4).  With equal scales (always so in the unscaled
+ * update: every scale 1) a merge is a plain add. */
+VGCT_HD double vgct_merge_ratio(double *scale, double other, double *r_other) {
+  double r_self = 1.0;
+  *r_other = 1.0;
+  if (other > *scale) { r_self = *scale / other; *scale = other; }
+  else if (other < *scale) { *r_other = other / *scale; }
+  return r_self;
+}
+
 VGCT_HD void vgct_acc_merge(vgct_acc *s, const vgct_acc *o) {
-  double r_s = 1.0, r_o = 1.0;
-  double scale = s->scale;
-  if (o->scale > s->scale) { r_s = s->scale / o->scale; scale = o->scale; }
-  else if (o->scale < s->scale) { r_o = o->scale / s->scale; }
-  s->s_aa = s->s_aa * (r_s * r_s) + o->s_aa * (r_o * r_o);
-  s->s_ee = s->s_ee * (r_s * r_s) + o->s_ee * (r_o * r_o);
-  s->s_ae = s->s_ae * (r_s * r_s) + o->s_ae * (r_o * r_o);
-  s->s_dd = s->s_dd * (r_s * r_s) + o->s_dd * (r_o * r_o);
-  s->s_d = s->s_d * r_s + o->s_d * r_o;
-  s->scale = scale;
+  double oa, oe, od;
+  double ra = vgct_merge_ratio(&s->scale_a, o->scale_a, &oa);
+  double re = vgct_merge_ratio(&s->scale_e, o->scale_e, &oe);
+  double rd = vgct_merge_ratio(&s->scale_d, o->scale_d, &od);
+  s->s_aa = s->s_aa * (ra * ra) + o->s_aa * (oa * oa);
+  s->s_ee = s->s_ee * (re * re) + o->s_ee * (oe * oe);
+  s->s_ae = s->s_ae * ra * re + o->s_ae * oa * oe;
+  s->s_dd = s->s_dd * (rd * rd) + o->s_dd * (od * od);
+  s->s_d = s->s_d * rd + o->s_d * od;
   if (vgct_better(o->max_abs, o->max_abs_i, s->max_abs, s->max_abs_i)) {
     s->max_abs = o->max_abs; s->max_abs_i = o->max_abs_i;
     s->max_abs_a = o->max_abs_a; s->max_abs_e = o->max_abs_e;
@@ -288,27 +362,26 @@ VGCT_HD void vgct_acc_merge(vgct_acc *s, const vgct_acc *o) {
 }
 
 VGCT_HD void vgct_slice_merge(vgct_slice_acc *s, const vgct_slice_acc *o) {
-  double r_s = 1.0, r_o = 1.0;
-  double scale = s->scale;
-  if (o->scale > s->scale) { r_s = s->scale / o->scale; scale = o->scale; }
-  else if (o->scale < s->scale) { r_o = o->scale / s->scale; }
-  s->s_dd = s->s_dd * (r_s * r_s) + o->s_dd * (r_o * r_o);
-  s->s_ee = s->s_ee * (r_s * r_s) + o->s_ee * (r_o * r_o);
-  s->s_d = s->s_d * r_s + o->s_d * r_o;
-  s->scale = scale;
+  double oe, od;
+  double re = vgct_merge_ratio(&s->scale_e, o->scale_e, &oe);
+  double rd = vgct_merge_ratio(&s->scale_d, o->scale_d, &od);
+  s->s_dd = s->s_dd * (rd * rd) + o->s_dd * (od * od);
+  s->s_ee = s->s_ee * (re * re) + o->s_ee * (oe * oe);
+  s->s_d = s->s_d * rd + o->s_d * od;
   if (o->max_abs > s->max_abs) s->max_abs = o->max_abs;
   s->n_finite += o->n_finite;
 }
 
 /* The slice accumulator of the pairs folded into *s (added for the CUDA
- * engine, [B]).  vgct_slice_update/vgct_slice_merge apply to (scale, s_dd,
- * s_ee, s_d, max_abs, n_finite) exactly the operations vgct_acc_update/
+ * engine, [B]).  vgct_slice_update/vgct_slice_merge apply to (scale_e,
+ * scale_d, s_dd, s_ee, s_d, max_abs, n_finite) exactly the operations vgct_acc_update/
  * vgct_acc_merge apply to the fields of the same names (same rescaling
  * rule, same order; max_abs is the same maximum), so when every pair of an
  * accumulator belongs to one slice, its projection IS that slice's
  * accumulator, bit for bit, and merges commute with the projection. */
 VGCT_HD void vgct_slice_from_acc(const vgct_acc *s, vgct_slice_acc *o) {
-  o->scale = s->scale;
+  o->scale_e = s->scale_e;
+  o->scale_d = s->scale_d;
   o->s_dd = s->s_dd;
   o->s_ee = s->s_ee;
   o->s_d = s->s_d;
@@ -318,9 +391,27 @@ VGCT_HD void vgct_slice_from_acc(const vgct_acc *s, vgct_slice_acc *o) {
 
 /* ---- finalisation ------------------------------------------------------ */
 
-/* sqrt(s) * scale without overflow in between (the true norm may still be
- * +Inf if it exceeds DBL_MAX, which only float64 inputs near DBL_MAX reach). */
+/* sqrt(s) * scale: the norm of a family (+Inf only when the true norm
+ * exceeds DBL_MAX, which only float64 inputs near DBL_MAX reach). */
 VGCT_HD double vgct_norm(double s, double scale) { return sqrt(s) * scale; }
+
+/* q * (num/den) for powers of two num, den (scales, in [2^-1000, 2^1023]):
+ * one ldexp, so the result over- or underflows only when the true value
+ * does (num/den itself may be out of range).  Equal scales (the unscaled
+ * update): q itself. */
+VGCT_HD double vgct_ldexp_ratio(double q, double num, double den) {
+  if (num == den) return q;
+  return ldexp(q, ilogb(num) - ilogb(den));
+}
+
+/* (s_d / n) * scale_d, the mean of a d family.  s_d below 2^-900 (only a
+ * float64 input's cancelling sum reaches it: a sum of values of any other
+ * dtype is 0 or >= 2^-149) is divided at 2^600 times its size and brought
+ * back with one ldexp, so s_d / n never rounds as a subnormal. */
+VGCT_HD double vgct_mean(double s_d, double n, double scale_d) {
+  if (s_d != 0.0 && fabs(s_d) < 0x1p-900) return ldexp((s_d * 0x1p600) / n, ilogb(scale_d) - 600);
+  return (s_d / n) * scale_d;
+}
 
 typedef struct {
   double norm_a, norm_e, norm_d; /* L2 norms over finite pairs        */
@@ -332,21 +423,22 @@ typedef struct {
 
 VGCT_HD void vgct_acc_finalize(const vgct_acc *s, vgct_derived *out) {
   double ra = sqrt(s->s_aa), re = sqrt(s->s_ee), rd = sqrt(s->s_dd);
-  out->norm_a = ra * s->scale;
-  out->norm_e = re * s->scale;
-  out->norm_d = rd * s->scale;
-  /* max |e| == 0, not s_ee == 0: the same for every input except float64 ones
-   * whose reference squares all underflow against the shared scale (|e| <
-   * 2^-537 of max|a|); those get rel_l2 = +inf, not "zero reference" */
+  out->norm_a = vgct_norm(s->s_aa, s->scale_a);
+  out->norm_e = vgct_norm(s->s_ee, s->scale_e);
+  out->norm_d = vgct_norm(s->s_dd, s->scale_d);
+  /* max |e| == 0; with per-family scales the same as s_ee == 0 (the largest
+   * |e| contributes >= 1/4 to s_ee) */
   out->zero_reference = !(s->max_abs_ref > 0.0);
-  out->rel_l2 = out->zero_reference ? (double)NAN : rd / re; /* scale cancels; re == 0: +inf */
+  out->rel_l2 = out->zero_reference ? (double)NAN : vgct_ldexp_ratio(rd / re, s->scale_d, s->scale_e);
   if (s->s_aa == 0.0 || s->s_ee == 0.0) {
     out->cosine = (double)NAN;
   } else {
-    double c = s->s_ae / ra / re; /* divide twice: ra*re may underflow/overflow */
+    /* s_ae is relative to scale_a*scale_e: the scales cancel.  Divide twice:
+       ra*re may underflow/overflow */
+    double c = s->s_ae / ra / re;
     out->cosine = c > 1.0 ? 1.0 : (c < -1.0 ? -1.0 : c);
   }
-  out->mean_diff = s->n_finite ? (s->s_d / (double)s->n_finite) * s->scale : (double)NAN;
+  out->mean_diff = s->n_finite ? vgct_mean(s->s_d, (double)s->n_finite, s->scale_d) : (double)NAN;
 }
 
 /* Per-slice results (SliceStats), defined from vgct_slice_acc exactly as
@@ -360,10 +452,11 @@ typedef struct {
 
 VGCT_HD void vgct_slice_finalize(const vgct_slice_acc *s, vgct_slice_derived *out) {
   double nf = (double)s->n_finite;
-  out->mean_shift = s->n_finite ? (s->s_d / nf) * s->scale : (double)NAN;
-  out->rel_l2 = s->s_ee == 0.0 ? (double)NAN : sqrt(s->s_dd) / sqrt(s->s_ee); /* scale cancels */
+  out->mean_shift = s->n_finite ? vgct_mean(s->s_d, nf, s->scale_d) : (double)NAN;
+  out->rel_l2 = s->s_ee == 0.0 ? (double)NAN
+                               : vgct_ldexp_ratio(sqrt(s->s_dd) / sqrt(s->s_ee), s->scale_d, s->scale_e);
   out->max_abs_err = s->n_finite ? s->max_abs : (double)NAN;
-  out->ref_rms = s->n_finite ? sqrt(s->s_ee / nf) * s->scale : (double)NAN;
+  out->ref_rms = s->n_finite ? sqrt(s->s_ee / nf) * s->scale_e : (double)NAN;
 }
 
 /* ---- quantiles (numpy's default, method="linear") ----------------------

@@ -3,8 +3,8 @@
 A parallel run leaves each rank with one shard of an output; the reference is the single-device
 output. Every statistic of :func:`vgct_ext.compare` is *mergeable* (csrc/vgct_stats.h):
 
-* sums (norms, dot product, sum of differences) are kept in float64 relative to a power-of-two
-  scale and merged with ``vgct_acc_merge`` -- equal to the single-tensor sums up to rounding
+* sums (norms, dot product, sum of differences) are kept in float64 relative to power-of-two
+  scales (float64 inputs: one per sum family) and merged with ``vgct_acc_merge`` -- equal to the single-tensor sums up to rounding
   (well within 1e-12 relative);
 * maxima carry their flat index; with the shard's indices moved to the gathered tensor's index
   space first (``_C.remap_raw``) the lowest-index tie rule gives the same winner in any merge
@@ -18,7 +18,7 @@ output. Every statistic of :func:`vgct_ext.compare` is *mergeable* (csrc/vgct_st
   15/12/12/12/12 bits), each histogram summed over the ranks with one ``all_reduce``, give the
   exact order statistics that numpy's linear interpolation needs.
 
-So each rank sends one small record (``vgct_acc``: 216 bytes, plus 48 bytes per slice when
+So each rank sends one small record (``vgct_acc``: 232 bytes, plus 56 bytes per slice when
 ``dim`` is given) through one ``all_gather_object``, then four (CPU) or five (CUDA) histogram
 ``all_reduce`` s of 2^width int64 counters per needed prefix (at most 0.5 MiB each for one
 quantile), whatever the tensor size. All merging

@@ -46,8 +46,8 @@ class Params(C.Structure):
     _fields_ = [("rtol", C.c_double), ("atol", C.c_double), ("dim", C.c_int), ("nthreads", C.c_int)]
 
 
-ACC_DOUBLES = ["scale", "s_aa", "s_ee", "s_ae", "s_dd", "s_d", "max_abs", "max_abs_a", "max_abs_e",
-               "max_rel", "worst_excess", "max_abs_ref"]
+ACC_DOUBLES = ["scale_a", "scale_e", "scale_d", "s_aa", "s_ee", "s_ae", "s_dd", "s_d", "max_abs",
+               "max_abs_a", "max_abs_e", "max_rel", "worst_excess", "max_abs_ref"]
 ACC_INTS = ["max_abs_i", "max_rel_i", "worst_i", "n", "n_finite", "n_unequal", "n_mismatch",
             "n_nan_a", "n_posinf_a", "n_neginf_a", "n_nan_e", "n_posinf_e", "n_neginf_e",
             "n_class_diff", "first_class_diff"]
@@ -63,8 +63,9 @@ class Acc(C.Structure):
 
 
 class SliceAcc(C.Structure):
-    _fields_ = [("scale", C.c_double), ("s_dd", C.c_double), ("s_ee", C.c_double),
-                ("s_d", C.c_double), ("max_abs", C.c_double), ("n_finite", C.c_int64)]
+    _fields_ = [("scale_e", C.c_double), ("scale_d", C.c_double), ("s_dd", C.c_double),
+                ("s_ee", C.c_double), ("s_d", C.c_double), ("max_abs", C.c_double),
+                ("n_finite", C.c_int64)]
 
 
 def _compiler() -> Optional[str]:

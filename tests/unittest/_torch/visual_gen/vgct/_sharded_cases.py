@@ -101,6 +101,23 @@ def b_f64_scaled(torch, device, world):
     return torch.from_numpy(a).to(device), torch.from_numpy(e).to(device)
 
 
+def b_f64_families(torch, device, world):
+    """float64 shards whose sum families sit at far-apart scales, different on every rank:
+    e ~ 1e250 in the first columns and ~1 after, a ~ 1e-200 * e (||a|| used to underflow
+    against the shared scale of e), d with tiny entries next to larger ones; records of
+    different scales are merged."""
+    r = _rng(10)
+    k = 12 * world
+    e = r.standard_normal((4, k))
+    a = 1e-200 * e * (1 + 1e-3 * r.standard_normal(e.shape))
+    e[:, : k // 4] *= 1e250
+    a[:, : k // 4] *= 1e250
+    e[3] = 1e-290 * r.standard_normal(k)      # row 3: a = e + tiny differences, one huge pair
+    a[3] = e[3] + 1e-300 * r.standard_normal(k)
+    e[3, k - 1] = a[3, k - 1] = 1e-20
+    return torch.from_numpy(a).to(device), torch.from_numpy(e).to(device)
+
+
 def b_big_bf16(torch, device, world):
     r = _rng(7)
     e = torch.from_numpy(r.standard_normal((96, 3001)).astype(np.float32)).to(device)
@@ -140,6 +157,7 @@ CASES: Dict[str, Tuple[Callable, int, Callable, Dict[str, Any]]] = {
     "nonfinite_ties": (b_nonfinite_ties, 1, even_sizes,
                        dict(quantiles=(0.5, 0.99, 1.0), rtol=0.0, atol=0.5)),
     "f64_scaled": (b_f64_scaled, 1, uneven_sizes, dict(dim=0, quantiles=(0.3, 0.999))),
+    "f64_families": (b_f64_families, 1, uneven_sizes, dict(dim=0, quantiles=(0.5,))),
     "big_bf16": (b_big_bf16, 1, uneven_sizes, dict(quantiles=(0.5, 0.9, 0.99, 0.999))),
     "int32": (b_int32, 1, even_sizes, dict(quantiles=(0.5,), dim=1)),
     "all_nan": (b_all_nan, 1, even_sizes, dict(quantiles=(0.5, 0.99))),

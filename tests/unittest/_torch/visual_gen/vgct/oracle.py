@@ -7,6 +7,12 @@ the largest magnitude (so 1e300 and 1e-310 are fine), then ``math.fsum``
 (first occurrence = lowest flat index), quantiles ``np.quantile`` (method
 "linear").
 
+``exact_sums`` is a second, EXACT oracle for the sum-based statistics: every finite
+float64 is an integer multiple of 2^-1074, so sums of squares, the dot product and the
+sum of differences are Python integers (no rounding, no overflow, no underflow, also
+where a - e overflows float64); the square roots and quotients are taken to ~2^-120 and
+rounded once at the end.  ``mismatches_vs_oracle(..., exact=True)`` checks against it.
+
 Decoders for the dtypes NumPy lacks (bfloat16, float8_e4m3fn, float8_e5m2) work
 from raw bits with the formulas of the OCP 8-bit FP spec v1.0 and the bfloat16
 definition (upper half of an IEEE binary32), written independently of
@@ -96,6 +102,8 @@ def norm_parts(x: np.ndarray):
 def mean(x: np.ndarray) -> float:
     """fsum(x)/len(x) without intermediate overflow (exact 2^-k scaling)."""
     x = np.asarray(x, dtype=np.float64).ravel()
+    if not np.all(np.isfinite(x)):  # an overflowed float64 difference: exact_sums handles it
+        return float(np.sum(x))
     k = _pow2_exponent(x)
     return math.ldexp(math.fsum(np.ldexp(x, -k)) / x.size, k)
 
@@ -271,35 +279,97 @@ def _same_exact(x, y) -> bool:
     return x == y
 
 
-def flushed_fields(a64: np.ndarray, e64: np.ndarray) -> set:
-    """Sum-based fields a float64 (scaled) comparison may flush to 0 (docs/metrics.md,
-    "Limits"): all sums share one power-of-two scale >= the largest finite magnitude
-    M of either input, so a vector whose norm is below ~M * 2^-537 (squares below
-    2^-1074 of the scale) contributes 0.  Only such vectors' fields are listed."""
-    a = np.asarray(a64, np.float64).ravel()
-    e = np.asarray(e64, np.float64).ravel()
+# ---- the exact oracle of the sums (integer arithmetic) ---------------------------------
+
+_U = 1074  # every finite float64 is an integer multiple of 2^-1074
+
+
+def to_units(x) -> list:
+    """Finite float64 values -> Python ints X with x = X * 2^-1074 exactly."""
+    out = []
+    for v in np.asarray(x, dtype=np.float64).ravel().tolist():
+        p, q = float(v).as_integer_ratio()  # q: a power of two <= 2^1074
+        out.append(p * ((1 << _U) // q))
+    return out
+
+
+def _div(num: int, den: int) -> float:
+    """num / den (den > 0) correctly rounded (CPython's int true division); +-inf beyond
+    DBL_MAX, subnormal or 0 below."""
+    try:
+        return num / den
+    except OverflowError:
+        return math.inf if num > 0 else -math.inf
+
+
+def sqrt_ratio(p: int, q: int, k: int = 0) -> float:
+    """sqrt(p / q) * 2^k for integers p >= 0, q > 0, to ~2^-120 before the final rounding."""
+    if p == 0:
+        return 0.0
+    s = max(0, 125 - (p.bit_length() - q.bit_length()) // 2)
+    r = math.isqrt((p << (2 * s)) // q)  # floor(sqrt(p/q) * 2^s), >= 2^124
+    sh = s - k
+    return _div(r, 1 << sh) if sh >= 0 else _div(r << -sh, 1)
+
+
+def _exact_fields(A: list, E: list) -> Dict:
+    D = [x - y for x, y in zip(A, E)]
+    n = len(D)
+    saa = sum(x * x for x in A)
+    see = sum(y * y for y in E)
+    sae = sum(x * y for x, y in zip(A, E))
+    sdd = sum(d * d for d in D)
+    sd, sad = sum(D), sum(abs(d) for d in D)
+    out: Dict = {"n_finite": n, "s_ee": see}
+    out["norm_actual"] = sqrt_ratio(saa, 1, -_U)
+    out["norm_expected"] = sqrt_ratio(see, 1, -_U)
+    out["norm_diff"] = sqrt_ratio(sdd, 1, -_U)
+    out["rel_l2"] = None if see == 0 else sqrt_ratio(sdd, see)
+    if saa == 0 or see == 0:
+        out["cosine"] = None
+    else:
+        c = sqrt_ratio(sae * sae, saa * see)
+        c = -c if sae < 0 else c
+        out["cosine"] = min(1.0, max(-1.0, c))
+    out["mean_diff"] = _div(sd, n << _U) if n else None
+    out["mean_abs"] = _div(sad, n << _U) if n else None
+    out["ref_rms"] = sqrt_ratio(see, n, -_U) if n else None
+    return out
+
+
+def exact_sums(a64: np.ndarray, e64: np.ndarray, dim: Optional[int] = None) -> Dict:
+    """The sum-based statistics of the finite pairs, exactly (then rounded once):
+    norm_actual, norm_expected, norm_diff, rel_l2, cosine, mean_diff (and mean_abs, the
+    conditioning of mean_diff); with dim, "slices" holds mean_shift, rel_l2, ref_rms,
+    mean_abs per index along dim (NaN where undefined)."""
+    a = np.asarray(a64, dtype=np.float64)
+    e = np.asarray(e64, dtype=np.float64)
     fin = np.isfinite(a) & np.isfinite(e)
-    a, e = a[fin], e[fin]
-    if a.size == 0:
-        return set()
-    m = max(float(np.max(np.abs(a))), float(np.max(np.abs(e))))
-    out = set()
-    with np.errstate(all="ignore"):
-        d = a - e
-    lim = m * 2.0 ** -500
-    if 0 < norm(a) < lim or (0 < norm(a) and np.any((a != 0) & (np.abs(a) < lim))):
-        out |= {"norm_actual", "cosine"}
-    if 0 < norm(e) < lim or (0 < norm(e) and np.any((e != 0) & (np.abs(e) < lim))):
-        out |= {"norm_expected", "cosine", "rel_l2"}
-    if 0 < norm(d) < lim or np.any((d != 0) & (np.abs(d) < lim)):
-        out |= {"norm_diff", "rel_l2", "mean_diff", "cosine"}
+    out = _exact_fields(to_units(a[fin]), to_units(e[fin]))
+    if dim is not None:
+        am = np.moveaxis(a, dim, 0)
+        em = np.moveaxis(e, dim, 0)
+        k = am.shape[0]
+        rest = int(np.prod(am.shape[1:], dtype=np.int64))
+        am, em = am.reshape(k, rest), em.reshape(k, rest)
+        sl = {f: np.full(k, np.nan) for f in ("mean_shift", "rel_l2", "ref_rms", "mean_abs")}
+        for j in range(k):
+            f = np.isfinite(am[j]) & np.isfinite(em[j])
+            if not f.any():
+                continue
+            x = _exact_fields(to_units(am[j][f]), to_units(em[j][f]))
+            sl["mean_shift"][j] = x["mean_diff"]
+            sl["rel_l2"][j] = np.nan if x["rel_l2"] is None else x["rel_l2"]
+            sl["ref_rms"][j] = x["ref_rms"]
+            sl["mean_abs"][j] = x["mean_abs"]
+        out["slices"] = sl
     return out
 
 
 def mismatches_vs_oracle(stats, a64: np.ndarray, e64: np.ndarray, rtol: float = 1e-3,
                          atol: float = 1e-3, quantiles=(0.99,), dim: Optional[int] = None,
-                         tol: float = 1e-12, allow_flush: bool = False,
-                         cond_aware: bool = False) -> Dict[str, tuple]:
+                         tol: float = 1e-12, cond_aware: bool = False,
+                         exact: bool = False) -> Dict[str, tuple]:
     """{field: (engine, oracle)} for every field that disagrees (empty when all agree).
 
     Sums within `tol` relative, everything else exact (floats bitwise), quantiles
@@ -308,19 +378,26 @@ def mismatches_vs_oracle(stats, a64: np.ndarray, e64: np.ndarray, rtol: float = 
     cond_aware: the signed sums (mean of a-e, the dot product of the cosine) are
     held to `tol` relative to the sum of MAGNITUDES (the float64 summation bound,
     which no float64 accumulation beats under cancellation): mean_diff within
-    tol*mean|d|, cosine within tol absolute (|<a,e>| <= ||a|| ||e||)."""
+    tol*mean|d|, cosine within tol absolute (|<a,e>| <= ||a|| ||e||).
+
+    exact: the sum-based fields (whole tensor and slices) are compared with exact_sums
+    instead of the math.fsum oracle."""
     o = oracle(a64, e64, rtol, atol, quantiles, dim)
+    ex = exact_sums(a64, e64, dim) if exact else None
+    if ex is not None:
+        o.update({f: ex[f] for f in SUM_FIELDS})
+        if dim is not None:
+            o["slices"].update(ex["slices"])
     shape = tuple(np.shape(a64))
     bad: Dict[str, tuple] = {}
-    skip = flushed_fields(a64, e64) if allow_flush else set()
     for f in SUM_FIELDS:
-        if f in skip:
-            continue
         if cond_aware and f in ("mean_diff", "cosine") and o[f] is not None \
                 and getattr(stats, f) is not None:
             got = getattr(stats, f)
             if f == "cosine":
                 scale = 1.0
+            elif ex is not None:
+                scale = ex["mean_abs"]
             else:
                 fin = np.isfinite(a64) & np.isfinite(e64)
                 with np.errstate(all="ignore"):
@@ -343,7 +420,7 @@ def mismatches_vs_oracle(stats, a64: np.ndarray, e64: np.ndarray, rtol: float = 
                 isinstance(got, float) and v is not None and
                 (got == v or (math.isnan(got) and math.isnan(v)))):
             bad[f"quantile[{q}]"] = (got, v)
-    if dim is not None and not (allow_flush and skip):
+    if dim is not None:
         s = stats.slices
         want = o["slices"]
         if s is None:

@@ -98,6 +98,54 @@ def test_fast_path_is_the_definition_bitwise(cengine, dt, layout, rows, cols, no
     assert fast == slow
 
 
+def wide_f64(rng, shape, nonfinite=0.0):
+    """float64 pairs with mixed exponents (1e-320 .. 1.7e308), some a ~ e, some pairs near
+    DBL_MAX with opposite signs (a - e overflows), optionally NaN/Inf."""
+    n = int(np.prod(shape))
+    mag = 10.0 ** rng.uniform(-300, 300, n)
+    sp = rng.random(n) < 0.05
+    mag[sp] = rng.choice([5e-324, 1e-310, 3e-320, 1.7e308, 1.2e308, 0.0], int(sp.sum()))
+    a = mag * rng.choice([-1.0, 1.0], n)
+    e = a * (1 + 1e-3 * rng.standard_normal(n))
+    k = rng.random(n)
+    e[k < 0.2] = 10.0 ** rng.uniform(-300, 300, int((k < 0.2).sum()))
+    big = k > 0.97
+    a[big] = 1.7e308 * rng.uniform(0.6, 1.0, int(big.sum()))
+    e[big] = -1.6e308 * rng.uniform(0.6, 1.0, int(big.sum()))
+    sub = (k > 0.94) & (k <= 0.97)
+    a[sub] = rng.choice([5e-324, -1e-321, 3e-320, 0.0], int(sub.sum()))
+    if nonfinite:
+        m = rng.random(n) < nonfinite
+        a[m] = rng.choice([np.nan, np.inf, -np.inf], int(m.sum()))
+    return a.reshape(shape), e.reshape(shape)
+
+
+@given(rows=st.integers(1, 30), cols=st.integers(1, 300), nonfinite=st.sampled_from([0, 0.003]),
+       dim=st.sampled_from([-1, 0, 1]), layout=st.sampled_from(sorted(LAYOUTS)),
+       seed=st.integers(0, 2 ** 31), seg=st.sampled_from([0, 1024]))
+def test_fast_path_is_the_definition_bitwise_wide_float64(cengine, rows, cols, nonfinite, dim, layout,
+                                                          seed, seg):
+    """The scaled fold (per-family tile scales, the blended overflowing difference) reproduces
+    the definition path bit for bit on float64 data spanning the whole exponent range."""
+    rng = np.random.default_rng(seed)
+    a, e = wide_f64(rng, (rows, cols), nonfinite)
+    f = LAYOUTS[layout]
+    fast, slow = run_both(cengine, f(a), f(e), dim, None, None, seg_min=seg, par_min=0)
+    assert fast == slow
+
+
+@pytest.mark.parametrize("nonfinite", [0.0, 0.01])
+def test_code_levels_agree_bitwise_wide_float64(engine, nonfinite):
+    rng = np.random.default_rng(6)
+    a, e = wide_f64(rng, (61, 1003), nonfinite)
+    outs = []
+    for level in (0, 1, 2):
+        engine.configure(level=level)
+        outs.append(acc_bits(engine.reduce(a, e, dim=1)))
+    engine.configure()
+    assert outs == [outs[0]] * 3
+
+
 @pytest.mark.parametrize("dt", ["float32", "float64", "bfloat16", "int16"])
 @pytest.mark.parametrize("nonfinite", [0.0, 0.01])
 def test_code_levels_agree_bitwise(engine, dt, nonfinite):
@@ -137,7 +185,7 @@ def test_reduce_matches_oracle_for_raw_dtypes(engine):
         assert acc.n_nan_a == np.isnan(a64).sum() and acc.n_posinf_a == (a64 == np.inf).sum()
         assert acc.n_neginf_e == (e64 == -np.inf).sum()
         assert (acc.max_abs, acc.max_abs_i, acc.max_abs_a, acc.max_abs_e) == (d[i], i, a64.ravel()[i], e64.ravel()[i])
-        assert math.sqrt(acc.s_dd) * acc.scale == pytest.approx(norm((a64 - e64)[fin]), rel=1e-12)
+        assert math.sqrt(acc.s_dd) * acc.scale_d == pytest.approx(norm((a64 - e64)[fin]), rel=1e-12)
 
 
 def test_tile_boundaries_and_odd_lengths(engine):
@@ -301,16 +349,49 @@ def test_max_rel_tie_whose_product_rounds_up(engine):
 
 
 def test_scaled_norms_at_the_float64_limits(engine):
-    """|x| >= 2^1023 (scale capped at 2^1023) and subnormals, through the engine."""
+    """|x| >= 2^1023 (scales capped at 2^1023) and subnormals, through the engine."""
     a = np.array([1.7e308, -1.2e308, 1.0, 5e-324])
     e = np.array([1.0e308, 0.0, -1.0, 0.0])
     acc, _ = engine.reduce(a, e)
-    assert math.sqrt(acc.s_aa) * acc.scale == pytest.approx(norm(a), rel=1e-15)
-    assert math.sqrt(acc.s_ee) * acc.scale == pytest.approx(norm(e), rel=1e-15)
-    assert math.sqrt(acc.s_dd) * acc.scale == pytest.approx(norm(a - e), rel=1e-15)
+    assert math.sqrt(acc.s_aa) * acc.scale_a == pytest.approx(norm(a), rel=1e-15)
+    assert math.sqrt(acc.s_ee) * acc.scale_e == pytest.approx(norm(e), rel=1e-15)
+    assert math.sqrt(acc.s_dd) * acc.scale_d == pytest.approx(norm(a - e), rel=1e-15)
     t = np.array([3e-320, -1e-321, 5e-324])
     acc, _ = engine.reduce(t, np.zeros(3))
-    assert math.sqrt(acc.s_aa) * acc.scale == pytest.approx(norm(t), rel=1e-15)
+    assert math.sqrt(acc.s_aa) * acc.scale_a == pytest.approx(norm(t), rel=1e-15)
+
+
+def _is_pow2(x: float) -> bool:
+    return x > 0 and math.frexp(x)[0] == 0.5
+
+
+@pytest.mark.parametrize("force_slow", [0, 1])
+def test_per_family_scales(engine, force_slow):
+    """One power-of-two scale per sum family (vgct_stats.h): scale_a >= max|a|, scale_e >= max|e|,
+    scale_d >= max|a-e| each, so a ~ 1e-200 against e ~ 1 keeps its norm (one shared scale
+    flushed it to 0), and an overflowing float64 difference of finite values is scaled, not Inf."""
+    engine.configure(force_slow=force_slow)
+    rng = np.random.default_rng(11)
+    e = rng.standard_normal(3000)
+    a = 1e-200 * rng.standard_normal(3000)
+    acc, sl = engine.reduce(a.reshape(3, 1000), e.reshape(3, 1000), dim=0)
+    for x, sc in ((a, acc.scale_a), (e, acc.scale_e), (a - e, acc.scale_d)):
+        assert _is_pow2(sc) and np.max(np.abs(x)) < sc <= 2 * np.max(np.abs(x))
+    assert math.sqrt(acc.s_aa) * acc.scale_a == pytest.approx(norm(a), rel=1e-13)
+    assert math.sqrt(acc.s_ee) * acc.scale_e == pytest.approx(norm(e), rel=1e-13)
+    assert math.sqrt(acc.s_dd) * acc.scale_d == pytest.approx(norm(a - e), rel=1e-13)
+    for j in range(3):
+        assert sl[j].scale_e == pytest.approx(2.0 ** math.frexp(np.max(np.abs(e[j * 1000:(j + 1) * 1000])))[1], rel=0)
+        assert math.sqrt(sl[j].s_ee) * sl[j].scale_e == pytest.approx(norm(e[j * 1000:(j + 1) * 1000]), rel=1e-13)
+    # |a|, |e| near DBL_MAX with opposite signs: a - e overflows in float64; scale_d is 2^1023
+    big = np.array([1.7e308, -1.6e308, 2.0, 5e-324] * 300)
+    acc, _ = engine.reduce(big, -big)
+    assert acc.scale_d == 2.0 ** 1023 and acc.max_abs == math.inf
+    assert math.isfinite(acc.s_dd) and math.isfinite(acc.s_d)
+    # ||a - e|| = 2 ||big||: the same sum as s_aa at scale 2^1023 / 2
+    assert acc.scale_a == 2.0 ** 1023
+    assert math.sqrt(acc.s_dd) == pytest.approx(2 * math.sqrt(acc.s_aa), rel=1e-14)
+    assert acc.s_d == pytest.approx(2 * np.sum(np.ldexp(big, -1023)), rel=1e-14)
 
 
 # ---- histogram (compare_sharded's distributed selection) ---------------------------------

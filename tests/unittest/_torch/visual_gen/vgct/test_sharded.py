@@ -179,6 +179,66 @@ def test_subgroup():
     assert "subgroup" not in results[0] and "subgroup" not in results[2]
 
 
+@pytest.mark.parametrize("world", [2, 4])
+def test_f64_families_equal_exact_oracle(world):
+    """Records whose per-family scales differ from rank to rank (e ~ 1e250 on one rank, ~1 on
+    another; a ~ 1e-200 e; tiny d next to huge values), merged with vgct_acc_merge: the sums
+    are within 1e-12 of the EXACT oracle (oracle.exact_sums), not only of compare()."""
+    from oracle import exact_sums
+
+    a, e = cases.global_tensors(torch, "f64_families", world)
+    a64, e64 = a.numpy(), e.numpy()
+    ex = exact_sums(a64, e64, 0)
+    for rank, out in enumerate(run_all(world)):
+        status, s, _ = out["f64_families"]
+        assert status == "ok", f"rank {rank}: {s}"
+        for f in ("norm_actual", "norm_expected", "norm_diff", "rel_l2"):
+            assert getattr(s, f) == pytest.approx(ex[f], rel=1e-12), (rank, f)
+        assert s.cosine == pytest.approx(ex["cosine"], rel=1e-12, abs=1e-12), rank
+        assert abs(s.mean_diff - ex["mean_diff"]) <= 1e-12 * ex["mean_abs"], rank
+        assert 0 < s.norm_actual < 1e100
+        for f in ("rel_l2", "ref_rms"):
+            np.testing.assert_allclose(getattr(s.slices, f), ex["slices"][f], rtol=1e-12, err_msg=f)
+        ms = ex["slices"]["mean_shift"]
+        assert np.all(np.abs(s.slices.mean_shift - ms) <= 1e-12 * ex["slices"]["mean_abs"])
+
+
+def test_raw_merge_of_records_at_different_scales():
+    """reduce_raw on parts whose families have far-apart scales, merged (merge_raw,
+    merge_slices_raw) in either order: the record's per-family scales are those of the whole,
+    and the finalised sums equal the exact oracle."""
+    from oracle import exact_sums
+
+    rng = np.random.default_rng(13)
+    e = rng.standard_normal((3, 40))
+    a = e * (1 + 1e-6 * rng.standard_normal(e.shape))
+    e[:, :10] *= 1e-280          # part 0: tiny e and a
+    a[:, :10] *= 1e-280
+    a[:, 10:20] *= 1e-200        # part 1: tiny a against unit e
+    e[:, 30:] *= 1e300           # part 3: huge e and a
+    a[:, 30:] *= 1e300
+    cuts = [0, 10, 20, 30, 40]
+    ex = exact_sums(a, e, 0)
+    for order in (lambda x: x, lambda x: x[::-1]):
+        recs, sls = [], []
+        for lo, hi in order(list(zip(cuts[:-1], cuts[1:]))):
+            r = _C.reduce_raw(a[:, lo:hi], e[:, lo:hi], 1e-3, 1e-3, 0)
+            recs.append(_C.remap_raw(r["acc"], r["shape"], a.shape, 1, lo))
+            sls.append(r["slices"])
+        merged = _C.merge_raw(recs)
+        fl = _C.acc_fields(merged)
+        for fam, x in (("scale_a", a), ("scale_e", e), ("scale_d", a - e)):
+            m = float(np.max(np.abs(x)))
+            assert fl[fam] == 2.0 ** math.frexp(m)[1], fam  # the whole tensor's scale
+        d = _C.finalize_raw(merged, _C.merge_slices_raw(sls, False), a.shape, "float64", "float64",
+                            1, 0, 1e-3, 1e-3, (), None, 0)
+        got = vgct_ext.PairedStats._from_c(d)
+        for f in ("norm_actual", "norm_expected", "norm_diff", "rel_l2", "cosine"):
+            assert getattr(got, f) == pytest.approx(ex[f], rel=1e-12), f
+        for f in ("rel_l2", "ref_rms"):
+            np.testing.assert_allclose(getattr(got.slices, f), ex["slices"][f], rtol=1e-12, err_msg=f)
+
+
 # ---- C pieces on one process ---------------------------------------------------------------
 
 def test_raw_steps_equal_compare_single_process():

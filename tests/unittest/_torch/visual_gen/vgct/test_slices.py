@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import vgct_ext
-from oracle import mismatches_vs_oracle
+from oracle import exact_sums, mismatches_vs_oracle
 
 
 def check(a, e, dim, quantiles=()):
@@ -100,6 +100,34 @@ def test_float64_extremes_per_slice():
     scale = np.array([1e300, 1e-300, 1.0]).reshape(3, 1)
     s = check(a * scale, e * scale, 0)
     assert np.allclose(s.slices.rel_l2, 1e-6, rtol=1e-9)
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_float64_slices_with_far_apart_families(dim):
+    """Per slice, e and d have their own scales (vgct_slice_acc.scale_e, scale_d): a slice
+    whose reference is ~1e-250 of its actual (rel_l2 ~ 1e250; used to be NaN: sum e^2
+    underflowed against the shared scale), tiny differences next to a huge value (rel_l2 and
+    mean_shift non-zero), a difference that overflows float64; against the exact oracle."""
+    rng = np.random.default_rng(9)
+    e = rng.standard_normal((5, 400))
+    a = e * (1 + 1e-5 * rng.standard_normal(e.shape))
+    e[0] *= 1e-250
+    e[1] *= 1e-290
+    e[1, 3] = 1e-20
+    a[1] = e[1] + 1e-300 * rng.standard_normal(400)
+    a[1, 3] = 1e-20
+    a[2, 0], e[2, 0] = -1.5e308, 1.5e308
+    a[3] *= 1e-200
+    x, y = (a, e) if dim == 0 else (a.T.copy(), e.T.copy())
+    s = vgct_ext.compare(x, y, dim=dim, quantiles=())
+    bad = mismatches_vs_oracle(s, x, y, 1e-3, 1e-3, (), dim, exact=True, cond_aware=True)
+    assert not bad, bad
+    sl = s.slices
+    ex = exact_sums(x, y, dim)["slices"]
+    for f in ("rel_l2", "ref_rms", "mean_shift"):
+        np.testing.assert_allclose(getattr(sl, f), ex[f], rtol=1e-12, err_msg=f)
+    assert sl.rel_l2[0] == pytest.approx(1e250, rel=1e-3) and 1e-280 < sl.rel_l2[1] < 1e-276
+    assert sl.mean_shift[1] != 0 and np.isfinite(sl.rel_l2[2]) and sl.max_abs_err[2] == np.inf
 
 
 def test_size_one_axis_and_bool_ints():

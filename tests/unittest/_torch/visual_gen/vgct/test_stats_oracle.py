@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import vgct_ext
-from oracle import mismatches_vs_oracle, oracle
+from oracle import exact_sums, mismatches_vs_oracle, oracle
 
 RNG = np.random.default_rng(20260501)
 QS = (0.0, 0.25, 0.5, 0.9, 0.99, 1.0)
@@ -140,6 +140,118 @@ def test_float64_near_max_and_subnormal_mix():
     b = np.array([np.finfo(np.float64).max, 1.0])
     s = check(b, b / 2)
     assert s.rel_l2 == pytest.approx(1.0, rel=1e-12) and s.cosine == pytest.approx(1.0, rel=1e-12)
+
+
+# ---- float64 across families of magnitudes (per-family scales, docs/metrics.md) -----------
+# Each sum family (a, e, d = a - e) has its own power-of-two scale, so no vector underflows
+# against another one's magnitude; checked against the EXACT integer oracle (oracle.exact_sums),
+# every sum-based statistic within 1e-12 relative.
+
+def check_exact(a, e, dim=None, quantiles=QS, cond_aware=False):
+    s = vgct_ext.compare(a, e, quantiles=quantiles, dim=dim)
+    bad = mismatches_vs_oracle(s, np.asarray(a, np.float64), np.asarray(e, np.float64), 1e-3, 1e-3,
+                               quantiles, dim, exact=True, cond_aware=cond_aware)
+    assert not bad, f"shape {np.shape(a)} dim {dim}: {bad}"
+    return s
+
+
+@pytest.mark.parametrize("n", [7, 1000, 70001])
+def test_float64_tiny_actual_against_unit_reference(n):
+    """a ~ 1e-200 against e ~ 1: ||a|| used to underflow to 0 (cosine None) against the
+    shared scale of e; now it is exact, and so are cosine and rel_l2."""
+    rng = np.random.default_rng(n)
+    e = rng.standard_normal(n)
+    a = 1e-200 * e * (1 + 1e-3 * rng.standard_normal(n))
+    s = check_exact(a, e)
+    assert s.norm_actual == pytest.approx(1e-200 * np.linalg.norm(e), rel=1e-5)
+    assert s.cosine == pytest.approx(1.0, abs=1e-5) and s.rel_l2 == pytest.approx(1.0, rel=1e-12)
+    b = 1e-200 * rng.standard_normal(n)  # independent: cosine near 0 (conditioned bound)
+    s = check_exact(b, e, cond_aware=True)
+    assert s.cosine is not None and s.norm_actual > 0
+
+
+@pytest.mark.parametrize("tiny", [1e-200, 1e-300, 1e-310])
+def test_float64_tiny_reference_against_unit_actual(tiny):
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(513)
+    e = tiny * a * (1 + 1e-3 * rng.standard_normal(513))
+    s = check_exact(a, e)
+    assert not s.zero_reference and s.norm_expected > 0
+    assert s.rel_l2 == pytest.approx(1.0 / tiny, rel=1e-2) and s.cosine == pytest.approx(1.0, abs=1e-5)
+
+
+def test_float64_tiny_differences_next_to_a_huge_outlier():
+    """a = e except tiny differences (~1e-300), with |e| ~ 1e300 elsewhere: ||a - e|| used to
+    underflow to 0 against the outlier; d has its own scale now."""
+    rng = np.random.default_rng(2)
+    e = 1e-290 * rng.standard_normal(2000)
+    e[1234] = 1e300
+    a = e + 1e-300 * rng.standard_normal(2000)
+    a[1234] = e[1234]
+    assert np.count_nonzero(a != e) > 1900
+    s = check_exact(a, e, cond_aware=True)
+    d = a - e
+    assert s.norm_diff == pytest.approx(math.sqrt(math.fsum((d * 1e300) ** 2)) / 1e300, rel=1e-12)
+    assert s.norm_diff > 0 and s.max_abs_err == float(np.max(np.abs(d)))
+    # ||d|| / ||e|| ~ 1e-598 is below the float64 range: 0 is its correct rounding
+    assert s.rel_l2 == 0.0 and s.mean_diff != 0.0
+
+
+def test_float64_difference_overflows_near_dbl_max():
+    """|a|, |e| near DBL_MAX with opposite signs: a - e overflows float64 although both are
+    finite.  max_abs_err and the quantiles keep +Inf (the float64 difference); the sums are
+    computed from (a/2 - e/2) and are exact: ||a - e|| > DBL_MAX is +Inf, rel_l2 and the
+    mean are finite."""
+    big = np.finfo(np.float64).max
+    a = np.array([big, -0.9 * big, 1.0, 0.5, 1e-300, -3.0])
+    e = np.array([-big, 0.95 * big, 2.0, 0.5, 0.0, -3.0])
+    s = check_exact(a, e, quantiles=(0.0, 0.5, 0.9, 1.0))
+    assert s.max_abs_err == math.inf and s.max_abs_err_index == (0,)
+    assert s.norm_diff == math.inf and s.quantiles[0.5] == 0.5  # quantiles: numpy's, checked above
+    assert s.rel_l2 == pytest.approx(math.hypot(2, 1.85) / math.hypot(1, 0.95), rel=1e-12)
+    assert s.mean_diff == pytest.approx(((big - 0.9 * big) + (big - 0.95 * big) - 1 + 1e-300) / 6, rel=1e-12)
+    # the sums of the two huge pairs cancel to the small rest: the mean of the small d only
+    a2 = np.array([big, -big, 1.0, 4.0])
+    e2 = np.array([-big, big, 2.0, 2.0])
+    s = check_exact(a2, e2)
+    assert s.mean_diff == 0.25 and s.rel_l2 == pytest.approx(2.0, rel=1e-12)
+    assert s.cosine == pytest.approx(-1.0, rel=1e-12)
+
+
+def test_float64_subnormals_against_normals():
+    """Subnormal vectors next to O(1) values of the other side, and on their own."""
+    rng = np.random.default_rng(3)
+    sub = rng.integers(1, 2 ** 40, 700) * 5e-324 * rng.choice([-1.0, 1.0], 700)
+    one = rng.standard_normal(700)
+    for a, e in ((sub, one), (one, sub), (sub, sub[::-1].copy()), (sub, 0.5 * sub)):
+        s = check_exact(a, e, cond_aware=True)
+        assert s.norm_actual > 0 and s.norm_expected > 0
+    s = check_exact(np.array([5e-324, 0.0, 1e-323]), np.array([1e300, 1.0, 0.0]))
+    assert s.norm_actual == pytest.approx(math.sqrt(5.0) * 5e-324, rel=1e-12)
+
+
+def test_float64_exact_oracle_per_slice():
+    """The same families per slice (compare(dim=k)): each slice has its own e and d scales."""
+    rng = np.random.default_rng(4)
+    e = rng.standard_normal((6, 300))
+    a = e * (1 + 1e-4 * rng.standard_normal(e.shape))
+    a[0] *= 1e-200                      # slice 0: tiny actual, unit reference
+    e[1] *= 1e-250                      # slice 1: tiny reference, unit actual (rel_l2 ~ 1e250)
+    e[2] *= 1e-290                      # slice 2: tiny differences next to a huge value
+    e[2, 7] = 1e300
+    a[2] = e[2] + 1e-300 * rng.standard_normal(300)
+    a[2, 7] = e[2, 7]
+    a[3, :2], e[3, :2] = [1.7e308, -1.7e308], [-1.7e308, 1.7e308]  # slice 3: d overflows
+    e[4] = 5e-324 * rng.integers(1, 1000, 300)  # slice 4: subnormal reference and actual
+    a[4] = 5e-324 * rng.integers(1, 1000, 300)
+    for dim, x, y in ((0, a, e), (1, a.T, e.T), (0, np.asfortranarray(a), e[::-1][::-1])):
+        s = check_exact(x, y, dim=dim, cond_aware=True)
+    sl = s.slices
+    assert np.all(np.isfinite(sl.rel_l2)) and sl.rel_l2[1] > 1e249 and np.all(sl.ref_rms > 0)
+    assert sl.mean_shift[2] != 0.0 and abs(sl.mean_shift[2]) < 1e-300
+    ex = exact_sums(a, e, 0)["slices"]
+    np.testing.assert_allclose(sl.rel_l2, ex["rel_l2"], rtol=1e-12)
+    np.testing.assert_allclose(sl.ref_rms, ex["ref_rms"], rtol=1e-12)
 
 
 @pytest.mark.parametrize("shape", [(0,), (3, 0, 2), (0, 5)])

@@ -106,10 +106,64 @@ def paired(draw):
 def test_compare_equals_oracle(case):
     a, e, dim, qs, rtol, atol = case
     s = vgct_ext.compare(a, e, rtol=rtol, atol=atol, quantiles=qs, dim=dim)
-    scaled = np.float64 in (a.dtype, e.dtype)  # docs/metrics.md "Limits": flushing is float64-only
+    # sums against the exact (integer) oracle: no flushing for any dtype (float64: per-family
+    # scales, docs/metrics.md "Overflow, underflow and the scaling")
     bad = mismatches_vs_oracle(s, a.astype(np.float64), e.astype(np.float64), rtol, atol, qs, dim,
-                               allow_flush=scaled, cond_aware=True)
+                               cond_aware=True, exact=True)
     assert not bad, (a.dtype, e.dtype, a.shape, a.strides, e.strides, dim, bad)
+
+
+# ---- float64 over the whole exponent range, against the exact oracle ---------------------
+
+@st.composite
+def wide_float64(draw):
+    """float64 pairs whose magnitudes mix exponents from 1e-300 to 1e300 (and subnormals,
+    values near DBL_MAX with opposite signs), related in several ways, any layout."""
+    ndim = draw(st.integers(1, 3))
+    shape = tuple(draw(st.integers(1, 9)) for _ in range(ndim))
+    n = int(np.prod(shape))
+    expo = st.floats(-300, 300)
+    mant = st.floats(1.0, 9.999)
+    sign = st.sampled_from([-1.0, 1.0])
+    mag = st.builds(lambda s, m, x: s * m * 10.0 ** x, sign, mant, expo)
+    elem = st.one_of(mag, mag, mag, st.sampled_from([0.0, 5e-324, -3e-320, 2.2e-308, 1.7e308,
+                                                     -1.6e308, 1e-300, -1e300]))
+    a = np.array(draw(st.lists(elem, min_size=n, max_size=n)), np.float64).reshape(shape)
+    how = draw(st.sampled_from(["independent", "close", "tiny_diff", "scaled", "opposite"]))
+    if how == "independent":
+        e = np.array(draw(st.lists(elem, min_size=n, max_size=n)), np.float64).reshape(shape)
+    elif how == "close":
+        noise = np.array(draw(st.lists(st.floats(-1e-6, 1e-6), min_size=n, max_size=n)))
+        e = a * (1 + noise.reshape(shape))
+    elif how == "tiny_diff":  # a = e + tiny differences, next to huge values
+        tiny = np.array(draw(st.lists(st.builds(lambda s, m, x: s * m * 10.0 ** x, sign, mant,
+                                                st.floats(-310, -280)), min_size=n, max_size=n)))
+        e = a.copy()
+        a = e + tiny.reshape(shape)
+    elif how == "scaled":  # one side at a far-away magnitude: e ~ 10^k a
+        k = draw(st.integers(-600, 600))
+        with np.errstate(all="ignore"):
+            e = a * 10.0 ** (k // 2) * 10.0 ** (k - k // 2)
+        e = np.where(np.isfinite(e), e, 1.0)
+    else:
+        e = -a * draw(st.floats(0.5, 1.0))
+    e = np.asarray(e, np.float64)
+    if draw(st.booleans()):
+        a, e = e, a
+    la, le = draw(layouts(ndim)), draw(layouts(ndim))
+    dim = draw(st.none() | st.integers(0, ndim - 1))
+    return apply_layout(a, la), apply_layout(e, le), dim
+
+
+@given(wide_float64())
+def test_float64_any_exponents_equal_exact_oracle(case):
+    """No overflow or underflow for any finite float64 input: every sum-based statistic
+    within 1e-12 relative of the exact oracle (signed sums: of their magnitudes)."""
+    a, e, dim = case
+    qs = (0.5, 0.99)
+    s = vgct_ext.compare(a, e, quantiles=qs, dim=dim)
+    bad = mismatches_vs_oracle(s, a, e, 1e-3, 1e-3, qs, dim, cond_aware=True, exact=True)
+    assert not bad, (a.shape, dim, bad)
 
 
 @given(paired())
