@@ -201,18 +201,6 @@ __device__ __forceinline__ bool vg_fold_scalar(HotAcc &h, HotGate &g, vgct_acc *
   }
 }
 
-/* Staging of the flat kernel's vector loads in shared memory: each step
- * issues cp.async copies of the NEXT step's chunks before folding the
- * current one, so HBM latency overlaps the arithmetic without holding
- * registers (ncu, 2026-11-29: long-scoreboard waits were the top stall).
- * Layout [buffer][u][vector][thread]: a warp's 16-byte reads are
- * consecutive (no bank conflicts).  Each thread reads only the slots it
- * filled, after cp.async.wait_group: no barrier needed. */
-template <int DA, int DE> struct vg_stage {
-  static constexpr int NV = vg_chunk<DA, DE>::NVA + vg_chunk<DA, DE>::NVE;
-  static constexpr int BYTES = vg_chunk<DA, DE>::TYPED ? 2 * RU * NV * RT * 16 : 0;
-};
-
 template <int DA, int DE, int SC>
 __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ RArgs A) {
   typedef vg_chunk<DA, DE> G;
@@ -232,61 +220,23 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
   const int64_t c1 = min(c0 + A.cpb, A.nchunk);
   const int64_t m = it.m, sf = it.sf[0];
   const int64_t isa = G::TYPED ? G::ISA : it.isa, ise = G::TYPED ? G::ISE : it.ise;
-  typedef vg_stage<DA, DE> ST;
-  /* this thread's staging slots (shared-state space addresses) and the next
-     step's source pointers, advanced by one step of RT*RU chunks each time */
-  const unsigned slot0 = (unsigned)__cvta_generic_to_shared(vsm + RT) + threadIdx.x * 16u;
-  constexpr unsigned BUFB = (unsigned)(RU * ST::NV * RT * 16);
-  const int64_t cvl = min(c1, m / G::CH); /* chunks wholly inside the tensor */
-  int64_t cn = c0 + threadIdx.x;          /* the next chunk to stage (u = 0) */
-  const char *pan = it.pa + cn * G::CH * isa, *pen = it.pe + cn * G::CH * ise;
-  constexpr int64_t STEP_A = (int64_t)RT * RU * G::CH * G::ISA, STEP_E = (int64_t)RT * RU * G::CH * G::ISE;
-  auto stage = [&](unsigned b) { /* issue the copies of chunk cn's step into buffer b */
-    if constexpr (G::TYPED) {
-#pragma unroll
-      for (int u = 0; u < RU; ++u) {
-        if (A.vec && cn + (int64_t)u * RT < cvl) {
-          const unsigned q = slot0 + b * BUFB + (unsigned)(u * ST::NV * RT * 16);
-          const char *pa = pan + (int64_t)u * RT * G::CH * G::ISA;
-          const char *pe = pen + (int64_t)u * RT * G::CH * G::ISE;
-#pragma unroll
-          for (int i = 0; i < G::NVA; ++i)
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(q + i * RT * 16), "l"(pa + 16 * i));
-#pragma unroll
-          for (int i = 0; i < G::NVE; ++i)
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(q + (G::NVA + i) * RT * 16),
-                         "l"(pe + 16 * i));
-        }
-      }
-      asm volatile("cp.async.commit_group;");
-      cn += (int64_t)RT * RU;
-      pan += STEP_A;
-      pen += STEP_E;
-    }
-  };
-  unsigned buf = 0;
-  stage(0);
-  const uint4 *stg = reinterpret_cast<const uint4 *>(vsm + RT) + threadIdx.x;
   /* warp-uniform steps (vg_gate_refresh): lanes past c1 idle through the last one */
-  for (int64_t cw = c0 + (threadIdx.x & ~31u); cw < c1; cw += (int64_t)RT * RU, buf ^= 1u) {
+  for (int64_t cw = c0 + (threadIdx.x & ~31u); cw < c1; cw += (int64_t)RT * RU) {
     const int64_t c = cw + (threadIdx.x & 31u);
     bool slow = false;
-    if constexpr (G::TYPED) {
-      stage(buf ^ 1u);
-      asm volatile("cp.async.wait_group 1;" ::: "memory");
-    }
     VChunk<DA, DE> ch[RU];
     bool v[RU];
 #pragma unroll
     for (int u = 0; u < RU; ++u) {
       const int64_t cc = c + (int64_t)u * RT;
-      v[u] = G::TYPED && A.vec && cc < cvl;
+      v[u] = G::TYPED && A.vec && cc < c1 && (cc + 1) * G::CH <= m;
       if (v[u]) {
-        const uint4 *q = stg + (size_t)(buf * RU + u) * ST::NV * RT;
+        const uint4 *pa = reinterpret_cast<const uint4 *>(it.pa + cc * G::CH * isa);
+        const uint4 *pe = reinterpret_cast<const uint4 *>(it.pe + cc * G::CH * ise);
 #pragma unroll
-        for (int i = 0; i < G::NVA; ++i) ch[u].va[i] = q[i * RT];
+        for (int i = 0; i < G::NVA; ++i) ch[u].va[i] = __ldcs(pa + i);
 #pragma unroll
-        for (int i = 0; i < G::NVE; ++i) ch[u].ve[i] = q[(G::NVA + i) * RT];
+        for (int i = 0; i < G::NVE; ++i) ch[u].ve[i] = __ldcs(pe + i);
       }
     }
 #pragma unroll
@@ -309,7 +259,6 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
       if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
     }
   }
-  if constexpr (G::TYPED) asm volatile("cp.async.wait_all;" ::: "memory");
   if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
   vg_reduce_finish<SC>(A, vsm);
 }
@@ -435,12 +384,12 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_col(const __grid_constant__ RA
 
 /* > 48 KiB of dynamic shared memory needs an opt-in per kernel (and device). */
 template <typename K>
-static cudaError_t smem_optin(K kernel, int *done, int bytes = RSMEM) {
+static cudaError_t smem_optin(K kernel, int *done) {
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
   if (dev < 0 || dev >= 64 || done[dev]) return cudaSuccess;
-  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, RSMEM);
   if (e == cudaSuccess) done[dev] = 1;
   return e;
 }
@@ -450,9 +399,8 @@ static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_
   static int done[3][64];
   cudaError_t e;
   if (kind == 0) {
-    constexpr int bytes = RSMEM + vg_stage<DA, DE>::BYTES;
-    if ((e = smem_optin(k_reduce_flat<DA, DE, SC>, done[0], bytes)) != cudaSuccess) return e;
-    k_reduce_flat<DA, DE, SC><<<grid, RT, bytes, s>>>(A);
+    if ((e = smem_optin(k_reduce_flat<DA, DE, SC>, done[0])) != cudaSuccess) return e;
+    k_reduce_flat<DA, DE, SC><<<grid, RT, RSMEM, s>>>(A);
   } else if (kind == 1) {
     if ((e = smem_optin(k_reduce_gen<DA, DE, SC>, done[1])) != cudaSuccess) return e;
     k_reduce_gen<DA, DE, SC><<<grid, RT, RSMEM, s>>>(A);
