@@ -426,12 +426,13 @@ __host__ __device__ __forceinline__ bool vg_fast_chunk(HotAcc &h, const HotGate 
   return true;
 }
 
-/* A thread's accumulator in shared memory, padded to an odd number of
- * 8-byte words so that a warp touching one field hits distinct banks. */
+/* A thread's accumulator in shared memory.  Its size must be an odd number
+ * of 8-byte words so that a warp touching one field hits distinct banks
+ * (vgct_acc has 29 since the per-family scales, VGCT_ACC_VERSION 2: no pad). */
 struct VAcc {
   vgct_acc a;
-  double pad;
 };
+static_assert(sizeof(VAcc) % 16 == 8, "VAcc: an odd number of 8-byte words");
 
 /* ---- device helpers shared by the kernels ----------------------------- */
 #ifdef __CUDACC__
