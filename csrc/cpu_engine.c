@@ -605,8 +605,10 @@ typedef float vgct_v8f __attribute__((vector_size(32)));
 #define FOLD_MAX(a, b) _mm512_max_pd((__m512d)(a), (__m512d)(b))
 #define FOLD_ONEPASS 1
 #define FOLD_CVT(p) _mm512_cvtps_pd(_mm256_loadu_ps((const float *)(const void *)(p)))
+#define FOLD_MASK512 1
 #include "cpu_fold32.inc"
 #undef FOLD_CVT
+#undef FOLD_MASK512
 #undef F32_NAME
 #undef FOLD_VF
 #undef FOLD_VD
