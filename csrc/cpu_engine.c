@@ -376,6 +376,7 @@ typedef struct {
   const char *fa, *fe;
   int dbl;
   float FA[TILE], FE[TILE];
+  unsigned char cm[TILE / 8]; /* max_rel candidate bits (fold32 returned 2) */
 } tile_t;
 
 /* Fill a tile from it->pos (< end).  A run of the inner dim longer than TILE
@@ -480,7 +481,8 @@ typedef struct {
 
 typedef int (*fold_fn)(const double *, const double *, int, double, double, double, int, fold_t *);
 /* the float32 x float32 fold (cpu_fold32.inc): element bytes in, fold_u's result out */
-typedef int (*fold32_fn)(const char *, const char *, int, double, double, double, int, fold_t *);
+typedef int (*fold32_fn)(const char *, const char *, int, double, double, double, int, fold_t *,
+                         unsigned char *);
 
 #if defined(__GNUC__) || defined(__clang__)
 #define VGCT_HAVE_VEC 1
@@ -831,12 +833,17 @@ static void tile_max_into(tile_t *t, const plan_t *P, int what, double v, double
 }
 
 /* max_rel over the tile's pairs with e != 0, into best (exact, lowest index) */
-static void tile_rel_into(const tile_t *t, vgct_acc *best, double relc, int nz) {
+static void tile_rel_into(const tile_t *t, vgct_acc *best, double relc, int nz, const unsigned char *cm) {
   const double z = nz ? 0.0 : -1.0;
   for (int r = 0; r < t->nr; ++r) {
     const run_t *ru = &t->runs[r];
     for (int j = 0; j < ru->len; ++j) {
-      if ((j & 7) == 0 && j + 8 <= ru->len) { /* skip a block without candidates */
+      if (cm) { /* the fold's flags (a superset of the test below) */
+        const int q = ru->off + j;
+        const unsigned m = (unsigned)cm[q >> 3] >> (q & 7);
+        if (!m) { j += 7 - (q & 7); continue; }
+        if (!(m & 1u)) continue;
+      } else if ((j & 7) == 0 && j + 8 <= ru->len) { /* skip a block without candidates */
         const double *A = t->A + ru->off + j, *E = t->E + ru->off + j;
         int hit = 0;
         for (int l = 0; l < 8; ++l) {
@@ -1046,8 +1053,10 @@ static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl)
       relc = best.max_rel >= 0x1p-1000 ? fmin(best.max_rel, DBL_MAX) * (1.0 - 0x1p-40) : 0.0;
       nz = P->monotonic;
     }
-    int fast = !FORCE_SLOW && (C->fold32 ? C->fold32(t->fa, t->fe, t->len, C->rtol, C->atol, relc, nz, &f)
-                                          : C->fold(t->A, t->E, t->len, C->rtol, C->atol, relc, nz, &f));
+    int fast = FORCE_SLOW ? 0
+               : C->fold32 ? C->fold32(t->fa, t->fe, t->len, C->rtol, C->atol, relc, nz, &f, t->cm)
+                           : C->fold(t->A, t->E, t->len, C->rtol, C->atol, relc, nz, &f);
+    const unsigned char *cm = fast == 2 ? t->cm : NULL; /* candidate bits of the pairs */
     vgct_acc tacc;
     vgct_acc nf;
     if (!fast) tile_dbl(t, P); /* float32 tiles: every other path reads A/E */
@@ -1079,7 +1088,7 @@ static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl)
     tile_max_into(t, P, Q_EXC, f.mex, C->rtol, C->atol, &best.worst_excess, &best.worst_i, NULL, NULL);
     if (f.rel_cand) {
       tile_dbl(t, P);
-      tile_rel_into(t, &best, relc, nz);
+      tile_rel_into(t, &best, relc, nz, cm);
     }
     if (sl) {
       int64_t c = tile_single_slice(t, P);
