@@ -222,6 +222,8 @@ static const loader_fn *pick_loaders(void) {
   const int lv = cpu_level();
   if (lv >= 2) return loaders_avx512;
   if (lv >= 1) return loaders_avx2;
+#else
+  (void)cpu_level; /* no run-time dispatch (non-x86, VGCT_NO_CPU_DISPATCH) */
 #endif
   return loaders;
 }
