@@ -35,6 +35,15 @@
  *             definition path on every tile and compares); maxima and their
  *             lowest indices are exact either way.  Tiles with a NaN/Inf go
  *             through vgct_acc_update itself.
+ *  float32    float32 x float32 (unscaled) reductions keep tiles in float32
+ *             (tile_fill32: read in place for one contiguous run, else
+ *             gathered): the fold (cpu_fold32.inc) widens each vector in
+ *             registers and folds the same lanes with the same operations,
+ *             so results are those of the double tiles bit for bit; the
+ *             double buffers are filled (tile_dbl) only for the rare paths
+ *             (maxima/max_rel scans, non-finite tiles, per-pair slices).  At
+ *             AVX-512 the fold also keeps each pair's max_rel candidate bit,
+ *             so the max_rel scan visits only flagged pairs.
  *  slices     With dim >= 0 the segments are grouped into at most 8 blocks
  *             (count fixed by n and the slice count); each block owns an array
  *             of vgct_slice_acc, the blocks are merged in order at the end.
