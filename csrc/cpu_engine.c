@@ -1170,7 +1170,14 @@ int vgct_cpu_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p
   memset(&C, 0, sizeof C);
   C.P = &P; C.rtol = p->rtol; C.atol = p->atol; C.scaled = scaled;
   C.fold = pick_fold(scaled);
-  if (a->dtype == VGCT_FLOAT32 && e->dtype == VGCT_FLOAT32) C.fold32 = pick_fold32();
+  if (a->dtype == VGCT_FLOAT32 && e->dtype == VGCT_FLOAT32) {
+    /* float32 tiles, unless per-slice statistics would often need every pair as
+     * a double anyway (slice_per_pair): slice axis innermost, or fewer than
+     * 8 tiles of consecutive positions per slice */
+    int64_t span = 1;
+    for (int k = P.dpos + 1; k < P.nd; ++k) span *= P.shape[k];
+    if (!has_slices || P.dpos < 0 || (P.dpos < P.nd - 1 && span >= 8 * TILE)) C.fold32 = pick_fold32();
+  }
   C.seg = seg_size(P.n);
   C.nseg = (P.n + C.seg - 1) / C.seg;
   C.has_slices = has_slices;
