@@ -395,7 +395,9 @@ def test_histogram_errors(engine):
 
 
 @pytest.mark.parametrize("shape,dim", [((50, 100), 0), ((7, 30, 100), 1), ((60, 70), 1),
-                                       ((40, 513), 0), ((9, 3, 64), 0)])
+                                       ((40, 513), 0), ((9, 3, 64), 0),
+                                       # >= 8 tiles per slice: float32 tiles (csrc "float32")
+                                       ((6, 4100), 0), ((3, 41, 101), 0)])
 @pytest.mark.parametrize("dt", ["float32", "float64"])
 @pytest.mark.parametrize("nonfinite", [0.0, 0.02])
 def test_slice_paths_equal_definition(engine, shape, dim, dt, nonfinite):
