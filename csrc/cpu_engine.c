@@ -36,6 +36,15 @@
  *             definition path on every tile and compares); maxima and their
  *             lowest indices are exact either way.  Tiles with a NaN/Inf go
  *             through vgct_acc_update itself.
+ *  float32    float32 x float32 (unscaled) reductions keep tiles in float32
+ *             (tile_fill32: read in place for one contiguous run, else
+ *             gathered): the fold (cpu_fold32.inc) widens each vector in
+ *             registers and folds the same lanes with the same operations,
+ *             so results are those of the double tiles bit for bit; the
+ *             double buffers are filled (tile_dbl) only for the rare paths
+ *             (maxima/max_rel scans, non-finite tiles, per-pair slices).  At
+ *             AVX-512 the fold also keeps each pair's max_rel candidate bit,
+ *             so the max_rel scan visits only flagged pairs.
  *  slices     With dim >= 0 the segments are grouped into at most 8 blocks
  *             (count fixed by n and the slice count); each block owns an array
  *             of vgct_slice_acc, the blocks are merged in order at the end.
@@ -223,6 +232,8 @@ static const loader_fn *pick_loaders(void) {
   const int lv = cpu_level();
   if (lv >= 2) return loaders_avx512;
   if (lv >= 1) return loaders_avx2;
+#else
+  (void)cpu_level; /* no run-time dispatch (non-x86, VGCT_NO_CPU_DISPATCH) */
 #endif
   return loaders;
 }
@@ -371,6 +382,13 @@ typedef struct {
   unsigned char bad[TILE]; /* patched (non-finite) pairs, valid when npatch > 0 */
   int nr, len, npatch;
   int64_t lstep; /* flat-index stride along the inner dim */
+  /* float32 tiles (tile_fill32): the elements stay float32, at fa/fe (the
+   * inputs themselves for one contiguous run, else FA/FE); A/E hold them as
+   * doubles only once tile_dbl() ran (dbl) */
+  const char *fa, *fe;
+  int dbl;
+  float FA[TILE], FE[TILE];
+  unsigned char cm[TILE / 8]; /* max_rel candidate bits (fold32 returned 2) */
 } tile_t;
 
 /* Fill a tile from it->pos (< end).  A run of the inner dim longer than TILE
@@ -378,7 +396,7 @@ typedef struct {
 static void tile_fill(const plan_t *P, iter_t *it, int64_t end, tile_t *t) {
   const int k = P->nd - 1;
   const int64_t R = P->shape[k];
-  t->len = 0; t->nr = 0; t->npatch = 0; t->lstep = P->sl[k];
+  t->len = 0; t->nr = 0; t->npatch = 0; t->lstep = P->sl[k]; t->dbl = 1;
   while (it->pos < end) {
     int64_t rem = R - it->idx[k];
     if (rem > end - it->pos) rem = end - it->pos;
@@ -393,6 +411,60 @@ static void tile_fill(const plan_t *P, iter_t *it, int64_t end, tile_t *t) {
     t->len += (int)rem;
     iter_advance(P, it, rem);
   }
+}
+
+/* float32 x float32 reductions (unscaled, the fold reads float32: "float32
+ * tiles" in reduce_segment): the same runs as tile_fill, the elements left as
+ * float32 -- read in place when the tile is one run contiguous in both
+ * inputs, else gathered into FA/FE. */
+static void gather_f32(const char *p, int64_t st, int64_t cnt, float *out) {
+  if (st == 1) {
+    memcpy(out, p, (size_t)cnt * sizeof(float));
+  } else {
+    const int64_t bst = st * (int64_t)sizeof(float);
+    for (int64_t i = 0; i < cnt; ++i) out[i] = VGCT_RD(float, p + i * bst);
+  }
+}
+
+static void tile_fill32(const plan_t *P, iter_t *it, int64_t end, tile_t *t) {
+  const int k = P->nd - 1;
+  const int64_t R = P->shape[k];
+  const int direct = P->sa[k] == 1 && P->se[k] == 1;
+  t->len = 0; t->nr = 0; t->npatch = 0; t->lstep = P->sl[k]; t->dbl = 0;
+  t->fa = (const char *)t->FA; t->fe = (const char *)t->FE;
+  const char *qa0 = NULL, *qe0 = NULL;
+  while (it->pos < end) {
+    int64_t rem = R - it->idx[k];
+    if (rem > end - it->pos) rem = end - it->pos;
+    if (t->len == 0) { if (rem > TILE) rem = TILE; }
+    else if (rem > TILE - t->len) break;
+    run_t *r = &t->runs[t->nr++];
+    r->off = t->len; r->len = (int)rem; r->l0 = it->ol;
+    r->s0 = P->dpos >= 0 ? it->idx[P->dpos] : 0;
+    const char *qa = P->pa + it->oa * P->isa, *qe = P->pe + it->oe * P->ise;
+    if (t->nr == 1 && direct) {
+      qa0 = qa; qe0 = qe; /* read in place unless a second run follows */
+    } else {
+      if (t->nr == 2 && qa0) {
+        gather_f32(qa0, 1, t->runs[0].len, t->FA);
+        gather_f32(qe0, 1, t->runs[0].len, t->FE);
+        qa0 = qe0 = NULL;
+      }
+      gather_f32(qa, P->sa[k], rem, t->FA + t->len);
+      gather_f32(qe, P->se[k], rem, t->FE + t->len);
+    }
+    t->len += (int)rem;
+    iter_advance(P, it, rem);
+  }
+  if (qa0) { t->fa = qa0; t->fe = qe0; }
+}
+
+/* A/E of a float32 tile (for the scans and every path but the fold) */
+static void tile_dbl(tile_t *t, const plan_t *P) {
+  if (t->dbl) return;
+  P->lda(t->fa, 1, t->len, t->A);
+  P->lde(t->fe, 1, t->len, t->E);
+  t->dbl = 1;
 }
 
 /* Scale of a tile for the scaled update, per sum family: pow2_ceil of the
@@ -422,6 +494,9 @@ typedef struct {
 } fold_t;
 
 typedef int (*fold_fn)(const double *, const double *, int, double, double, double, int, fold_t *);
+/* the float32 x float32 fold (cpu_fold32.inc): element bytes in, fold_u's result out */
+typedef int (*fold32_fn)(const char *, const char *, int, double, double, double, int, fold_t *,
+                         unsigned char *);
 
 #if defined(__GNUC__) || defined(__clang__)
 #define VGCT_HAVE_VEC 1
@@ -456,6 +531,26 @@ typedef long long vgct_v2i __attribute__((vector_size(16)));
     return IMPL(A, E, len, rtol, atol, relc, nz, 1, o);                                        \
   }
 DEF_FOLDS(, fold_vec2, )
+typedef float vgct_v2f __attribute__((vector_size(8)));
+#define F32_NAME fold32_u
+#define FOLD_VF vgct_v2f
+#define FOLD_VD vgct_v2d
+#define FOLD_VI vgct_v2i
+#define FOLD_VW 2
+#define FOLD_ATTR
+#if defined(__x86_64__) || defined(__SSE2__)
+#define FOLD_MAX(a, b) _mm_max_pd((__m128d)(a), (__m128d)(b))
+#define FOLD_CVT(p) _mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)(p))))
+#endif
+#include "cpu_fold32.inc"
+#undef FOLD_CVT
+#undef F32_NAME
+#undef FOLD_VF
+#undef FOLD_VD
+#undef FOLD_VI
+#undef FOLD_VW
+#undef FOLD_ATTR
+#undef FOLD_MAX
 
 /* x86-64: the same source compiled for AVX2 and AVX-512 as well, picked at
  * run time.  No FMA in the targets (contraction would change roundings); the
@@ -497,8 +592,57 @@ typedef long long vgct_v8i __attribute__((vector_size(64)));
 #undef FOLD_ATTR
 DEF_FOLDS(_avx2, fold_vec4, VGCT_AVX2)
 DEF_FOLDS(_avx512, fold_vec8, VGCT_AVX512)
+typedef float vgct_v4f __attribute__((vector_size(16)));
+typedef float vgct_v8f __attribute__((vector_size(32)));
+#undef FOLD_MAX
+#define F32_NAME fold32_u_avx2
+#define FOLD_VF vgct_v4f
+#define FOLD_VD vgct_v4d
+#define FOLD_VI vgct_v4i
+#define FOLD_VW 4
+#define FOLD_ATTR VGCT_AVX2
+#define FOLD_MAX(a, b) _mm256_max_pd((__m256d)(a), (__m256d)(b))
+#define FOLD_CVT(p) _mm256_cvtps_pd(_mm_loadu_ps((const float *)(const void *)(p)))
+#include "cpu_fold32.inc"
+#undef FOLD_CVT
+#undef F32_NAME
+#undef FOLD_VF
+#undef FOLD_VD
+#undef FOLD_VI
+#undef FOLD_VW
+#undef FOLD_ATTR
+#undef FOLD_MAX
+#define F32_NAME fold32_u_avx512
+#define FOLD_VF vgct_v8f
+#define FOLD_VD vgct_v8d
+#define FOLD_VI vgct_v8i
+#define FOLD_VW 8
+#define FOLD_ATTR VGCT_AVX512
+#define FOLD_MAX(a, b) _mm512_max_pd((__m512d)(a), (__m512d)(b))
+#define FOLD_ONEPASS 1
+#define FOLD_CVT(p) _mm512_cvtps_pd(_mm256_loadu_ps((const float *)(const void *)(p)))
+#define FOLD_MASK512 1
+#include "cpu_fold32.inc"
+#undef FOLD_CVT
+#undef FOLD_MASK512
+#undef F32_NAME
+#undef FOLD_VF
+#undef FOLD_VD
+#undef FOLD_VI
+#undef FOLD_VW
+#undef FOLD_ATTR
+#undef FOLD_MAX
 #endif
 #undef DEF_FOLDS
+
+static fold32_fn pick_fold32(void) {
+#ifdef VGCT_X86_DISPATCH
+  int lv = cpu_level();
+  if (lv == 2) return fold32_u_avx512;
+  if (lv == 1) return fold32_u_avx2;
+#endif
+  return fold32_u;
+}
 
 static fold_fn pick_fold(int scaled) {
 #ifdef VGCT_X86_DISPATCH
@@ -515,6 +659,7 @@ static int fold_none(const double *A, const double *E, int len, double rtol, dou
   return 0;
 }
 static fold_fn pick_fold(int scaled) { (void)scaled; return fold_none; }
+static fold32_fn pick_fold32(void) { return NULL; } /* tiles of doubles only */
 #endif
 
 /* ======================================================================
@@ -624,6 +769,7 @@ typedef struct {
   vgct_slice_acc *blk;      /* [nblk][nslices] */
   tile_t **tiles;           /* per thread */
   fold_fn fold;
+  fold32_fn fold32;         /* float32 x float32: float32 tiles (else NULL) */
 } red_ctx;
 
 /* Maxima of a fast tile into `best` (lowest flat index among ties).  `v` is
@@ -638,24 +784,57 @@ static inline double q_value(int what, double a, double e, double rtol, double a
   return ad > tol ? ad - tol : -1.0;
 }
 
-static void tile_max_into(const tile_t *t, const plan_t *P, int what, double v, double rtol,
+/* First j < len with q_value(what, A[j], E[j]) == v, for v > 0 (-1: none).
+ * Blocks of 8 pairs are tested branch-free (vectorised) before one is
+ * searched; with v > 0 the mismatch test of q_value is implied by the
+ * equality (ad - tol == v > 0), and a patched (0, 0) pair never matches. */
+static int first_match(const double *A, const double *E, int len, int what, double v,
+                       double rtol, double atol) {
+  int j = 0;
+  for (; j + 8 <= len; j += 8) {
+    int hit = 0;
+    if (what == Q_ABS) {
+      for (int l = 0; l < 8; ++l) hit |= fabs(A[j + l] - E[j + l]) == v;
+    } else {
+      for (int l = 0; l < 8; ++l) {
+        const double ad = fabs(A[j + l] - E[j + l]), tol = atol + rtol * fabs(E[j + l]);
+        hit |= ad - tol == v;
+      }
+    }
+    if (hit) break;
+  }
+  for (; j < len; ++j)
+    if (q_value(what, A[j], E[j], rtol, atol) == v) return j;
+  return -1;
+}
+
+static void tile_max_into(tile_t *t, const plan_t *P, int what, double v, double rtol,
                           double atol, double *bv, int64_t *bi, double *ba, double *be) {
   if (v < 0.0) return; /* no candidate in this tile */
   if (*bi >= 0 && v < *bv) return;
   if (*bi >= 0 && v == *bv && P->monotonic) return; /* later positions, larger indices */
+  tile_dbl(t, P);
   /* flat indices grow along a run (lstep > 0): the first match of each run is
    * that run's lowest; a monotonic tile is one increasing sequence */
   int64_t best_i = -1;
   int best_j = -1;
   for (int r = 0; r < t->nr; ++r) {
     const run_t *ru = &t->runs[r];
-    for (int j = 0; j < ru->len; ++j) {
-      const int q = ru->off + j;
-      if (t->npatch && t->bad[q]) continue;
-      if (q_value(what, t->A[q], t->E[q], rtol, atol) == v) {
+    if (v > 0.0) {
+      const int j = first_match(t->A + ru->off, t->E + ru->off, ru->len, what, v, rtol, atol);
+      if (j >= 0) {
         const int64_t li = ru->l0 + (int64_t)j * t->lstep;
-        if (best_i < 0 || li < best_i) { best_i = li; best_j = q; }
-        break;
+        if (best_i < 0 || li < best_i) { best_i = li; best_j = ru->off + j; }
+      }
+    } else {
+      for (int j = 0; j < ru->len; ++j) {
+        const int q = ru->off + j;
+        if (t->npatch && t->bad[q]) continue;
+        if (q_value(what, t->A[q], t->E[q], rtol, atol) == v) {
+          const int64_t li = ru->l0 + (int64_t)j * t->lstep;
+          if (best_i < 0 || li < best_i) { best_i = li; best_j = q; }
+          break;
+        }
       }
     }
     if (P->monotonic && best_j >= 0) break;
@@ -668,11 +847,25 @@ static void tile_max_into(const tile_t *t, const plan_t *P, int what, double v, 
 }
 
 /* max_rel over the tile's pairs with e != 0, into best (exact, lowest index) */
-static void tile_rel_into(const tile_t *t, vgct_acc *best, double relc, int nz) {
+static void tile_rel_into(const tile_t *t, vgct_acc *best, double relc, int nz, const unsigned char *cm) {
   const double z = nz ? 0.0 : -1.0;
   for (int r = 0; r < t->nr; ++r) {
     const run_t *ru = &t->runs[r];
     for (int j = 0; j < ru->len; ++j) {
+      if (cm) { /* the fold's flags (a superset of the test below) */
+        const int q = ru->off + j;
+        const unsigned m = (unsigned)cm[q >> 3] >> (q & 7);
+        if (!m) { j += 7 - (q & 7); continue; }
+        if (!(m & 1u)) continue;
+      } else if ((j & 7) == 0 && j + 8 <= ru->len) { /* skip a block without candidates */
+        const double *A = t->A + ru->off + j, *E = t->E + ru->off + j;
+        int hit = 0;
+        for (int l = 0; l < 8; ++l) {
+          const double ad = fabs(A[l] - E[l]), ae = fabs(E[l]);
+          hit |= (E[l] != 0.0) & (ad >= relc * ae) & (ad > z);
+        }
+        if (!hit) { j += 7; continue; }
+      }
       const double a = t->A[ru->off + j], e = t->E[ru->off + j];
       const double ad = fabs(a - e), ae = fabs(e);
       if (e != 0.0 && ad >= relc * ae && ad > z) { /* the fold's candidate test */
@@ -868,7 +1061,8 @@ static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl)
   vgct_acc best; /* maxima of fast tiles */
   vgct_acc_init(&best, scaled);
   while (it.pos < end) {
-    tile_fill(P, &it, end, t);
+    if (C->fold32) tile_fill32(P, &it, end, t);
+    else tile_fill(P, &it, end, t);
     fold_t f;
     memset(&f, 0, sizeof f);
     /* max_rel candidates: pairs whose ratio could reach the best so far
@@ -881,9 +1075,13 @@ static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl)
       relc = best.max_rel >= 0x1p-1000 ? fmin(best.max_rel, DBL_MAX) * (1.0 - 0x1p-40) : 0.0;
       nz = P->monotonic;
     }
-    int fast = !FORCE_SLOW && C->fold(t->A, t->E, t->len, C->rtol, C->atol, relc, nz, &f);
+    int fast = FORCE_SLOW ? 0
+               : C->fold32 ? C->fold32(t->fa, t->fe, t->len, C->rtol, C->atol, relc, nz, &f, t->cm)
+                           : C->fold(t->A, t->E, t->len, C->rtol, C->atol, relc, nz, &f);
+    const unsigned char *cm = fast == 2 ? t->cm : NULL; /* candidate bits of the pairs */
     vgct_acc tacc;
     vgct_acc nf;
+    if (!fast) tile_dbl(t, P); /* float32 tiles: every other path reads A/E */
     if (!fast && !FORCE_SLOW) {
       tile_patch(t, C->rtol, C->atol, scaled, &nf);
       if (t->npatch == t->len) { /* nothing finite: counts only */
@@ -910,7 +1108,10 @@ static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl)
     tile_max_into(t, P, Q_ABS, f.mad, C->rtol, C->atol, &best.max_abs, &best.max_abs_i,
                   &best.max_abs_a, &best.max_abs_e);
     tile_max_into(t, P, Q_EXC, f.mex, C->rtol, C->atol, &best.worst_excess, &best.worst_i, NULL, NULL);
-    if (f.rel_cand) tile_rel_into(t, &best, relc, nz);
+    if (f.rel_cand) {
+      tile_dbl(t, P);
+      tile_rel_into(t, &best, relc, nz, cm);
+    }
     if (sl) {
       int64_t c = tile_single_slice(t, P);
       if (c >= 0) {
@@ -919,6 +1120,7 @@ static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl)
         sp.max_abs = f.mad; sp.n_finite = nfin;
         vgct_slice_merge(&sl[c], &sp);
       } else {
+        tile_dbl(t, P);
         slices_per_pair(t, P, sl, scaled, 1);
       }
     }
@@ -979,6 +1181,14 @@ int vgct_cpu_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p
   memset(&C, 0, sizeof C);
   C.P = &P; C.rtol = p->rtol; C.atol = p->atol; C.scaled = scaled;
   C.fold = pick_fold(scaled);
+  if (a->dtype == VGCT_FLOAT32 && e->dtype == VGCT_FLOAT32) {
+    /* float32 tiles, unless per-slice statistics would often need every pair as
+     * a double anyway (slice_per_pair): slice axis innermost, or fewer than
+     * 8 tiles of consecutive positions per slice */
+    int64_t span = 1;
+    for (int k = P.dpos + 1; k < P.nd; ++k) span *= P.shape[k];
+    if (!has_slices || P.dpos < 0 || (P.dpos < P.nd - 1 && span >= 8 * TILE)) C.fold32 = pick_fold32();
+  }
   C.seg = seg_size(P.n);
   C.nseg = (P.n + C.seg - 1) / C.seg;
   C.has_slices = has_slices;

@@ -186,7 +186,7 @@ def load() -> Optional[Engine]:
     cc = _compiler()
     if cc is None:
         return None
-    srcs = [os.path.join(CSRC, f) for f in ("cpu_engine.c", "cpu_fold.inc", "vgct_engine.h", "vgct_stats.h",
+    srcs = [os.path.join(CSRC, f) for f in ("cpu_engine.c", "cpu_fold.inc", "cpu_fold32.inc", "vgct_engine.h", "vgct_stats.h",
                                             "vgct_dtypes.h")]
     h = hashlib.sha256(cc.encode())
     for s in srcs:

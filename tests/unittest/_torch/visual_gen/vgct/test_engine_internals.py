@@ -199,6 +199,48 @@ def test_tile_boundaries_and_odd_lengths(engine):
         assert acc.n == n and math.sqrt(acc.s_ee) == pytest.approx(norm(e64), rel=1e-12)
 
 
+@pytest.mark.parametrize("case", ["smallest_ratio", "mixed"])
+@pytest.mark.parametrize("layout", ["contiguous", "reversed", "stepped"])
+def test_float32_rel_candidates_at_the_extremes(engine, layout, case):
+    """The float32 fold's max_rel candidate test (relc raised to 2^-400 after a zero
+    best): equal pairs first (best 0), then about the smallest nonzero ratio two
+    float32 values have (one ulp against |e| near float32 max), subnormal pairs,
+    e == 0 pairs, a later real winner; every code level agrees with the definition bit
+    for bit, and with numpy."""
+    rng = np.random.default_rng(21)
+    n = 5 * 1024 + 13
+    e = rng.standard_normal(n).astype(np.float32)
+    a = e.copy()                                   # equal pairs: max_rel 0 so far
+    big = np.float32(3.0e38)
+    e[1500:2600] = big
+    a[1500:2600] = big
+    a[1600] = np.nextafter(big, np.float32(0))     # ratio ~2^-24: the only nonzero one
+    if case == "mixed":
+        tiny = np.float32(1.4e-45)                 # float32's smallest subnormal
+        e[1700:1800] = tiny
+        a[1700:1800] = tiny                        # subnormal pairs, equal
+        a[1750] = 0.0                              # ratio 1, |d| subnormal
+        e[2000:2010] = 0.0                         # e == 0: never a max_rel candidate
+        a[2000:2010] = 5.0
+        a[3000] = e[3000] + np.float32(2.0) * np.abs(e[3000]) + np.float32(1.0)
+    f = LAYOUTS[layout]
+    a2, e2 = f(a.reshape(1, -1)), f(e.reshape(1, -1))
+    outs = []
+    for level in (0, 1, 2):
+        fast, slow = run_both(engine, a2, e2, -1, None, None, level=level, seg_min=1024, par_min=0)
+        assert fast == slow
+        outs.append(fast)
+    assert outs[1] == outs[0] and outs[2] == outs[0]
+    engine.configure(seg_min=1024, par_min=0)
+    acc, _ = engine.reduce(a2, e2)
+    engine.configure()
+    a64, e64 = a2.astype(np.float64).ravel(), e2.astype(np.float64).ravel()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(e64 != 0, np.abs(a64 - e64) / np.abs(e64), -1.0)
+    i = int(np.argmax(r))
+    assert (acc.max_rel, acc.max_rel_i) == (r[i], i)
+
+
 # ---- select -------------------------------------------------------------------------
 
 @given(n=st.integers(1, 5000), nr=st.integers(1, 80), cap=st.sampled_from([0, 1, 7, 100, 4096]),
@@ -434,7 +476,9 @@ def test_histogram_errors(engine):
 
 
 @pytest.mark.parametrize("shape,dim", [((50, 100), 0), ((7, 30, 100), 1), ((60, 70), 1),
-                                       ((40, 513), 0), ((9, 3, 64), 0)])
+                                       ((40, 513), 0), ((9, 3, 64), 0),
+                                       # >= 8 tiles per slice: float32 tiles (csrc "float32")
+                                       ((6, 4100), 0), ((3, 41, 101), 0)])
 @pytest.mark.parametrize("dt", ["float32", "float64"])
 @pytest.mark.parametrize("nonfinite", [0.0, 0.02])
 def test_slice_paths_equal_definition(engine, shape, dim, dt, nonfinite):
