@@ -2,7 +2,8 @@
 # scripts/gpu_check.sh -- everything issue [B] asks of a GPU machine, in one run:
 #   1. build vgct_ext with its CUDA kernels (no network: --no-build-isolation --no-deps)
 #   2. a smoke run of every kernel (scripts/gpu_sanitize.py), then the GPU tests
-#      (tests/.../vgct/test_gpu.py, marked gpu)
+#      (every test under tests/.../vgct marked gpu: test_gpu.py, the sharded NCCL
+#      cases, the GPU probes and gates)
 #   3. the benchmark bench/bench_gpu.py (ratio table) and a latency breakdown
 #      (bench/gpu_diag.py; GPU_CHECK_NCU=1 adds an ncu profile of the reduce kernel)
 #   4. compute-sanitizer memcheck and racecheck on scripts/gpu_sanitize.py (when present)
@@ -66,7 +67,7 @@ step build 420 $PY -m pip install --no-build-isolation --no-deps -v -e .
 step info 60 $PY -c "import vgct_ext, json; print(json.dumps(vgct_ext.build_info()))"
 step smoke 120 $PY scripts/gpu_sanitize.py
 step gpu_tests 420 $PY -m pytest -q -p no:cacheprovider -m gpu -rs \
-  tests/unittest/_torch/visual_gen/vgct/test_gpu.py
+  tests/unittest/_torch/visual_gen/vgct
 step bench 420 $PY bench/bench_gpu.py --json "$OUT/bench.json" ${GPU_CHECK_BENCH_ARGS:-}
 step diag 120 $PY bench/gpu_diag.py
 step trace 60 env VGCT_CUDA_TRACE=1 $PY bench/gpu_diag.py --trace
