@@ -391,21 +391,36 @@ typedef struct {
   unsigned char cm[TILE / 8]; /* max_rel candidate bits (fold32 returned 2) */
 } tile_t;
 
-/* Fill a tile from it->pos (< end).  A run of the inner dim longer than TILE
- * is cut in TILE chunks from its start; shorter runs are packed whole. */
+/* The next run of a tile from it->pos (shared by tile_fill and tile_fill32):
+ * the rest of the current inner row, cut at the segment's end; a first run
+ * longer than TILE is cut at TILE, a later run that does not fit ends the
+ * tile.  Records the run in t->runs and returns its length with the element
+ * pointers of both inputs, or 0 when the tile is complete. */
+static int64_t tile_next_run(const plan_t *P, const iter_t *it, int64_t end, tile_t *t,
+                             const char **qa, const char **qe) {
+  const int k = P->nd - 1;
+  if (it->pos >= end) return 0;
+  int64_t rem = P->shape[k] - it->idx[k];
+  if (rem > end - it->pos) rem = end - it->pos;
+  if (t->len == 0) { if (rem > TILE) rem = TILE; }
+  else if (rem > TILE - t->len) return 0;
+  run_t *r = &t->runs[t->nr++];
+  r->off = t->len; r->len = (int)rem; r->l0 = it->ol;
+  r->s0 = P->dpos >= 0 ? it->idx[P->dpos] : 0;
+  *qa = P->pa + it->oa * P->isa;
+  *qe = P->pe + it->oe * P->ise;
+  return rem;
+}
+
+/* Fill a tile from it->pos (< end), converting to float64 (A, E).  A run of
+ * the inner dim longer than TILE is cut in TILE chunks from its start;
+ * shorter runs are packed whole. */
 static void tile_fill(const plan_t *P, iter_t *it, int64_t end, tile_t *t) {
   const int k = P->nd - 1;
-  const int64_t R = P->shape[k];
   t->len = 0; t->nr = 0; t->npatch = 0; t->lstep = P->sl[k]; t->dbl = 1;
-  while (it->pos < end) {
-    int64_t rem = R - it->idx[k];
-    if (rem > end - it->pos) rem = end - it->pos;
-    if (t->len == 0) { if (rem > TILE) rem = TILE; }
-    else if (rem > TILE - t->len) break;
-    run_t *r = &t->runs[t->nr++];
-    r->off = t->len; r->len = (int)rem; r->l0 = it->ol;
-    r->s0 = P->dpos >= 0 ? it->idx[P->dpos] : 0;
-    const char *qa = P->pa + it->oa * P->isa, *qe = P->pe + it->oe * P->ise;
+  const char *qa, *qe;
+  int64_t rem;
+  while ((rem = tile_next_run(P, it, end, t, &qa, &qe)) > 0) {
     P->lda(qa, P->sa[k], rem, t->A + t->len);
     P->lde(qe, P->se[k], rem, t->E + t->len);
     t->len += (int)rem;
@@ -428,20 +443,12 @@ static void gather_f32(const char *p, int64_t st, int64_t cnt, float *out) {
 
 static void tile_fill32(const plan_t *P, iter_t *it, int64_t end, tile_t *t) {
   const int k = P->nd - 1;
-  const int64_t R = P->shape[k];
   const int direct = P->sa[k] == 1 && P->se[k] == 1;
   t->len = 0; t->nr = 0; t->npatch = 0; t->lstep = P->sl[k]; t->dbl = 0;
   t->fa = (const char *)t->FA; t->fe = (const char *)t->FE;
-  const char *qa0 = NULL, *qe0 = NULL;
-  while (it->pos < end) {
-    int64_t rem = R - it->idx[k];
-    if (rem > end - it->pos) rem = end - it->pos;
-    if (t->len == 0) { if (rem > TILE) rem = TILE; }
-    else if (rem > TILE - t->len) break;
-    run_t *r = &t->runs[t->nr++];
-    r->off = t->len; r->len = (int)rem; r->l0 = it->ol;
-    r->s0 = P->dpos >= 0 ? it->idx[P->dpos] : 0;
-    const char *qa = P->pa + it->oa * P->isa, *qe = P->pe + it->oe * P->ise;
+  const char *qa0 = NULL, *qe0 = NULL, *qa, *qe;
+  int64_t rem;
+  while ((rem = tile_next_run(P, it, end, t, &qa, &qe)) > 0) {
     if (t->nr == 1 && direct) {
       qa0 = qa; qe0 = qe; /* read in place unless a second run follows */
     } else {

@@ -103,6 +103,16 @@ VGCT_HD uint64_t vgct_bits_from_f64(double d) {
 #endif
 }
 
+VGCT_HD uint32_t vgct_bits_from_f32(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  uint32_t b;
+  memcpy(&b, &f, sizeof b);
+  return b;
+#endif
+}
+
 VGCT_HD float vgct_f32_from_bits(uint32_t b) {
 #ifdef __CUDA_ARCH__
   return __uint_as_float(b);

@@ -117,25 +117,47 @@ __device__ __noinline__ void vg_cold_update(vgct_acc *s, double a, double e, int
 template <int CH> struct vg_f32chunk { float a[CH], e[CH]; };
 
 template <int CH>
-__device__ __noinline__ HotAcc vg_slow_chunk(HotAcc h, vgct_acc *acc, const vg_f32chunk<CH> c,
-                                             int64_t f, int64_t sf, double rtol, double atol,
-                                             int cnt = CH) {
+__device__ __noinline__ void vg_slow_chunk(vgct_acc *acc, const vg_f32chunk<CH> c, int64_t f,
+                                           int64_t sf, double rtol, double atol, int cnt = CH) {
 #pragma unroll
   for (int q = 0; q < CH; ++q)
-    if (q < cnt) vg_pair<0>(h, acc, (double)c.a[q], (double)c.e[q], f + q * sf, rtol, atol);
-  return h;
+    if (q < cnt) vgct_acc_update(acc, (double)c.a[q], (double)c.e[q], f + q * sf, rtol, atol, 0);
+}
+
+/* The fast path's gate of this warp: thresholds in registers, the held
+ * maxima in shared memory (one GateHeld per warp, written by lane 0). */
+struct FastGate {
+  HotGate g;
+  GateHeld *held;
+};
+
+template <int DA, int DE, int SC>
+__device__ __forceinline__ void vg_gate_start(FastGate &fg, GateHeld *warp_held, double rtol) {
+  if constexpr (!SC && vg_fast<DA, DE>::ok) {
+    GateHeld none;
+    vg_gate_init(fg.g, none, rtol);
+    fg.held = warp_held;
+    if ((threadIdx.x & 31u) == 0) *warp_held = none;
+    __syncwarp();
+  }
 }
 
 /* After each step of RU chunks: when any lane of the warp folded a chunk by
- * the definition, every lane recomputes its gate and takes the warp's
- * largest thresholds (the loops below are warp-uniform: all 32 lanes run
- * the same number of steps, so the full mask is exact). */
+ * the definition (into its vgct_acc), the lanes take the best maxima their
+ * vgct_acc hold, lane 0 publishes them, and every lane derives its
+ * thresholds.  The loops below are warp-uniform (all 32 lanes run the same
+ * number of steps), so the full mask is exact. */
 template <int DA, int DE, int SC>
-__device__ __forceinline__ void vg_gate_refresh(HotGate &g, const HotAcc &h, bool slow) {
+__device__ __forceinline__ void vg_gate_refresh(FastGate &fg, const vgct_acc *acc, bool slow) {
   if constexpr (!SC && vg_fast<DA, DE>::ok) {
     if (__any_sync(0xffffffffu, slow)) {
-      vg_gate_set(g, h);
-      vg_gate_warp(g);
+      GateHeld m;
+      vg_held_from_acc(m, acc);
+      vg_held_warp(m);
+      __syncwarp(); /* every lane is done reading the previous maxima */
+      if ((threadIdx.x & 31u) == 0) *fg.held = m;
+      __syncwarp();
+      vg_gate_derive(fg.g, m);
     }
   }
 }
@@ -145,7 +167,7 @@ __device__ __forceinline__ void vg_gate_refresh(HotGate &g, const HotAcc &h, boo
  * to the definition pair by pair.  Returns true when a narrow-dtype chunk
  * took the fallback (the caller refreshes the warp's gate). */
 template <int DA, int DE, int SC>
-__device__ __forceinline__ bool vg_fold_vec(HotAcc &h, HotGate &g, vgct_acc *acc,
+__device__ __forceinline__ bool vg_fold_vec(HotAcc &h, const FastGate &g, vgct_acc *acc,
                                             const VChunk<DA, DE> &c, int64_t f, int64_t sf,
                                             double rtol, double atol) {
   typedef vg_chunk<DA, DE> G;
@@ -158,8 +180,8 @@ __device__ __forceinline__ bool vg_fold_vec(HotAcc &h, HotGate &g, vgct_acc *acc
       x.a[q] = vgct_load_f32(ba + q * G::ISA, DA);
       x.e[q] = vgct_load_f32(be + q * G::ISE, DE);
     }
-    if (vg_fast_chunk<G::CH>(h, g, x.a, x.e, f, sf, rtol, atol)) return false;
-    h = vg_slow_chunk<G::CH>(h, acc, x, f, sf, rtol, atol);
+    if (vg_fast_chunk<G::CH>(h, g.g, *g.held, x.a, x.e, f, sf, rtol, atol)) return false;
+    vg_slow_chunk<G::CH>(acc, x, f, sf, rtol, atol);
     return true;
   } else {
 #pragma unroll
@@ -173,7 +195,7 @@ __device__ __forceinline__ bool vg_fold_vec(HotAcc &h, HotGate &g, vgct_acc *acc
 /* Fold up to CH elements read one by one (any alignment or stride); full
  * chunks of narrow dtypes try the fast path first, as above. */
 template <int DA, int DE, int SC>
-__device__ __forceinline__ bool vg_fold_scalar(HotAcc &h, HotGate &g, vgct_acc *acc,
+__device__ __forceinline__ bool vg_fold_scalar(HotAcc &h, const FastGate &g, vgct_acc *acc,
                                                const IterSpec &it, const char *qa, const char *qe,
                                                int64_t sa, int64_t se, int cnt, int64_t f,
                                                int64_t sf, double rtol, double atol) {
@@ -188,8 +210,9 @@ __device__ __forceinline__ bool vg_fold_scalar(HotAcc &h, HotGate &g, vgct_acc *
       x.a[q] = q < cnt ? vgct_load_f32(qa + q * ba, DA) : 0.0f;
       x.e[q] = q < cnt ? vgct_load_f32(qe + q * be, DE) : 0.0f;
     }
-    if (cnt == G::CH && vg_fast_chunk<G::CH>(h, g, x.a, x.e, f, sf, rtol, atol)) return false;
-    h = vg_slow_chunk<G::CH>(h, acc, x, f, sf, rtol, atol, cnt);
+    if (cnt == G::CH && vg_fast_chunk<G::CH>(h, g.g, *g.held, x.a, x.e, f, sf, rtol, atol))
+      return false;
+    vg_slow_chunk<G::CH>(acc, x, f, sf, rtol, atol, cnt);
     return true;
   } else {
 #pragma unroll
@@ -210,8 +233,9 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
   vgct_acc_init(acc, SC);
   HotAcc h;
   vg_hot_init(h);
-  HotGate gate;
-  vg_gate_init(gate, h, A.rtol);
+  __shared__ GateHeld held[RT / 32];
+  FastGate gate;
+  vg_gate_start<DA, DE, SC>(gate, &held[threadIdx.x >> 5], A.rtol);
   vgct_acc part; /* scaled path only (local memory) */
   vgct_acc_init(&part, SC);
   vgct_acc *cold = SC ? &part : acc; /* where vg_pair sends the definition path */
@@ -253,7 +277,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
         }
       }
     }
-    vg_gate_refresh<DA, DE, SC>(gate, h, slow);
+    vg_gate_refresh<DA, DE, SC>(gate, acc, slow);
     if ((since += RU * G::CH) >= VG_FLUSH) {
       since = 0;
       if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
@@ -272,8 +296,9 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RA
   vgct_acc_init(acc, SC);
   HotAcc h;
   vg_hot_init(h);
-  HotGate gate;
-  vg_gate_init(gate, h, A.rtol);
+  __shared__ GateHeld held[RT / 32];
+  FastGate gate;
+  vg_gate_start<DA, DE, SC>(gate, &held[threadIdx.x >> 5], A.rtol);
   vgct_acc part; /* scaled path only (local memory) */
   vgct_acc_init(&part, SC);
   vgct_acc *cold = SC ? &part : acc; /* where vg_pair sends the definition path */
@@ -329,7 +354,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RA
         slow |= vg_fold_scalar<DA, DE, SC>(h, gate, cold, it, qa[u], qe[u], sai, sei, cnt[u], fq[u],
                                            sfi, A.rtol, A.atol);
     }
-    vg_gate_refresh<DA, DE, SC>(gate, h, slow);
+    vg_gate_refresh<DA, DE, SC>(gate, acc, slow);
     if ((since += RU * G::CH) >= VG_FLUSH) {
       since = 0;
       if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);

@@ -270,101 +270,97 @@ template <int DA, int DE> struct vg_fast {
   static constexpr bool ok = narrow(DA) && narrow(DE);
 };
 
-__host__ __device__ __forceinline__ uint32_t vg_bits32(float f) {
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(f);
-#else
-  uint32_t b;
-  memcpy(&b, &f, sizeof b);
-  return b;
-#endif
-}
-
 /* The largest float32 <= x (x >= 0 or NaN). */
 __host__ __device__ __forceinline__ float vg_f32_down(double x) {
   float f = (float)x;
-  if ((double)f > x) f = vgct_f32_from_bits(vg_bits32(f) - 1u);
+  if ((double)f > x) f = vgct_f32_from_bits(vgct_bits_from_f32(f) - 1u);
   return f;
 }
 
 /* A float32 <= c * x (c, x >= 0; NaN when the product is). */
 __host__ __device__ __forceinline__ float vg_mul_down(float c, float x) {
   const float p = c * x;
-  return p > 0.0f ? vgct_f32_from_bits(vg_bits32(p) - 1u) : p;
+  return p > 0.0f ? vgct_f32_from_bits(vgct_bits_from_f32(p) - 1u) : p;
 }
 
-/* The gate of the fast path: maxima HELD by accumulators that the block
- * merges into the result -- the thread's own HotAcc or, on the device
- * (vg_gate_warp), the best over the threads of its warp -- and float32
- * thresholds derived from them.  A pair that loses to a held maximum under
- * vgct_better (smaller, or equal at a higher index) can never become the
- * result's maximum (every accumulator is merged), so the fast path may skip
- * it even when it would have raised this thread's own maximum: the thread's
- * HotAcc then holds less than "its" maximum, and the merged result is
- * unchanged.  Refreshed after any chunk of the warp was folded by the
- * definition (the maxima change nowhere else). */
+/* The gate of the fast path.  GateHeld: maxima HELD by accumulators that
+ * the block merges into the result -- on the device the best over the 32
+ * threads of a warp (vg_held_warp) of what their vgct_acc in shared memory
+ * holds (in the fast kernels only the definition path, vg_slow_chunk, ever
+ * sets a maximum; it folds into that vgct_acc).  A pair that loses to a held
+ * maximum under vgct_better (smaller, or equal at a higher index) can never
+ * become the result's maximum, since every accumulator is merged; so the fast
+ * path may skip it even when it would have raised this thread's own maximum.
+ * GateHeld lives in shared memory (one per warp: read only on the rare exact
+ * checks); HotGate holds the float32 thresholds derived from it, in
+ * registers.  Both are refreshed after any chunk of the warp was folded by
+ * the definition (the maxima change nowhere else). */
+struct GateHeld {
+  double mx, wx, mr;      /* max |d|, worst excess, max |d|/|e|            */
+  int64_t mxi, wxi, mri;  /* their flat indices; < 0: none                 */
+};
+
 struct HotGate {
-  double mx;    /* held max |d| and its index (mxi < 0: none)              */
-  int64_t mxi;
-  double wx;    /* held worst mismatch excess and its index (wxi < 0: none) */
-  int64_t wxi;
-  double mr;    /* held max |d|/|e| (< 0: none; its index is not needed)    */
-  uint32_t mxb; /* derived: bits of fl32(mx); 0 when none                  */
-  float crel;   /* derived: float32 <= mr (1 - 2^-20); 0 when none          */
-  float wx32;   /* derived: float32 <= wx; 0 when none                      */
+  uint32_t mxb; /* bits of fl32(mx); 0 when none                           */
+  float crel;   /* float32 <= mr (1 - 2^-20); 0 when none                   */
+  float wx32;   /* float32 <= wx; 0 when none                               */
   float r32;    /* float32 <= rtol                                         */
 };
 
-__host__ __device__ __forceinline__ void vg_gate_derive(HotGate &g) {
-  g.mxb = g.mxi >= 0 ? vg_bits32((float)g.mx) : 0u;
-  g.crel = g.mr >= 0.0 ? vg_f32_down(g.mr * (1.0 - 0x1p-20)) : 0.0f;
-  g.wx32 = g.wxi >= 0 ? vg_f32_down(g.wx) : 0.0f;
+__host__ __device__ __forceinline__ void vg_held_from_acc(GateHeld &g, const vgct_acc *s) {
+  g.mx = s->max_abs; g.mxi = s->max_abs_i;
+  g.wx = s->worst_excess; g.wxi = s->worst_i;
+  g.mr = s->max_rel; g.mri = s->max_rel_i;
 }
 
-/* This thread's own maxima (derive after any vg_gate_max / vg_gate_warp). */
-__host__ __device__ __forceinline__ void vg_gate_set(HotGate &g, const HotAcc &h) {
-  g.mx = h.mx; g.mxi = h.mxi;
-  g.wx = h.wx; g.wxi = h.wxi;
-  g.mr = h.mri >= 0 ? h.mr : -1.0;
+/* The better held maximum of two, each by vgct_better's rule. */
+__host__ __device__ __forceinline__ void vg_held_max(GateHeld &g, const GateHeld &o) {
+  if (vgct_better(o.mx, o.mxi, g.mx, g.mxi)) { g.mx = o.mx; g.mxi = o.mxi; }
+  if (vgct_better(o.wx, o.wxi, g.wx, g.wxi)) { g.wx = o.wx; g.wxi = o.wxi; }
+  if (vgct_better(o.mr, o.mri, g.mr, g.mri)) { g.mr = o.mr; g.mri = o.mri; }
 }
 
-__host__ __device__ __forceinline__ void vg_gate_init(HotGate &g, const HotAcc &h, double rtol) {
+__host__ __device__ __forceinline__ void vg_gate_derive(HotGate &g, const GateHeld &h) {
+  g.mxb = h.mxi >= 0 ? vgct_bits_from_f32((float)h.mx) : 0u;
+  g.crel = h.mri >= 0 ? vg_f32_down(h.mr * (1.0 - 0x1p-20)) : 0.0f;
+  g.wx32 = h.wxi >= 0 ? vg_f32_down(h.wx) : 0.0f;
+}
+
+/* No maximum held yet; thresholds for tolerance rtol. */
+__host__ __device__ __forceinline__ void vg_gate_init(HotGate &g, GateHeld &h, double rtol) {
+  h.mx = h.wx = h.mr = -1.0;
+  h.mxi = h.wxi = h.mri = -1;
   g.r32 = vg_f32_down(rtol);
-  vg_gate_set(g, h);
-  vg_gate_derive(g);
+  vg_gate_derive(g, h);
 }
 
-/* The better held maximum of two gates, each by vgct_better's rule. */
-__host__ __device__ __forceinline__ void vg_gate_max(HotGate &g, double mx, int64_t mxi, double wx,
-                                                    int64_t wxi, double mr) {
-  if (vgct_better(mx, mxi, g.mx, g.mxi)) { g.mx = mx; g.mxi = mxi; }
-  if (vgct_better(wx, wxi, g.wx, g.wxi)) { g.wx = wx; g.wxi = wxi; }
-  if (mr > g.mr) g.mr = mr;
-}
 #ifdef __CUDACC__
-/* The best held maxima over the (full) warp, then the derived thresholds. */
-__device__ __forceinline__ void vg_gate_warp(HotGate &g) {
+/* The best held maxima over the (full) warp: every lane gets them. */
+__device__ __forceinline__ void vg_held_warp(GateHeld &g) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
-    const double mx = __shfl_xor_sync(0xffffffffu, g.mx, o);
-    const int64_t mxi = (int64_t)__shfl_xor_sync(0xffffffffu, (long long)g.mxi, o);
-    const double wx = __shfl_xor_sync(0xffffffffu, g.wx, o);
-    const int64_t wxi = (int64_t)__shfl_xor_sync(0xffffffffu, (long long)g.wxi, o);
-    const double mr = __shfl_xor_sync(0xffffffffu, g.mr, o);
-    vg_gate_max(g, mx, mxi, wx, wxi, mr);
+    GateHeld x;
+    x.mx = __shfl_xor_sync(0xffffffffu, g.mx, o);
+    x.mxi = (int64_t)__shfl_xor_sync(0xffffffffu, (long long)g.mxi, o);
+    x.wx = __shfl_xor_sync(0xffffffffu, g.wx, o);
+    x.wxi = (int64_t)__shfl_xor_sync(0xffffffffu, (long long)g.wxi, o);
+    x.mr = __shfl_xor_sync(0xffffffffu, g.mr, o);
+    x.mri = (int64_t)__shfl_xor_sync(0xffffffffu, (long long)g.mri, o);
+    vg_held_max(g, x);
   }
-  vg_gate_derive(g);
 }
 #endif
 
-/* Fold the CH pairs (a[q], e[q]) at flat indices f + q*sf if the gate
- * allows; returns false (h untouched) when the caller must fold the chunk
- * with vg_pair.  Where the float32 bounds are too coarse (a chunk whose
- * largest |d| or mismatch excess is within rounding of the held one: ties,
- * common with bfloat16 differences of one ulp), the pairs are checked
- * exactly against the held maxima with vgct_better in float64. */
+/* Fold the CH pairs (a[q], e[q]) at flat indices f + q*sf into the sums and
+ * counters of h if the gate allows; returns false (h untouched) when the
+ * caller must fold the chunk by the definition.  g: the thresholds; held: the
+ * maxima they derive from, read only where the float32 bounds are too coarse
+ * (a chunk whose largest |d| or mismatch excess is within rounding of the
+ * held one: ties, common with bfloat16 differences of one ulp; or all d ==
+ * 0): there the pairs are checked exactly, in float64, with vgct_better. */
 template <int CH>
 __host__ __device__ __forceinline__ bool vg_fast_chunk(HotAcc &h, const HotGate &g,
+                                                       const GateHeld &held,
                                                        const float (&a)[CH], const float (&e)[CH],
                                                        int64_t f, int64_t sf, double rtol,
                                                        double atol) {
@@ -377,11 +373,11 @@ __host__ __device__ __forceinline__ bool vg_fast_chunk(HotAcc &h, const HotGate 
 #pragma unroll
   for (int q = 0; q < CH; ++q) {
     const float d32 = a[q] - e[q], ae32 = fabsf(e[q]), ad32 = fabsf(d32);
-    const uint32_t db = vg_bits32(ad32);
+    const uint32_t db = vgct_bits_from_f32(ad32);
     mb = db > mb ? db : mb;
     maxe = fmaxf(maxe, ae32);
     /* the float32 below |e| (NaN for e == 0, which fminf ignores) */
-    mine = fminf(mine, vgct_f32_from_bits(vg_bits32(ae32) - 1u));
+    mine = fminf(mine, vgct_f32_from_bits(vgct_bits_from_f32(ae32) - 1u));
     X = fmaxf(X, fmaf(-g.r32, ae32, ad32));
     neq += d32 != 0.0f;
     const double a64 = a[q], e64 = e[q];
@@ -395,8 +391,8 @@ __host__ __device__ __forceinline__ bool vg_fast_chunk(HotAcc &h, const HotGate 
   if (mb == 0) { /* every d == 0: |d| and the quotients are 0, which lose to a
                     held positive maximum, or to a held 0 at a lower index */
     const int64_t cmin = sf >= 0 ? f : f + (int64_t)(CH - 1) * sf;
-    if (!(g.crel > 0.0f || (h.mri >= 0 && !(h.mr == 0.0 && cmin <= h.mri)))) return false;
-    if (chk_mx && (g.mxi < 0 || (g.mx == 0.0 && cmin <= g.mxi))) return false;
+    if (!(g.crel > 0.0f || (held.mri >= 0 && !(held.mr == 0.0 && cmin <= held.mri)))) return false;
+    if (chk_mx && (held.mxi < 0 || (held.mx == 0.0 && cmin <= held.mxi))) return false;
     chk_mx = false;
   } else {
     if (!(vgct_f32_from_bits(mb) < vg_mul_down(g.crel, mine))) return false;
@@ -408,15 +404,15 @@ __host__ __device__ __forceinline__ bool vg_fast_chunk(HotAcc &h, const HotGate 
     chk_wx = !(g.wx32 > 0.0f && ub < (double)g.wx32);
   }
   if (chk_mx || chk_wx) { /* exact: no pair may beat a held maximum */
-    if ((chk_mx && g.mxi < 0) || (chk_wx && g.wxi < 0)) return false;
+    if ((chk_mx && held.mxi < 0) || (chk_wx && held.wxi < 0)) return false;
 #pragma unroll
     for (int q = 0; q < CH; ++q) {
       const double e64 = e[q], d = (double)a[q] - e64, ad = fabs(d);
       const int64_t idx = f + q * sf;
-      if (chk_mx && vgct_better(ad, idx, g.mx, g.mxi)) return false;
+      if (chk_mx && vgct_better(ad, idx, held.mx, held.mxi)) return false;
       if (chk_wx) {
         const double tol = atol + vgct_mul(rtol, fabs(e64));
-        if (ad > tol && vgct_better(ad - tol, idx, g.wx, g.wxi)) return false;
+        if (ad > tol && vgct_better(ad - tol, idx, held.wx, held.wxi)) return false;
       }
     }
   }

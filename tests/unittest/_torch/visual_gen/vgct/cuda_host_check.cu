@@ -13,7 +13,7 @@
  *     pair: maxima/indices/counters bit for bit, sums within 1e-13, on
  *     float32-valued data built to hit every bound (ties, zeros, identical
  *     pairs, subnormals, values near FLT_MAX, NaN/Inf, indices out of order),
- *     with 1-4 lanes sharing their held maxima (vg_gate_max), and both
+ *     with 1-4 lanes sharing their held maxima (vg_held_max), and both
  *     branches taken.
  * Prints "N passed, M failed" last; exit status 1 on any failure.
  */
@@ -136,9 +136,11 @@ static float fval(int kind) {
   return x;
 }
 
-/* W lanes of a "warp" fold interleaved chunks; after each step in which a
- * lane fell back to the definition, every lane takes the lanes' best held
- * maxima (as vg_gate_warp does on the device). */
+/* W lanes of a "warp" fold interleaved chunks, each with its HotAcc (sums,
+ * counters) and its vgct_acc (the definition's fallback; the kernels keep it
+ * in shared memory); after each step in which a lane fell back, every lane
+ * takes the best maxima the lanes' vgct_acc hold (as vg_held_warp does on the
+ * device). */
 template <int CH>
 static int check_fast_chunk(long *n_fast, long *n_slow) {
   int bad = 0;
@@ -147,22 +149,25 @@ static int check_fast_chunk(long *n_fast, long *n_slow) {
     const double rtol = (t % 5) ? 1e-3 : ((t % 3) ? 0.0 : 0.25);
     const double atol = (t % 4) ? 1e-3 : ((t % 7) ? 0.0 : 10.0);
     const int mode = t % 6; /* 0: identical, 1: close, 2: mixed, 3: with non-finite, 4-5: close */
-    vgct_acc ref, cold;
+    vgct_acc ref, acc[4];
     vgct_acc_init(&ref, 0);
-    vgct_acc_init(&cold, 0);
     HotAcc h[4];
-    HotGate g[4];
+    HotGate g;
+    GateHeld held;
+    vg_gate_init(g, held, rtol);
     for (int l = 0; l < W; ++l) {
       vg_hot_init(h[l]);
-      vg_gate_init(g[l], h[l], rtol);
+      vgct_acc_init(&acc[l], 0);
     }
     int since = 0;
     for (int c = 0; c < nstep; ++c) {
       bool slow = false;
       for (int l = 0; l < W; ++l) {
         const int64_t sf = (t % 3 == 0) ? -1 : 1;
-        const int64_t f = (R() % 7 == 0) ? (int64_t)(R() % 4096)
-                                         : 100000 + ((int64_t)c * W + l) * CH * sf * 2;
+        /* distinct flat indices (as in a tensor); every 7th chunk from a low
+           region, so lower indices also come later (the tie rules) */
+        const int64_t k = (int64_t)c * W + l;
+        const int64_t f = (R() % 7 == 0 ? 0 : 1000000) + k * 2 * CH + (sf < 0 ? 2 * CH - 1 : CH);
         float a[CH], e[CH];
         for (int q = 0; q < CH; ++q) {
           e[q] = fval(kind);
@@ -181,41 +186,50 @@ static int check_fast_chunk(long *n_fast, long *n_slow) {
           }
           vgct_acc_update(&ref, (double)a[q], (double)e[q], f + q * sf, rtol, atol, 0);
         }
-        if (vg_fast_chunk<CH>(h[l], g[l], a, e, f, sf, rtol, atol)) {
+        if (vg_fast_chunk<CH>(h[l], g, held, a, e, f, sf, rtol, atol)) {
           ++*n_fast;
-        } else {
+        } else { /* vg_slow_chunk */
           ++*n_slow;
           slow = true;
           for (int q = 0; q < CH; ++q)
-            vg_pair<0>(h[l], &cold, (double)a[q], (double)e[q], f + q * sf, rtol, atol);
+            vgct_acc_update(&acc[l], (double)a[q], (double)e[q], f + q * sf, rtol, atol, 0);
         }
       }
       if (slow) { /* vg_gate_refresh */
-        HotGate m;
-        vg_gate_set(m, h[0]);
+        vg_held_from_acc(held, &acc[0]);
         for (int l = 1; l < W; ++l) {
-          HotGate o;
-          vg_gate_set(o, h[l]);
-          vg_gate_max(m, o.mx, o.mxi, o.wx, o.wxi, o.mr);
+          GateHeld o;
+          vg_held_from_acc(o, &acc[l]);
+          vg_held_max(held, o);
         }
-        m.r32 = g[0].r32;
-        vg_gate_derive(m);
-        for (int l = 0; l < W; ++l) g[l] = m;
+        vg_gate_derive(g, held);
       }
       if ((since += CH) >= VG_FLUSH) {
         since = 0;
-        for (int l = 0; l < W; ++l) vg_hot_flush(h[l], &cold);
+        for (int l = 0; l < W; ++l) vg_hot_flush(h[l], &acc[l]);
       }
     }
-    for (int l = 0; l < W; ++l) vg_hot_flush(h[l], &cold);
+    vgct_acc cold;
+    vgct_acc_init(&cold, 0);
+    for (int l = 0; l < W; ++l) {
+      vg_hot_flush(h[l], &acc[l]);
+      vgct_acc_merge(&cold, &acc[l]);
+    }
     vgct_acc x = cold, y = ref;
     const double cross = sqrt(y.s_aa * y.s_ee);
     bool ok = close_rel(x.s_aa, y.s_aa) && close_rel(x.s_ee, y.s_ee) &&
               (close_rel(x.s_ae, y.s_ae) || fabs(x.s_ae - y.s_ae) <= 1e-13 * cross) &&
               close_rel(x.s_dd, y.s_dd) &&
               (close_rel(x.s_d, y.s_d) || fabs(x.s_d - y.s_d) <= 1e-13 * sqrt(y.s_dd * (double)y.n_finite));
+    if (!ok && bad < 5)
+      printf("sums: aa %.17g/%.17g ee %.17g/%.17g ae %.17g/%.17g dd %.17g/%.17g d %.17g/%.17g\n",
+             x.s_aa, y.s_aa, x.s_ee, y.s_ee, x.s_ae, y.s_ae, x.s_dd, y.s_dd, x.s_d, y.s_d);
     x.s_aa = y.s_aa; x.s_ee = y.s_ee; x.s_ae = y.s_ae; x.s_dd = y.s_dd; x.s_d = y.s_d;
     ok = ok && memcmp(&x, &y, sizeof x) == 0;
+    if (!ok && bad < 5)
+      for (size_t w = 0; w < sizeof x / 8; ++w)
+        if (memcmp((const char *)&x + 8 * w, (const char *)&y + 8 * w, 8))
+          printf("word %zu differs: %lld vs %lld\n", w, (long long)((const int64_t *)&x)[w], (long long)((const int64_t *)&y)[w]);
     if (!ok) {
       if (bad < 5)
         printf("fast chunk (CH=%d) mismatch in trial %d: max_abs %.17g@%lld vs %.17g@%lld, max_rel "
