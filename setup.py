@@ -6,7 +6,7 @@ What is built:
     no OpenMP, so gcc and clang (Apple's too) compile it.
   * when nvcc is found ($CUDA_HOME/bin/nvcc, else `nvcc` on PATH) and
     VGCT_CUDA != "0", and cuda/ holds .cu files (top level only): each one is
-    compiled by nvcc (-O3 -std=c++17 -Xcompiler -fPIC -I csrc) for the archs of
+    compiled by nvcc (-O3 -std=c++17 -ftz=false -Xcompiler -fPIC -I csrc) for the archs of
     VGCT_CUDA_ARCHS (default "90": sm_90 SASS + compute_90 PTX), the CUDA
     runtime is linked statically (cudart_static -ldl -lrt -lpthread) and the C
     sources get VGCT_HAVE_CUDA=1.  A CUDA compile error fails the build.
@@ -220,7 +220,9 @@ class VgctBuildExt(build_ext):
 
         cache = os.path.join(ROOT, "build", "vgct_cuda_cache")
         os.makedirs(cache, exist_ok=True)
-        flags = ["-O3", "-std=c++17", "-Xcompiler", "-fPIC,-fvisibility=hidden",
+        # -ftz=false, stated: the reduce's fast path proves its bounds with IEEE
+        # float32 subnormals (cuda/vgct_cuda_internal.cuh, vg_fast_chunk); never fast math
+        flags = ["-O3", "-std=c++17", "-ftz=false", "-Xcompiler", "-fPIC,-fvisibility=hidden",
                  "-I", os.path.join(ROOT, "csrc"), "-I", os.path.join(ROOT, "cuda"),
                  "-I", gen_dir, "-I", os.path.join(home, "include"),
                  "-DVGCT_HAVE_CUDA=1"] + gencode

@@ -86,6 +86,8 @@
 
 #define TILE 512
 #define NLANE 8
+/* cpu_fold32.inc packs one byte of max_rel candidate bits per NLANE pairs */
+_Static_assert(NLANE == 8, "NLANE: the candidate bytes of cpu_fold32.inc hold 8 pairs");
 #define SEG_MIN ((int64_t)1 << 16)
 #define SEG_MAX_COUNT ((int64_t)1 << 14)
 #define PAR_MIN_N ((int64_t)1 << 18)

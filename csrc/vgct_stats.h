@@ -203,7 +203,8 @@ VGCT_HD double vgct_pow2_inv(double p) {
 }
 
 /* Scaled difference d/scale_d: d*(1/scale_d) when the float64 difference is
- * finite, else (|a|,|e| > 2^1022 with opposite signs; scale_d == 2^1023)
+ * finite, else (opposite signs, the larger magnitude above 2^1023 - 2^970 and
+ * the smaller above 2^970, so both are normal; scale_d == 2^1023)
  * (a/2 - e/2)*(2/scale_d): halving such values is exact and the subtraction
  * rounds once, as a - e would in a wider exponent range. */
 VGCT_HD double vgct_scaled_diff(double a, double e, double d, double ad, double inv_d) {

@@ -213,7 +213,10 @@ __device__ __forceinline__ bool vg_fold_scalar(HotAcc &h, const FastGate &g, vgc
     if (cnt == G::CH && vg_fast_chunk<G::CH>(h, g.g, *g.held, x.a, x.e, f, sf, rtol, atol))
       return false;
     vg_slow_chunk<G::CH>(acc, x, f, sf, rtol, atol, cnt);
-    return true;
+    /* a partial chunk (a row shorter than CH, or its tail) is always folded by
+       the definition; refreshing the gate for it would cost the warp a
+       reduction every step on short rows, and a stale gate only holds less */
+    return cnt == G::CH;
   } else {
 #pragma unroll
     for (int q = 0; q < G::CH; ++q)

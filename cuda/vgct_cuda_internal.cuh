@@ -140,7 +140,11 @@ struct CallCtx {
  * commute, and merging into an accumulator whose sums and maxima are still
  * at their initial values is exact.  The result is bit for bit that of
  * vgct_acc_update on every pair in order (host test: the same functions
- * compiled for the CPU against vgct_acc_update; docs/performance.md).  Why:
+ * compiled for the CPU against vgct_acc_update; docs/performance.md) -- for
+ * the pairs that go through vg_pair: the generic and float64 kernels.  The
+ * float16/bfloat16/float32 kernels use only the sums and counters of a
+ * HotAcc (vg_fast_chunk, below): their maxima and counts are still exactly
+ * the definition's, their sums are grouped per chunk (within rounding).  Why:
  * a whole vgct_acc per thread spills, and one in shared memory made the
  * hot loop L1-bound (ncu, 2026-11-29). */
 struct HotAcc {
@@ -263,6 +267,10 @@ __host__ __device__ __forceinline__ void vg_pair(HotAcc &h, vgct_acc *s, double 
  *    below the current worst (ties excluded).
  * The host check (tests/.../cuda_host_check.cu) runs this against
  * vgct_acc_update. */
+/* The fast path's proofs assume IEEE float32 arithmetic with subnormals
+ * (d32 == 0 exactly when a == e; exact subnormal differences): the kernels
+ * must never be built with --use_fast_math or -ftz=true (setup.py's nvcc
+ * flags; nvcc 13 defines no macro for either that could be checked here). */
 template <int DA, int DE> struct vg_fast {
   static constexpr bool narrow(int d) {
     return d == VGCT_FLOAT16 || d == VGCT_BFLOAT16 || d == VGCT_FLOAT32;
