@@ -523,12 +523,6 @@ typedef long long vgct_v2i __attribute__((vector_size(16)));
 #define FOLD_VW 2
 #define FOLD_ATTR
 #include "cpu_fold.inc"
-#undef FOLD_NAME
-#undef FOLD_VD
-#undef FOLD_VI
-#undef FOLD_VW
-#undef FOLD_ATTR
-#undef FOLD_MAX
 
 #define DEF_FOLDS(SUFFIX, IMPL, ATTR)                                                          \
   ATTR static int fold_u##SUFFIX(const double *A, const double *E, int len, double rtol,       \
@@ -552,14 +546,6 @@ typedef float vgct_v2f __attribute__((vector_size(8)));
 #define FOLD_CVT(p) _mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)(p))))
 #endif
 #include "cpu_fold32.inc"
-#undef FOLD_CVT
-#undef F32_NAME
-#undef FOLD_VF
-#undef FOLD_VD
-#undef FOLD_VI
-#undef FOLD_VW
-#undef FOLD_ATTR
-#undef FOLD_MAX
 
 /* x86-64: the same source compiled for AVX2 and AVX-512 as well, picked at
  * run time.  No FMA in the targets (contraction would change roundings); the
@@ -580,12 +566,6 @@ typedef long long vgct_v8i __attribute__((vector_size(64)));
 #define FOLD_ATTR VGCT_AVX2
 #define FOLD_MAX(a, b) _mm256_max_pd((__m256d)(a), (__m256d)(b))
 #include "cpu_fold.inc"
-#undef FOLD_NAME
-#undef FOLD_VD
-#undef FOLD_VI
-#undef FOLD_VW
-#undef FOLD_ATTR
-#undef FOLD_MAX
 #define FOLD_NAME fold_vec8
 #define FOLD_VD vgct_v8d
 #define FOLD_VI vgct_v8i
@@ -594,16 +574,10 @@ typedef long long vgct_v8i __attribute__((vector_size(64)));
 #define FOLD_MAX(a, b) _mm512_max_pd((__m512d)(a), (__m512d)(b))
 #define FOLD_ONEPASS 1
 #include "cpu_fold.inc"
-#undef FOLD_NAME
-#undef FOLD_VD
-#undef FOLD_VI
-#undef FOLD_VW
-#undef FOLD_ATTR
 DEF_FOLDS(_avx2, fold_vec4, VGCT_AVX2)
 DEF_FOLDS(_avx512, fold_vec8, VGCT_AVX512)
 typedef float vgct_v4f __attribute__((vector_size(16)));
 typedef float vgct_v8f __attribute__((vector_size(32)));
-#undef FOLD_MAX
 #define F32_NAME fold32_u_avx2
 #define FOLD_VF vgct_v4f
 #define FOLD_VD vgct_v4d
@@ -613,14 +587,6 @@ typedef float vgct_v8f __attribute__((vector_size(32)));
 #define FOLD_MAX(a, b) _mm256_max_pd((__m256d)(a), (__m256d)(b))
 #define FOLD_CVT(p) _mm256_cvtps_pd(_mm_loadu_ps((const float *)(const void *)(p)))
 #include "cpu_fold32.inc"
-#undef FOLD_CVT
-#undef F32_NAME
-#undef FOLD_VF
-#undef FOLD_VD
-#undef FOLD_VI
-#undef FOLD_VW
-#undef FOLD_ATTR
-#undef FOLD_MAX
 #define F32_NAME fold32_u_avx512
 #define FOLD_VF vgct_v8f
 #define FOLD_VD vgct_v8d
@@ -632,15 +598,6 @@ typedef float vgct_v8f __attribute__((vector_size(32)));
 #define FOLD_CVT(p) _mm512_cvtps_pd(_mm256_loadu_ps((const float *)(const void *)(p)))
 #define FOLD_MASK512 1
 #include "cpu_fold32.inc"
-#undef FOLD_CVT
-#undef FOLD_MASK512
-#undef F32_NAME
-#undef FOLD_VF
-#undef FOLD_VD
-#undef FOLD_VI
-#undef FOLD_VW
-#undef FOLD_ATTR
-#undef FOLD_MAX
 #endif
 #undef DEF_FOLDS
 
