@@ -79,6 +79,8 @@ def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-
     qs = _quantile_tuple(quantiles)
     a, da = _dlpack.prepare(actual)
     e, de = _dlpack.prepare(expected)
+    if not _dlpack.on_cuda(a, e):  # no device to make current, no stream to pass
+        return PairedStats._from_c(_C.compare(a, e, rtol, atol, qs, dim, None, da, de))
     with _dlpack.device_guard(a, e):
         stream = _dlpack.consumer_stream(a, e)
         d = _C.compare(a, e, rtol, atol, qs, dim, stream, da, de)

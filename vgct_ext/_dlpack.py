@@ -99,6 +99,16 @@ def _device(x: Any) -> Optional[Tuple[int, int]]:
         return None
 
 
+def on_cuda(*xs: Any) -> bool:
+    """Whether any input reports a CUDA device through ``__dlpack_device__`` (an input
+    that cannot say is left to ``_C``, which names what is wrong with it)."""
+    for x in xs:
+        d = _device(x)
+        if d is not None and d[0] in _CUDA_DEVICE_TYPES:
+            return True
+    return False
+
+
 def consumer_stream(*xs: Any) -> Optional[int]:
     """The stream ``_C`` passes to ``__dlpack__`` and computes on.
 
