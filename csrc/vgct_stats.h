@@ -211,35 +211,28 @@ VGCT_HD double vgct_scaled_diff(double a, double e, double d, double ad, double 
   return ad <= 0x1.fffffffffffffp+1023 ? d * inv_d : (a * 0.5 - e * 0.5) * (2.0 * inv_d);
 }
 
+/* Raise a family's scale to cover the magnitude m (no-op when it does):
+ * the new scale is pow2_ceil(m), r = old/new is an exact power of two (or 0),
+ * the family's sum of squares *sq is multiplied by r*r and its linear sum
+ * *lin (NULL: none) by r.  The one rescaling rule of every family of
+ * vgct_acc and vgct_slice_acc (s_ae is the linear sum of both the a and the
+ * e family: it is relative to scale_a*scale_e). */
+VGCT_HD void vgct_scale_grow(double *scale, double m, double *sq, double *lin) {
+  if (!(m > *scale)) return;
+  double ns = vgct_pow2_ceil(m);
+  double r = *scale / ns;
+  *sq *= r * r;
+  if (lin) *lin *= r;
+  *scale = ns;
+}
+
 /* The d family (s_dd, s_d relative to *scale_d), shared by vgct_acc_update
  * and vgct_slice_update: rescale for |d| = ad, then add the pair. */
 VGCT_HD void vgct_scaled_sums(double *scale_d, double *s_dd, double *s_d, double a, double e,
                               double d, double ad) {
-  if (ad > *scale_d) {
-    double ns = vgct_pow2_ceil(ad);
-    double r = *scale_d / ns;
-    *s_dd *= r * r; *s_d *= r;
-    *scale_d = ns;
-  }
+  vgct_scale_grow(scale_d, ad, s_dd, s_d);
   double ds = vgct_scaled_diff(a, e, d, ad, vgct_pow2_inv(*scale_d));
   *s_dd += ds * ds; *s_d += ds;
-}
-
-/* The a and e families of a vgct_acc for |a| = ma, |e| = me (s_ae follows
- * both: it is relative to scale_a*scale_e). */
-VGCT_HD void vgct_rescale_ae(vgct_acc *s, double ma, double me) {
-  if (ma > s->scale_a) {
-    double ns = vgct_pow2_ceil(ma);
-    double r = s->scale_a / ns;
-    s->s_aa *= r * r; s->s_ae *= r;
-    s->scale_a = ns;
-  }
-  if (me > s->scale_e) {
-    double ns = vgct_pow2_ceil(me);
-    double r = s->scale_e / ns;
-    s->s_ee *= r * r; s->s_ae *= r;
-    s->scale_e = ns;
-  }
 }
 
 /* Fold one pair (a, e) at flat index idx.  `scaled` is a compile-time
@@ -284,7 +277,8 @@ VGCT_HD void vgct_acc_update(vgct_acc *s, double a, double e, int64_t idx,
     if (vgct_better(ex, idx, s->worst_excess, s->worst_i)) { s->worst_excess = ex; s->worst_i = idx; }
   }
   if (scaled) {
-    vgct_rescale_ae(s, fabs(a), ae);
+    vgct_scale_grow(&s->scale_a, fabs(a), &s->s_aa, &s->s_ae);
+    vgct_scale_grow(&s->scale_e, ae, &s->s_ee, &s->s_ae);
     vgct_scaled_sums(&s->scale_d, &s->s_dd, &s->s_d, a, e, d, ad);
     double as = a * vgct_pow2_inv(s->scale_a), es = e * vgct_pow2_inv(s->scale_e);
     s->s_aa += as * as; s->s_ee += es * es; s->s_ae += as * es;
@@ -301,13 +295,7 @@ VGCT_HD void vgct_slice_update(vgct_slice_acc *s, double a, double e, int scaled
   double ad = fabs(d);
   if (ad > s->max_abs) s->max_abs = ad;
   if (scaled) {
-    double ae = fabs(e);
-    if (ae > s->scale_e) { /* as vgct_rescale_ae does for the e family */
-      double ns = vgct_pow2_ceil(ae);
-      double r = s->scale_e / ns;
-      s->s_ee *= r * r;
-      s->scale_e = ns;
-    }
+    vgct_scale_grow(&s->scale_e, fabs(e), &s->s_ee, NULL);
     vgct_scaled_sums(&s->scale_d, &s->s_dd, &s->s_d, a, e, d, ad);
     double es = e * vgct_pow2_inv(s->scale_e);
     s->s_ee += es * es;
