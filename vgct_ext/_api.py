@@ -79,11 +79,7 @@ def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-
     qs = _quantile_tuple(quantiles)
     a, da = _dlpack.prepare(actual)
     e, de = _dlpack.prepare(expected)
-    if not _dlpack.on_cuda(a, e):  # no device to make current, no stream to pass
-        return PairedStats._from_c(_C.compare(a, e, rtol, atol, qs, dim, None, da, de))
-    with _dlpack.device_guard(a, e):
-        stream = _dlpack.consumer_stream(a, e)
-        d = _C.compare(a, e, rtol, atol, qs, dim, stream, da, de)
+    d = _dlpack.call_on_stream((a, e), lambda s: _C.compare(a, e, rtol, atol, qs, dim, s, da, de))
     return PairedStats._from_c(d)
 
 
@@ -94,8 +90,7 @@ def fingerprint(x: Any) -> int:
     and errors as :func:`compare`.
     """
     obj, override = _dlpack.prepare(x)
-    with _dlpack.device_guard(obj):
-        return _C.fingerprint(obj, _dlpack.consumer_stream(obj), override)
+    return _dlpack.call_on_stream((obj,), lambda s: _C.fingerprint(obj, s, override))
 
 
 def build_info() -> Dict[str, Any]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Any, ContextManager, Optional, Tuple
+from typing import Any, Callable, ContextManager, Optional, Tuple
 
 _FP8 = ("float8_e4m3fn", "float8_e5m2")
 _CUDA_DEVICE_TYPES = (2, 13)  # kDLCUDA, kDLCUDAManaged
@@ -99,14 +99,17 @@ def _device(x: Any) -> Optional[Tuple[int, int]]:
         return None
 
 
-def on_cuda(*xs: Any) -> bool:
-    """Whether any input reports a CUDA device through ``__dlpack_device__`` (an input
-    that cannot say is left to ``_C``, which names what is wrong with it)."""
+def call_on_stream(xs: Tuple[Any, ...], fn: Callable[[Optional[int]], Any]) -> Any:
+    """``fn(stream)`` for a ``_C`` entry point reading ``xs``: under :func:`device_guard`
+    with :func:`consumer_stream` when an input is on a CUDA device, else ``fn(None)`` at
+    once (no device to make current, no stream: the CPU path skips both look-ups).  An
+    input that cannot say where it lives is left to ``_C``, which names what is wrong."""
     for x in xs:
         d = _device(x)
         if d is not None and d[0] in _CUDA_DEVICE_TYPES:
-            return True
-    return False
+            with device_guard(*xs):
+                return fn(consumer_stream(*xs))
+    return fn(None)
 
 
 def consumer_stream(*xs: Any) -> Optional[int]:
