@@ -241,9 +241,8 @@ class PairedStats:
         s = d.get("slices")
         state["slices"] = None if s is None else SliceStats(**s)
         state.setdefault("dim", None)
-        missing = [k for k in names if k not in state]
-        if missing:  # the C module and this class disagree: say so, as cls(**...) would
-            raise TypeError(f"PairedStats: _C.compare gave no {missing}")
+        if len(state) != len(names):  # the C module and this class disagree: say so, as cls(**...) would
+            raise TypeError(f"PairedStats: _C.compare gave no {[k for k in names if k not in state]}")
         obj = cls.__new__(cls)
         obj.__dict__.update(state)
         obj.__post_init__()
