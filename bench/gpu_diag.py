@@ -3,7 +3,7 @@
 Prints median wall microseconds of: the full Python call, the _C.compare call alone (bridge +
 engine), the same on a 1-element CPU tensor (bridge + Python, no engine work), with and without
 quantiles, for a few sizes; and a torch launch+sync for scale.  With --ncu-target it instead runs
-one compare of 2^26 bf16 pairs (bench_gpu.py's data) (for `ncu --kernel-name regex:k_reduce --launch-count 1`).
+one compare of 2^26 bf16 pairs (bench_gpu.py's data; --ncu-small: 2^10) (for `ncu --kernel-name regex:k_reduce --launch-count 1`).
 
     python bench/gpu_diag.py [--ncu-target]
 """
@@ -37,6 +37,13 @@ def main():
                 for _ in range(4):
                     vgct_ext.compare(a, e, quantiles=q)
                 print(f"-- 2^{lg} quantiles={q}: last 4 calls above", file=sys.stderr, flush=True)
+        return 0
+    if "--ncu-small" in sys.argv:  # one 2^10 compare with p99: the fixed cost of each kernel
+        a = torch.randn(1 << 10, device="cuda").to(torch.bfloat16)
+        e = (a.float() + 1e-2).to(torch.bfloat16)
+        for _ in range(3):
+            vgct_ext.compare(a, e, quantiles=(0.99,))
+        torch.cuda.synchronize()
         return 0
     if "--ncu-target" in sys.argv:
         e32 = torch.randn(1 << 26, device="cuda")

@@ -33,6 +33,14 @@
 #endif
 #endif
 
+/* C99 restrict in C, __restrict__ in CUDA C++ (merges of two records that
+ * never alias: the compiler may then load both before storing any field). */
+#ifdef __cplusplus
+#define VGCT_RESTRICT __restrict__
+#else
+#define VGCT_RESTRICT restrict
+#endif
+
 typedef enum {
   VGCT_BOOL = 0,
   VGCT_INT8,

@@ -235,6 +235,31 @@ VGCT_HD void vgct_scaled_sums(double *scale_d, double *s_dd, double *s_d, double
   *s_dd += ds * ds; *s_d += ds;
 }
 
+/* The maxima of a FINITE pair (a, e) at flat index idx: max_abs (with the
+ * pair), max_rel and the worst mismatch excess, each with the lowest-index
+ * tie rule of vgct_better.  Part of vgct_acc_update (which adds the counters
+ * and sums); the CUDA fast path also calls it alone, for the pairs whose
+ * counters and sums it has already folded (cuda/vgct_cuda_internal.cuh). */
+VGCT_HD void vgct_acc_maxima(vgct_acc *s, double a, double e, int64_t idx, double rtol,
+                             double atol) {
+  double d = a - e;
+  double ad = fabs(d), ae = fabs(e);
+  /* ad >= max_abs first: one compare on the common path (max_abs is -1
+     while none is set, so the first pair still reaches vgct_better) */
+  if (ad >= s->max_abs && vgct_better(ad, idx, s->max_abs, s->max_abs_i)) {
+    s->max_abs = ad; s->max_abs_i = idx; s->max_abs_a = a; s->max_abs_e = e;
+  }
+  if (e != 0.0 && vgct_rel_may_win(ad, ae, idx, s->max_rel, s->max_rel_i)) {
+    double r = ad / ae;
+    if (vgct_better(r, idx, s->max_rel, s->max_rel_i)) { s->max_rel = r; s->max_rel_i = idx; }
+  }
+  double tol = atol + vgct_mul(rtol, ae);
+  if (ad > tol) {
+    double ex = ad - tol;
+    if (vgct_better(ex, idx, s->worst_excess, s->worst_i)) { s->worst_excess = ex; s->worst_i = idx; }
+  }
+}
+
 /* Fold one pair (a, e) at flat index idx.  `scaled` is a compile-time
  * constant in the engines' instantiations (0 unless an input is float64). */
 VGCT_HD void vgct_acc_update(vgct_acc *s, double a, double e, int64_t idx,
@@ -260,22 +285,9 @@ VGCT_HD void vgct_acc_update(vgct_acc *s, double a, double e, int64_t idx,
   s->n_unequal += (a != e);
   double d = a - e;
   double ad = fabs(d), ae = fabs(e);
-  /* ad >= max_abs first: one compare on the common path (max_abs is -1
-     while none is set, so the first pair still reaches vgct_better) */
-  if (ad >= s->max_abs && vgct_better(ad, idx, s->max_abs, s->max_abs_i)) {
-    s->max_abs = ad; s->max_abs_i = idx; s->max_abs_a = a; s->max_abs_e = e;
-  }
+  vgct_acc_maxima(s, a, e, idx, rtol, atol);
   if (ae > s->max_abs_ref) s->max_abs_ref = ae;
-  if (e != 0.0 && vgct_rel_may_win(ad, ae, idx, s->max_rel, s->max_rel_i)) {
-    double r = ad / ae;
-    if (vgct_better(r, idx, s->max_rel, s->max_rel_i)) { s->max_rel = r; s->max_rel_i = idx; }
-  }
-  double tol = atol + vgct_mul(rtol, ae);
-  if (ad > tol) {
-    s->n_mismatch += 1;
-    double ex = ad - tol;
-    if (vgct_better(ex, idx, s->worst_excess, s->worst_i)) { s->worst_excess = ex; s->worst_i = idx; }
-  }
+  s->n_mismatch += ad > atol + vgct_mul(rtol, ae);
   if (scaled) {
     vgct_scale_grow(&s->scale_a, fabs(a), &s->s_aa, &s->s_ae);
     vgct_scale_grow(&s->scale_e, ae, &s->s_ee, &s->s_ae);
@@ -317,7 +329,7 @@ VGCT_HD double vgct_merge_ratio(double *scale, double other, double *r_other) {
   return r_self;
 }
 
-VGCT_HD void vgct_acc_merge(vgct_acc *s, const vgct_acc *o) {
+VGCT_HD void vgct_acc_merge(vgct_acc *VGCT_RESTRICT s, const vgct_acc *VGCT_RESTRICT o) {
   double oa, oe, od;
   double ra = vgct_merge_ratio(&s->scale_a, o->scale_a, &oa);
   double re = vgct_merge_ratio(&s->scale_e, o->scale_e, &oe);
@@ -350,7 +362,8 @@ VGCT_HD void vgct_acc_merge(vgct_acc *s, const vgct_acc *o) {
     s->first_class_diff = o->first_class_diff;
 }
 
-VGCT_HD void vgct_slice_merge(vgct_slice_acc *s, const vgct_slice_acc *o) {
+VGCT_HD void vgct_slice_merge(vgct_slice_acc *VGCT_RESTRICT s,
+                              const vgct_slice_acc *VGCT_RESTRICT o) {
   double oe, od;
   double re = vgct_merge_ratio(&s->scale_e, o->scale_e, &oe);
   double rd = vgct_merge_ratio(&s->scale_d, o->scale_d, &od);

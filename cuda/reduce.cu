@@ -63,6 +63,7 @@ struct RArgs {
   int slice_mode; /* 0 none, 1 row mode (gen), 2 column mode (col)      */
   vgct_acc *part;
   unsigned *counter;
+  unsigned *gate; /* the grid's shared gate thresholds (3 words), or NULL */
   vgct_acc *res;
   vgct_slice_acc *sres;
 };
@@ -90,6 +91,7 @@ __device__ __forceinline__ void vg_reduce_finish(const RArgs &A, VAcc *sm) {
   if (threadIdx.x == 0) {
     *A.res = sm[0].a;
     *A.counter = 0;
+    if (A.gate) A.gate[0] = A.gate[1] = A.gate[2] = 0u; /* every block is done with them */
   }
   if (A.slice_mode == 1) {
     for (int64_t j = threadIdx.x; j < A.it.S; j += RT) {
@@ -112,10 +114,11 @@ __device__ __noinline__ void vg_cold_update(vgct_acc *s, double a, double e, int
 }
 
 /* A chunk of narrow-dtype pairs as float32 (exact), and the definition's
- * fold of it: the fast path's rare fallback, out of line so that its
- * registers do not weigh on the hot loop (HotAcc by value in and out). */
+ * folds of it: the fast path's rare fallbacks, out of line so that their
+ * registers do not weigh on the hot loop. */
 template <int CH> struct vg_f32chunk { float a[CH], e[CH]; };
 
+/* VG_CHUNK_DEFINE (and partial chunks): vgct_acc_update on the first cnt pairs. */
 template <int CH>
 __device__ __noinline__ void vg_slow_chunk(vgct_acc *acc, const vg_f32chunk<CH> c, int64_t f,
                                            int64_t sf, double rtol, double atol, int cnt = CH) {
@@ -124,29 +127,75 @@ __device__ __noinline__ void vg_slow_chunk(vgct_acc *acc, const vg_f32chunk<CH> 
     if (q < cnt) vgct_acc_update(acc, (double)c.a[q], (double)c.e[q], f + q * sf, rtol, atol, 0);
 }
 
+/* VG_CHUNK_MAXIMA: the maxima of each pair (vgct_acc_maxima); the chunk's
+ * sums and counters are already in the HotAcc. */
+template <int CH>
+__device__ __noinline__ void vg_slow_maxima(vgct_acc *acc, const vg_f32chunk<CH> c, int64_t f,
+                                            int64_t sf, double rtol, double atol) {
+#pragma unroll
+  for (int q = 0; q < CH; ++q)
+    vgct_acc_maxima(acc, (double)c.a[q], (double)c.e[q], f + q * sf, rtol, atol);
+}
+
 /* The fast path's gate of this warp: thresholds in registers, the held
- * maxima in shared memory (one GateHeld per warp, written by lane 0). */
+ * maxima in shared memory (one GateHeld per warp, written by lane 0), and
+ * the grid's shared thresholds (NULL when results are per slice: a slice's
+ * maxima must come from its own pairs). */
 struct FastGate {
   HotGate g;
   GateHeld *held;
+  unsigned *glob;
 };
 
+/* The grid's shared thresholds: three words in the workspace (bits of the
+ * non-negative float32 thresholds mxb, crel, wx32 of vg_gate_derive, whose
+ * integer order is their numeric order), raised with integer atomicMax by
+ * every warp that derived stronger ones and reset by the last block.  Every
+ * published threshold derives from a maximum held by some thread's vgct_acc
+ * of this grid, all of which are merged into the result, so any warp may
+ * gate its chunks with them (vg_gate_max).  A warp exchanges only when one
+ * of its lanes fell back (or at its start): then it needs stronger
+ * thresholds, and it may have new ones to give.  Timing changes which path a
+ * chunk takes, never a result (VG_CHUNK_MAXIMA folds the same sums). */
+__device__ __forceinline__ void vg_gate_exchange(HotGate &g, unsigned *glob, bool publish) {
+  uint32_t m0 = 0, m1 = 0, m2 = 0;
+  if ((threadIdx.x & 31u) == 0) {
+    if (publish) {
+      m0 = atomicMax(glob + 0, g.mxb);
+      m1 = atomicMax(glob + 1, vgct_bits_from_f32(g.crel));
+      m2 = atomicMax(glob + 2, vgct_bits_from_f32(g.wx32));
+    } else {
+      m0 = __ldcg(glob + 0);
+      m1 = __ldcg(glob + 1);
+      m2 = __ldcg(glob + 2);
+    }
+  }
+  m0 = __shfl_sync(0xffffffffu, m0, 0);
+  m1 = __shfl_sync(0xffffffffu, m1, 0);
+  m2 = __shfl_sync(0xffffffffu, m2, 0);
+  vg_gate_max(g, m0, m1, m2);
+}
+
 template <int DA, int DE, int SC>
-__device__ __forceinline__ void vg_gate_start(FastGate &fg, GateHeld *warp_held, double rtol) {
+__device__ __forceinline__ void vg_gate_start(FastGate &fg, GateHeld *warp_held, unsigned *glob,
+                                              double rtol) {
   if constexpr (!SC && vg_fast<DA, DE>::ok) {
     GateHeld none;
     vg_gate_init(fg.g, none, rtol);
     fg.held = warp_held;
+    fg.glob = glob;
     if ((threadIdx.x & 31u) == 0) *warp_held = none;
     __syncwarp();
+    if (glob) vg_gate_exchange(fg.g, glob, false);
   }
 }
 
 /* After each step of RU chunks: when any lane of the warp folded a chunk by
  * the definition (into its vgct_acc), the lanes take the best maxima their
  * vgct_acc hold, lane 0 publishes them, and every lane derives its
- * thresholds.  The loops below are warp-uniform (all 32 lanes run the same
- * number of steps), so the full mask is exact. */
+ * thresholds (then exchanges them with the grid's).  The loops below are
+ * warp-uniform (all 32 lanes run the same number of steps), so the full
+ * mask is exact. */
 template <int DA, int DE, int SC>
 __device__ __forceinline__ void vg_gate_refresh(FastGate &fg, const vgct_acc *acc, bool slow) {
   if constexpr (!SC && vg_fast<DA, DE>::ok) {
@@ -158,14 +207,28 @@ __device__ __forceinline__ void vg_gate_refresh(FastGate &fg, const vgct_acc *ac
       if ((threadIdx.x & 31u) == 0) *fg.held = m;
       __syncwarp();
       vg_gate_derive(fg.g, m);
+      if (fg.glob) vg_gate_exchange(fg.g, fg.glob, true);
     }
   }
 }
 
+/* Finish a narrow-dtype chunk by vg_fast_chunk's outcome; true when it
+ * needed a fallback (the caller refreshes the warp's gate). */
+template <int CH>
+__device__ __forceinline__ bool vg_fast_or_slow(HotAcc &h, const FastGate &g, vgct_acc *acc,
+                                                const vg_f32chunk<CH> &x, int64_t f, int64_t sf,
+                                                double rtol, double atol) {
+  const int r = vg_fast_chunk<CH>(h, g.g, *g.held, x.a, x.e, f, sf, rtol, atol);
+  if (r == VG_CHUNK_DONE) return false;
+  if (r == VG_CHUNK_MAXIMA) vg_slow_maxima<CH>(acc, x, f, sf, rtol, atol);
+  else vg_slow_chunk<CH>(acc, x, f, sf, rtol, atol);
+  return true;
+}
+
 /* Fold CH elements held in registers (vector path), converted by THE loader:
- * narrow dtypes try the chunk fast path first (vg_fast_chunk) and fall back
- * to the definition pair by pair.  Returns true when a narrow-dtype chunk
- * took the fallback (the caller refreshes the warp's gate). */
+ * narrow dtypes go through the chunk fast path (vg_fast_or_slow), the others
+ * pair by pair (vg_pair).  Returns true when a narrow-dtype chunk took a
+ * fallback (the caller refreshes the warp's gate). */
 template <int DA, int DE, int SC>
 __device__ __forceinline__ bool vg_fold_vec(HotAcc &h, const FastGate &g, vgct_acc *acc,
                                             const VChunk<DA, DE> &c, int64_t f, int64_t sf,
@@ -180,9 +243,7 @@ __device__ __forceinline__ bool vg_fold_vec(HotAcc &h, const FastGate &g, vgct_a
       x.a[q] = vgct_load_f32(ba + q * G::ISA, DA);
       x.e[q] = vgct_load_f32(be + q * G::ISE, DE);
     }
-    if (vg_fast_chunk<G::CH>(h, g.g, *g.held, x.a, x.e, f, sf, rtol, atol)) return false;
-    vg_slow_chunk<G::CH>(acc, x, f, sf, rtol, atol);
-    return true;
+    return vg_fast_or_slow<G::CH>(h, g, acc, x, f, sf, rtol, atol);
   } else {
 #pragma unroll
     for (int q = 0; q < G::CH; ++q)
@@ -193,7 +254,7 @@ __device__ __forceinline__ bool vg_fold_vec(HotAcc &h, const FastGate &g, vgct_a
 }
 
 /* Fold up to CH elements read one by one (any alignment or stride); full
- * chunks of narrow dtypes try the fast path first, as above. */
+ * chunks of narrow dtypes go through the fast path, as above. */
 template <int DA, int DE, int SC>
 __device__ __forceinline__ bool vg_fold_scalar(HotAcc &h, const FastGate &g, vgct_acc *acc,
                                                const IterSpec &it, const char *qa, const char *qe,
@@ -210,13 +271,12 @@ __device__ __forceinline__ bool vg_fold_scalar(HotAcc &h, const FastGate &g, vgc
       x.a[q] = q < cnt ? vgct_load_f32(qa + q * ba, DA) : 0.0f;
       x.e[q] = q < cnt ? vgct_load_f32(qe + q * be, DE) : 0.0f;
     }
-    if (cnt == G::CH && vg_fast_chunk<G::CH>(h, g.g, *g.held, x.a, x.e, f, sf, rtol, atol))
-      return false;
-    vg_slow_chunk<G::CH>(acc, x, f, sf, rtol, atol, cnt);
+    if (cnt == G::CH) return vg_fast_or_slow<G::CH>(h, g, acc, x, f, sf, rtol, atol);
     /* a partial chunk (a row shorter than CH, or its tail) is always folded by
        the definition; refreshing the gate for it would cost the warp a
        reduction every step on short rows, and a stale gate only holds less */
-    return cnt == G::CH;
+    vg_slow_chunk<G::CH>(acc, x, f, sf, rtol, atol, cnt);
+    return false;
   } else {
 #pragma unroll
     for (int q = 0; q < G::CH; ++q)
@@ -238,7 +298,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
   vg_hot_init(h);
   __shared__ GateHeld held[RT / 32];
   FastGate gate;
-  vg_gate_start<DA, DE, SC>(gate, &held[threadIdx.x >> 5], A.rtol);
+  vg_gate_start<DA, DE, SC>(gate, &held[threadIdx.x >> 5], A.gate, A.rtol);
   vgct_acc part; /* scaled path only (local memory) */
   vgct_acc_init(&part, SC);
   vgct_acc *cold = SC ? &part : acc; /* where vg_pair sends the definition path */
@@ -290,6 +350,112 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
   vg_reduce_finish<SC>(A, vsm);
 }
 
+/* Geometry of k_reduce_bulk's shared-memory ring for a dtype pair. */
+#define VG_BP 3 /* stages per warp: the copies run VG_BP - 1 steps ahead */
+template <int DA, int DE> struct vg_bulk {
+  typedef vg_chunk<DA, DE> G;
+  static constexpr int RB = (G::NVA + G::NVE > 2) ? 1 : 2; /* chunks per lane per step */
+  static constexpr int CW = 32 * RB;                        /* chunks per warp step     */
+  static constexpr int BA = CW * 16 * G::NVA;               /* bytes of `actual`        */
+  static constexpr int BE = CW * 16 * G::NVE;               /* bytes of `expected`      */
+  static constexpr int STAGE = BA + BE;
+  static constexpr int SMEM = (int)(RT * sizeof(VAcc)) + (RT / 32) * VG_BP * STAGE;
+};
+
+template <int DA, int DE, int SC>
+__global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ RArgs A) {
+  typedef vg_chunk<DA, DE> G;
+  typedef vg_bulk<DA, DE> B;
+  extern __shared__ VAcc vsm[];
+  __shared__ uint64_t bar[RT / 32][VG_BP];
+  const IterSpec &it = A.it;
+  const int w = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
+  char *ring = reinterpret_cast<char *>(vsm + RT) + (size_t)w * VG_BP * B::STAGE;
+  if (lane == 0) {
+    for (int p = 0; p < VG_BP; ++p) vg_mbar_init(&bar[w][p], 1);
+    vg_mbar_init_fence();
+  }
+  __syncwarp();
+  vgct_acc *acc = &vsm[threadIdx.x].a;
+  vgct_acc_init(acc, SC);
+  HotAcc h;
+  vg_hot_init(h);
+  __shared__ GateHeld held[RT / 32];
+  FastGate gate;
+  vg_gate_start<DA, DE, SC>(gate, &held[w], A.gate, A.rtol);
+  vgct_acc part; /* scaled path only (local memory) */
+  vgct_acc_init(&part, SC);
+  vgct_acc *cold = SC ? &part : acc; /* where vg_pair sends the definition path */
+  int since = 0;                     /* pairs since the last flush */
+  const int64_t c0 = (int64_t)blockIdx.x * A.cpb;
+  const int64_t c1 = min(c0 + A.cpb, A.nchunk);
+  const int64_t m = it.m, sf = it.sf[0];
+  const int64_t cfull = min(c1, m / G::CH); /* chunks below it are whole */
+  const int64_t nstep = (c1 - c0 + (int64_t)RT * B::RB - 1) / ((int64_t)RT * B::RB);
+  /* step k of warp w: chunks [cb, cb + CW) with cb = c0 + k*RT*RB + w*CW; lane l
+     folds chunks cb + l + 32u.  Lane 0 arms stage k % VG_BP with the bytes of
+     the whole chunks and starts their copies (none: the phase completes on the
+     arrival alone). */
+  auto first = [&](int64_t k) { return c0 + k * (int64_t)RT * B::RB + (int64_t)w * B::CW; };
+  auto whole = [&](int64_t cb) {
+    const int64_t nf = cfull - cb;
+    return nf < 0 ? (int64_t)0 : (nf > B::CW ? (int64_t)B::CW : nf);
+  };
+  auto issue = [&](int64_t k) {
+    const int64_t cb = first(k), nf = whole(cb);
+    char *st = ring + (k % VG_BP) * B::STAGE;
+    uint64_t *b = &bar[w][k % VG_BP];
+    vg_mbar_arrive_tx(b, (unsigned)(nf * 16 * (G::NVA + G::NVE)));
+    if (nf > 0) {
+      vg_bulk_load(st, it.pa + cb * G::CH * G::ISA, (unsigned)(nf * 16 * G::NVA), b);
+      vg_bulk_load(st + B::BA, it.pe + cb * G::CH * G::ISE, (unsigned)(nf * 16 * G::NVE), b);
+    }
+  };
+  if (lane == 0)
+    for (int64_t k = 0; k < VG_BP && k < nstep; ++k) issue(k);
+  for (int64_t k = 0; k < nstep; ++k) {
+    const int p = (int)(k % VG_BP);
+    const int64_t cb = first(k), nf = whole(cb);
+    vg_mbar_wait(&bar[w][p], (unsigned)((k / VG_BP) & 1));
+    const uint4 *sa = reinterpret_cast<const uint4 *>(ring + p * B::STAGE);
+    const uint4 *se = reinterpret_cast<const uint4 *>(ring + p * B::STAGE + B::BA);
+    VChunk<DA, DE> ch[B::RB];
+#pragma unroll
+    for (int u = 0; u < B::RB; ++u) {
+      const int j = lane + 32 * u;
+      if (j < nf) {
+#pragma unroll
+        for (int i = 0; i < G::NVA; ++i) ch[u].va[i] = sa[j * G::NVA + i];
+#pragma unroll
+        for (int i = 0; i < G::NVE; ++i) ch[u].ve[i] = se[j * G::NVE + i];
+      }
+    }
+    __syncwarp(); /* every lane has read stage p: lane 0 may refill it */
+    if (lane == 0 && k + VG_BP < nstep) issue(k + VG_BP);
+    bool slow = false;
+#pragma unroll
+    for (int u = 0; u < B::RB; ++u) {
+      const int j = lane + 32 * u;
+      const int64_t cc = cb + j, i0 = cc * G::CH;
+      if (j < nf) {
+        slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], it.f0 + i0 * sf, sf, A.rtol, A.atol);
+      } else if (cc < c1) { /* the last, partial chunk */
+        const int cnt = (int)min((int64_t)G::CH, m - i0);
+        slow |= vg_fold_scalar<DA, DE, SC>(h, gate, cold, it, it.pa + i0 * G::ISA,
+                                           it.pe + i0 * G::ISE, 1, 1, cnt, it.f0 + i0 * sf, sf,
+                                           A.rtol, A.atol);
+      }
+    }
+    vg_gate_refresh<DA, DE, SC>(gate, acc, slow);
+    if ((since += B::RB * G::CH) >= VG_FLUSH) {
+      since = 0;
+      if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
+    }
+  }
+  if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
+  vg_reduce_finish<SC>(A, vsm);
+}
+
 template <int DA, int DE, int SC>
 __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RArgs A) {
   typedef vg_chunk<DA, DE> G;
@@ -301,7 +467,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RA
   vg_hot_init(h);
   __shared__ GateHeld held[RT / 32];
   FastGate gate;
-  vg_gate_start<DA, DE, SC>(gate, &held[threadIdx.x >> 5], A.rtol);
+  vg_gate_start<DA, DE, SC>(gate, &held[threadIdx.x >> 5], A.gate, A.rtol);
   vgct_acc part; /* scaled path only (local memory) */
   vgct_acc_init(&part, SC);
   vgct_acc *cold = SC ? &part : acc; /* where vg_pair sends the definition path */
@@ -412,20 +578,31 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_col(const __grid_constant__ RA
 
 /* > 48 KiB of dynamic shared memory needs an opt-in per kernel (and device). */
 template <typename K>
-static cudaError_t smem_optin(K kernel, int *done) {
+static cudaError_t smem_optin(K kernel, int *done, int bytes = RSMEM) {
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
   if (dev < 0 || dev >= 64 || done[dev]) return cudaSuccess;
-  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, RSMEM);
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (e == cudaSuccess) done[dev] = 1;
   return e;
 }
 
+/* kind: 0 flat, 1 general strides / row mode, 2 column mode, 3 flat through
+ * the shared-memory ring (typed pairs, both bases 16-byte aligned). */
 template <int DA, int DE, int SC>
 static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_t s) {
-  static int done[3][64];
+  static int done[4][64];
   cudaError_t e;
+  if constexpr (DA >= 0 && DE >= 0) {
+    if (kind == 3) {
+      const int bytes = vg_bulk<DA, DE>::SMEM;
+      if ((e = smem_optin(k_reduce_bulk<DA, DE, SC>, done[3], bytes)) != cudaSuccess) return e;
+      k_reduce_bulk<DA, DE, SC><<<grid, RT, bytes, s>>>(A);
+      return cudaGetLastError();
+    }
+  }
+  if (kind == 3) kind = 0; /* generic dtypes: the flat kernel (not reached: typed only) */
   if (kind == 0) {
     if ((e = smem_optin(k_reduce_flat<DA, DE, SC>, done[0])) != cudaSuccess) return e;
     k_reduce_flat<DA, DE, SC><<<grid, RT, RSMEM, s>>>(A);
@@ -486,6 +663,7 @@ static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 /* workspace layout (bytes from d_ws) */
 #define WS_COUNTER 0
+#define WS_GATE 16 /* 3 words: the grid's shared gate thresholds */
 #define WS_RES 4096
 #define WS_SRES (WS_RES + 256)
 #define WS_PART (WS_SRES + (size_t)VG_SLICE_CHUNK * sizeof(vgct_slice_acc) + 256)
@@ -515,6 +693,7 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
   A.rtol = p->rtol;
   A.atol = p->atol;
   A.counter = (unsigned *)(ws->d_ws + WS_COUNTER);
+  unsigned *gate = (unsigned *)(ws->d_ws + WS_GATE);
   A.res = (vgct_acc *)(ws->d_ws + WS_RES);
   A.sres = (vgct_slice_acc *)(ws->d_ws + WS_SRES);
   A.part = (vgct_acc *)(ws->d_ws + WS_PART);
@@ -560,6 +739,7 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
       A.bpj = 1;
       grid = ceil_div(A.nchunk, A.cpb);
       A.vec = ((uintptr_t)it.pa % 16 == 0) && ((uintptr_t)it.pe % 16 == 0);
+      if (A.vec && is_typed_pair(it.da, it.de)) kind = 3;
     } else if (kind == 1) {
       A.slice_mode = S > 1 ? 1 : 0;
       const int64_t L = it.sh[it.k - 1];
@@ -581,10 +761,12 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
       A.bpj = 1;
       grid = ceil_div(Sc, RT);
     }
+    A.gate = A.slice_mode == 0 ? gate : NULL; /* per-slice maxima: each slice its own */
     int typed = 0;
     if (!cx.check(dispatch_reduce(it.da, it.de, scaled, kind, (int)grid, A, cx.stream, &typed),
                   kind == 0 ? "k_reduce_flat launch"
-                            : kind == 1 ? "k_reduce_gen launch" : "k_reduce_col launch"))
+                  : kind == 1 ? "k_reduce_gen launch"
+                  : kind == 2 ? "k_reduce_col launch" : "k_reduce_bulk launch"))
       return cx.rc;
     const size_t bytes = S > 1 ? (WS_SRES - WS_RES) + (size_t)Sc * sizeof(vgct_slice_acc) : sizeof(vgct_acc);
     cx.mark("launch");

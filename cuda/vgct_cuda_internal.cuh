@@ -239,14 +239,16 @@ __host__ __device__ __forceinline__ void vg_pair(HotAcc &h, vgct_acc *s, double 
 
 /* ---- the narrow-dtype chunk fast path ----------------------------------
  * For float16 / bfloat16 / float32 inputs (unscaled; binary32 holds every
- * value exactly) a chunk of CH pairs is first folded OPTIMISTICALLY: its sums
- * in float64 into chunk temporaries, its counters, and float32 summaries
- * that bound what vg_hot_update would do to the maxima; then, when the
- * bounds PROVE that no maximum, index or mismatch-worst of the HotAcc can
- * change, the chunk is committed (temporaries added to the HotAcc), else the
- * caller discards it and folds the chunk pair by pair with vg_pair (the
- * definition).  Results: maxima, indices and every counter exactly those of
- * vg_hot_update; sums grouped per chunk (deterministic, within rounding).
+ * value exactly) the sums of a chunk of CH finite pairs are folded in float64
+ * (grouped per chunk), its counters exactly, and float32 summaries bound
+ * what the definition would do to the maxima; when the bounds PROVE that no
+ * maximum, index or mismatch-worst held in the warp (or, through the grid's
+ * shared thresholds, anywhere) can change, the chunk is done, else the caller
+ * folds each pair's maxima with vgct_acc_maxima (the definition's maxima
+ * part).  A chunk with a non-finite pair goes through vgct_acc_update whole.
+ * Results: maxima, indices and every counter exactly the definition's; sums
+ * grouped per chunk, the same whichever way the gate decided (deterministic,
+ * within rounding of the pairwise sums).
  * Why: vg_hot_update costs ~70 instructions a pair (float64 compares and
  * index tie rules for three maxima); the committed path ~25, most of them
  * float32 (docs/performance.md).  Proof sketch of each test (x = a - e exact,
@@ -359,19 +361,32 @@ __device__ __forceinline__ void vg_held_warp(GateHeld &g) {
 }
 #endif
 
-/* Fold the CH pairs (a[q], e[q]) at flat indices f + q*sf into the sums and
- * counters of h if the gate allows; returns false (h untouched) when the
- * caller must fold the chunk by the definition.  g: the thresholds; held: the
- * maxima they derive from, read only where the float32 bounds are too coarse
- * (a chunk whose largest |d| or mismatch excess is within rounding of the
- * held one: ties, common with bfloat16 differences of one ulp; or all d ==
- * 0): there the pairs are checked exactly, in float64, with vgct_better. */
+/* What vg_fast_chunk did with a chunk (the caller finishes it):
+ *   VG_CHUNK_DONE     everything folded: sums and counters into the HotAcc, and
+ *                     the bounds proved that no maximum can change;
+ *   VG_CHUNK_MAXIMA   sums and counters folded, the maxima not proved: the
+ *                     caller folds each pair's maxima with vgct_acc_maxima;
+ *   VG_CHUNK_DEFINE   nothing folded (a non-finite pair, or a float32 |d|
+ *                     overflow): the caller folds the chunk with vgct_acc_update.
+ * The sums of a finite chunk are thus folded the same way whichever of the
+ * first two outcomes the gate gives: a result never depends on the gate's
+ * thresholds, only its speed does (so the thresholds may come from other
+ * warps and blocks, in any timing: vg_gate_exchange). */
+enum { VG_CHUNK_DONE = 0, VG_CHUNK_MAXIMA = 1, VG_CHUNK_DEFINE = 2 };
+
+/* Fold the CH pairs (a[q], e[q]) at flat indices f + q*sf: sums and counters
+ * into h, and the gate's proof that the maxima cannot change (see the enum
+ * above for the outcomes).  g: the thresholds; held: the warp's own held
+ * maxima, read only where the float32 bounds are too coarse (a chunk whose
+ * largest |d| or mismatch excess is within rounding of the held one: ties,
+ * common with bfloat16 differences of one ulp; or all d == 0): there the
+ * pairs are checked exactly, in float64, with vgct_better. */
 template <int CH>
-__host__ __device__ __forceinline__ bool vg_fast_chunk(HotAcc &h, const HotGate &g,
-                                                       const GateHeld &held,
-                                                       const float (&a)[CH], const float (&e)[CH],
-                                                       int64_t f, int64_t sf, double rtol,
-                                                       double atol) {
+__host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &g,
+                                                      const GateHeld &held,
+                                                      const float (&a)[CH], const float (&e)[CH],
+                                                      int64_t f, int64_t sf, double rtol,
+                                                      double atol) {
   uint32_t mb = 0;                     /* max bits of |d32|                    */
   float mine = (float)INFINITY;        /* <= min |e| over e != 0                */
   float maxe = 0.0f;                   /* max |e|                              */
@@ -394,16 +409,20 @@ __host__ __device__ __forceinline__ bool vg_fast_chunk(HotAcc &h, const HotGate 
     t_aa += a64 * a64; t_ee += e64 * e64; t_ae += a64 * e64;
     t_dd += d * d; t_d += d;
   }
-  if (mb >= 0x7f800000u) return false; /* a non-finite pair, or |d32| overflowed */
+  if (mb >= 0x7f800000u) return VG_CHUNK_DEFINE; /* a non-finite pair, or |d32| overflowed */
+  h.s_aa += t_aa; h.s_ee += t_ee; h.s_ae += t_ae; h.s_dd += t_dd; h.s_d += t_d;
+  h.n += CH; h.neq += neq; h.nmm += nmm;
+  if ((double)maxe > h.ref) h.ref = maxe;
   bool chk_mx = !(mb + 1u < g.mxb);
   if (mb == 0) { /* every d == 0: |d| and the quotients are 0, which lose to a
                     held positive maximum, or to a held 0 at a lower index */
     const int64_t cmin = sf >= 0 ? f : f + (int64_t)(CH - 1) * sf;
-    if (!(g.crel > 0.0f || (held.mri >= 0 && !(held.mr == 0.0 && cmin <= held.mri)))) return false;
-    if (chk_mx && (held.mxi < 0 || (held.mx == 0.0 && cmin <= held.mxi))) return false;
+    if (!(g.crel > 0.0f || (held.mri >= 0 && !(held.mr == 0.0 && cmin <= held.mri))))
+      return VG_CHUNK_MAXIMA;
+    if (chk_mx && (held.mxi < 0 || (held.mx == 0.0 && cmin <= held.mxi))) return VG_CHUNK_MAXIMA;
     chk_mx = false;
   } else {
-    if (!(vgct_f32_from_bits(mb) < vg_mul_down(g.crel, mine))) return false;
+    if (!(vgct_f32_from_bits(mb) < vg_mul_down(g.crel, mine))) return VG_CHUNK_MAXIMA;
   }
   bool chk_wx = false;
   if (nmm) {
@@ -412,22 +431,30 @@ __host__ __device__ __forceinline__ bool vg_fast_chunk(HotAcc &h, const HotGate 
     chk_wx = !(g.wx32 > 0.0f && ub < (double)g.wx32);
   }
   if (chk_mx || chk_wx) { /* exact: no pair may beat a held maximum */
-    if ((chk_mx && held.mxi < 0) || (chk_wx && held.wxi < 0)) return false;
+    if ((chk_mx && held.mxi < 0) || (chk_wx && held.wxi < 0)) return VG_CHUNK_MAXIMA;
 #pragma unroll
     for (int q = 0; q < CH; ++q) {
       const double e64 = e[q], d = (double)a[q] - e64, ad = fabs(d);
       const int64_t idx = f + q * sf;
-      if (chk_mx && vgct_better(ad, idx, held.mx, held.mxi)) return false;
+      if (chk_mx && vgct_better(ad, idx, held.mx, held.mxi)) return VG_CHUNK_MAXIMA;
       if (chk_wx) {
         const double tol = atol + vgct_mul(rtol, fabs(e64));
-        if (ad > tol && vgct_better(ad - tol, idx, held.wx, held.wxi)) return false;
+        if (ad > tol && vgct_better(ad - tol, idx, held.wx, held.wxi)) return VG_CHUNK_MAXIMA;
       }
     }
   }
-  h.s_aa += t_aa; h.s_ee += t_ee; h.s_ae += t_ae; h.s_dd += t_dd; h.s_d += t_d;
-  h.n += CH; h.neq += neq; h.nmm += nmm;
-  if ((double)maxe > h.ref) h.ref = maxe;
-  return true;
+  return VG_CHUNK_DONE;
+}
+
+/* The stronger of two gates' thresholds (each derived by vg_gate_derive
+ * from maxima held by some accumulator that is merged into the result; the
+ * derivation is monotone, so the maximum of two thresholds is the threshold
+ * of the larger held maximum and the proofs above hold for it). */
+__host__ __device__ __forceinline__ void vg_gate_max(HotGate &g, uint32_t mxb, uint32_t crelb,
+                                                     uint32_t wxb) {
+  if (mxb > g.mxb) g.mxb = mxb;
+  if (crelb > vgct_bits_from_f32(g.crel)) g.crel = vgct_f32_from_bits(crelb);
+  if (wxb > vgct_bits_from_f32(g.wx32)) g.wx32 = vgct_f32_from_bits(wxb);
 }
 
 /* A thread's accumulator in shared memory.  Its size must be an odd number
@@ -566,6 +593,58 @@ __device__ __forceinline__ bool vg_last_block(unsigned *counter) {
   __syncthreads();
   if (last) __threadfence();
   return last;
+}
+
+/* ---- bulk copies into shared memory (sm_90: cp.async.bulk + mbarrier) ----
+ * PTX ISA 8.0, "Data Movement and Conversion Instructions: cp.async.bulk"
+ * and "Parallel Synchronization and Communication Instructions: mbarrier":
+ * one thread starts a copy of `bytes` (a multiple of 16; both addresses
+ * 16-byte aligned) from global to shared memory whose completion counts as
+ * `bytes` transactions on an mbarrier; a thread arms the barrier's phase
+ * with the bytes to expect (arrive.expect_tx), and every reader waits for
+ * the phase (try_wait.parity).  The copy engine holds the bytes in flight,
+ * not registers: the reduce's loads of the next steps cost no registers. */
+__device__ __forceinline__ unsigned vg_smem_addr(const void *p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void vg_mbar_init(uint64_t *bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(vg_smem_addr(bar)), "r"(count)
+               : "memory");
+}
+
+/* Make the initialised barriers visible to the copy engine (async proxy). */
+__device__ __forceinline__ void vg_mbar_init_fence(void) {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+/* Arrive (count 1) and expect `bytes` more transactions in this phase. */
+__device__ __forceinline__ void vg_mbar_arrive_tx(uint64_t *bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(vg_smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void vg_bulk_load(void *dst, const void *src, unsigned bytes,
+                                             uint64_t *bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+          vg_smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(vg_smem_addr(bar))
+      : "memory");
+}
+
+/* Wait until the phase of parity `parity` of *bar has completed. */
+__device__ __forceinline__ void vg_mbar_wait(uint64_t *bar, unsigned parity) {
+  unsigned ok;
+  do {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(ok)
+        : "r"(vg_smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!ok);
 }
 
 /* Inner-space decomposition: row index (over axes 0..k-2) -> offsets. */
