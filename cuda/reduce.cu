@@ -63,7 +63,8 @@ struct RArgs {
   int slice_mode; /* 0 none, 1 row mode (gen), 2 column mode (col)      */
   vgct_acc *part;
   unsigned *counter;
-  unsigned *gate; /* the grid's shared gate thresholds (3 words), or NULL */
+  unsigned *gate;  /* the grid's shared gate thresholds (3 words), or NULL */
+  unsigned *sgate; /* row mode: 3 words per slice (zeroed before the launch), or NULL */
   vgct_acc *res;
   vgct_slice_acc *sres;
 };
@@ -85,7 +86,7 @@ __device__ __forceinline__ void vg_reduce_finish(const RArgs &A, VAcc *sm) {
   vgct_acc_init(m, SC);
   for (unsigned i = threadIdx.x; i < gridDim.x; i += RT) {
     vgct_acc p = vg_ldcg(&A.part[i]);
-    vgct_acc_merge(m, &p);
+    vg_merge(m, &p);
   }
   vg_block_merge<RT>(sm);
   if (threadIdx.x == 0) {
@@ -115,14 +116,14 @@ __device__ __noinline__ void vg_cold_update(vgct_acc *s, double a, double e, int
 
 /* A chunk of narrow-dtype pairs as float32 (exact), and the definition's
  * folds of it: the fast path's rare fallbacks, out of line so that their
- * registers do not weigh on the hot loop. */
+ * registers do not weigh on the hot loop, and not unrolled (code size). */
 template <int CH> struct vg_f32chunk { float a[CH], e[CH]; };
 
 /* VG_CHUNK_DEFINE (and partial chunks): vgct_acc_update on the first cnt pairs. */
 template <int CH>
 __device__ __noinline__ void vg_slow_chunk(vgct_acc *acc, const vg_f32chunk<CH> c, int64_t f,
                                            int64_t sf, double rtol, double atol, int cnt = CH) {
-#pragma unroll
+#pragma unroll 1
   for (int q = 0; q < CH; ++q)
     if (q < cnt) vgct_acc_update(acc, (double)c.a[q], (double)c.e[q], f + q * sf, rtol, atol, 0);
 }
@@ -132,9 +133,22 @@ __device__ __noinline__ void vg_slow_chunk(vgct_acc *acc, const vg_f32chunk<CH> 
 template <int CH>
 __device__ __noinline__ void vg_slow_maxima(vgct_acc *acc, const vg_f32chunk<CH> c, int64_t f,
                                             int64_t sf, double rtol, double atol) {
-#pragma unroll
+#pragma unroll 1
   for (int q = 0; q < CH; ++q)
     vgct_acc_maxima(acc, (double)c.a[q], (double)c.e[q], f + q * sf, rtol, atol);
+}
+
+/* The first cnt pairs of a partial chunk (unit stride, typed pair) by the
+ * definition, vgct_acc_update, into the thread's vgct_acc (scaled: its
+ * local one); out of line and not unrolled: one chunk per launch. */
+template <int DA, int DE, int SC>
+__device__ __noinline__ void vg_fold_tail(vgct_acc *acc, const char *qa, const char *qe, int cnt,
+                                          int64_t f, int64_t sf, double rtol, double atol) {
+  typedef vg_chunk<DA, DE> G;
+#pragma unroll 1
+  for (int q = 0; q < cnt; ++q)
+    vgct_acc_update(acc, vgct_load(qa + q * G::ISA, DA), vgct_load(qe + q * G::ISE, DE),
+                    f + q * sf, rtol, atol, SC);
 }
 
 /* The fast path's gate of this warp: thresholds in registers, the held
@@ -439,11 +453,10 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
       const int64_t cc = cb + j, i0 = cc * G::CH;
       if (j < nf) {
         slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], it.f0 + i0 * sf, sf, A.rtol, A.atol);
-      } else if (cc < c1) { /* the last, partial chunk */
-        const int cnt = (int)min((int64_t)G::CH, m - i0);
-        slow |= vg_fold_scalar<DA, DE, SC>(h, gate, cold, it, it.pa + i0 * G::ISA,
-                                           it.pe + i0 * G::ISE, 1, 1, cnt, it.f0 + i0 * sf, sf,
-                                           A.rtol, A.atol);
+      } else if (cc < c1) { /* the last chunk, partial: the definition */
+        vg_fold_tail<DA, DE, SC>(cold, it.pa + i0 * G::ISA, it.pe + i0 * G::ISE,
+                                 (int)min((int64_t)G::CH, m - i0), it.f0 + i0 * sf, sf, A.rtol,
+                                 A.atol);
       }
     }
     vg_gate_refresh<DA, DE, SC>(gate, acc, slow);
@@ -467,12 +480,15 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RA
   vg_hot_init(h);
   __shared__ GateHeld held[RT / 32];
   FastGate gate;
-  vg_gate_start<DA, DE, SC>(gate, &held[threadIdx.x >> 5], A.gate, A.rtol);
+  const int64_t j = (int64_t)blockIdx.x / A.bpj, g = (int64_t)blockIdx.x - j * A.bpj;
+  /* row mode: slice j's own shared thresholds (its maxima are its pairs') */
+  vg_gate_start<DA, DE, SC>(gate, &held[threadIdx.x >> 5],
+                            A.slice_mode == 1 ? (A.sgate ? A.sgate + 3 * j : NULL) : A.gate,
+                            A.rtol);
   vgct_acc part; /* scaled path only (local memory) */
   vgct_acc_init(&part, SC);
   vgct_acc *cold = SC ? &part : acc; /* where vg_pair sends the definition path */
   int since = 0;                     /* pairs since the last flush */
-  const int64_t j = (int64_t)blockIdx.x / A.bpj, g = (int64_t)blockIdx.x - j * A.bpj;
   const int64_t c0 = g * A.cpb;
   const int64_t c1 = min(c0 + A.cpb, A.nchunk);
   const int K = it.k;
@@ -667,11 +683,12 @@ static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 #define WS_RES 4096
 #define WS_SRES (WS_RES + 256)
 #define WS_PART (WS_SRES + (size_t)VG_SLICE_CHUNK * sizeof(vgct_slice_acc) + 256)
+#define WS_SGATE (WS_PART + (size_t)VG_MAX_PARTS * sizeof(vgct_acc)) /* 3 words per slice */
 
 extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p,
                                 uintptr_t stream, vgct_acc *out, vgct_slice_acc *slices,
                                 char *err, size_t errlen) {
-  static_assert(WS_PART + (size_t)VG_MAX_PARTS * sizeof(vgct_acc) <= VG_WS_BYTES, "workspace");
+  static_assert(WS_SGATE + 12u * (size_t)VG_MAX_PARTS <= VG_WS_BYTES, "workspace");
   static_assert(sizeof(vgct_acc) + (size_t)VG_SLICE_CHUNK * sizeof(vgct_slice_acc) <= VG_PIN_BYTES,
                 "pinned buffer");
   const int scaled = vgct_needs_scaling(a, e);
@@ -762,6 +779,13 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
       grid = ceil_div(Sc, RT);
     }
     A.gate = A.slice_mode == 0 ? gate : NULL; /* per-slice maxima: each slice its own */
+    A.sgate = NULL;
+    if (A.slice_mode == 1) { /* Sc <= VG_MAX_PARTS in row mode (per_launch) */
+      A.sgate = (unsigned *)(ws->d_ws + WS_SGATE);
+      if (!cx.check(cudaMemsetAsync(A.sgate, 0, 12u * (size_t)Sc, cx.stream),
+                    "cudaMemsetAsync (per-slice gate thresholds)"))
+        return cx.rc;
+    }
     int typed = 0;
     if (!cx.check(dispatch_reduce(it.da, it.de, scaled, kind, (int)grid, A, cx.stream, &typed),
                   kind == 0 ? "k_reduce_flat launch"

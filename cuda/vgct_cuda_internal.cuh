@@ -190,6 +190,16 @@ __host__ __device__ __forceinline__ void vg_hot_update(HotAcc &h, double a, doub
   h.s_dd += d * d; h.s_d += d;
 }
 
+/* vgct_acc_merge out of line: the kernels merge at every flush, in their
+ * block trees and in the last block's fold; one copy of its ~150
+ * instructions instead of one per call site keeps each kernel's code small,
+ * and short launches (a few blocks, every instruction fetched cold) spend
+ * less time fetching it. */
+__host__ __device__ __noinline__ static void vg_merge(vgct_acc *VGCT_RESTRICT s,
+                                                     const vgct_acc *VGCT_RESTRICT o) {
+  vgct_acc_merge(s, o);
+}
+
 /* Fold the register accumulator into *s with vgct_acc_merge, then zero its
  * sums and counters (its maxima stay: merging the same (value, index) again
  * changes nothing).  The kernels flush every VG_FLUSH pairs, so a thread's
@@ -205,7 +215,7 @@ __host__ __device__ __forceinline__ void vg_hot_flush(HotAcc &h, vgct_acc *s) {
   t.worst_excess = h.wx; t.worst_i = h.wxi;
   t.max_abs_ref = h.ref;
   t.n = h.n; t.n_finite = h.n; t.n_unequal = h.neq; t.n_mismatch = h.nmm;
-  vgct_acc_merge(s, &t);
+  vg_merge(s, &t);
   h.s_aa = h.s_ee = h.s_ae = h.s_dd = h.s_d = 0.0;
   h.n = h.neq = h.nmm = 0;
 }
@@ -213,7 +223,7 @@ __host__ __device__ __forceinline__ void vg_hot_flush(HotAcc &h, vgct_acc *s) {
 /* The scaled (float64) path: the definition on a thread-local vgct_acc,
  * merged into *s every VG_FLUSH pairs for the same two-level sums. */
 __host__ __device__ __forceinline__ void vg_part_flush(vgct_acc *part, vgct_acc *s) {
-  vgct_acc_merge(s, part);
+  vg_merge(s, part);
   vgct_acc_init(part, 1);
 }
 
@@ -576,7 +586,7 @@ __device__ __forceinline__ void vg_block_merge(VAcc *sm) {
   __syncthreads();
 #pragma unroll 1
   for (int st = NT / 2; st > 0; st >>= 1) {
-    if ((int)threadIdx.x < st) vgct_acc_merge(&sm[threadIdx.x].a, &sm[threadIdx.x + st].a);
+    if ((int)threadIdx.x < st) vg_merge(&sm[threadIdx.x].a, &sm[threadIdx.x + st].a);
     __syncthreads();
   }
 }

@@ -102,13 +102,19 @@ def _device(x: Any) -> Optional[Tuple[int, int]]:
 def call_on_stream(xs: Tuple[Any, ...], fn: Callable[[Optional[int]], Any]) -> Any:
     """``fn(stream)`` for a ``_C`` entry point reading ``xs``: under :func:`device_guard`
     with :func:`consumer_stream` when an input is on a CUDA device, else ``fn(None)`` at
-    once (no device to make current, no stream: the CPU path skips both look-ups).  An
-    input that cannot say where it lives is left to ``_C``, which names what is wrong."""
-    for x in xs:
-        d = _device(x)
+    once (no device to make current, no stream: the CPU path skips both look-ups).  When
+    the first CUDA input is a torch tensor on the current device the guard is skipped: it
+    would make current the device that already is (the common case; the guard's enter and
+    exit cost more than the engine's work on small tensors).  An input that cannot say
+    where it lives is left to ``_C``, which names what is wrong."""
+    devs = [_device(x) for x in xs]
+    for x, d in zip(xs, devs):
         if d is not None and d[0] in _CUDA_DEVICE_TYPES:
+            torch = _torch_of(x)
+            if torch is not None and torch.cuda.current_device() == d[1]:
+                return fn(_stream_of(xs, devs))
             with device_guard(*xs):
-                return fn(consumer_stream(*xs))
+                return fn(_stream_of(xs, devs))
     return fn(None)
 
 
@@ -120,7 +126,11 @@ def consumer_stream(*xs: Any) -> Optional[int]:
     ``cudaStream_t``; the default stream, handle 0, becomes 1, the spec's
     legacy default), else 1.
     """
-    devs = [_device(x) for x in xs]
+    return _stream_of(xs, [_device(x) for x in xs])
+
+
+def _stream_of(xs: Tuple[Any, ...], devs: Any) -> Optional[int]:
+    """:func:`consumer_stream` given each input's ``__dlpack_device__`` (``devs``)."""
     if not any(d is not None and d[0] in _CUDA_DEVICE_TYPES for d in devs):
         return None
     for x, d in zip(xs, devs):

@@ -224,6 +224,22 @@ def test_latent_slices_every_axis():
         check3(a, e, dim=d)
 
 
+@pytest.mark.parametrize("dt", ["bfloat16", "float32"])
+def test_row_mode_slices_of_different_scales(dt):
+    # Row mode (>= 4096 elements per slice): each slice's warps share gate
+    # thresholds with that slice's blocks only.  Slices whose differences differ
+    # by powers of ten, largest first and largest last: a threshold leaking from
+    # another slice would skip a slice's own maximum (per-slice max_abs_err and
+    # the whole-tensor maxima are compared bit for bit with the CPU engine).
+    t = getattr(torch, dt)
+    for order in (1, -1):
+        a, e = pair((3, 8, 40000), t, seed=11)
+        scale = torch.tensor([10.0 ** (order * -k) for k in range(8)], device=DEV)
+        a = (e.double() + (a.double() - e.double()) * scale.view(1, 8, 1)).to(t)
+        check3(a, e, dim=1, oracle=False, quantiles=(0.5,))
+        check3(a, e, oracle=False, quantiles=(0.5,))
+
+
 def test_many_slices_column_and_row_modes():
     # column mode with more slices than one launch holds (65536)
     a, e = pair((70001, 3), torch.float32)
