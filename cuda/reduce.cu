@@ -86,7 +86,7 @@ __device__ __forceinline__ void vg_reduce_finish(const RArgs &A, VAcc *sm) {
   vgct_acc_init(m, SC);
   for (unsigned i = threadIdx.x; i < gridDim.x; i += RT) {
     vgct_acc p = vg_ldcg(&A.part[i]);
-    vg_merge(m, &p);
+    vgct_acc_merge(m, &p);
   }
   vg_block_merge<RT>(sm);
   if (threadIdx.x == 0) {

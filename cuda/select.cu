@@ -12,8 +12,9 @@
  * prefix is the key.  Ranks sharing a prefix share a histogram ("group").
  *
  * Kernels:
- *   k_sel_data<DA,DE>  one pass over the inputs (same iteration model and
- *                      loaders as the reduce): per key, any of
+ *   k_sel_data<DA,DE,MODE>  one pass over the inputs (same iteration model
+ *                      and loaders as the reduce; float16/bfloat16/float32
+ *                      keys by vg_key_narrow): per key, by MODE, one of
  *                      - histogram of the level's digit for keys in a group
  *                        (block-private shared-memory counters, flushed to
  *                        global with integer atomics; a run-length cache
@@ -174,6 +175,7 @@ __device__ void vg_sel_scan(const KArgs &A, int level) {
     const unsigned long long *h = A.hist + (size_t)g * nb;
     const int b0 = threadIdx.x * per;
     unsigned long long sum = 0;
+#pragma unroll 8
     for (int b = 0; b < per; ++b) sum += __ldcg(h + b0 + b);
     /* block exclusive scan of the per-thread sums */
     unsigned long long inc = sum;
@@ -198,17 +200,24 @@ __device__ void vg_sel_scan(const KArgs &A, int level) {
     __syncthreads();
     const unsigned long long excl = s_w[w] + inc - sum;
     if ((unsigned long long)rank >= excl && (unsigned long long)rank < excl + sum && rank >= 0) {
+      /* no early exit: the loads are independent and issue together (a
+         break after each would make `per` L2 round trips in a row) */
       unsigned long long c = excl;
+      int fb = -1;
+      unsigned long long fbelow = 0, fcnt = 0;
+#pragma unroll 8
       for (int b = 0; b < per; ++b) {
-        unsigned long long hb = __ldcg(h + b0 + b);
-        if ((unsigned long long)rank < c + hb) {
-          s_bin = b0 + b;
-          s_below = c;
-          s_cnt = hb;
-          break;
+        const unsigned long long hb = __ldcg(h + b0 + b);
+        if (fb < 0 && (unsigned long long)rank < c + hb) {
+          fb = b;
+          fbelow = c;
+          fcnt = hb;
         }
         c += hb;
       }
+      s_bin = b0 + fb;
+      s_below = fbelow;
+      s_cnt = fcnt;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -250,9 +259,11 @@ __device__ void vg_sel_scan(const KArgs &A, int level) {
 /* ---- kernels -------------------------------------------------------------- */
 
 __device__ __forceinline__ bool sel_wanted(int cshift, int cng, const unsigned long long *cgp,
+                                           unsigned long long lo, unsigned long long hi,
                                            unsigned long long key) {
   if (key >> 63) return false;
   const unsigned long long p = key >> cshift;
+  if (p < lo || p > hi) return false; /* outside every wanted bucket: most keys */
   bool hit = false;
 #pragma unroll
   for (int i = 0; i < SEL_NS; ++i) hit |= (i < cng && p == cgp[i]);
@@ -268,28 +279,39 @@ __device__ __forceinline__ void sel_append(const KArgs &A, SelState *st, unsigne
   if (pos < SEL_CAP) A.cand[pos] = key;
 }
 
-template <int DA, int DE>
+/* What a data pass does with each key (a template parameter, so that the
+ * per-key work is only the pass's own): SEL_HIST the level's histogram,
+ * SEL_HIST_STORE that and every key stored at its position (n <= SEL_CAP),
+ * SEL_COMPACT the wanted keys appended to the candidate buffer. */
+enum { SEL_HIST = 0, SEL_HIST_STORE = 1, SEL_COMPACT = 2 };
+
+template <int DA, int DE, int MODE>
 __global__ void __launch_bounds__(ST, 1) k_sel_data(const __grid_constant__ KArgs A) {
   typedef vg_chunk<DA, DE> G;
   extern __shared__ unsigned sel_sm[];
   const IterSpec &it = A.it;
   SelState *st = A.st;
   HistCtx h;
-  hist_begin(h, sel_sm, A.level, st);
+  hist_begin(h, sel_sm, MODE == SEL_COMPACT ? -1 : A.level, st);
   const int K = it.k;
   const int64_t L = it.sh[K - 1], sai = it.sa[K - 1], sei = it.se[K - 1];
   const int64_t isa = G::TYPED ? G::ISA : it.isa, ise = G::TYPED ? G::ISE : it.ise;
   const bool unit = G::TYPED && sai == 1 && sei == 1;
   int cng = 0;
-  const int cshift = A.compact ? sel_shift(A.clevel) : 0;
+  const int cshift = MODE == SEL_COMPACT ? sel_shift(A.clevel) : 0;
   unsigned long long cgp[SEL_NS];
 #pragma unroll
   for (int i = 0; i < SEL_NS; ++i) cgp[i] = KEY_NONE;
-  if (A.compact) {
+  unsigned long long clo = KEY_NONE, chi = 0; /* the range of the wanted prefixes */
+  if (MODE == SEL_COMPACT) {
     cng = st->ng;
 #pragma unroll
     for (int i = 0; i < SEL_NS; ++i)
-      if (i < cng) cgp[i] = st->gprefix[i];
+      if (i < cng) {
+        cgp[i] = st->gprefix[i];
+        clo = cgp[i] < clo ? cgp[i] : clo;
+        chi = cgp[i] > chi ? cgp[i] : chi;
+      }
   }
   for (int64_t c = (int64_t)blockIdx.x * ST + threadIdx.x; c < A.nchunk;
        c += (int64_t)gridDim.x * ST) {
@@ -308,14 +330,16 @@ __global__ void __launch_bounds__(ST, 1) k_sel_data(const __grid_constant__ KArg
     for (int q = 0; q < G::CH; ++q) {
       if (q < cnt) {
         const unsigned long long key = keys[q];
-        if (A.level >= 0) hist_key(h, key);
-        if (A.store_all) A.cand[pos0 + q] = key;
-        if (A.compact && sel_wanted(cshift, cng, cgp, key)) sel_append(A, st, key);
+        if (MODE != SEL_COMPACT) hist_key(h, key);
+        if (MODE == SEL_HIST_STORE) A.cand[pos0 + q] = key;
+        if (MODE == SEL_COMPACT && sel_wanted(cshift, cng, cgp, clo, chi, key)) sel_append(A, st, key);
       }
     }
   }
-  hist_end(h, A.hist);
-  if (A.level >= 0 && vg_last_block(A.counter)) vg_sel_scan(A, A.level);
+  if (MODE != SEL_COMPACT) {
+    hist_end(h, A.hist);
+    if (vg_last_block(A.counter)) vg_sel_scan(A, A.level);
+  }
 }
 
 __global__ void __launch_bounds__(ST, 1) k_sel_buf(const __grid_constant__ KArgs A) {
@@ -343,19 +367,28 @@ __global__ void __launch_bounds__(ST, 1) k_sel_buf(const __grid_constant__ KArgs
   X(VGCT_BFLOAT16, VGCT_FLOAT32) X(VGCT_FLOAT16, VGCT_FLOAT32)
 #endif
 
-template <int DA, int DE>
-static cudaError_t launch_sel_data(int grid, const KArgs &A, cudaStream_t s) {
+template <int DA, int DE, int MODE>
+static cudaError_t launch_sel_mode(int grid, const KArgs &A, cudaStream_t s) {
+  /* the compaction keeps no histogram: no shared memory */
+  const int smem = MODE == SEL_COMPACT ? 0 : SEL_SMEM;
   static int attr_done[64]; /* per device id */
   int dev = 0;
   cudaGetDevice(&dev);
-  if (dev >= 0 && dev < 64 && !attr_done[dev]) {
-    cudaError_t e = cudaFuncSetAttribute(k_sel_data<DA, DE>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, SEL_SMEM);
+  if (smem && dev >= 0 && dev < 64 && !attr_done[dev]) {
+    cudaError_t e = cudaFuncSetAttribute(k_sel_data<DA, DE, MODE>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     attr_done[dev] = 1;
   }
-  k_sel_data<DA, DE><<<grid, ST, SEL_SMEM, s>>>(A);
+  k_sel_data<DA, DE, MODE><<<grid, ST, smem, s>>>(A);
   return cudaGetLastError();
+}
+
+template <int DA, int DE>
+static cudaError_t launch_sel_data(int grid, const KArgs &A, cudaStream_t s) {
+  if (A.compact) return launch_sel_mode<DA, DE, SEL_COMPACT>(grid, A, s);
+  if (A.store_all) return launch_sel_mode<DA, DE, SEL_HIST_STORE>(grid, A, s);
+  return launch_sel_mode<DA, DE, SEL_HIST>(grid, A, s);
 }
 
 static cudaError_t dispatch_sel_data(int grid, const KArgs &A, cudaStream_t s) {

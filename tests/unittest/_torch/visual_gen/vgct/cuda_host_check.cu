@@ -17,13 +17,16 @@
  *     with 1-4 lanes in two "warps" that each share their held maxima
  *     (vg_held_max) and, in two trials of three, exchange thresholds through
  *     shared "grid" words (vg_gate_max, as vg_gate_exchange does), and both
- *     branches taken.
+ *     branches taken;
+ *  4. the selection key of binary32 pairs (vg_key_narrow) against
+ *     vgct_absdiff_key on every pair of special and random values.
  * Prints "N passed, M failed" last; exit status 1 on any failure.
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <random>
+#include <vector>
 #include "vgct_cuda_internal.cuh"
 
 static std::mt19937_64 R(20261129);
@@ -299,14 +302,34 @@ static int check_fast(void) {
   return bad;
 }
 
+/* vg_key_narrow == vgct_absdiff_key on every pair of binary32 special and
+ * random values (zeros, subnormals, FLT_MAX, infinities, NaNs). */
+static int check_key_narrow(void) {
+  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 0x1p-149f, -0x1p-149f, 0x1p-126f, 0x1.fffffcp-127f,
+                          3.4028235e38f, -3.4028235e38f, INFINITY, -INFINITY, NAN, -NAN, 1e-3f,
+                          0x1.000002p0f, 65504.0f, 0x1p-24f};
+  for (int i = 0; i < 200; ++i) v.push_back((float)ldexp(U() - 0.5, (int)(R() % 300) - 150));
+  int bad = 0;
+  for (float a : v)
+    for (float e : v) {
+      uint64_t k = 0;
+      const unsigned long long want = vgct_absdiff_key((double)a, (double)e, &k) ? k : VG_KEY_NONE;
+      if (vg_key_narrow(a, e) != want && bad++ < 5)
+        printf("vg_key_narrow(%a, %a) = %llx, vgct_absdiff_key %llx\n", a, e, vg_key_narrow(a, e), want);
+    }
+  return bad;
+}
+
 int main() {
   int passed = 0, failed = 0;
-  const int r[4] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast()};
-  const char *names[4] = {"register accumulator == vgct_acc_update (bitwise)",
+  const int r[5] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
+                    check_key_narrow()};
+  const char *names[5] = {"register accumulator == vgct_acc_update (bitwise)",
                           "periodic flushes: maxima/counters exact, sums 1e-13",
                           "FastDiv == '/'",
-                          "narrow-dtype chunk fast path: maxima/counters exact, sums 1e-13"};
-  for (int i = 0; i < 4; ++i) {
+                          "narrow-dtype chunk fast path: maxima/counters exact, sums 1e-13",
+                          "vg_key_narrow == vgct_absdiff_key"};
+  for (int i = 0; i < 5; ++i) {
     printf("%s: %s\n", names[i], r[i] ? "FAIL" : "ok");
     r[i] ? ++failed : ++passed;
   }
