@@ -313,26 +313,45 @@ __global__ void __launch_bounds__(ST, 1) k_sel_data(const __grid_constant__ KArg
         chi = cgp[i] > chi ? cgp[i] : chi;
       }
   }
-  for (int64_t c = (int64_t)blockIdx.x * ST + threadIdx.x; c < A.nchunk;
-       c += (int64_t)gridDim.x * ST) {
-    const uint64_t row = vg_div((uint64_t)c, A.cprd);
-    const int64_t col0 = (c - (int64_t)row * A.cpr) * G::CH;
-    int64_t oa, oe, of;
-    vg_row_offsets(it, row, oa, oe, of);
-    oa += col0 * sai;
-    oe += col0 * sei;
-    const int cnt = (int)min((int64_t)G::CH, L - col0);
-    const char *qa = it.pa + oa * isa, *qe = it.pe + oe * ise;
-    const int64_t pos0 = (int64_t)row * L + col0;
-    unsigned long long keys[G::CH];
-    vg_chunk_keys<DA, DE>(it, qa, qe, sai, sei, isa, ise, unit, cnt, keys);
+  /* RU chunks per iteration, all fetched before the first is keyed (more
+     bytes in flight per thread; one for the pairs with 48-byte chunks, whose
+     second would spill at the 64-register cap of 1024 threads) */
+  constexpr int RU = G::NVA + G::NVE > 2 ? 1 : 2;
+  const int64_t stride = (int64_t)gridDim.x * ST;
+  for (int64_t c0 = (int64_t)blockIdx.x * ST + threadIdx.x; c0 < A.nchunk; c0 += RU * stride) {
+    vg_raw_chunk<DA, DE> r[RU];
+    int64_t pos0[RU];
 #pragma unroll
-    for (int q = 0; q < G::CH; ++q) {
-      if (q < cnt) {
-        const unsigned long long key = keys[q];
-        if (MODE != SEL_COMPACT) hist_key(h, key);
-        if (MODE == SEL_HIST_STORE) A.cand[pos0 + q] = key;
-        if (MODE == SEL_COMPACT && sel_wanted(cshift, cng, cgp, clo, chi, key)) sel_append(A, st, key);
+    for (int u = 0; u < RU; ++u) {
+      const int64_t c = c0 + u * stride;
+      r[u].cnt = 0;
+      r[u].v = false;
+      pos0[u] = 0;
+      if (c < A.nchunk) {
+        const uint64_t row = vg_div((uint64_t)c, A.cprd);
+        const int64_t col0 = (c - (int64_t)row * A.cpr) * G::CH;
+        int64_t oa, oe, of;
+        vg_row_offsets(it, row, oa, oe, of);
+        oa += col0 * sai;
+        oe += col0 * sei;
+        pos0[u] = (int64_t)row * L + col0;
+        vg_chunk_fetch<DA, DE>(r[u], it.pa + oa * isa, it.pe + oe * ise, unit,
+                               (int)min((int64_t)G::CH, L - col0));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < RU; ++u) {
+      if (r[u].cnt == 0) continue;
+      unsigned long long keys[G::CH];
+      vg_chunk_keys_of<DA, DE>(it, r[u], sai, sei, isa, ise, keys);
+#pragma unroll
+      for (int q = 0; q < G::CH; ++q) {
+        if (q < r[u].cnt) {
+          const unsigned long long key = keys[q];
+          if (MODE != SEL_COMPACT) hist_key(h, key);
+          if (MODE == SEL_HIST_STORE) A.cand[pos0[u] + q] = key;
+          if (MODE == SEL_COMPACT && sel_wanted(cshift, cng, cgp, clo, chi, key)) sel_append(A, st, key);
+        }
       }
     }
   }

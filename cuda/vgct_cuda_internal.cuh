@@ -534,21 +534,42 @@ __host__ __device__ __forceinline__ unsigned long long vg_key_narrow(float a, fl
   return k < 0x7ff0000000000000ull ? (unsigned long long)k : VG_KEY_NONE;
 }
 
+/* A chunk as read from memory: its 16-byte vectors when it is full, unit-
+ * stride and both pointers are 16-byte aligned (`v`), else the pointers to
+ * read it element by element.  Reading (vg_chunk_fetch) and keying
+ * (vg_chunk_keys_of) are separate steps so that a thread can have several
+ * chunks' loads in flight before it keys the first. */
+template <int DA, int DE> struct vg_raw_chunk {
+  uint4 va[vg_chunk<DA, DE>::NVA], ve[vg_chunk<DA, DE>::NVE];
+  const char *qa, *qe;
+  int cnt;
+  bool v;
+};
+
 template <int DA, int DE>
-__device__ __forceinline__ void vg_chunk_keys(const IterSpec &it, const char *qa, const char *qe,
-                                              int64_t sai, int64_t sei, int64_t isa, int64_t ise,
-                                              bool unit, int cnt,
-                                              unsigned long long (&keys)[vg_chunk<DA, DE>::CH]) {
+__device__ __forceinline__ void vg_chunk_fetch(vg_raw_chunk<DA, DE> &r, const char *qa,
+                                               const char *qe, bool unit, int cnt) {
   typedef vg_chunk<DA, DE> G;
-  const bool v = unit && cnt == G::CH && ((reinterpret_cast<uintptr_t>(qa) & 15) == 0) &&
-                 ((reinterpret_cast<uintptr_t>(qe) & 15) == 0);
-  if (v) {
-    uint4 va[G::NVA], ve[G::NVE];
+  r.qa = qa;
+  r.qe = qe;
+  r.cnt = cnt;
+  r.v = unit && cnt == G::CH && ((reinterpret_cast<uintptr_t>(qa) & 15) == 0) &&
+        ((reinterpret_cast<uintptr_t>(qe) & 15) == 0);
+  if (r.v) {
 #pragma unroll
-    for (int i = 0; i < G::NVA; ++i) va[i] = __ldcs(reinterpret_cast<const uint4 *>(qa) + i);
+    for (int i = 0; i < G::NVA; ++i) r.va[i] = __ldcs(reinterpret_cast<const uint4 *>(qa) + i);
 #pragma unroll
-    for (int i = 0; i < G::NVE; ++i) ve[i] = __ldcs(reinterpret_cast<const uint4 *>(qe) + i);
-    const char *ba = reinterpret_cast<const char *>(va), *be = reinterpret_cast<const char *>(ve);
+    for (int i = 0; i < G::NVE; ++i) r.ve[i] = __ldcs(reinterpret_cast<const uint4 *>(qe) + i);
+  }
+}
+
+template <int DA, int DE>
+__device__ __forceinline__ void vg_chunk_keys_of(const IterSpec &it, const vg_raw_chunk<DA, DE> &r,
+                                                 int64_t sai, int64_t sei, int64_t isa, int64_t ise,
+                                                 unsigned long long (&keys)[vg_chunk<DA, DE>::CH]) {
+  typedef vg_chunk<DA, DE> G;
+  if (r.v) {
+    const char *ba = reinterpret_cast<const char *>(r.va), *be = reinterpret_cast<const char *>(r.ve);
 #pragma unroll
     for (int q = 0; q < G::CH; ++q) {
       if constexpr (vg_fast<DA, DE>::ok) {
@@ -563,12 +584,22 @@ __device__ __forceinline__ void vg_chunk_keys(const IterSpec &it, const char *qa
 #pragma unroll
     for (int q = 0; q < G::CH; ++q) {
       uint64_t k = VG_KEY_NONE;
-      if (q < cnt &&
-          !vgct_absdiff_key(vg_ld<DA>(qa + q * sai * isa, it.da), vg_ld<DE>(qe + q * sei * ise, it.de), &k))
+      if (q < r.cnt && !vgct_absdiff_key(vg_ld<DA>(r.qa + q * sai * isa, it.da),
+                                         vg_ld<DE>(r.qe + q * sei * ise, it.de), &k))
         k = VG_KEY_NONE;
       keys[q] = k;
     }
   }
+}
+
+template <int DA, int DE>
+__device__ __forceinline__ void vg_chunk_keys(const IterSpec &it, const char *qa, const char *qe,
+                                              int64_t sai, int64_t sei, int64_t isa, int64_t ise,
+                                              bool unit, int cnt,
+                                              unsigned long long (&keys)[vg_chunk<DA, DE>::CH]) {
+  vg_raw_chunk<DA, DE> r;
+  vg_chunk_fetch<DA, DE>(r, qa, qe, unit, cnt);
+  vg_chunk_keys_of<DA, DE>(it, r, sai, sei, isa, ise, keys);
 }
 
 /* Shuffle a POD struct word by word (a warp-tree merge; unused since the
