@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_check_out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
-M='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
+M='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,smsp__inst_executed_pipe_fp64.sum,smsp__inst_executed_pipe_fma.sum,smsp__inst_executed_pipe_alu.sum'
 ncu --clock-control none --kernel-name regex:k_reduce --launch-count 1 \
   --section SpeedOfLight --section Occupancy --section SchedulerStats --section LaunchStats \
   --metrics "$M" $PY bench/gpu_diag.py --ncu-target > "$OUT/ncu_big.log" 2>&1
@@ -23,6 +23,6 @@ ncu --clock-control none --kernel-name regex:k_sel_data --launch-count 2 \
   --metrics "$M" $PY bench/gpu_diag.py --ncu-target > "$OUT/ncu_sel.log" 2>&1
 for f in ncu_big ncu_small ncu_sel; do
   echo "== $f"
-  grep -E "^  k_|Duration|Issued Warp|Registers Per|Achieved Occ|Memory Throughput|Compute \(SM\)" "$OUT/$f.log"
+  grep -E "^  k_|Duration|Issued Warp|Registers Per|Achieved Occ|Memory Throughput|Compute \(SM\)|inst_executed" "$OUT/$f.log"
   grep -E "issue_stalled" "$OUT/$f.log" | awk '{ if ($NF + 0 >= 0.05) print }' | sort -k3 -g -r | head -8
 done

@@ -7,8 +7,10 @@
  * by statement, vgct_cuda_internal.cuh) and sends non-finite pairs (and the
  * scaled float64 update) through vgct_acc_update itself into its vgct_acc;
  * float16/bfloat16/float32 pairs go a chunk at a time through the fast path
- * (vg_fast_chunk: float64 sums, exact counts, float32 bounds that prove the
- * chunk cannot change a maximum held in the warp; else the definition);
+ * (vg_fast_chunk: float64 sums and exact counts, the same whatever follows,
+ * and float32 bounds that prove the chunk cannot change a maximum held in
+ * the warp or -- thresholds shared by the grid, vg_gate_exchange -- anywhere;
+ * else the maxima part of the definition, vgct_acc_maxima, pair by pair);
  * every VG_FLUSH pairs the registers are merged into that vgct_acc with
  * vgct_acc_merge (two-level sums).  The block folds its threads' vgct_acc
  * with a fixed binary tree in shared memory, each block writes one partial,
@@ -22,11 +24,17 @@
  *
  * Kernels (one template over (dtype_a, dtype_e, scaled); dtypes as
  * compile-time constants so vgct_load folds to one conversion):
- *   k_reduce_flat  both inputs unit-stride after the host's reordering
- *                  (contiguous, or reversed): 16-byte vector loads of CH
- *                  elements when both bases are 16-byte aligned, scalar loads
- *                  otherwise (bf16 x[1:]); RU chunks in flight per thread.
- *                  Trade-off: fastest, only for that layout.
+ *   k_reduce_bulk  both inputs unit-stride after the host's reordering
+ *                  (contiguous, or reversed), a typed pair, both bases 16-byte
+ *                  aligned: each warp streams its own runs of chunks through
+ *                  a ring of VG_BP shared-memory stages filled by the copy
+ *                  engine (cp.async.bulk + mbarrier), two steps ahead.
+ *                  Trade-off: fastest (no registers for the bytes in
+ *                  flight), only for that layout; 48 KiB of shared memory.
+ *   k_reduce_flat  the same layout otherwise (a misaligned base such as
+ *                  bf16 x[1:], or a generic dtype pair): scalar loads, or
+ *                  16-byte vector loads into registers, RU chunks in flight
+ *                  per thread.  Trade-off: any alignment, fewer bytes in flight.
  *   k_reduce_gen   any strides: per chunk of CH elements along the inner
  *                  axis one row decomposition (FastDiv, no divides), vector
  *                  loads where the inner axis is unit-stride and the chunk

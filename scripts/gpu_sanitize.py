@@ -3,7 +3,8 @@
     compute-sanitizer --tool memcheck  python3 scripts/gpu_sanitize.py
     compute-sanitizer --tool racecheck python3 scripts/gpu_sanitize.py
 
-Covers: k_reduce_flat (aligned vector path and misaligned scalar path), k_reduce_gen
+Covers: k_reduce_bulk (aligned contiguous typed pairs: the shared-memory ring), k_reduce_flat
+(misaligned scalar path, generic dtypes), k_reduce_gen
 (transposed, stride 0, per-slice row mode), k_reduce_col (per-slice column mode),
 k_sel_data + k_sel_buf (in-place keys for small n; level-0 histogram + compaction
 for n above the candidate buffer), k_fingerprint.  Prints one line per call and
@@ -31,6 +32,9 @@ def main():
     a, e = pair((50_003,), torch.bfloat16)
     calls.append(("flat bf16", a, e, None))
     calls.append(("flat misaligned", a[1:], e[1:], None))
+    a4, e4 = pair((20_005,), torch.float64)
+    calls.append(("flat float64 (scaled ring)", a4, e4, None))
+    calls.append(("flat bf16 vs fp32 (48-byte chunks)", a4.to(torch.bfloat16), e4.to(torch.float32), None))
     a2, e2 = pair((96, 130), torch.float32)
     calls.append(("gen transposed", a2.t(), e2.t(), None))
     calls.append(("gen stride0", a2[:1].expand(50, 130), e2[:1].expand(50, 130), None))
