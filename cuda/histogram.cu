@@ -66,16 +66,11 @@ __global__ void __launch_bounds__(HT, 1) k_hist(const __grid_constant__ HArgs A)
   const bool unit = G::TYPED && sai == 1 && sei == 1;
   for (int64_t c = (int64_t)blockIdx.x * HT + threadIdx.x; c < A.nchunk;
        c += (int64_t)gridDim.x * HT) {
-    const uint64_t row = vg_div((uint64_t)c, A.cprd);
-    const int64_t col0 = (c - (int64_t)row * A.cpr) * G::CH;
-    int64_t oa, oe, of;
-    vg_row_offsets(it, row, oa, oe, of);
-    oa += col0 * sai;
-    oe += col0 * sei;
-    const int cnt = (int)min((int64_t)G::CH, L - col0);
-    const char *qa = it.pa + oa * isa, *qe = it.pe + oe * ise;
+    const VgChunkPos cp = vg_chunk_pos<G::CH>(it, c, A.cpr, A.cprd, L, sai, sei);
+    const int cnt = cp.cnt;
     unsigned long long keys[G::CH];
-    vg_chunk_keys<DA, DE>(it, qa, qe, sai, sei, isa, ise, unit, cnt, keys);
+    vg_chunk_keys<DA, DE>(it, it.pa + cp.oa * isa, it.pe + cp.oe * ise, sai, sei, isa, ise, unit,
+                          cnt, keys);
 #pragma unroll
     for (int q = 0; q < G::CH; ++q) {
       const unsigned long long key = keys[q];

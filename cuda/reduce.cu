@@ -309,20 +309,56 @@ __device__ __forceinline__ bool vg_fold_scalar(HotAcc &h, const FastGate &g, vgc
   }
 }
 
+/* The kernels' per-thread state, set up and advanced by three helpers (the
+ * variables stay the kernel's own locals, so the register accumulator never
+ * shares an object with the local-memory one):
+ *   vg_thread_start  the thread's vgct_acc (vsm[threadIdx.x]) and register
+ *                    accumulator initialised, the warp's gate started
+ *                    (warp_held: the warp's GateHeld; glob: the shared
+ *                    thresholds or NULL), the scaled path's local vgct_acc;
+ *   vg_thread_flush  the register (unscaled) or local (scaled) accumulator
+ *                    merged into the thread's vgct_acc;
+ *   vg_thread_step   the end of a warp-uniform step of `pairs` pairs a
+ *                    thread: the gate refresh, and every VG_FLUSH pairs a
+ *                    flush (two-level sums). */
+template <int DA, int DE, int SC>
+__device__ __forceinline__ vgct_acc *vg_thread_start(VAcc *vsm, HotAcc &h, FastGate &gate,
+                                                     GateHeld *warp_held, unsigned *glob,
+                                                     double rtol, vgct_acc &part) {
+  vgct_acc *acc = &vsm[threadIdx.x].a;
+  vgct_acc_init(acc, SC);
+  vg_hot_init(h);
+  vg_gate_start<DA, DE, SC>(gate, warp_held, glob, rtol);
+  vgct_acc_init(&part, SC);
+  return acc;
+}
+
+template <int SC>
+__device__ __forceinline__ void vg_thread_flush(HotAcc &h, vgct_acc &part, vgct_acc *acc) {
+  if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
+}
+
+template <int DA, int DE, int SC>
+__device__ __forceinline__ void vg_thread_step(FastGate &gate, HotAcc &h, vgct_acc &part,
+                                               vgct_acc *acc, bool slow, int &since, int pairs) {
+  vg_gate_refresh<DA, DE, SC>(gate, acc, slow);
+  if ((since += pairs) >= VG_FLUSH) {
+    since = 0;
+    vg_thread_flush<SC>(h, part, acc);
+  }
+}
+
 template <int DA, int DE, int SC>
 __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ RArgs A) {
   typedef vg_chunk<DA, DE> G;
   extern __shared__ VAcc vsm[];
   const IterSpec &it = A.it;
-  vgct_acc *acc = &vsm[threadIdx.x].a;
-  vgct_acc_init(acc, SC);
-  HotAcc h;
-  vg_hot_init(h);
   __shared__ GateHeld held[RT / 32];
+  HotAcc h;
   FastGate gate;
-  vg_gate_start<DA, DE, SC>(gate, &held[threadIdx.x >> 5], A.gate, A.rtol);
   vgct_acc part; /* scaled path only (local memory) */
-  vgct_acc_init(&part, SC);
+  vgct_acc *acc =
+      vg_thread_start<DA, DE, SC>(vsm, h, gate, &held[threadIdx.x >> 5], A.gate, A.rtol, part);
   vgct_acc *cold = SC ? &part : acc; /* where vg_pair sends the definition path */
   int since = 0;                     /* pairs since the last flush */
   const int64_t c0 = (int64_t)blockIdx.x * A.cpb;
@@ -362,13 +398,9 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
         }
       }
     }
-    vg_gate_refresh<DA, DE, SC>(gate, acc, slow);
-    if ((since += RU * G::CH) >= VG_FLUSH) {
-      since = 0;
-      if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
-    }
+    vg_thread_step<DA, DE, SC>(gate, h, part, acc, slow, since, RU * G::CH);
   }
-  if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
+  vg_thread_flush<SC>(h, part, acc);
   vg_reduce_finish<SC>(A, vsm);
 }
 
@@ -398,15 +430,11 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
     vg_mbar_init_fence();
   }
   __syncwarp();
-  vgct_acc *acc = &vsm[threadIdx.x].a;
-  vgct_acc_init(acc, SC);
-  HotAcc h;
-  vg_hot_init(h);
   __shared__ GateHeld held[RT / 32];
+  HotAcc h;
   FastGate gate;
-  vg_gate_start<DA, DE, SC>(gate, &held[w], A.gate, A.rtol);
   vgct_acc part; /* scaled path only (local memory) */
-  vgct_acc_init(&part, SC);
+  vgct_acc *acc = vg_thread_start<DA, DE, SC>(vsm, h, gate, &held[w], A.gate, A.rtol, part);
   vgct_acc *cold = SC ? &part : acc; /* where vg_pair sends the definition path */
   int since = 0;                     /* pairs since the last flush */
   const int64_t c0 = (int64_t)blockIdx.x * A.cpb;
@@ -467,13 +495,9 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
                                  A.atol);
       }
     }
-    vg_gate_refresh<DA, DE, SC>(gate, acc, slow);
-    if ((since += B::RB * G::CH) >= VG_FLUSH) {
-      since = 0;
-      if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
-    }
+    vg_thread_step<DA, DE, SC>(gate, h, part, acc, slow, since, B::RB * G::CH);
   }
-  if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
+  vg_thread_flush<SC>(h, part, acc);
   vg_reduce_finish<SC>(A, vsm);
 }
 
@@ -482,19 +506,15 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RA
   typedef vg_chunk<DA, DE> G;
   extern __shared__ VAcc vsm[];
   const IterSpec &it = A.it;
-  vgct_acc *acc = &vsm[threadIdx.x].a;
-  vgct_acc_init(acc, SC);
-  HotAcc h;
-  vg_hot_init(h);
-  __shared__ GateHeld held[RT / 32];
-  FastGate gate;
   const int64_t j = (int64_t)blockIdx.x / A.bpj, g = (int64_t)blockIdx.x - j * A.bpj;
-  /* row mode: slice j's own shared thresholds (its maxima are its pairs') */
-  vg_gate_start<DA, DE, SC>(gate, &held[threadIdx.x >> 5],
-                            A.slice_mode == 1 ? (A.sgate ? A.sgate + 3 * j : NULL) : A.gate,
-                            A.rtol);
+  __shared__ GateHeld held[RT / 32];
+  HotAcc h;
+  FastGate gate;
   vgct_acc part; /* scaled path only (local memory) */
-  vgct_acc_init(&part, SC);
+  /* row mode: slice j's own shared thresholds (its maxima are its pairs') */
+  vgct_acc *acc = vg_thread_start<DA, DE, SC>(
+      vsm, h, gate, &held[threadIdx.x >> 5],
+      A.slice_mode == 1 ? (A.sgate ? A.sgate + 3 * j : NULL) : A.gate, A.rtol, part);
   vgct_acc *cold = SC ? &part : acc; /* where vg_pair sends the definition path */
   int since = 0;                     /* pairs since the last flush */
   const int64_t c0 = g * A.cpb;
@@ -547,13 +567,9 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RA
         slow |= vg_fold_scalar<DA, DE, SC>(h, gate, cold, it, qa[u], qe[u], sai, sei, cnt[u], fq[u],
                                            sfi, A.rtol, A.atol);
     }
-    vg_gate_refresh<DA, DE, SC>(gate, acc, slow);
-    if ((since += RU * G::CH) >= VG_FLUSH) {
-      since = 0;
-      if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
-    }
+    vg_thread_step<DA, DE, SC>(gate, h, part, acc, slow, since, RU * G::CH);
   }
-  if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
+  vg_thread_flush<SC>(h, part, acc);
   vg_reduce_finish<SC>(A, vsm);
 }
 
@@ -561,12 +577,10 @@ template <int DA, int DE, int SC>
 __global__ void __launch_bounds__(RT, 2) k_reduce_col(const __grid_constant__ RArgs A) {
   extern __shared__ VAcc vsm[];
   const IterSpec &it = A.it;
-  vgct_acc *acc = &vsm[threadIdx.x].a;
-  vgct_acc_init(acc, SC);
   HotAcc h;
-  vg_hot_init(h);
+  FastGate gate; /* unused: column mode runs the generic dtypes only (no fast path) */
   vgct_acc part; /* scaled path only (local memory) */
-  vgct_acc_init(&part, SC);
+  vgct_acc *acc = vg_thread_start<DA, DE, SC>(vsm, h, gate, NULL, NULL, A.rtol, part);
   vgct_acc *cold = SC ? &part : acc; /* where vg_pair sends the definition path */
   int since = 0;                     /* pairs since the last flush */
   const int64_t j = (int64_t)blockIdx.x * RT + threadIdx.x;
@@ -584,14 +598,11 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_col(const __grid_constant__ RA
       {
         vg_pair<SC>(h, cold, vg_ld<DA>(qa + q * sai * isa, it.da), vg_ld<DE>(qe + q * sei * ise, it.de),
                     f + q * sfi, A.rtol, A.atol);
-        if (++since == VG_FLUSH) {
-          since = 0;
-          if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
-        }
+        vg_thread_step<DA, DE, SC>(gate, h, part, acc, false, since, 1);
       }
     }
   }
-  if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
+  vg_thread_flush<SC>(h, part, acc);
   if (j < it.S) vgct_slice_from_acc(acc, &A.sres[j]);
   vg_reduce_finish<SC>(A, vsm);
 }

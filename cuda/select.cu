@@ -328,15 +328,9 @@ __global__ void __launch_bounds__(ST, 1) k_sel_data(const __grid_constant__ KArg
       r[u].v = false;
       pos0[u] = 0;
       if (c < A.nchunk) {
-        const uint64_t row = vg_div((uint64_t)c, A.cprd);
-        const int64_t col0 = (c - (int64_t)row * A.cpr) * G::CH;
-        int64_t oa, oe, of;
-        vg_row_offsets(it, row, oa, oe, of);
-        oa += col0 * sai;
-        oe += col0 * sei;
-        pos0[u] = (int64_t)row * L + col0;
-        vg_chunk_fetch<DA, DE>(r[u], it.pa + oa * isa, it.pe + oe * ise, unit,
-                               (int)min((int64_t)G::CH, L - col0));
+        const VgChunkPos cp = vg_chunk_pos<G::CH>(it, c, A.cpr, A.cprd, L, sai, sei);
+        pos0[u] = cp.pos;
+        vg_chunk_fetch<DA, DE>(r[u], it.pa + cp.oa * isa, it.pe + cp.oe * ise, unit, cp.cnt);
       }
     }
 #pragma unroll

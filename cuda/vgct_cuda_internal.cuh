@@ -720,5 +720,32 @@ __device__ __forceinline__ void vg_row_offsets(const IterSpec &it, uint64_t row,
   }
 }
 
+/* Chunk c of the data passes' iteration (rows of L elements along the inner
+ * axis, cpr chunks of CH pairs a row, cprd dividing by cpr): the element
+ * offsets of its first pair in `actual` and `expected` (from it.pa / it.pe),
+ * its position row * L + col0 in the row-major order of the inner space, and
+ * its pair count (CH, fewer at a row's end).  Shared by the selection's and
+ * the histogram's data passes. */
+struct VgChunkPos {
+  int64_t oa, oe, pos;
+  int cnt;
+};
+
+template <int CH>
+__device__ __forceinline__ VgChunkPos vg_chunk_pos(const IterSpec &it, int64_t c, int64_t cpr,
+                                                   const FastDiv &cprd, int64_t L, int64_t sai,
+                                                   int64_t sei) {
+  const uint64_t row = vg_div((uint64_t)c, cprd);
+  const int64_t col0 = (c - (int64_t)row * cpr) * CH;
+  int64_t oa, oe, of;
+  vg_row_offsets(it, row, oa, oe, of);
+  VgChunkPos r;
+  r.oa = oa + col0 * sai;
+  r.oe = oe + col0 * sei;
+  r.pos = (int64_t)row * L + col0;
+  r.cnt = (int)min((int64_t)CH, L - col0);
+  return r;
+}
+
 #endif /* __CUDACC__ */
 #endif /* VGCT_CUDA_INTERNAL_CUH_ */
