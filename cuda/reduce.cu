@@ -26,11 +26,14 @@
  * compile-time constants so vgct_load folds to one conversion):
  *   k_reduce_bulk  both inputs unit-stride after the host's reordering
  *                  (contiguous, or reversed), a typed pair, both bases 16-byte
- *                  aligned: each warp streams its own runs of chunks through
- *                  a ring of VG_BP shared-memory stages filled by the copy
- *                  engine (cp.async.bulk + mbarrier), two steps ahead.
- *                  Trade-off: fastest (no registers for the bytes in
- *                  flight), only for that layout; 48 KiB of shared memory.
+ *                  aligned, a device of compute capability 9+: each warp
+ *                  streams its own runs of chunks through a ring of VG_BP
+ *                  shared-memory stages filled by the copy engine
+ *                  (cp.async.bulk + mbarrier; while a warp folds one stage,
+ *                  the copies of the next two are in flight).  Trade-off:
+ *                  fastest (no registers for the bytes in flight), only for
+ *                  that layout; 36-48 KiB of ring on top of the 58 KiB of
+ *                  per-thread records (vg_bulk::SMEM, ~94-106 KiB a block).
  *   k_reduce_flat  the same layout otherwise (a misaligned base such as
  *                  bf16 x[1:], or a generic dtype pair): scalar loads, or
  *                  16-byte vector loads into registers, RU chunks in flight
@@ -161,8 +164,9 @@ __device__ __noinline__ void vg_fold_tail(vgct_acc *acc, const char *qa, const c
 
 /* The fast path's gate of this warp: thresholds in registers, the held
  * maxima in shared memory (one GateHeld per warp, written by lane 0), and
- * the grid's shared thresholds (NULL when results are per slice: a slice's
- * maxima must come from its own pairs). */
+ * the shared thresholds: the grid's three words, or in row mode the three
+ * words of the warp's slice (a slice's maxima must come from its own pairs);
+ * NULL for none. */
 struct FastGate {
   HotGate g;
   GateHeld *held;
@@ -179,6 +183,12 @@ struct FastGate {
  * of its lanes fell back (or at its start): then it needs stronger
  * thresholds, and it may have new ones to give.  Timing changes which path a
  * chunk takes, never a result (VG_CHUNK_MAXIMA folds the same sums). */
+__device__ __forceinline__ unsigned vg_ld_relaxed(const unsigned *p) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ void vg_gate_exchange(HotGate &g, unsigned *glob, bool publish) {
   uint32_t m0 = 0, m1 = 0, m2 = 0;
   if ((threadIdx.x & 31u) == 0) {
@@ -186,10 +196,10 @@ __device__ __forceinline__ void vg_gate_exchange(HotGate &g, unsigned *glob, boo
       m0 = atomicMax(glob + 0, g.mxb);
       m1 = atomicMax(glob + 1, vgct_bits_from_f32(g.crel));
       m2 = atomicMax(glob + 2, vgct_bits_from_f32(g.wx32));
-    } else {
-      m0 = __ldcg(glob + 0);
-      m1 = __ldcg(glob + 1);
-      m2 = __ldcg(glob + 2);
+    } else { /* relaxed device-scope loads: other blocks raise the words meanwhile */
+      m0 = vg_ld_relaxed(glob + 0);
+      m1 = vg_ld_relaxed(glob + 1);
+      m2 = vg_ld_relaxed(glob + 2);
     }
   }
   m0 = __shfl_sync(0xffffffffu, m0, 0);
@@ -351,7 +361,7 @@ __device__ __forceinline__ void vg_thread_step(FastGate &gate, HotAcc &h, vgct_a
 template <int DA, int DE, int SC>
 __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ RArgs A) {
   typedef vg_chunk<DA, DE> G;
-  extern __shared__ VAcc vsm[];
+  extern __shared__ __align__(16) VAcc vsm[]; /* 16: the ring's bulk copies */
   const IterSpec &it = A.it;
   __shared__ GateHeld held[RT / 32];
   HotAcc h;
@@ -405,7 +415,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
 }
 
 /* Geometry of k_reduce_bulk's shared-memory ring for a dtype pair. */
-#define VG_BP 3 /* stages per warp: the copies run VG_BP - 1 steps ahead */
+#define VG_BP 3 /* stages per warp: while one is folded, VG_BP - 1 are being filled */
 template <int DA, int DE> struct vg_bulk {
   typedef vg_chunk<DA, DE> G;
   static constexpr int RB = (G::NVA + G::NVE > 2) ? 1 : 2; /* chunks per lane per step */
@@ -420,7 +430,7 @@ template <int DA, int DE, int SC>
 __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ RArgs A) {
   typedef vg_chunk<DA, DE> G;
   typedef vg_bulk<DA, DE> B;
-  extern __shared__ VAcc vsm[];
+  extern __shared__ __align__(16) VAcc vsm[]; /* 16: the ring's bulk copies */
   __shared__ uint64_t bar[RT / 32][VG_BP];
   const IterSpec &it = A.it;
   const int w = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
@@ -504,7 +514,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
 template <int DA, int DE, int SC>
 __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RArgs A) {
   typedef vg_chunk<DA, DE> G;
-  extern __shared__ VAcc vsm[];
+  extern __shared__ __align__(16) VAcc vsm[]; /* 16: the ring's bulk copies */
   const IterSpec &it = A.it;
   const int64_t j = (int64_t)blockIdx.x / A.bpj, g = (int64_t)blockIdx.x - j * A.bpj;
   __shared__ GateHeld held[RT / 32];
@@ -575,7 +585,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RA
 
 template <int DA, int DE, int SC>
 __global__ void __launch_bounds__(RT, 2) k_reduce_col(const __grid_constant__ RArgs A) {
-  extern __shared__ VAcc vsm[];
+  extern __shared__ __align__(16) VAcc vsm[]; /* 16: the ring's bulk copies */
   const IterSpec &it = A.it;
   HotAcc h;
   FastGate gate; /* unused: column mode runs the generic dtypes only (no fast path) */
@@ -631,13 +641,26 @@ static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_
   cudaError_t e;
   if constexpr (DA >= 0 && DE >= 0) {
     if (kind == 3) {
-      const int bytes = vg_bulk<DA, DE>::SMEM;
-      if ((e = smem_optin(k_reduce_bulk<DA, DE, SC>, done[3], bytes)) != cudaSuccess) return e;
-      k_reduce_bulk<DA, DE, SC><<<grid, RT, bytes, s>>>(A);
-      return cudaGetLastError();
+      /* the ring needs code compiled for sm_90+ (a build for older targets only,
+         run from its PTX on a newer device, has the helpers compiled out):
+         ptxVersion is the virtual architecture the kernel was compiled for */
+      static int ring_ok[64]; /* per device: 0 unknown, 1 yes, -1 no */
+      int dev = 0;
+      if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+      if (dev >= 0 && dev < 64 && ring_ok[dev] == 0) {
+        cudaFuncAttributes fa;
+        if ((e = cudaFuncGetAttributes(&fa, k_reduce_bulk<DA, DE, SC>)) != cudaSuccess) return e;
+        ring_ok[dev] = fa.ptxVersion >= 90 ? 1 : -1;
+      }
+      if (dev >= 0 && dev < 64 && ring_ok[dev] > 0) {
+        const int bytes = vg_bulk<DA, DE>::SMEM;
+        if ((e = smem_optin(k_reduce_bulk<DA, DE, SC>, done[3], bytes)) != cudaSuccess) return e;
+        k_reduce_bulk<DA, DE, SC><<<grid, RT, bytes, s>>>(A);
+        return cudaGetLastError();
+      }
     }
   }
-  if (kind == 3) kind = 0; /* generic dtypes: the flat kernel (not reached: typed only) */
+  if (kind == 3) kind = 0; /* no ring here: the flat kernel, same layout */
   if (kind == 0) {
     if ((e = smem_optin(k_reduce_flat<DA, DE, SC>, done[0])) != cudaSuccess) return e;
     k_reduce_flat<DA, DE, SC><<<grid, RT, RSMEM, s>>>(A);
@@ -682,6 +705,15 @@ static cudaError_t dispatch_reduce(int da, int de, int scaled, int kind, int gri
 
 static int is_typed_pair(int da, int de) {
 #define VG_CASE(X, Y) if (da == X && de == Y) return 1;
+  VG_TYPED_PAIRS(VG_CASE)
+#undef VG_CASE
+  return 0;
+}
+
+/* k_reduce_bulk's dynamic shared memory for a typed pair; 0 for the others
+ * (they have no ring). */
+static int bulk_smem(int da, int de) {
+#define VG_CASE(X, Y) if (da == X && de == Y) return vg_bulk<X, Y>::SMEM;
   VG_TYPED_PAIRS(VG_CASE)
 #undef VG_CASE
   return 0;
@@ -775,7 +807,9 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
       A.bpj = 1;
       grid = ceil_div(A.nchunk, A.cpb);
       A.vec = ((uintptr_t)it.pa % 16 == 0) && ((uintptr_t)it.pe % 16 == 0);
-      if (A.vec && is_typed_pair(it.da, it.de)) kind = 3;
+      const int bs = bulk_smem(it.da, it.de);
+      if (A.vec && ws->cc_major >= 9 && bs > 0 && (size_t)bs <= ws->smem_optin)
+        kind = 3; /* the ring (typed pairs only: bulk_smem is 0 otherwise) */
     } else if (kind == 1) {
       A.slice_mode = S > 1 ? 1 : 0;
       const int64_t L = it.sh[it.k - 1];
@@ -799,7 +833,9 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
     }
     A.gate = A.slice_mode == 0 ? gate : NULL; /* per-slice maxima: each slice its own */
     A.sgate = NULL;
-    if (A.slice_mode == 1) { /* Sc <= VG_MAX_PARTS in row mode (per_launch) */
+    /* row mode with a narrow typed pair (the only kernels with a gate);
+       Sc <= VG_MAX_PARTS in row mode (per_launch) */
+    if (A.slice_mode == 1 && !scaled && is_typed_pair(it.da, it.de)) {
       A.sgate = (unsigned *)(ws->d_ws + WS_SGATE);
       if (!cx.check(cudaMemsetAsync(A.sgate, 0, 12u * (size_t)Sc, cx.stream),
                     "cudaMemsetAsync (per-slice gate thresholds)"))

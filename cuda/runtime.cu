@@ -265,11 +265,18 @@ CallCtx::CallCtx(const char *fn_, int device, uintptr_t s, char *err_, size_t er
                "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)"))
       return;
     ws->smem_optin = (size_t)v;
+    if (!check(cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, device),
+               "cudaDeviceGetAttribute(ComputeCapabilityMajor)"))
+      return;
+    ws->cc_major = v;
     void *p = NULL;
     if (!check(cudaMalloc(&p, VG_WS_BYTES), "cudaMalloc(16 MiB workspace)")) return;
     ws->d_ws = (char *)p;
-    /* counters at the start of the workspace must start at zero */
-    if (!check(cudaMemset(ws->d_ws, 0, 4096), "cudaMemset(workspace counters)")) {
+    /* counters and shared gate words at the start of the workspace must start
+       at zero before any kernel of any stream reads them: cleared on this
+       call's stream and waited for (once per device) */
+    if (!check(cudaMemsetAsync(ws->d_ws, 0, 4096, stream), "cudaMemsetAsync(workspace counters)") ||
+        !check(cudaStreamSynchronize(stream), "cudaStreamSynchronize(workspace counters)")) {
       cudaFree(p);
       ws->d_ws = NULL;
       return;

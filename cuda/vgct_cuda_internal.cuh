@@ -8,7 +8,7 @@
  *   fingerprint.cu  vgct_cuda_fingerprint
  *
  * Nothing here defines a statistic: every kernel folds pairs with
- * vgct_acc_update / vgct_acc_merge (csrc/vgct_stats.h) and converts elements
+ * vgct_acc_update / vgct_acc_maxima / vgct_acc_merge (csrc/vgct_stats.h) and converts elements
  * with vgct_load (csrc/vgct_dtypes.h), both __host__ __device__.
  *
  * Iteration model (shared by every kernel).  The host turns the two views
@@ -96,6 +96,7 @@ struct DevWS {
   pthread_mutex_t mu;
   int ready;
   int sms;            /* multiprocessors                                    */
+  int cc_major;       /* compute capability (9: the bulk-copy ring)         */
   size_t smem_optin;  /* max dynamic shared memory per block                */
   char *d_ws;         /* VG_WS_BYTES of device memory                       */
   char *h_pin;        /* VG_PIN_BYTES of pinned host memory                 */
@@ -306,15 +307,17 @@ __host__ __device__ __forceinline__ float vg_mul_down(float c, float x) {
 /* The gate of the fast path.  GateHeld: maxima HELD by accumulators that
  * the block merges into the result -- on the device the best over the 32
  * threads of a warp (vg_held_warp) of what their vgct_acc in shared memory
- * holds (in the fast kernels only the definition path, vg_slow_chunk, ever
- * sets a maximum; it folds into that vgct_acc).  A pair that loses to a held
+ * holds (in the fast kernels only the fallbacks -- vg_slow_maxima,
+ * vg_slow_chunk, vg_fold_tail -- ever set a maximum, in that vgct_acc).  A
+ * pair that loses to a held
  * maximum under vgct_better (smaller, or equal at a higher index) can never
  * become the result's maximum, since every accumulator is merged; so the fast
  * path may skip it even when it would have raised this thread's own maximum.
  * GateHeld lives in shared memory (one per warp: read only on the rare exact
  * checks); HotGate holds the float32 thresholds derived from it, in
- * registers.  Both are refreshed after any chunk of the warp was folded by
- * the definition (the maxima change nowhere else). */
+ * registers.  Both are refreshed after a whole chunk of the warp took a
+ * fallback (a partial chunk's does not refresh them: a stale gate only
+ * holds less, which costs speed, never a result). */
 struct GateHeld {
   double mx, wx, mr;      /* max |d|, worst excess, max |d|/|e|            */
   int64_t mxi, wxi, mri;  /* their flat indices; < 0: none                 */
@@ -662,40 +665,60 @@ __device__ __forceinline__ bool vg_last_block(unsigned *counter) {
  * `bytes` transactions on an mbarrier; a thread arms the barrier's phase
  * with the bytes to expect (arrive.expect_tx), and every reader waits for
  * the phase (try_wait.parity).  The copy engine holds the bytes in flight,
- * not registers: the reduce's loads of the next steps cost no registers. */
+ * not registers: the reduce's loads of the next steps cost no registers.
+ * sm_90 and later only: for older targets (VGCT_CUDA_ARCHS="80;90") the
+ * helpers compile to nothing / a trap, and the host picks the ring only on
+ * a device of compute capability 9 or more (vgct_cuda_reduce). */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define VG_HAS_BULK 1 /* cp.async.bulk and mbarrier transaction counts: sm_90 */
+#else
+#define VG_HAS_BULK 0
+#endif
+
 __device__ __forceinline__ unsigned vg_smem_addr(const void *p) {
   return (unsigned)__cvta_generic_to_shared(p);
 }
 
 __device__ __forceinline__ void vg_mbar_init(uint64_t *bar, unsigned count) {
+#if VG_HAS_BULK
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(vg_smem_addr(bar)), "r"(count)
                : "memory");
+#endif
 }
 
 /* Make the initialised barriers visible to the copy engine (async proxy). */
 __device__ __forceinline__ void vg_mbar_init_fence(void) {
+#if VG_HAS_BULK
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
 }
 
 /* Arrive (count 1) and expect `bytes` more transactions in this phase. */
 __device__ __forceinline__ void vg_mbar_arrive_tx(uint64_t *bar, unsigned bytes) {
+#if VG_HAS_BULK
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(vg_smem_addr(bar)),
                "r"(bytes)
                : "memory");
+#endif
 }
 
 __device__ __forceinline__ void vg_bulk_load(void *dst, const void *src, unsigned bytes,
                                              uint64_t *bar) {
+#if VG_HAS_BULK
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
           vg_smem_addr(dst)),
       "l"(src), "r"(bytes), "r"(vg_smem_addr(bar))
       : "memory");
+#else
+  __trap(); /* not reached: the host picks the ring only on sm_90+ */
+#endif
 }
 
 /* Wait until the phase of parity `parity` of *bar has completed. */
 __device__ __forceinline__ void vg_mbar_wait(uint64_t *bar, unsigned parity) {
+#if VG_HAS_BULK
   unsigned ok;
   do {
     asm volatile(
@@ -704,6 +727,7 @@ __device__ __forceinline__ void vg_mbar_wait(uint64_t *bar, unsigned parity) {
         : "r"(vg_smem_addr(bar)), "r"(parity)
         : "memory");
   } while (!ok);
+#endif
 }
 
 /* Inner-space decomposition: row index (over axes 0..k-2) -> offsets. */

@@ -17,7 +17,9 @@
  *     with 1-4 lanes in two "warps" that each share their held maxima
  *     (vg_held_max) and, in two trials of three, exchange thresholds through
  *     shared "grid" words (vg_gate_max, as vg_gate_exchange does), and both
- *     branches taken;
+ *     branches taken; each trial also runs with the other gate (shared
+ *     thresholds off / on) and must give the same record bit for bit, sums
+ *     included (the sums do not depend on the path a chunk takes);
  *  4. the selection key of binary32 pairs (vg_key_narrow) against
  *     vgct_absdiff_key on every pair of special and random values.
  * Prints "N passed, M failed" last; exit status 1 on any failure.
@@ -156,43 +158,31 @@ static int check_fast_chunk(long *n_fast, long *n_slow) {
     const int mode = t % 6; /* 0: identical, 1: close, 2: mixed, 3: with non-finite, 4: close, 5: see quiet */
     /* mode 5: every other trial without mismatches (the max_abs bound alone decides) */
     const double atol = (mode == 5 && (t / 6) % 2) ? 10.0 : (t % 4) ? 1e-3 : ((t % 7) ? 0.0 : 10.0);
-    vgct_acc ref, acc[4];
+    vgct_acc ref;
     vgct_acc_init(&ref, 0);
-    HotAcc h[4];
-    /* two "warps" (lanes l < W/2 and the rest, when W > 1), each with its own
-       held maxima and thresholds, and the grid's shared thresholds between
-       them (vg_gate_exchange: the max of every derived gate, taken when a
-       warp refreshes) */
-    HotGate g[2];
-    GateHeld held[2];
-    vg_gate_init(g[0], held[0], rtol);
-    vg_gate_init(g[1], held[1], rtol);
-    uint32_t glob[3] = {0, 0, 0};
     const bool share = (t % 3) != 1;
     const int split = W > 1 ? W / 2 : 1;
-    for (int l = 0; l < W; ++l) {
-      vg_hot_init(h[l]);
-      vgct_acc_init(&acc[l], 0);
-    }
-    int since = 0;
+    const int64_t sf = (t % 3 == 0) ? -1 : 1;
+    /* the trial's data first (chunk k = c*W + l: pairs A/E[k*CH + q] at flat
+       indices F[k] + q*sf), then the fast path over it, twice */
+    std::vector<float> A((size_t)nstep * W * CH), E(A.size());
+    std::vector<int64_t> F((size_t)nstep * W);
     for (int c = 0; c < nstep; ++c) {
-      bool slow[2] = {false, false};
       for (int l = 0; l < W; ++l) {
         const int wp = l < split ? 0 : 1;
-        const int64_t sf = (t % 3 == 0) ? -1 : 1;
         /* distinct flat indices (as in a tensor); every 7th chunk from a low
            region, so lower indices also come later (the tie rules) */
         const int64_t k = (int64_t)c * W + l;
         const int64_t f = (R() % 7 == 0 ? 0 : 1000000) + k * 2 * CH + (sf < 0 ? 2 * CH - 1 : CH);
-        float a[CH], e[CH];
+        F[k] = f;
+        float *a = &A[k * CH], *e = &E[k * CH];
         for (int q = 0; q < CH; ++q) {
           /* mode 5: |e| in [1, 2] and |d| independent of it (so a record of
              max_abs is rarely one of max_rel: each bound decides alone), and
-             with two warps, warp 0 sees
-             identical pairs for the first half of the steps, then pairs like
-             warp 1's: its records then compete with thresholds that warp 1
-             derived (ties and near-ties of the two warps' maxima, common in
-             bfloat16) */
+             with two warps, warp 0 sees identical pairs for the first half of
+             the steps, then pairs like warp 1's: its records then compete
+             with thresholds that warp 1 derived (ties and near-ties of the
+             two warps' maxima, common in bfloat16) */
           if (mode == 5) {
             e[q] = (float)((R() % 2 ? 1.0 : -1.0) * (1.0 + U()));
             if (kind == 1) e[q] = vgct_f32_from_bits(vgct_bits_from_f32(e[q]) & 0xffff0000u);
@@ -216,50 +206,88 @@ static int check_fast_chunk(long *n_fast, long *n_slow) {
           }
           vgct_acc_update(&ref, (double)a[q], (double)e[q], f + q * sf, rtol, atol, 0);
         }
-        const int r = vg_fast_chunk<CH>(h[l], g[wp], held[wp], a, e, f, sf, rtol, atol);
-        if (r == VG_CHUNK_DONE) {
-          ++*n_fast;
-        } else if (r == VG_CHUNK_MAXIMA) { /* vg_slow_maxima */
-          ++*n_slow;
-          slow[wp] = true;
-          for (int q = 0; q < CH; ++q)
-            vgct_acc_maxima(&acc[l], (double)a[q], (double)e[q], f + q * sf, rtol, atol);
-        } else { /* vg_slow_chunk */
-          ++*n_slow;
-          slow[wp] = true;
-          for (int q = 0; q < CH; ++q)
-            vgct_acc_update(&acc[l], (double)a[q], (double)e[q], f + q * sf, rtol, atol, 0);
-        }
-      }
-      for (int wp = 0; wp < 2; ++wp) {
-        if (!slow[wp]) continue;
-        /* vg_gate_refresh: the warp's best held maxima, its thresholds */
-        const int l0 = wp == 0 ? 0 : split, l1 = wp == 0 ? split : W;
-        vg_held_from_acc(held[wp], &acc[l0]);
-        for (int l = l0 + 1; l < l1; ++l) {
-          GateHeld o;
-          vg_held_from_acc(o, &acc[l]);
-          vg_held_max(held[wp], o);
-        }
-        vg_gate_derive(g[wp], held[wp]);
-        if (share) { /* vg_gate_exchange (publish): atomicMax, then the max */
-          const uint32_t m0 = glob[0], m1 = glob[1], m2 = glob[2];
-          if (g[wp].mxb > glob[0]) glob[0] = g[wp].mxb;
-          if (vgct_bits_from_f32(g[wp].crel) > glob[1]) glob[1] = vgct_bits_from_f32(g[wp].crel);
-          if (vgct_bits_from_f32(g[wp].wx32) > glob[2]) glob[2] = vgct_bits_from_f32(g[wp].wx32);
-          vg_gate_max(g[wp], m0, m1, m2);
-        }
-      }
-      if ((since += CH) >= VG_FLUSH) {
-        since = 0;
-        for (int l = 0; l < W; ++l) vg_hot_flush(h[l], &acc[l]);
       }
     }
-    vgct_acc cold;
-    vgct_acc_init(&cold, 0);
-    for (int l = 0; l < W; ++l) {
-      vg_hot_flush(h[l], &acc[l]);
-      vgct_acc_merge(&cold, &acc[l]);
+    /* W lanes in two "warps" (lanes l < W/2 and the rest, when W > 1), each
+       warp with its own held maxima and thresholds, and (share) the grid's
+       shared thresholds between them (vg_gate_exchange: the max of every
+       derived gate, taken when a warp refreshes) */
+    auto run = [&](bool shared, long *nf, long *ns) {
+      vgct_acc acc[4];
+      HotAcc h[4];
+      HotGate g[2];
+      GateHeld held[2];
+      vg_gate_init(g[0], held[0], rtol);
+      vg_gate_init(g[1], held[1], rtol);
+      uint32_t glob[3] = {0, 0, 0};
+      for (int l = 0; l < W; ++l) {
+        vg_hot_init(h[l]);
+        vgct_acc_init(&acc[l], 0);
+      }
+      int since = 0;
+      for (int c = 0; c < nstep; ++c) {
+        bool slow[2] = {false, false};
+        for (int l = 0; l < W; ++l) {
+          const int wp = l < split ? 0 : 1;
+          const int64_t k = (int64_t)c * W + l, f = F[k];
+          float a[CH], e[CH];
+          memcpy(a, &A[k * CH], sizeof a);
+          memcpy(e, &E[k * CH], sizeof e);
+          const int r = vg_fast_chunk<CH>(h[l], g[wp], held[wp], a, e, f, sf, rtol, atol);
+          if (r == VG_CHUNK_DONE) {
+            ++*nf;
+          } else if (r == VG_CHUNK_MAXIMA) { /* vg_slow_maxima */
+            ++*ns;
+            slow[wp] = true;
+            for (int q = 0; q < CH; ++q)
+              vgct_acc_maxima(&acc[l], (double)a[q], (double)e[q], f + q * sf, rtol, atol);
+          } else { /* vg_slow_chunk */
+            ++*ns;
+            slow[wp] = true;
+            for (int q = 0; q < CH; ++q)
+              vgct_acc_update(&acc[l], (double)a[q], (double)e[q], f + q * sf, rtol, atol, 0);
+          }
+        }
+        for (int wp = 0; wp < 2; ++wp) {
+          if (!slow[wp]) continue;
+          /* vg_gate_refresh: the warp's best held maxima, its thresholds */
+          const int l0 = wp == 0 ? 0 : split, l1 = wp == 0 ? split : W;
+          vg_held_from_acc(held[wp], &acc[l0]);
+          for (int l = l0 + 1; l < l1; ++l) {
+            GateHeld o;
+            vg_held_from_acc(o, &acc[l]);
+            vg_held_max(held[wp], o);
+          }
+          vg_gate_derive(g[wp], held[wp]);
+          if (shared) { /* vg_gate_exchange (publish): atomicMax, then the max */
+            const uint32_t m0 = glob[0], m1 = glob[1], m2 = glob[2];
+            if (g[wp].mxb > glob[0]) glob[0] = g[wp].mxb;
+            if (vgct_bits_from_f32(g[wp].crel) > glob[1]) glob[1] = vgct_bits_from_f32(g[wp].crel);
+            if (vgct_bits_from_f32(g[wp].wx32) > glob[2]) glob[2] = vgct_bits_from_f32(g[wp].wx32);
+            vg_gate_max(g[wp], m0, m1, m2);
+          }
+        }
+        if ((since += CH) >= VG_FLUSH) {
+          since = 0;
+          for (int l = 0; l < W; ++l) vg_hot_flush(h[l], &acc[l]);
+        }
+      }
+      vgct_acc cold;
+      vgct_acc_init(&cold, 0);
+      for (int l = 0; l < W; ++l) {
+        vg_hot_flush(h[l], &acc[l]);
+        vgct_acc_merge(&cold, &acc[l]);
+      }
+      return cold;
+    };
+    const vgct_acc cold = run(share, n_fast, n_slow);
+    /* the other gate (with / without the shared thresholds) takes other paths
+       but must give the same record, sums included, bit for bit */
+    long nf2 = 0, ns2 = 0;
+    const vgct_acc other = run(!share, &nf2, &ns2);
+    if (memcmp(&cold, &other, sizeof cold) != 0) {
+      if (bad < 5) printf("trial %d: the record depends on the shared thresholds\n", t);
+      ++bad;
     }
     vgct_acc x = cold, y = ref;
     const double cross = sqrt(y.s_aa * y.s_ee);

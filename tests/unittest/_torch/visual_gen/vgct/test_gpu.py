@@ -240,6 +240,21 @@ def test_row_mode_slices_of_different_scales(dt):
         check3(a, e, oracle=False, quantiles=(0.5,))
 
 
+@pytest.mark.parametrize("dt", ["bfloat16", "float32"])
+def test_shared_thresholds_reset_between_calls(dt):
+    # The gate thresholds a reduce's warps share through the workspace are reset by its
+    # last block: a compare with large differences, then one with small differences
+    # (other tensors, same device), must give the second its own maxima -- a stale
+    # threshold from the first would let its pairs skip them.
+    t = getattr(torch, dt)
+    a, e = pair((1 << 20,), t, rel=1.0, seed=21)
+    check3(a, e, quantiles=(0.5,))
+    a2, e2 = pair((1 << 20,), t, rel=1e-4, seed=22)
+    check3(a2, e2, quantiles=(0.5,))
+    check3(a.view(1024, 1024).t(), e.view(1024, 1024).t(), quantiles=(0.5,))
+    check3(a2.view(1024, 1024).t(), e2.view(1024, 1024).t(), quantiles=(0.5,))  # the general kernel
+
+
 def test_many_slices_column_and_row_modes():
     # column mode with more slices than one launch holds (65536)
     a, e = pair((70001, 3), torch.float32)
