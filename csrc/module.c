@@ -485,6 +485,31 @@ static int reduce_pair(const vgct_view *a, const vgct_view *e, const vgct_params
   return vgct_cpu_reduce(a, e, p, acc, slices, err, errlen);
 }
 
+/* What compare and reduce_raw share after their argument parsing, in this
+ * order: rtol/atol checked; the quantiles parsed (qs non-NULL: compare's);
+ * dim parsed; both inputs opened (open_pair); dim checked against actual's
+ * dims and made non-negative (*dim -1: none).  Returns 0 with *ia, *ie held
+ * (the caller releases them), or -1 with one exception set and nothing held. */
+static int open_reduction(PyObject *actual, PyObject *expected, double rtol, double atol,
+                          PyObject *quantiles, double *qs, int *nq, PyObject *dim_obj, long *dim,
+                          PyObject *stream_obj, PyObject *dta_obj, PyObject *dte_obj,
+                          vgct_import *ia, vgct_import *ie, uintptr_t *stream) {
+  if (check_tol("rtol", rtol) < 0 || check_tol("atol", atol) < 0) return -1;
+  if (qs && parse_quantiles(quantiles, qs, nq) < 0) return -1;
+  int has_dim = 0;
+  *dim = -1;
+  if (parse_dim(dim_obj, &has_dim, dim) < 0) return -1;
+  if (open_pair(actual, expected, stream_obj, dta_obj, dte_obj, ia, ie, stream) < 0) return -1;
+  if (!has_dim) {
+    *dim = -1;
+  } else if (check_dim(&ia->view, dim) < 0) {
+    vgct_import_release(ie);
+    vgct_import_release(ia);
+    return -1;
+  }
+  return 0;
+}
+
 /* compare() = reduce -> order statistics -> finalize (result_dict); the
  * sharded path ([E]) runs the same three steps with a merge in between. */
 static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
@@ -498,22 +523,18 @@ static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
                                    &expected, &rtol, &atol, &quantiles, &dim_obj, &stream_obj,
                                    &dta_obj, &dte_obj))
     return NULL;
-  if (check_tol("rtol", rtol) < 0 || check_tol("atol", atol) < 0) return NULL;
   double qs[VGCT_MAX_QUANTILES], qv[VGCT_MAX_QUANTILES];
   int nq = 0;
-  if (parse_quantiles(quantiles, qs, &nq) < 0) return NULL;
-  long dim = -1;
-  int has_dim = 0;
-  if (parse_dim(dim_obj, &has_dim, &dim) < 0) return NULL;
-
+  long dim;
   vgct_import ia = VGCT_IMPORT_INIT, ie = VGCT_IMPORT_INIT;
   uintptr_t stream = 0;
-  if (open_pair(actual, expected, stream_obj, dta_obj, dte_obj, &ia, &ie, &stream) < 0)
+  if (open_reduction(actual, expected, rtol, atol, quantiles, qs, &nq, dim_obj, &dim, stream_obj,
+                     dta_obj, dte_obj, &ia, &ie, &stream) < 0)
     return NULL;
+  const int has_dim = dim >= 0;
   vgct_slice_acc *slices = NULL;
   PyObject *result = NULL;
   const vgct_view *a = &ia.view, *e = &ie.view;
-  if (has_dim && check_dim(a, &dim) < 0) goto done;
 
   vgct_params p;
   p.rtol = rtol;
@@ -663,18 +684,16 @@ static PyObject *py_reduce_raw(PyObject *self, PyObject *args, PyObject *kwargs)
                                    &expected, &rtol, &atol, &dim_obj, &stream_obj, &dta_obj,
                                    &dte_obj))
     return NULL;
-  if (check_tol("rtol", rtol) < 0 || check_tol("atol", atol) < 0) return NULL;
-  long dim = -1;
-  int has_dim = 0;
-  if (parse_dim(dim_obj, &has_dim, &dim) < 0) return NULL;
+  long dim;
   vgct_import ia = VGCT_IMPORT_INIT, ie = VGCT_IMPORT_INIT;
   uintptr_t stream = 0;
-  if (open_pair(actual, expected, stream_obj, dta_obj, dte_obj, &ia, &ie, &stream) < 0)
+  if (open_reduction(actual, expected, rtol, atol, NULL, NULL, NULL, dim_obj, &dim, stream_obj,
+                     dta_obj, dte_obj, &ia, &ie, &stream) < 0)
     return NULL;
+  const int has_dim = dim >= 0;
   const vgct_view *a = &ia.view, *e = &ie.view;
   vgct_slice_acc *slices = NULL;
   PyObject *result = NULL;
-  if (has_dim && check_dim(a, &dim) < 0) goto done;
   vgct_params p;
   p.rtol = rtol;
   p.atol = atol;

@@ -99,11 +99,6 @@ __global__ void __launch_bounds__(HT, 1) k_hist(const __grid_constant__ HArgs A)
   }
 }
 
-#define VG_HIST_PAIRS(X)                                                               \
-  X(VGCT_BFLOAT16, VGCT_BFLOAT16) X(VGCT_FLOAT16, VGCT_FLOAT16)                        \
-  X(VGCT_FLOAT32, VGCT_FLOAT32) X(VGCT_FLOAT64, VGCT_FLOAT64)                          \
-  X(VGCT_BFLOAT16, VGCT_FLOAT32) X(VGCT_FLOAT16, VGCT_FLOAT32)
-
 template <int DA, int DE>
 static cudaError_t launch_hist(int grid, size_t smem, const HArgs &A, cudaStream_t s) {
   if (smem > 48u * 1024u) {
@@ -119,17 +114,9 @@ static cudaError_t dispatch_hist(int grid, size_t smem, const HArgs &A, cudaStre
   const int da = A.it.da, de = A.it.de;
 #define VG_CASE(X, Y) \
   if (da == X && de == Y) return launch_hist<X, Y>(grid, smem, A, s);
-  VG_HIST_PAIRS(VG_CASE)
+  VG_TYPED_PAIRS(VG_CASE)
 #undef VG_CASE
   return launch_hist<-1, -1>(grid, smem, A, s);
-}
-
-static int hist_chunk(int da, int de) {
-#define VG_CASE(X, Y) \
-  if (da == X && de == Y) return vg_chunk<X, Y>::CH;
-  VG_HIST_PAIRS(VG_CASE)
-#undef VG_CASE
-  return vg_chunk<-1, -1>::CH;
 }
 
 struct HPref { unsigned long long p; int row; };
@@ -184,7 +171,7 @@ extern "C" int vgct_cuda_histogram(const vgct_view *a, const vgct_view *e, const
     return VGCT_ENOMEM;
   }
   A->it = it;
-  const int CH = hist_chunk(it.da, it.de);
+  const int CH = vg_chunk_elems(it.da, it.de);
   const int64_t L = it.sh[it.k - 1];
   A->cpr = (L + CH - 1) / CH;
   A->cprd = vg_make_div((uint64_t)A->cpr);

@@ -621,18 +621,6 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_col(const __grid_constant__ RA
 
 #define RSMEM ((int)(RT * sizeof(VAcc)))
 
-/* > 48 KiB of dynamic shared memory needs an opt-in per kernel (and device). */
-template <typename K>
-static cudaError_t smem_optin(K kernel, int *done, int bytes = RSMEM) {
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess) return e;
-  if (dev < 0 || dev >= 64 || done[dev]) return cudaSuccess;
-  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (e == cudaSuccess) done[dev] = 1;
-  return e;
-}
-
 /* kind: 0 flat, 1 general strides / row mode, 2 column mode, 3 flat through
  * the shared-memory ring (typed pairs, both bases 16-byte aligned). */
 template <int DA, int DE, int SC>
@@ -654,7 +642,7 @@ static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_
       }
       if (dev >= 0 && dev < 64 && ring_ok[dev] > 0) {
         const int bytes = vg_bulk<DA, DE>::SMEM;
-        if ((e = smem_optin(k_reduce_bulk<DA, DE, SC>, done[3], bytes)) != cudaSuccess) return e;
+        if ((e = vg_smem_optin(k_reduce_bulk<DA, DE, SC>, done[3], bytes)) != cudaSuccess) return e;
         k_reduce_bulk<DA, DE, SC><<<grid, RT, bytes, s>>>(A);
         return cudaGetLastError();
       }
@@ -662,33 +650,19 @@ static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_
   }
   if (kind == 3) kind = 0; /* no ring here: the flat kernel, same layout */
   if (kind == 0) {
-    if ((e = smem_optin(k_reduce_flat<DA, DE, SC>, done[0])) != cudaSuccess) return e;
+    if ((e = vg_smem_optin(k_reduce_flat<DA, DE, SC>, done[0], RSMEM)) != cudaSuccess) return e;
     k_reduce_flat<DA, DE, SC><<<grid, RT, RSMEM, s>>>(A);
   } else if (kind == 1) {
-    if ((e = smem_optin(k_reduce_gen<DA, DE, SC>, done[1])) != cudaSuccess) return e;
+    if ((e = vg_smem_optin(k_reduce_gen<DA, DE, SC>, done[1], RSMEM)) != cudaSuccess) return e;
     k_reduce_gen<DA, DE, SC><<<grid, RT, RSMEM, s>>>(A);
   } else if constexpr (DA < 0 && DE < 0) { /* column mode reads scalars: generic dtypes only */
-    if ((e = smem_optin(k_reduce_col<DA, DE, SC>, done[2])) != cudaSuccess) return e;
+    if ((e = vg_smem_optin(k_reduce_col<DA, DE, SC>, done[2], RSMEM)) != cudaSuccess) return e;
     k_reduce_col<DA, DE, SC><<<grid, RT, RSMEM, s>>>(A);
   } else {
     return launch_reduce<-1, -1, SC>(kind, grid, A, s);
   }
   return cudaGetLastError();
 }
-
-/* The typed dtype pairs (vector loads, conversions inlined): the floating
- * same-dtype pairs of the speed goals and bf16/fp16 against an fp32
- * reference; every other pair (fp8, ints, bool, mixed) runs the generic
- * instantiation with run-time dtypes: correct for all, slower, and it keeps
- * the build to 3 x 8 reduce kernels. */
-#ifdef VG_QUICK
-#define VG_TYPED_PAIRS(X) X(VGCT_BFLOAT16, VGCT_BFLOAT16)
-#else
-#define VG_TYPED_PAIRS(X)                                                              \
-  X(VGCT_BFLOAT16, VGCT_BFLOAT16) X(VGCT_FLOAT16, VGCT_FLOAT16)                        \
-  X(VGCT_FLOAT32, VGCT_FLOAT32) X(VGCT_FLOAT64, VGCT_FLOAT64)                          \
-  X(VGCT_BFLOAT16, VGCT_FLOAT32) X(VGCT_FLOAT16, VGCT_FLOAT32)
-#endif
 
 static cudaError_t dispatch_reduce(int da, int de, int scaled, int kind, int grid, const RArgs &A,
                                    cudaStream_t s, int *typed) {
@@ -703,13 +677,6 @@ static cudaError_t dispatch_reduce(int da, int de, int scaled, int kind, int gri
   return scaled ? launch_reduce<-1, -1, 1>(kind, grid, A, s) : launch_reduce<-1, -1, 0>(kind, grid, A, s);
 }
 
-static int is_typed_pair(int da, int de) {
-#define VG_CASE(X, Y) if (da == X && de == Y) return 1;
-  VG_TYPED_PAIRS(VG_CASE)
-#undef VG_CASE
-  return 0;
-}
-
 /* k_reduce_bulk's dynamic shared memory for a typed pair; 0 for the others
  * (they have no ring). */
 static int bulk_smem(int da, int de) {
@@ -717,12 +684,6 @@ static int bulk_smem(int da, int de) {
   VG_TYPED_PAIRS(VG_CASE)
 #undef VG_CASE
   return 0;
-}
-
-static int chunk_elems(int da, int de) {
-  if (!is_typed_pair(da, de)) return 4; /* vg_chunk<-1,-1>::CH */
-  int ia = vgct_dtype_itemsize[da], ie = vgct_dtype_itemsize[de];
-  return 16 / (ia < ie ? ia : ie);
 }
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -765,7 +726,7 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
   A.res = (vgct_acc *)(ws->d_ws + WS_RES);
   A.sres = (vgct_slice_acc *)(ws->d_ws + WS_SRES);
   A.part = (vgct_acc *)(ws->d_ws + WS_PART);
-  const int CH = chunk_elems(it.da, it.de);
+  const int CH = vg_chunk_elems(it.da, it.de);
   /* blocks per launch: one resident wave (2 blocks per SM, __launch_bounds__)
      for large inputs -- the most pairs per thread, so the fast path's gate
      (vg_fast_chunk) settles early -- but at least VG_MIN_CHUNKS chunks per
@@ -835,7 +796,7 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
     A.sgate = NULL;
     /* row mode with a narrow typed pair (the only kernels with a gate);
        Sc <= VG_MAX_PARTS in row mode (per_launch) */
-    if (A.slice_mode == 1 && !scaled && is_typed_pair(it.da, it.de)) {
+    if (A.slice_mode == 1 && !scaled && vg_is_typed_pair(it.da, it.de)) {
       A.sgate = (unsigned *)(ws->d_ws + WS_SGATE);
       if (!cx.check(cudaMemsetAsync(A.sgate, 0, 12u * (size_t)Sc, cx.stream),
                     "cudaMemsetAsync (per-slice gate thresholds)"))

@@ -371,27 +371,14 @@ __global__ void __launch_bounds__(ST, 1) k_sel_buf(const __grid_constant__ KArgs
 
 /* ---- launchers ---------------------------------------------------------- */
 
-#ifdef VG_QUICK
-#define VG_SEL_PAIRS(X) X(VGCT_BFLOAT16, VGCT_BFLOAT16)
-#else
-#define VG_SEL_PAIRS(X)                                                                \
-  X(VGCT_BFLOAT16, VGCT_BFLOAT16) X(VGCT_FLOAT16, VGCT_FLOAT16)                        \
-  X(VGCT_FLOAT32, VGCT_FLOAT32) X(VGCT_FLOAT64, VGCT_FLOAT64)                          \
-  X(VGCT_BFLOAT16, VGCT_FLOAT32) X(VGCT_FLOAT16, VGCT_FLOAT32)
-#endif
-
 template <int DA, int DE, int MODE>
 static cudaError_t launch_sel_mode(int grid, const KArgs &A, cudaStream_t s) {
   /* the compaction keeps no histogram: no shared memory */
   const int smem = MODE == SEL_COMPACT ? 0 : SEL_SMEM;
-  static int attr_done[64]; /* per device id */
-  int dev = 0;
-  cudaGetDevice(&dev);
-  if (smem && dev >= 0 && dev < 64 && !attr_done[dev]) {
-    cudaError_t e = cudaFuncSetAttribute(k_sel_data<DA, DE, MODE>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  static int done[64];
+  if (smem) {
+    const cudaError_t e = vg_smem_optin(k_sel_data<DA, DE, MODE>, done, smem);
     if (e != cudaSuccess) return e;
-    attr_done[dev] = 1;
   }
   k_sel_data<DA, DE, MODE><<<grid, ST, smem, s>>>(A);
   return cudaGetLastError();
@@ -408,29 +395,15 @@ static cudaError_t dispatch_sel_data(int grid, const KArgs &A, cudaStream_t s) {
   const int da = A.it.da, de = A.it.de;
 #define VG_CASE(X, Y) \
   if (da == X && de == Y) return launch_sel_data<X, Y>(grid, A, s);
-  VG_SEL_PAIRS(VG_CASE)
+  VG_TYPED_PAIRS(VG_CASE)
 #undef VG_CASE
   return launch_sel_data<-1, -1>(grid, A, s);
 }
 
-static int sel_chunk(int da, int de) {
-#define VG_CASE(X, Y) \
-  if (da == X && de == Y) return vg_chunk<X, Y>::CH;
-  VG_SEL_PAIRS(VG_CASE)
-#undef VG_CASE
-  return vg_chunk<-1, -1>::CH;
-}
-
 static cudaError_t launch_sel_buf(int grid, const KArgs &A, cudaStream_t s) {
-  static int attr_done[64];
-  int dev = 0;
-  cudaGetDevice(&dev);
-  if (dev >= 0 && dev < 64 && !attr_done[dev]) {
-    cudaError_t e =
-        cudaFuncSetAttribute(k_sel_buf, cudaFuncAttributeMaxDynamicSharedMemorySize, SEL_SMEM);
-    if (e != cudaSuccess) return e;
-    attr_done[dev] = 1;
-  }
+  static int done[64];
+  const cudaError_t e = vg_smem_optin(k_sel_buf, done, SEL_SMEM);
+  if (e != cudaSuccess) return e;
   k_sel_buf<<<grid, ST, SEL_SMEM, s>>>(A);
   return cudaGetLastError();
 }
@@ -493,7 +466,7 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
   KArgs A;
   memset(&A, 0, sizeof A);
   A.it = it;
-  const int CH = sel_chunk(it.da, it.de);
+  const int CH = vg_chunk_elems(it.da, it.de);
   const int64_t L = it.sh[it.k - 1];
   A.cpr = cdiv(L, CH);
   A.cprd = vg_make_div((uint64_t)A.cpr);

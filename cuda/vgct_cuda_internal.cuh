@@ -514,6 +514,51 @@ template <int DA, int DE> struct vg_chunk {
   static constexpr int NVE = TYPED ? CH * ISE / 16 : 1;
 };
 
+/* The typed dtype pairs, shared by every kernel family (reduce, select,
+ * histogram): the floating same-dtype pairs of the speed goals and bf16/fp16
+ * against an fp32 reference are instantiated with compile-time dtypes
+ * (vector loads, conversions inlined); every other pair (fp8, ints, bool,
+ * mixed) runs the generic instantiation DA = DE = -1 with run-time dtypes:
+ * correct for all, slower, and it keeps the build small.  VG_QUICK (a
+ * development build) keeps one typed pair. */
+#ifdef VG_QUICK
+#define VG_TYPED_PAIRS(X) X(VGCT_BFLOAT16, VGCT_BFLOAT16)
+#else
+#define VG_TYPED_PAIRS(X)                                                              \
+  X(VGCT_BFLOAT16, VGCT_BFLOAT16) X(VGCT_FLOAT16, VGCT_FLOAT16)                        \
+  X(VGCT_FLOAT32, VGCT_FLOAT32) X(VGCT_FLOAT64, VGCT_FLOAT64)                          \
+  X(VGCT_BFLOAT16, VGCT_FLOAT32) X(VGCT_FLOAT16, VGCT_FLOAT32)
+#endif
+
+/* Whether (da, de) has a typed instantiation, and the chunk size (elements)
+ * of the instantiation that runs it (host side: grid and chunk counts). */
+static inline int vg_is_typed_pair(int da, int de) {
+#define VG_CASE(X, Y) if (da == X && de == Y) return 1;
+  VG_TYPED_PAIRS(VG_CASE)
+#undef VG_CASE
+  return 0;
+}
+
+static inline int vg_chunk_elems(int da, int de) {
+#define VG_CASE(X, Y) if (da == X && de == Y) return vg_chunk<X, Y>::CH;
+  VG_TYPED_PAIRS(VG_CASE)
+#undef VG_CASE
+  return vg_chunk<-1, -1>::CH;
+}
+
+/* More than 48 KiB of dynamic shared memory needs an opt-in per kernel and
+ * device: done[dev] remembers it (one array per kernel instantiation). */
+template <typename K>
+static cudaError_t vg_smem_optin(K kernel, int *done, int bytes) {
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  if (dev < 0 || dev >= 64 || done[dev]) return cudaSuccess;
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess) done[dev] = 1;
+  return e;
+}
+
 /* Selection keys of one chunk: for each of the G::CH pairs starting at qa/qe
  * (strides sai/sei elements of isa/ise bytes), vgct_absdiff_key of the pair,
  * or VG_KEY_NONE (all ones: a non-finite pair, or q >= cnt).  16-byte
