@@ -497,7 +497,15 @@ def summary_rows(records: List[Dict[str, Any]], *, which: str = "all") -> List[t
 
 
 def render_table(rows: List[tuple], width: int) -> List[str]:
-    """The rows as text lines at most ``width`` columns wide (rich; long cells fold onto extra lines)."""
+    """The rows as text lines at most ``width`` columns wide (rendered with rich).
+
+    When every column fits, one table with a row per statistic. Otherwise each gate gets a heading line (test,
+    label, component, feature, gate, dtypes, shape; cut with "..." to the width) over a table of its statistics
+    (statistic, value, bar, margin, slack, result), so the numbers are never folded or cut.
+    """
+    gap = 2
+    natural = sum(max(len(str(r[i])) for r in rows + [SUMMARY_HEADER]) for i in range(len(SUMMARY_HEADER)))
+    natural += gap * (len(SUMMARY_HEADER) - 1)
     try:
         from rich import box
         from rich.console import Console
@@ -507,16 +515,37 @@ def render_table(rows: List[tuple], width: int) -> List[str]:
         return [ln[:width] for ln in lines]
     import io
 
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
-    for h in SUMMARY_HEADER:
-        numeric = h in ("value", "bar", "margin", "slack")
-        table.add_column(h, overflow="fold", no_wrap=False, justify="left", min_width=6 if numeric else 4)
+    def render(header: tuple, body: List[tuple], show_header: bool) -> List[str]:
+        table = Table(box=None, show_edge=False, pad_edge=False, show_header=show_header, padding=(0, gap, 0, 0),
+                      header_style=None)
+        for h in header:
+            table.add_column(h, no_wrap=True, overflow="ellipsis")
+        for r in body:
+            table.add_row(*(str(c) for c in r))
+        buf = io.StringIO()
+        Console(file=buf, width=max(20, width), color_system=None, force_terminal=False, highlight=False,
+                emoji=False, markup=False).print(table)
+        return [ln.rstrip() for ln in buf.getvalue().splitlines()]
+
+    if natural <= width:
+        return render(SUMMARY_HEADER, rows, True)
+    out: List[str] = []
+    stat_header = SUMMARY_HEADER[7:]
+    groups: List[tuple] = []
     for r in rows:
-        table.add_row(*(str(c) for c in r))
-    buf = io.StringIO()
-    Console(file=buf, width=max(40, width), color_system=None, force_terminal=False, soft_wrap=False,
-            highlight=False, emoji=False, markup=False).print(table)
-    return [ln.rstrip() for ln in buf.getvalue().splitlines()]
+        if any(r[:7]) or not groups:
+            groups.append((r[:7], []))
+        groups[-1][1].append(r[7:])
+    for i, (head, body) in enumerate(groups):
+        test, name, comp, feat, gate, dtype, shape = (str(x) for x in head)
+        first = f"{test}{f' [{name}]' if name else ''}"
+        out.append(first if len(first) <= width else "..." + first[len(first) - max(0, width - 3):])
+        what = "  ".join(x for x in (f"{comp} / {feat}" if comp else "", gate, dtype, shape) if x)
+        if what:
+            what = "  " + what
+            out.append(what if len(what) <= width else what[:max(0, width - 3)] + "...")
+        out += ["  " + ln for ln in render(stat_header, body, i == 0)]
+    return out
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
