@@ -134,8 +134,11 @@ _EXACT_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "
 #: A mixed pair (two different dtypes, e.g. float32 against a float64 oracle, bf16 against an fp32 reference)
 #: carries the coarse side's whole forward error, not only the rounding the feature moved: 4x the multiples.
 MIXED_FACTOR = 4.0
+#: The smallest ``1 - cosine`` a bar asks for: the float64 cosine of two equal tensors may itself come out
+#: ``1 - 2^-52`` (rounding of the dot product and the norms), so no bar is closer to 1 than this.
+COSINE_RESOLUTION = 1e-12
 #: ``cause -> (k_rel, k_elem)``: the bars are ``relative L2 <= k_rel * u``, ``rtol = atol = k_elem * u``
-#: (each capped by the ceiling), cosine ``>= max(ceiling, 1 - (relative L2 bar)^2)``. ``None`` is the T1
+#: (each capped by the ceiling), cosine ``>= max(ceiling, 1 - max((relative L2 bar)^2, 1e-12))``. ``None`` is the T1
 #: default (no cause). Reordering a reduction or merging parallel partial sums keeps the accumulator precision
 #: and changes only the rounding order (fewer roundings move than when a kernel or a fusion changes which
 #: intermediates are rounded at all): 4x tighter than a backend swap or a compile fusion.
@@ -218,7 +221,7 @@ def t1_band(relax: Union["Relax", str, None], dtypes: Optional[DtypeClass] = Non
     """The loosest T1 bars allowed for ``relax`` (``None``: the T1 default) at the dtype class ``dtypes``.
 
     ``rel_l2 = min(ceiling, k_rel * u * m)``, ``rtol = atol = min(ceiling, k_elem * u * m)`` and
-    ``cosine = max(ceiling, 1 - rel_l2^2)``, with ``(k_rel, k_elem)`` from :data:`T1_MULTIPLES`, ``u`` the unit
+    ``cosine = max(ceiling, 1 - max(rel_l2^2, 1e-12))`` (:data:`COSINE_RESOLUTION`), with ``(k_rel, k_elem)`` from :data:`T1_MULTIPLES`, ``u`` the unit
     roundoff of the class, ``m = MIXED_FACTOR`` for a mixed pair (else 1) and the ceiling :data:`T1_DEFAULT`
     without a cause, :data:`OUTER_BAND` with one. Without ``dtypes`` the ceiling itself (used to validate a
     request before the dtypes are known). These are also the default bars.
@@ -232,7 +235,7 @@ def t1_band(relax: Union["Relax", str, None], dtypes: Optional[DtypeClass] = Non
     rel = min(ceiling.rel_l2, k_rel * dtypes.u * m)
     elem_r = min(ceiling.rtol, k_elem * dtypes.u * m)
     elem_a = min(ceiling.atol, k_elem * dtypes.u * m)
-    cos = max(ceiling.cosine, 1.0 - rel * rel)
+    cos = max(ceiling.cosine, 1.0 - max(rel * rel, COSINE_RESOLUTION))
     return T1Bars(rel_l2=rel, cosine=cos, rtol=elem_r, atol=elem_a)
 
 
@@ -870,7 +873,7 @@ def assert_t1(actual: Any, expected: Any, *, component: str, feature: str,
     cause at most ``64u`` / ``256u`` (reduction reordering, parallel partial-sum merge) or ``256u`` / ``1024u``
     (backend or kernel swap, compile fusion), capped by the outer band (5e-2, 0.999, 5e-2): a backend swap of
     float32 vs float32 may reach relative L2 1.5e-5 and rtol = atol = 6.1e-5, never 5e-2. Cosine is gated at
-    ``max(ceiling, 1 - rel_l2_bar^2)``.
+    ``max(ceiling, 1 - max(rel_l2_bar^2, 1e-12))``.
 
     Gates (all must hold): no non-finite pair; relative L2 ``<=`` bar and cosine ``>=`` bar (for a zero-norm
     reference instead: max abs error ``<= atol``, and the message says so); no element with
