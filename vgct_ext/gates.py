@@ -172,7 +172,12 @@ class DtypeClass:
 
 
 def _norm_dtype(dt: Any) -> str:
-    name = str(dt)
+    if isinstance(getattr(dt, "name", None), str):  # numpy.dtype, ml_dtypes
+        name = dt.name
+    elif isinstance(dt, type):  # numpy scalar types (numpy.float32)
+        name = dt.__name__
+    else:
+        name = str(dt)
     for prefix in ("torch.", "jnp.", "numpy."):
         if name.startswith(prefix):
             name = name[len(prefix):]
@@ -502,6 +507,8 @@ def slack(checks: Sequence[Check]) -> Optional[float]:
         if math.isnan(v):
             return 0.0
         num, den = (1.0 - float(c.bar), 1.0 - v) if c.op == ">=" else (float(c.bar), v)
+        if c.op == ">=" and den < COSINE_RESOLUTION:
+            continue  # 1 - cosine below the float64 cosine's own resolution: no measurable distance
         if den > 0:
             ratios.append(max(num, 0.0) / den)
     return min(ratios) if ratios else None
