@@ -34,6 +34,10 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from . import _context
 from ._hardware import describe_device, stratum_of
+from ._stats import PairedStats
+
+#: What a gate returns: the PairedStats of a single tensor, or ``{leaf path: PairedStats}`` for a structure.
+GateResult = Union[PairedStats, Dict[str, PairedStats]]
 
 __all__ = [
     "Relax",
@@ -58,6 +62,7 @@ __all__ = [
     "MIXED_FACTOR",
     "SLACK_WARNING",
     "paired_leaves",
+    "GateResult",
 ]
 
 
@@ -855,7 +860,7 @@ def assert_t1(actual: Any, expected: Any, *, component: str, feature: str,
               relax: Union[Relax, str, None] = None, rel_l2: Optional[float] = None,
               cosine: Optional[float] = None, rtol: Optional[float] = None, atol: Optional[float] = None,
               dim: Optional[int] = None, quantiles: Sequence[float] = (0.99,),
-              name: Optional[str] = None) -> Any:
+              name: Optional[str] = None) -> GateResult:
     """Gate a transparent (T1) feature: ``actual`` (feature on) against ``expected`` (the trusted reference).
 
     Args:
@@ -927,7 +932,8 @@ def assert_t1(actual: Any, expected: Any, *, component: str, feature: str,
 
 def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
               evidence: Union[str, "os.PathLike[str]", None] = None, case: Optional[str] = None,
-              dim: Optional[int] = None, quantiles: Sequence[float] = (0.99,), name: Optional[str] = None) -> Any:
+              dim: Optional[int] = None, quantiles: Sequence[float] = (0.99,),
+              name: Optional[str] = None) -> GateResult:
     """Gate a lossy (T2) feature on bars calibrated from recorded evidence for the current hardware stratum.
 
     Args:

@@ -443,11 +443,13 @@ def slack_warnings(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
             and not r.get("expected_failure") and r.get("slack") is not None and r["slack"] > SLACK_WARNING]
 
 
-def summary_rows(records: List[Dict[str, Any]], *, which: str = "all") -> List[tuple]:
+def summary_rows(records: List[Dict[str, Any]], *, which: str = "all",
+                 failed_tests: Optional[set] = None) -> List[tuple]:
     """Rows in :data:`SUMMARY_HEADER` order (test, name, component, feature, gate, dtype, shape, statistic, value,
     bar, margin, slack, result) for the records; ``which="failures"`` keeps failed gates, probes and run_twice
-    comparisons only (a planted fault caught by ``expect_gate_failure`` is not a failure: its result reads
-    ``caught``)."""
+    comparisons only, and, given ``failed_tests`` (node ids), only those of tests that failed (a gate failure a
+    passing test expected, e.g. under ``pytest.raises``, is not one; a planted fault caught by
+    ``expect_gate_failure`` reads ``caught``)."""
     from .gates import fmt_margin
 
     rows = []
@@ -455,7 +457,8 @@ def summary_rows(records: List[Dict[str, Any]], *, which: str = "all") -> List[t
         kind = r.get("kind")
         if kind not in ("t1", "t2", "probe", "run_twice"):
             continue
-        if which == "failures" and not _is_failure(r):
+        if which == "failures" and (not _is_failure(r) or (failed_tests is not None and r.get("test") is not None
+                                                           and r.get("test") not in failed_tests)):
             continue
         rep = f" #{r['repetition'] + 1}" if r.get("repetition") else ""
         test = (r.get("test") or "-") + rep
@@ -499,9 +502,9 @@ def summary_rows(records: List[Dict[str, Any]], *, which: str = "all") -> List[t
 def render_table(rows: List[tuple], width: int) -> List[str]:
     """The rows as text lines at most ``width`` columns wide (rendered with rich).
 
-    When every column fits, one table with a row per statistic. Otherwise each gate gets a heading line (test,
-    label, component, feature, gate, dtypes, shape; cut with "..." to the width) over a table of its statistics
-    (statistic, value, bar, margin, slack, result), so the numbers are never folded or cut.
+    When every column fits, one table with a row per statistic. Otherwise each gate gets heading lines (test and
+    label; component, feature, gate, dtypes, shape; cut with "..." to the width) over a table of its statistics
+    (statistic, value, bar, result, then margin and slack as far as they fit), so numbers are never cut.
     """
     gap = 2
     natural = sum(max(len(str(r[i])) for r in rows + [SUMMARY_HEADER]) for i in range(len(SUMMARY_HEADER)))
@@ -530,12 +533,23 @@ def render_table(rows: List[tuple], width: int) -> List[str]:
     if natural <= width:
         return render(SUMMARY_HEADER, rows, True)
     out: List[str] = []
-    stat_header = SUMMARY_HEADER[7:]
+    # the statistic columns that fit, in priority order (statistic, value, bar, result, margin, slack), so that no
+    # number is ever cut; shown in the table's order
+    stat_idx = list(range(7, len(SUMMARY_HEADER)))
+    nat = {i: max(len(str(r[i])) for r in rows + [SUMMARY_HEADER]) for i in stat_idx}
+    keep: List[int] = []
+    used = 2 - gap
+    for i in (7, 8, 9, 12, 10, 11):
+        if used + gap + nat[i] <= width or len(keep) < 2:
+            keep.append(i)
+            used += gap + nat[i]
+    keep.sort()
+    stat_header = tuple(SUMMARY_HEADER[i] for i in keep)
     groups: List[tuple] = []
     for r in rows:
         if any(r[:7]) or not groups:
             groups.append((r[:7], []))
-        groups[-1][1].append(r[7:])
+        groups[-1][1].append(tuple(r[i] for i in keep))
     for i, (head, body) in enumerate(groups):
         test, name, comp, feat, gate, dtype, shape = (str(x) for x in head)
         first = f"{test}{f' [{name}]' if name else ''}"
@@ -554,7 +568,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     which = config.getoption("--vgct-summary", "failures") or "failures"
     if which != "none":
-        rows = summary_rows(s.records, which=which)
+        rows = summary_rows(s.records, which=which, failed_tests=set(s.failed_tests))
         if rows:
             width = int(getattr(getattr(terminalreporter, "_tw", None), "fullwidth", 0) or 120)
             title = "vgct comparisons" + (" (failed only; --vgct-summary=all lists every one)"

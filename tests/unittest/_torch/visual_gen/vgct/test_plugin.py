@@ -343,3 +343,102 @@ def test_bad_options_are_usage_errors(pytester, run):
     pytester.makepyfile(test_x="def test_a():\n    pass\n")
     result = run("--vgct-repeat=0")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+SUMMARY_TESTS = HEADER + """
+@pytest.mark.t1
+@pytest.mark.component("wan.block")
+@pytest.mark.feature("sdpa swap")
+def test_clean(vgct):
+    vgct.assert_t1((E * (1 + 1e-7)).astype(np.float32), E, name="clean gate")
+
+@pytest.mark.t1
+@pytest.mark.component("flux.block")
+@pytest.mark.feature("compile")
+def test_bad(vgct):
+    vgct.assert_t1(E.astype(np.float32) * np.float32(1.02), E, name="bad gate")
+
+@pytest.mark.t1
+@pytest.mark.component("vae.decoder")
+@pytest.mark.feature("tiling")
+def test_expected(vgct):
+    with pytest.raises(AssertionError):
+        vgct.assert_t1(E * 2, E, name="raised gate")
+
+@pytest.mark.t1
+@pytest.mark.component("wan.block")
+@pytest.mark.feature("soft")
+def test_soft(vgct):
+    with vgct.soft():
+        vgct.assert_t1(E.astype(np.float32) * np.float32(1.03), E, name="soft one")
+        vgct.assert_t1(E.astype(np.float32) * np.float32(1.04), E, name="soft two")
+"""
+
+
+def test_summary_shows_failed_gates_only_by_default(pytester, run, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    pytester.makepyfile(test_x=SUMMARY_TESTS)
+    result = run()
+    result.assert_outcomes(passed=2, failed=2)
+    out = result.stdout.str()
+    table = out.split("vgct comparisons", 1)[1]
+    assert "bad gate" in table and "soft one" in table and "soft two" in table
+    assert "clean gate" not in table and "raised gate" not in table  # passed, or expected by a passing test
+    # the soft test reports both failed gates in one failure, first line naming both
+    result.stdout.fnmatch_lines(["*2 gates failed: T1 gate failed [[]soft one[]]: relative L2*"
+                                 "T1 gate failed [[]soft two[]]: relative L2*"])
+    # -rf shows the failing statistics, measured against the bar
+    result = run("-rf")
+    result.stdout.fnmatch_lines(["FAILED test_x.py::test_bad - *T1 gate failed [[]bad gate[]]: relative L2 2.0000e-02 "
+                                 "(bar <= 3.8147e-06)*"])
+
+
+def test_summary_all_none_and_terminal_width(pytester, run, monkeypatch):
+    pytester.makepyfile(test_x=SUMMARY_TESTS)
+    monkeypatch.setenv("COLUMNS", "250")
+    out = run("--vgct-summary=all").stdout.str()
+    assert "clean gate" in out and "raised gate" in out
+    assert "vgct comparisons" not in run("--vgct-summary=none").stdout.str()
+    result = run("--vgct-summary=bogus")
+    assert result.ret != 0
+    for cols in (80, 60):
+        monkeypatch.setenv("COLUMNS", str(cols))
+        out = run("--vgct-summary=all").stdout.str()
+        table = out.split("vgct comparisons", 1)[1].split("short test summary", 1)[0]
+        lines = [ln for ln in table.splitlines()[1:] if ln and not ln.startswith(("FAILED", "=", "E "))]
+        assert lines and all(len(ln) <= cols for ln in lines), [ln for ln in lines if len(ln) > cols]
+        assert any("rel_l2" in ln and "2.0000e-02" in ln and "FAIL" in ln for ln in lines)  # numbers never cut
+
+
+def test_slack_column_and_warning(pytester, run, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    pytester.makepyfile(test_x=HEADER + """
+@pytest.mark.t1
+@pytest.mark.component("wan.block")
+@pytest.mark.feature("loose")
+def test_loose(vgct):
+    # float16 vs float64 at the design card's default: rel L2 1e-6 against a bar of 1e-2 (1e4 x)
+    h = E.astype(np.float16)
+    vgct.assert_t1(h, h.astype(np.float64) * (1 + 1e-6), name="loose gate")
+""")
+    result = run("--vgct-summary=all")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*loose gate*rel_l2*<= 1.0000e-02*x !*pass*",
+                                 "*vgct: 1 passing gate(s) have bars more than 100x looser than their measurement*",
+                                 "*test_x.py::test_loose [[]loose gate[]]: wan.block / loose: slack *x"])
+
+
+def test_junit_properties_and_report_header(pytester, run):
+    pytester.makepyfile(test_x=SUMMARY_TESTS)
+    result = run("--junitxml=j.xml")
+    result.stdout.fnmatch_lines(["vgct_ext 0.1.0: *; compiler *; DLPack *; * CPU threads; summary failures"])
+    import xml.etree.ElementTree as ET
+
+    cases = {c.get("name"): c for c in ET.parse(str(pytester.path / "j.xml")).getroot().iter("testcase")}
+    props = {p.get("name"): p.get("value") for p in cases["test_bad"].iter("property")}
+    assert props["vgct.1.name"] == "bad gate" and props["vgct.1.gate"] == "T1"
+    assert props["vgct.1.passed"] == "False" and props["vgct.1.dtypes"] == "float32/float64"
+    assert float(props["vgct.1.rel_l2"]) == pytest.approx(0.02, rel=1e-6)
+    assert props["vgct.1.rel_l2.bar"] == f"<= {16 * 2.0 ** -24 * 4!r}"
+    soft = {p.get("name"): p.get("value") for p in cases["test_soft"].iter("property")}
+    assert soft["vgct.2.name"] == "soft two"
