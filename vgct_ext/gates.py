@@ -231,8 +231,8 @@ def t1_band(relax: Union["Relax", str, None], dtypes: Optional[DtypeClass] = Non
     """The loosest T1 bars allowed for ``relax`` (``None``: the T1 default) at the dtype class ``dtypes``.
 
     ``rel_l2 = min(ceiling, k_rel * u * m)``, ``rtol = atol = min(ceiling, k_elem * u * m)`` and
-    ``cosine = max(ceiling, 1 - max(rel_l2^2, 1e-12))`` (:data:`COSINE_RESOLUTION`), with ``(k_rel, k_elem)`` from :data:`T1_MULTIPLES`, ``u`` the unit
-    roundoff of the class, ``m = MIXED_FACTOR`` for a mixed pair (else 1) and the ceiling :data:`T1_DEFAULT`
+    ``cosine = max(ceiling, 1 - max(rel_l2^2, 1e-12))`` (:data:`COSINE_RESOLUTION`), with ``(k_rel, k_elem)``
+    from :data:`T1_MULTIPLES`, ``u`` the unit roundoff of the class, ``m = MIXED_FACTOR`` for a mixed pair (else 1) and the ceiling :data:`T1_DEFAULT`
     without a cause, :data:`OUTER_BAND` with one. Without ``dtypes`` the ceiling itself (used to validate a
     request before the dtypes are known). These are also the default bars.
     """
@@ -768,7 +768,8 @@ def resolve_t1_bars(relax: Union[Relax, str, None] = None, *, rel_l2: Optional[f
     if looser:
         what = "; ".join(looser)
         at = f" for {dtypes.describe()}" if dtypes is not None else ""
-        band = (f"relative L2 <= {base.rel_l2:.4g}, cosine >= {fmt_value('cosine', base.cosine)}, rtol <= {base.rtol:.4g}, "
+        band = (f"relative L2 <= {base.rel_l2:.4g}, cosine >= {fmt_value('cosine', base.cosine)}, "
+                f"rtol <= {base.rtol:.4g}, "
                 f"atol <= {base.atol:.4g}")
         if cause is None:
             raise TransparencyFinding(
