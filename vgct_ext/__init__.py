@@ -17,11 +17,41 @@ from ._stats import PairedStats, SliceStats
 
 __version__ = "0.1.0"
 
-__all__ = ["compare", "PairedStats", "SliceStats", "fingerprint", "build_info", "__version__"]
-
 # Method-layer modules whose __all__ names are forwarded lazily (PEP 562), so that a plain
 # `import vgct_ext` stays light and never imports torch.
 _LAZY_MODULES = ("gates", "probes", "experiment", "skips", "sharded")
+
+__all__ = ["compare", "PairedStats", "SliceStats", "fingerprint", "build_info", "__version__"]
+
+
+def _lazy_all() -> list:
+    """Every lazily forwarded name: the ``__all__`` of each method-layer module, read from its source
+    (``ast``, no import), so that ``__all__`` and ``dir(vgct_ext)`` list them without importing torch."""
+    import ast
+    import os
+
+    names: list = []
+    here = os.path.dirname(os.path.abspath(__file__))
+    for mod in _LAZY_MODULES:
+        try:
+            with open(os.path.join(here, f"{mod}.py"), encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+        except OSError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+                try:
+                    names += [str(x) for x in ast.literal_eval(node.value)]
+                except ValueError:
+                    pass
+    return list(dict.fromkeys(names))
+
+
+__all__ += [n for n in _lazy_all() if n not in __all__]
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))
 
 
 def __getattr__(name: str):

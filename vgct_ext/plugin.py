@@ -4,8 +4,12 @@
   keywords, so ``pytest -k wan`` selects a test marked ``component("wan.transformer_block")``), and
   ``vgct_requires`` (written by :mod:`vgct_ext.skips`).
 * The ``vgct`` fixture: the gates and probes bound to the test's component and feature markers.
-* A terminal summary table of every comparison: test, component, feature, gate, dtypes, shape, each statistic,
-  its bar, the margin, pass/fail.
+* A terminal summary table (rich, fitted to the terminal width) of the comparisons: test, gate label,
+  component, feature, gate, dtypes, shape, each statistic, its bar, the margin, the slack, pass/fail.
+  ``--vgct-summary=failures`` (default: the failed gates and probes only), ``all`` or ``none``; passing gates
+  whose bars are more than 100x their measurement are counted (and listed under ``all``).
+* junit XML: each gate's statistics, bars and slack as ``record_property`` entries (``item.user_properties``).
+* A ``pytest_report_header`` line with vgct_ext's build (``build_info``).
 * ``--vgct-report=FILE.json``: command line, hardware, precision, statistics, bars, skips with reasons.
 * ``--vgct-calibrate`` (with ``--vgct-headroom=H``): record T2 evidence for the current stratum.
 * ``--vgct-repeat=N``: run each paired test N times; any statistic that differs bitwise fails the test.
@@ -57,6 +61,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="run each paired test N times and fail any whose statistics differ bitwise")
     g.addoption("--vgct-strict", action="store_true", default=False,
                 help="a missing checkpoint or reference fails instead of skipping (also VGCT_STRICT=1)")
+    g.addoption("--vgct-summary", choices=("failures", "all", "none"), default="failures",
+                help="the vgct comparisons table at the end: failed gates/probes only (default), all, or none")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -75,6 +81,28 @@ def pytest_configure(config: pytest.Config) -> None:
     session.started = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
     config.stash[STATE] = session
     _context.push_session(session)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """One line: vgct_ext's version and build (CUDA compiled for which architectures, CPU threads)."""
+    try:
+        from ._api import build_info
+
+        b = build_info()
+    except Exception as exc:  # noqa: BLE001 - the header must never stop a session
+        return f"vgct_ext: build info unavailable ({type(exc).__name__}: {exc})"
+    cuda = (f"CUDA {b.get('nvcc_version')} [{_archs(b.get('cuda_archs'))}], runtime {b.get('cuda_runtime_version')}, "
+            f"{b.get('cuda_device_count')} device(s)" if b.get("cuda_compiled") else "CPU only")
+    return (f"vgct_ext {b.get('version')}: {cuda}; compiler {b.get('compiler')}; DLPack {b.get('dlpack_version')}; "
+            f"{b.get('max_threads')} CPU threads; summary {config.getoption('--vgct-summary')}")
+
+
+def _archs(gencode: Optional[str]) -> str:
+    if not gencode:
+        return "-"
+    import re
+
+    return ",".join(dict.fromkeys(re.findall(r"code=(sm_\d+|compute_\d+)", gencode))) or gencode
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -146,9 +174,33 @@ def pytest_runtest_call(item: pytest.Item):
         result = yield
     finally:
         session.test_stack.remove(ctx)
+        _record_properties(item, ctx.records)
     if n > 1:
         _check_repeats(session, ctx, n)
     return result
+
+
+def _record_properties(item: pytest.Item, records: List[Dict[str, Any]]) -> None:
+    """Each gate's statistics, bars, slack and verdict as junit ``record_property`` entries
+    ``vgct.<k>.<field>`` (``k`` counts the test's gates from 1), like the ``record_property`` fixture."""
+    k = 0
+    for r in records:
+        if r.get("kind") not in ("t1", "t2"):
+            continue
+        k += 1
+        pre = f"vgct.{k}"
+        props = [("gate", r.get("gate")), ("name", r.get("name")), ("component", r.get("component")),
+                 ("feature", r.get("feature")), ("relax", r.get("relax")),
+                 ("dtypes", f"{r.get('dtype_actual')}/{r.get('dtype_expected')}"),
+                 ("shape", "x".join(str(d) for d in r.get("shape", ()))), ("passed", r.get("passed")),
+                 ("slack", r.get("slack"))]
+        for c in r.get("checks", ()):
+            props.append((c["statistic"], c["value"]))
+            if c.get("gating"):
+                props.append((f"{c['statistic']}.bar", f"{c['op']} {c['bar']}"))
+        if r.get("expected_failure"):
+            props.append(("expected_failure", True))
+        item.user_properties.extend((f"{pre}.{key}", v) for key, v in props if v is not None)
 
 
 def _check_repeats(session: _context.Session, ctx: _context.TestContext, n: int) -> None:
@@ -254,6 +306,13 @@ class VgctFixture:
 
         return assert_feature_active(**self._names(kw))
 
+    def soft(self) -> Any:
+        """:func:`vgct_ext.gates.soft_gates`: ``with vgct.soft(): ...`` runs every gate of the block and raises one
+        GateFailure listing all failed gates at its end."""
+        from .gates import soft_gates
+
+        return soft_gates()
+
     def run_twice(self, fn: Any, *inputs: Any, **kwargs: Any) -> Any:
         """:func:`vgct_ext.experiment.run_twice`."""
         from .experiment import run_twice
@@ -352,8 +411,45 @@ def _fmt(stat: str, v: Any) -> str:
     return fmt_value(stat, v)
 
 
-def summary_rows(records: List[Dict[str, Any]]) -> List[tuple]:
-    """Rows (test, component, feature, gate, dtype, shape, statistic, value, bar, margin, result)."""
+SUMMARY_HEADER = ("test", "name", "component", "feature", "gate", "dtype (a/e)", "shape", "statistic", "value",
+                  "bar", "margin", "slack", "result")
+
+
+def fmt_slack(r: Dict[str, Any]) -> str:
+    """A gate record's slack for the table: ``"42x"``, ``"1.8e+02x !"`` above 100x on a passing gate, ``"exact"``
+    when every gated statistic measured 0 (bitwise equal), ``""`` when undefined."""
+    from .gates import SLACK_WARNING
+
+    v = r.get("slack")
+    if v is None:
+        return "exact" if r.get("passed") and r.get("statistics", {}).get("n_unequal") == 0 else ""
+    txt = f"{v:.3g}x" if v < 1000 else f"{v:.1e}x"
+    return txt + (" !" if r.get("passed") and v > SLACK_WARNING else "")
+
+
+def _is_failure(r: Dict[str, Any]) -> bool:
+    if r.get("expected_failure"):
+        return False
+    if r.get("kind") == "run_twice":
+        return not r.get("identical", True)
+    return not r.get("passed", True)
+
+
+def slack_warnings(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The passing gate records whose slack exceeds :data:`vgct_ext.gates.SLACK_WARNING` (100x)."""
+    from .gates import SLACK_WARNING
+
+    return [r for r in records if r.get("kind") in ("t1", "t2") and r.get("passed") and not r.get("calibrating")
+            and not r.get("expected_failure") and r.get("slack") is not None and r["slack"] > SLACK_WARNING]
+
+
+def summary_rows(records: List[Dict[str, Any]], *, which: str = "all",
+                 failed_tests: Optional[set] = None) -> List[tuple]:
+    """Rows in :data:`SUMMARY_HEADER` order (test, name, component, feature, gate, dtype, shape, statistic, value,
+    bar, margin, slack, result) for the records; ``which="failures"`` keeps failed gates, probes and run_twice
+    comparisons only, and, given ``failed_tests`` (node ids), only those of tests that failed (a gate failure a
+    passing test expected, e.g. under ``pytest.raises``, is not one; a planted fault caught by
+    ``expect_gate_failure`` reads ``caught``)."""
     from .gates import fmt_margin
 
     rows = []
@@ -361,16 +457,19 @@ def summary_rows(records: List[Dict[str, Any]]) -> List[tuple]:
         kind = r.get("kind")
         if kind not in ("t1", "t2", "probe", "run_twice"):
             continue
+        if which == "failures" and (not _is_failure(r) or (failed_tests is not None and r.get("test") is not None
+                                                           and r.get("test") not in failed_tests)):
+            continue
         rep = f" #{r['repetition'] + 1}" if r.get("repetition") else ""
         test = (r.get("test") or "-") + rep
         if kind == "probe":
             for f in r["forms"]:
-                rows.append((test, r["component"], r["feature"], "active", "", "", f["form"], "", "", "",
+                rows.append((test, "", r["component"], r["feature"], "active", "", "", f["form"], "", "", "", "",
                              "pass" if f["passed"] else "FAIL"))
             continue
         if kind == "run_twice":
-            rows.append((test, "", "", "twice", "", "", f"{len(r['outputs'])} outputs", "identical" if
-                         r["identical"] else "DIFFER", "", "", "pass" if r["identical"] else "FAIL"))
+            rows.append((test, "", "", "", "twice", "", "", f"{len(r['outputs'])} outputs", "identical" if
+                         r["identical"] else "DIFFER", "", "", "", "pass" if r["identical"] else "FAIL"))
             continue
         gate = r.get("gate", kind.upper())
         if r.get("relax"):
@@ -379,48 +478,115 @@ def summary_rows(records: List[Dict[str, Any]]) -> List[tuple]:
             gate += " calibrating"
         dtype = f"{r['dtype_actual']}/{r['dtype_expected']}"
         shape = "x".join(str(d) for d in r["shape"]) or "()"
+        fail_word = "caught" if r.get("expected_failure") else "FAIL"
         first = True
         for c in r["checks"]:
             if c["statistic"] == "mean_diff":
                 continue
-            head = (test, r["component"], r["feature"], gate, dtype, shape) if first else ("",) * 6
+            head = ((test, r.get("name") or "", r["component"], r["feature"], gate, dtype, shape) if first
+                    else ("",) * 7)
+            sl = fmt_slack(r) if first else ""
             first = False
             if c["gating"]:
                 bar = f"{c['op']} {_fmt(c['statistic'], c['bar'])}"
                 margin = fmt_margin(c["margin"])
-                res = "pass" if c["passed"] else "FAIL"
+                res = "pass" if c["passed"] else fail_word
             else:
                 bar, margin, res = "-", "", ("recorded" if r.get("calibrating") else "-")
-            rows.append(head + (c["statistic"], _fmt(c["statistic"], c["value"]), bar, margin, res))
+            rows.append(head + (c["statistic"], _fmt(c["statistic"], c["value"]), bar, margin, sl, res))
         if r.get("problem"):
-            rows.append(("",) * 6 + ("evidence", "missing", "", "", "FAIL"))
+            rows.append(("",) * 7 + ("evidence", "missing", "", "", "", fail_word))
     return rows
+
+
+def render_table(rows: List[tuple], width: int) -> List[str]:
+    """The rows as text lines at most ``width`` columns wide (rendered with rich).
+
+    When every column fits, one table with a row per statistic. Otherwise each gate gets heading lines (test and
+    label; component, feature, gate, dtypes, shape; cut with "..." to the width) over a table of its statistics
+    (statistic, value, bar, result, then margin and slack as far as they fit), so numbers are never cut.
+    """
+    gap = 2
+    natural = sum(max(len(str(r[i])) for r in rows + [SUMMARY_HEADER]) for i in range(len(SUMMARY_HEADER)))
+    natural += gap * (len(SUMMARY_HEADER) - 1)
+    try:
+        from rich import box
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # rich is a dependency; without it a plain table, cut to the width
+        lines = ["  ".join(SUMMARY_HEADER)] + ["  ".join(str(c) for c in r) for r in rows]
+        return [ln[:width] for ln in lines]
+    import io
+
+    def render(header: tuple, body: List[tuple], show_header: bool) -> List[str]:
+        table = Table(box=None, show_edge=False, pad_edge=False, show_header=show_header, padding=(0, gap, 0, 0),
+                      header_style=None)
+        for h in header:
+            table.add_column(h, no_wrap=True, overflow="ellipsis")
+        for r in body:
+            table.add_row(*(str(c) for c in r))
+        buf = io.StringIO()
+        Console(file=buf, width=max(20, width), color_system=None, force_terminal=False, highlight=False,
+                emoji=False, markup=False).print(table)
+        return [ln.rstrip() for ln in buf.getvalue().splitlines()]
+
+    if natural <= width:
+        return render(SUMMARY_HEADER, rows, True)
+    out: List[str] = []
+    # the statistic columns that fit, in priority order (statistic, value, bar, result, margin, slack), so that no
+    # number is ever cut; shown in the table's order
+    stat_idx = list(range(7, len(SUMMARY_HEADER)))
+    nat = {i: max(len(str(r[i])) for r in rows + [SUMMARY_HEADER]) for i in stat_idx}
+    keep: List[int] = []
+    used = 2 - gap
+    for i in (7, 8, 9, 12, 10, 11):
+        if used + gap + nat[i] <= width or len(keep) < 2:
+            keep.append(i)
+            used += gap + nat[i]
+    keep.sort()
+    stat_header = tuple(SUMMARY_HEADER[i] for i in keep)
+    groups: List[tuple] = []
+    for r in rows:
+        if any(r[:7]) or not groups:
+            groups.append((r[:7], []))
+        groups[-1][1].append(tuple(r[i] for i in keep))
+    for i, (head, body) in enumerate(groups):
+        test, name, comp, feat, gate, dtype, shape = (str(x) for x in head)
+        first = f"{test}{f' [{name}]' if name else ''}"
+        out.append(first if len(first) <= width else "..." + first[len(first) - max(0, width - 3):])
+        what = "  ".join(x for x in (f"{comp} / {feat}" if comp else "", gate, dtype, shape) if x)
+        if what:
+            what = "  " + what
+            out.append(what if len(what) <= width else what[:max(0, width - 3)] + "...")
+        out += ["  " + ln for ln in render(stat_header, body, i == 0)]
+    return out
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     s = config.stash.get(STATE, None)
     if s is None:
         return
-    rows = summary_rows(s.records)
-    if rows:
-        header = ("test", "component", "feature", "gate", "dtype (a/e)", "shape", "statistic", "value", "bar",
-                  "margin", "result")
-        widths = [min(max(len(str(r[i])) for r in rows + [header]), 60 if i == 0 else 40) for i in range(11)]
-
-        def line(r: tuple) -> str:
-            cells = []
-            for i, c in enumerate(r):
-                c = str(c)
-                if len(c) > widths[i]:
-                    c = "..." + c[-(widths[i] - 3):]
-                cells.append(c.ljust(widths[i]))
-            return "  ".join(cells).rstrip()
-
-        terminalreporter.write_sep("=", "vgct comparisons")
-        terminalreporter.write_line(line(header))
-        terminalreporter.write_line(line(tuple("-" * w for w in widths)))
-        for r in rows:
-            terminalreporter.write_line(line(r), red=r[-1] == "FAIL")
+    which = config.getoption("--vgct-summary", "failures") or "failures"
+    if which != "none":
+        rows = summary_rows(s.records, which=which, failed_tests=set(s.failed_tests))
+        if rows:
+            width = int(getattr(getattr(terminalreporter, "_tw", None), "fullwidth", 0) or 120)
+            title = "vgct comparisons" + (" (failed only; --vgct-summary=all lists every one)"
+                                          if which == "failures" else "")
+            terminalreporter.write_sep("=", title)
+            for line in render_table(rows, width):
+                terminalreporter.write_line(line, red=" FAIL" in line)
+        slack = slack_warnings(s.records)
+        if slack:
+            terminalreporter.write_line(
+                f"vgct: {len(slack)} passing gate(s) have bars more than 100x looser than their measurement "
+                f"(slack column; tighten with explicit bars a modest factor above the measured floor, "
+                f"docs/method.md)" + ("; --vgct-summary=all lists them" if which != "all" else ""), yellow=True)
+            if which == "all":
+                for r in slack:
+                    label = f" [{r['name']}]" if r.get("name") else ""
+                    terminalreporter.write_line(f"  {r.get('test')}{label}: {r['component']} / {r['feature']}: "
+                                                f"slack {r['slack']:.3g}x", yellow=True)
     for n in s.nondeterminism:
         terminalreporter.write_line(f"vgct NONDETERMINISM in {n['test']} (--vgct-repeat={n['repeat']}): "
                                     f"{len(n['differences'])} difference(s)", red=True)

@@ -18,7 +18,7 @@ import hashlib
 import inspect
 import math
 import sys
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _context
 
@@ -34,6 +34,10 @@ __all__ = [
     "poison",
     "count_unwritten",
     "assert_all_written",
+    "attention_backend_calls",
+    "CompileProbe",
+    "expect_gate_failure",
+    "ExpectedFailure",
 ]
 
 
@@ -283,6 +287,162 @@ def assert_feature_active(*, component: str, feature: str, on: Any = None, off: 
         lines += [f"  {'ok  ' if ok else 'FAIL'} {f}: {d}" for f, ok, d in forms]
         raise FeatureInactive("\n".join(lines), result)
     return result
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Probes for the features this suite tests: diffusers attention backends, torch.compile
+
+
+@contextlib.contextmanager
+def attention_backend_calls(name: str) -> Iterator[CallCounter]:
+    """Count the calls that reach diffusers' registered attention backend ``name`` inside the block.
+
+    ``name``: an ``AttentionBackendName`` value (``"native"``, ``"_native_math"``, ``"flash"``, ...). diffusers
+    (``diffusers.models.attention_dispatch``) dispatches every attention through
+    ``_AttentionBackendRegistry._backends[name]``; for the duration of the block that entry is replaced by a
+    forwarder that counts and calls the original, so a count ``> 0`` proves the backend ran (not a silent
+    fallback to another one). The registry's argument filter (``_supported_arg_names``) is left alone, so
+    the backend receives exactly the arguments it would have. Yields a :class:`CallCounter` named
+    ``diffusers attention backend '<name>'``. The entry is restored on exit, also on error.
+
+    Raises ``ImportError`` without diffusers, ``ValueError`` for a name diffusers does not know, ``LookupError``
+    for a known backend that is not registered in this diffusers build.
+    """
+    from diffusers.models.attention_dispatch import AttentionBackendName, _AttentionBackendRegistry
+
+    try:
+        key = AttentionBackendName(name)
+    except ValueError:
+        known = ", ".join(repr(m.value) for m in AttentionBackendName)
+        raise ValueError(f"attention_backend_calls: {name!r} is not a diffusers attention backend ({known})") \
+            from None
+    reg = _AttentionBackendRegistry._backends
+    if key not in reg:
+        raise LookupError(f"attention_backend_calls: diffusers has no registered function for backend {name!r}")
+    original = reg[key]
+    counter = CallCounter(f"diffusers attention backend {name!r}")
+
+    @functools.wraps(original)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        counter.hit()
+        return original(*args, **kwargs)
+
+    reg[key] = counted
+    try:
+        yield counter
+    finally:
+        if reg.get(key) is counted:
+            reg[key] = original
+
+
+class CompileProbe:
+    """A ``torch.compile`` backend that proves compiled code ran: ``torch.compile(m, backend=probe)``.
+
+    It compiles each graph dynamo hands it with the wrapped backend (``backend``, default ``"inductor"``,
+    any name ``torch._dynamo.list_backends()`` knows or a backend callable) and wraps the compiled callable, so
+    ``probe.graphs`` counts graphs compiled and ``probe.calls`` (a :class:`CallCounter`) counts executions of
+    compiled code. ``assert_feature_active(calls=probe.calls)`` then proves the compiled path ran; a graph
+    break that sends everything back to eager leaves ``calls.count`` at 0. ``probe.graph_breaks`` is dynamo's
+    graph-break count since the probe was made (``torch._dynamo.utils.counters``).
+    """
+
+    def __init__(self, backend: Any = "inductor"):
+        self.backend = backend
+        self.graphs = 0
+        self.calls = CallCounter(f"torch.compile[{backend if isinstance(backend, str) else 'custom'}] graphs")
+        self._breaks0 = self._break_count()
+
+    @staticmethod
+    def _break_count() -> int:
+        try:
+            from torch._dynamo.utils import counters
+        except ImportError:
+            return 0
+        return int(sum(counters["graph_break"].values()))
+
+    @property
+    def graph_breaks(self) -> int:
+        return self._break_count() - self._breaks0
+
+    def __call__(self, gm: Any, example_inputs: Any) -> Any:
+        import torch._dynamo
+
+        inner = torch._dynamo.lookup_backend(self.backend) if isinstance(self.backend, str) else self.backend
+        compiled = inner(gm, example_inputs)
+        self.graphs += 1
+        counter = self.calls
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            counter.hit()
+            return compiled(*args, **kwargs)
+
+        if getattr(compiled, "_boxed_call", False):
+            run._boxed_call = True  # type: ignore[attr-defined]
+        return run
+
+    def __repr__(self) -> str:
+        return f"CompileProbe(backend={self.backend!r}, graphs={self.graphs}, calls={self.calls.count})"
+
+
+class ExpectedFailure:
+    """What :func:`expect_gate_failure` caught: ``.error`` (the GateFailure), ``.failed`` (failed statistics)."""
+
+    def __init__(self) -> None:
+        self.error: Any = None
+        self.failed: List[str] = []
+
+
+@contextlib.contextmanager
+def expect_gate_failure(*, statistics: Optional[Sequence[str]] = None, any_of: Optional[Sequence[str]] = None,
+                        component: Optional[str] = None) -> Iterator[ExpectedFailure]:
+    """Assert that a planted fault fails its gate, and on which statistics.
+
+    The block must raise :class:`vgct_ext.gates.GateFailure` (also inside :func:`vgct_ext.soft_gates`: gates
+    raise in this block); its records are marked ``"expected_failure": True`` so the summary does not count
+    them as failures. Then:
+
+    * ``statistics``: every one of these statistic names (``"rel_l2"``, ``"cosine"``, ``"mismatches"``,
+      ``"max_abs_err"``, ``"p99"``, ``"channel_mean_shift"``, ``"non_finite_pairs"``) must be among the failed
+      ones, and its message row must say FAIL;
+    * ``any_of``: at least one of these must have failed;
+    * ``component``: the message must name it.
+
+    Yields an :class:`ExpectedFailure` filled in on exit. Raises ``AssertionError`` (pytest reports it as a
+    test failure) when the block passes -- the gate let the planted fault through -- or fails on other
+    statistics; other exceptions propagate. :class:`EvidenceMissing` does not count: a T2 gate without evidence
+    proves nothing about the fault.
+    """
+    __tracebackhide__ = True
+    from .gates import EvidenceMissing, GateFailure, _hard_gates
+
+    want = tuple(statistics or ())
+    anyof = tuple(any_of or ())
+    caught = ExpectedFailure()
+    try:
+        with _hard_gates(expecting=True):
+            yield caught
+    except EvidenceMissing:
+        raise
+    except GateFailure as exc:
+        caught.error = exc
+        caught.failed = exc.failed_statistics
+    else:
+        raise AssertionError(f"planted fault not caught: the gate passed (expected it to fail"
+                             f"{' on ' + ', '.join(want or anyof) if (want or anyof) else ''}); a gate that "
+                             f"lets a real bug pass is the worst defect")
+    msg = str(caught.error)
+    missing = [s for s in want if s not in caught.failed]
+    if missing:
+        raise AssertionError(f"planted fault caught, but not on {missing} (failed: {caught.failed}):\n{msg}")
+    if anyof and not any(s in caught.failed for s in anyof):
+        raise AssertionError(f"planted fault caught, but on none of {list(anyof)} (failed: {caught.failed}):\n"
+                             f"{msg}")
+    labels = {c.statistic: c.label for c in caught.error.checks}
+    for s in want:
+        if not any(labels.get(s, s) in ln and "FAIL" in ln for ln in msg.splitlines()):
+            raise AssertionError(f"no FAIL row for {labels.get(s, s)!r} in the message:\n{msg}")
+    if component is not None and f"'{component}'" not in msg:
+        raise AssertionError(f"the failure does not name component {component!r}:\n{msg}")
 
 
 # --------------------------------------------------------------------------------------------------------------

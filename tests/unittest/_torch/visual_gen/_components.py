@@ -22,7 +22,7 @@ import torch
 diffusers = pytest.importorskip(
     "diffusers", reason="the component tests need Hugging Face diffusers (pip install -e .[diffusers])")
 
-from vgct_ext.probes import assert_same_weights, count_calls  # noqa: E402
+from vgct_ext.probes import assert_same_weights  # noqa: E402
 
 #: The diffusers release these tests were written and calibrated against (see the calibration evidence).
 DIFFUSERS_PIN = "0.42.1"
@@ -299,30 +299,28 @@ def flux_block_inputs(*, seed: int, device="cpu", dtype=torch.float32, theta: fl
 
 
 @contextlib.contextmanager
-def backend_calls(name: str) -> Iterator[object]:
-    """Count the calls that reach diffusers' registered attention backend ``name`` (e.g. "_native_math").
+def planted_softmax_scale(backend: str, transform: Callable[[float], float]) -> Iterator[None]:
+    """Planted fault: attention through diffusers backend ``backend`` runs with softmax scale ``transform(scale)``
+    (``scale`` defaults to 1/sqrt(head_dim), as SDPA's), e.g. ``lambda s: 1.1 * s`` for a 10% scale error. The
+    registry entry is wrapped for the block only; stack it inside ``attention_backend_calls`` to count too."""
+    import math
 
-    diffusers dispatches through ``_AttentionBackendRegistry._backends[name]``; the entry is swapped for a
-    forwarder to a counted holder (``vgct_ext.count_calls``) for the duration, so the count proves the
-    alternate backend actually ran (not a silent fallback to the default one).
-    """
     from diffusers.models.attention_dispatch import AttentionBackendName, _AttentionBackendRegistry
 
-    key = AttentionBackendName(name)
+    key = AttentionBackendName(backend)
     reg = _AttentionBackendRegistry._backends
     original = reg[key]
-    holder = type(f"diffusers_attention_backend[{name}]", (), {})()  # names the counter in probe messages
-    holder.fn = original
 
-    def forward(**kwargs):
-        return holder.fn(**kwargs)
+    def faulty(**kwargs):
+        scale = kwargs.get("scale") or 1.0 / math.sqrt(kwargs["query"].shape[-1])
+        kwargs["scale"] = transform(scale)
+        return original(**kwargs)
 
-    with count_calls(holder, "fn") as calls:
-        reg[key] = forward
-        try:
-            yield calls
-        finally:
-            reg[key] = original
+    reg[key] = faulty
+    try:
+        yield
+    finally:
+        reg[key] = original
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -435,3 +435,101 @@ def test_run_twice_detects_input_mutation():
     x = torch.zeros(4)
     r = run_twice(lambda v: v.add_(1), x)
     assert not r.identical and r.inputs_changed == ["input[0]"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# probes for diffusers attention backends and torch.compile; expect_gate_failure; the package's names
+
+
+def test_attention_backend_calls_counts_through_diffusers_registry():
+    pytest.importorskip("diffusers")
+    from diffusers.models.attention_dispatch import (_AttentionBackendRegistry, attention_backend,
+                                                     dispatch_attention_fn)
+
+    from vgct_ext.probes import attention_backend_calls
+
+    q = torch.randn(1, 6, 2, 8, generator=torch.Generator().manual_seed(0))  # (B, L, H, D) as diffusers passes
+    before = dict(_AttentionBackendRegistry._backends)
+    with attention_backend_calls("_native_math") as math_calls, attention_backend_calls("native") as native:
+        with attention_backend("_native_math"):
+            out = dispatch_attention_fn(q, q, q)
+        with attention_backend("native"):
+            ref = dispatch_attention_fn(q, q, q)
+    assert (math_calls.count, native.count) == (1, 1) and "_native_math" in math_calls.name
+    assert _AttentionBackendRegistry._backends == before  # restored
+    # oracle: softmax(q k^T / sqrt(d)) v in float64
+    qd = q.double().transpose(1, 2)
+    want = torch.softmax(qd @ qd.transpose(-1, -2) / math.sqrt(8), -1) @ qd
+    assert torch.allclose(out.double().transpose(1, 2), want, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(ref, out, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="not a diffusers attention backend"):
+        with attention_backend_calls("no_such_backend"):
+            pass
+
+
+def test_compile_probe_counts_compiled_executions():
+    from vgct_ext.probes import CompileProbe
+
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(0))
+    probe = CompileProbe("eager")  # dynamo's eager backend: same graph capture, no inductor build (fast)
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            cm = torch.compile(m, backend=probe)
+            y1, y2 = cm(x), cm(x)
+    finally:
+        torch._dynamo.reset()
+    assert probe.graphs == 1 and probe.calls.count == 2 and probe.graph_breaks == 0
+    with torch.no_grad():
+        assert torch.equal(y1, m(x)) and torch.equal(y2, y1)
+    assert_feature_active(component="c", feature="compile", calls=probe.calls)
+    idle = CompileProbe("eager")
+    with pytest.raises(FeatureInactive):
+        assert_feature_active(component="c", feature="compile", calls=idle.calls)  # never compiled: not run
+
+
+def test_expect_gate_failure_checks_the_failing_statistics():
+    from vgct_ext.gates import assert_t1, soft_gates
+    from vgct_ext.probes import expect_gate_failure
+
+    e = np.linspace(-1, 1, 64, dtype=np.float32)
+    with expect_gate_failure(statistics=("rel_l2",), component="c") as caught:
+        assert_t1(e * 1.01, e, component="c", feature="f")
+    assert "rel_l2" in caught.failed and caught.error.stats.rel_l2 == pytest.approx(0.01, rel=1e-6)
+    with pytest.raises(AssertionError, match="planted fault not caught"):
+        with expect_gate_failure():
+            assert_t1(e, e, component="c", feature="f")
+    with pytest.raises(AssertionError, match=r"not on \['non_finite_pairs'\]"):
+        with expect_gate_failure(statistics=("non_finite_pairs",)):
+            assert_t1(e * 1.01, e, component="c", feature="f")
+    with pytest.raises(AssertionError, match="does not name component 'other'"):
+        with expect_gate_failure(component="other"):
+            assert_t1(e * 1.01, e, component="c", feature="f")
+    with soft_gates():  # gates raise inside expect_gate_failure even in soft mode; nothing left to collect
+        with expect_gate_failure(statistics=("rel_l2",)):
+            assert_t1(e * 1.01, e, component="c", feature="f")
+
+
+def test_package_lists_the_method_layer_without_importing_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, vgct_ext; names = set(vgct_ext.__all__); d = set(dir(vgct_ext)); "
+            "assert 'torch' not in sys.modules, 'torch imported'; "
+            "from vgct_ext import gates, probes, experiment, skips, sharded; "
+            "want = set().union(*(m.__all__ for m in (gates, probes, experiment, skips, sharded))); "
+            "assert want <= names and want <= d, sorted(want - names); "
+            "assert {'assert_t1', 'soft_gates', 'expect_gate_failure', 'CompileProbe'} <= names; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_gates_are_typed_to_return_paired_stats():
+    import typing
+
+    from vgct_ext.gates import assert_t1, assert_t2
+
+    for fn in (assert_t1, assert_t2):
+        hint = typing.get_type_hints(fn)["return"]
+        assert vgct_ext.PairedStats in typing.get_args(hint) or hint is vgct_ext.PairedStats
