@@ -72,6 +72,13 @@ typedef struct {
 
 #define VGCT_POLL_MS 10
 
+/* 1 when the caller asked to stop (p->interrupt returned nonzero).  The CUDA
+ * engine asks between launches, after a stream synchronization (the host
+ * has nothing in flight then), calling thread only. */
+static inline int vgct_interrupted(const vgct_params *p) {
+  return p->interrupt != NULL && p->interrupt(p->interrupt_ctx) != 0;
+}
+
 /* params with no tolerance, no slices, one thread, no interrupt. */
 static inline void vgct_params_init(vgct_params *p) {
   p->rtol = 0.0; p->atol = 0.0; p->dim = -1; p->nthreads = 1;

@@ -842,6 +842,11 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
     vgct_acc_merge(out, &part);
     if (S > 1)
       memcpy(&slices[j0], ws->h_pin + (WS_SRES - WS_RES), (size_t)Sc * sizeof(vgct_slice_acc));
+    if (j0 + per_launch < S && vgct_interrupted(p)) { /* Ctrl-C between chunked launches */
+      snprintf(err, errlen, "vgct_cuda_reduce: interrupted after %lld of %lld slices",
+               (long long)(j0 + Sc), (long long)S);
+      return VGCT_EINTR;
+    }
   }
   if (nsl == 1) vgct_slice_from_acc(out, &slices[0]);
   return cx.rc;

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes as C
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import sysconfig
@@ -192,7 +193,8 @@ def load() -> Optional[Engine]:
         return None
     srcs = [os.path.join(CSRC, f) for f in ("cpu_engine.c", "cpu_fold.inc", "cpu_fold32.inc", "vgct_engine.h", "vgct_stats.h",
                                             "vgct_dtypes.h")]
-    h = hashlib.sha256(cc.encode())
+    extra = shlex.split(os.environ.get("VGCT_TEST_CFLAGS", ""))  # scripts/sanitize.sh: -fsanitize=...
+    h = hashlib.sha256(" ".join([cc] + extra).encode())
     for s in srcs:
         with open(s, "rb") as f:
             h.update(f.read())
@@ -202,7 +204,7 @@ def load() -> Optional[Engine]:
     if not os.path.exists(so):
         tmp = f"{so}.{os.getpid()}.tmp"
         cmd = [cc, "-std=c11", "-O3", "-Wall", "-Wextra", "-shared", "-fPIC", "-pthread",
-               "-DVGCT_CPU_TESTING", "-I", CSRC, srcs[0], "-o", tmp, "-lm"]
+               "-DVGCT_CPU_TESTING", "-I", CSRC, srcs[0], "-o", tmp, "-lm"] + extra
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"building the engine test library failed:\n{' '.join(cmd)}\n{r.stderr}")
