@@ -31,12 +31,19 @@ mkdir -p "$scratch/pkg"
 cp -r vgct_ext "$scratch/pkg/"
 rm -f "$scratch/pkg/vgct_ext/"_C*.so
 cp "$scratch"/build/vgct_ext/_C*.so "$scratch/pkg/vgct_ext/"
+# an editable install (pip install -e .) maps vgct_ext to this tree through a meta path finder
+# that would win over PYTHONPATH: drop it in this run only
+cat > "$scratch/pkg/sitecustomize.py" <<'PYEOF'
+import sys
+sys.meta_path[:] = [f for f in sys.meta_path if not str(getattr(f, "__module__", "")).startswith("__editable__")]
+PYEOF
 
 export PYTHONPATH="$scratch/pkg${PYTHONPATH:+:$PYTHONPATH}"
 export VGCT_TEST_CFLAGS="$SAN"
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1:handle_segv=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+T="$PWD/tests/unittest/_torch/visual_gen/vgct"
+cd "$scratch" # not the tree's root: its vgct_ext/ (the unsanitized _C) would come first on sys.path
 LD_PRELOAD="$runtime" "$PY" -c "import vgct_ext, sys; f = vgct_ext._C.__file__; print('sanitized _C:', f); sys.exit(0 if f.startswith('$scratch') else 1)"
-T=tests/unittest/_torch/visual_gen/vgct
 LD_PRELOAD="$runtime" "$PY" -m pytest -q -p no:cacheprovider "$T/test_bridge.py" "$T/test_engine_internals.py" \
   "$T/test_quantiles.py" -k "not ctrl_c" "$@"

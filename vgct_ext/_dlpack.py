@@ -99,9 +99,11 @@ def _ml_dtypes_view(x: Any) -> Tuple[Any, Optional[str]]:
     ``__dlpack__`` refuses them) as ``(x.view(uint16/uint8), dtype name)``: the same bytes, no
     copy; ``_C`` reads the view as the named dtype (a same-width override, checked in C).
     Anything else is returned unchanged."""
-    dt = getattr(x, "dtype", None)
-    if (dt is not None and getattr(getattr(dt, "type", None), "__module__", None) == "ml_dtypes"
-            and getattr(dt, "name", None) in _ML_FLOATS and hasattr(x, "view")):
+    np = sys.modules.get("numpy")
+    if np is None or not isinstance(x, np.ndarray):  # nothing else is looked at (no __getattr__)
+        return x, None
+    dt = x.dtype
+    if getattr(dt.type, "__module__", None) == "ml_dtypes" and dt.name in _ML_FLOATS:
         return x.view(f"u{dt.itemsize}"), dt.name
     return x, None
 
