@@ -11,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
 vgct_build_deps
+vgct_need pytest:pytest hypothesis:hypothesis "numpy:numpy>=2.1" ml_dtypes:ml_dtypes
 
 CC="${CC:-$(command -v clang || command -v gcc)}"
 export CC
