@@ -518,3 +518,20 @@ def test_mixed_integer_float_pairs_convert_to_float64():
     nearest, as numpy's int64 - float64 -> float64): 2^53 + 1 against the float 2^53 is equal."""
     s = vgct_ext.compare(np.array([2**53 + 1, 3]), np.array([2.0**53, 3.5]), rtol=0, atol=0)
     assert s.n_unequal == 1 and s.max_abs_err == 0.5 and s.max_abs_err_index == (1,)
+
+
+def test_integer_pairs_threads_segments_and_slices():
+    """2^20 int64 pairs above 2^53 (threads, several segments, per-slice statistics): counts and
+    maxima against exact NumPy integer arithmetic (differences here fit int64)."""
+    rng = np.random.default_rng(5)
+    n = 1 << 20
+    e = rng.integers(2**60, 2**62, n, dtype=np.int64)
+    a = e + rng.integers(-3, 4, n, dtype=np.int64)  # differences of 0..3 next to values ~2^61
+    s = vgct_ext.compare(a.reshape(256, -1), e.reshape(256, -1), rtol=0.0, atol=1.5, quantiles=(0.5, 1.0), dim=0)
+    d = np.abs(a - e)  # exact: |d| <= 3
+    assert s.n_unequal == int(np.count_nonzero(d)) and s.mismatches == int(np.count_nonzero(d > 1.5))
+    assert s.max_abs_err == 3.0 and np.ravel_multi_index(s.max_abs_err_index, (256, n // 256)) == int(np.argmax(d))
+    assert s.quantiles == {0.5: float(np.quantile(d.astype(np.float64), 0.5)), 1.0: 3.0}
+    assert s.slices.count.tolist() == [n // 256] * 256
+    assert s.slices.max_abs_err.tolist() == d.reshape(256, -1).max(axis=1).astype(float).tolist()
+    assert math.isclose(s.mean_diff, float(np.mean((a - e).astype(np.float64))), rel_tol=1e-12, abs_tol=1e-15)
