@@ -74,20 +74,26 @@ void vgct_format_dtype_names(char *buf, size_t len) {
 }
 
 /*
- * vgct_format_shape -- numpy's spelling of a shape tuple: "()", "(5,)",
- * "(2, 3)".  Truncated (with "...") when it does not fit.
+ * vgct_format_tuple -- Python's spelling of a tuple of n ints: "()", "(5,)",
+ * "(2, 3)" -- the one format of shapes and strides in every message.
+ * Truncated (ending "...") when it does not fit; len >= 8.
  */
-void vgct_format_shape(const vgct_view *v, char *buf, size_t len) {
+void vgct_format_tuple(const int64_t *xs, int n, char *buf, size_t len) {
   size_t used = 0;
   int w = snprintf(buf, len, "(");
   used = w > 0 ? (size_t)w : 0;
-  for (int k = 0; k < v->ndim && used < len; ++k) {
-    w = snprintf(buf + used, len - used, "%s%" PRId64, k ? ", " : "", v->shape[k]);
+  for (int k = 0; k < n && used < len; ++k) {
+    w = snprintf(buf + used, len - used, "%s%" PRId64, k ? ", " : "", xs[k]);
     if (w < 0) return;
     used += (size_t)w;
   }
-  if (used < len) snprintf(buf + used, len - used, v->ndim == 1 ? ",)" : ")");
+  if (used < len) used += (size_t)snprintf(buf + used, len - used, n == 1 ? ",)" : ")");
   if (used >= len && len > 4) memcpy(buf + len - 4, "...", 4);
+}
+
+/* vgct_format_tuple of a view's shape. */
+void vgct_format_shape(const vgct_view *v, char *buf, size_t len) {
+  vgct_format_tuple(v->shape, v->ndim, buf, len);
 }
 
 /* "cpu" or "cuda:K". */
@@ -444,14 +450,26 @@ static int fill_view(const DLTensor *t, const char *argname, const vgct_device *
                    vgct_dtype_names[dt], vgct_dtype_itemsize[dt]);
       return -1;
     }
-    /* the override exists for byte views of float8 data (a torch without
-     * float8 DLPack export hands over x.view(torch.uint8)): reinterpreting
-     * a typed tensor (float32 bits as int32) would be silently wrong */
-    if (dt != VGCT_UINT8 && dt != VGCT_INT8) {
+    /* the override exists for bit views of floating data DLPack cannot
+     * carry (a torch without float8 export hands over x.view(torch.uint8),
+     * NumPy's ml_dtypes bfloat16/float8 arrays a uint16/uint8 view): it
+     * turns an UNSIGNED integer view into a FLOATING dtype of the same
+     * width; anything else (float32 bits as int32, int8 read as uint8)
+     * would be silently wrong */
+    if (dt != VGCT_UINT8 && dt != VGCT_UINT16 && dt != VGCT_UINT32 && dt != VGCT_UINT64 &&
+        dt != VGCT_INT8) {
       PyErr_Format(PyExc_ValueError,
-                   "%s: dtype override %s applies only to a uint8/int8 byte view, but the "
-                   "tensor is %s",
+                   "%s: dtype override %s applies only to an unsigned integer view of the same "
+                   "width (uint8/int8 for float8, uint16 for float16/bfloat16), but the tensor is %s",
                    argname, vgct_dtype_names[dtype_override], vgct_dtype_names[dt]);
+      return -1;
+    }
+    if (vgct_dtype_is_int(dtype_override)) {
+      PyErr_Format(PyExc_ValueError,
+                   "%s: dtype override %s is an integer dtype; an override names the floating "
+                   "dtype of a bit view (float16, bfloat16, float32, float64, float8_e4m3fn, "
+                   "float8_e5m2)",
+                   argname, vgct_dtype_names[dtype_override]);
       return -1;
     }
     dt = dtype_override;
@@ -477,7 +495,10 @@ static int fill_view(const DLTensor *t, const char *argname, const vgct_device *
   } else {
     for (int k = 0; k < v->ndim; ++k) {
       if (v->shape[k] > INT64_MAX / numel) {
-        PyErr_Format(PyExc_ValueError, "%s: the element count overflows int64", argname);
+        char sh[256];
+        vgct_format_shape(v, sh, sizeof sh);
+        PyErr_Format(PyExc_ValueError, "%s: the element count of shape %s overflows int64",
+                     argname, sh);
         return -1;
       }
       numel *= v->shape[k];
@@ -536,22 +557,13 @@ static int fill_view(const DLTensor *t, const char *argname, const vgct_device *
 range: {
   /* name the offending layout: which producer sent what is the first question
    * (at most the first 8 axes; snprintf's return is clamped to the room left) */
-  char lay[512];
-  size_t at = 0;
-  for (int pass = 0; pass < 2; ++pass) {
-    const int64_t *xs = pass ? v->strides : v->shape;
-    for (int k = -1; k <= v->ndim && k <= 8 && at < sizeof lay - 1; ++k) {
-      int w;
-      if (k < 0) w = snprintf(lay + at, sizeof lay - at, "%s(", pass ? " strides " : "shape ");
-      else if (k == v->ndim || k == 8) w = snprintf(lay + at, sizeof lay - at, "%s)", k < v->ndim ? ", ..." : "");
-      else w = snprintf(lay + at, sizeof lay - at, "%s%" PRId64, k ? ", " : "", xs[k]);
-      if (w > 0) at += (size_t)w < sizeof lay - 1 - at ? (size_t)w : sizeof lay - 1 - at;
-    }
-  }
+  char sh[256], st[256];
+  vgct_format_tuple(v->shape, v->ndim, sh, sizeof sh);
+  vgct_format_tuple(v->strides, v->ndim, st, sizeof st);
   PyErr_Format(PyExc_ValueError,
                "%s: strides reach beyond the int64 byte range (shape x strides overflow): "
-               "%s in elements of %d bytes",
-               argname, lay, (int)isz);
+               "shape %s strides %s in elements of %d bytes",
+               argname, sh, st, (int)isz);
   return -1;
 }
 }

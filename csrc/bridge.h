@@ -62,8 +62,9 @@ int vgct_bridge_device(PyObject *obj, const char *argname, vgct_device *dev);
  * bridge.c call_dlpack) and build out->view.  `stream` (None or a Python int)
  * is passed to __dlpack__ for CUDA devices; for host memory it must be None
  * (ValueError otherwise: the DLPack spec allows only None on the CPU).
- * `dtype_override` is a vgct_dtype that reinterprets the elements of a
- * uint8/int8 byte view (same itemsize required), or -1.
+ * `dtype_override` is a floating vgct_dtype that reinterprets the elements
+ * of an unsigned integer view of the same itemsize (uint8/int8 for float8,
+ * uint16 for bfloat16/float16, ...), or -1; ValueError otherwise.
  * On success the caller owns the tensor: call vgct_import_release() once. */
 int vgct_bridge_import(PyObject *obj, const char *argname, const vgct_device *dev,
                        PyObject *stream, int dtype_override, vgct_import *out);
@@ -79,7 +80,8 @@ void vgct_format_dtype_names(char *buf, size_t len);
 /* vgct_dtype for a name ("bfloat16", "float8_e4m3fn", ...), or -1. */
 int vgct_dtype_from_name(const char *name);
 
-/* Write "(2, 3, 4)" (numpy's tuple spelling) into buf. */
+/* Write "(2, 3, 4)" / "(5,)" / "()" (Python's tuple spelling) into buf. */
+void vgct_format_tuple(const int64_t *xs, int n, char *buf, size_t len);
 void vgct_format_shape(const vgct_view *v, char *buf, size_t len);
 
 /* "cpu" or "cuda:K" */

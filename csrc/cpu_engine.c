@@ -81,6 +81,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "vgct_engine.h"
 
@@ -148,6 +149,9 @@ static inline double cv_i16(int16_t v) { return (double)v; }
 static inline double cv_i32(int32_t v) { return (double)v; }
 static inline double cv_i64(int64_t v) { return (double)v; }
 static inline double cv_u8(uint8_t v) { return (double)v; }
+static inline double cv_u16(uint16_t v) { return (double)v; }
+static inline double cv_u32(uint32_t v) { return (double)v; }
+static inline double cv_u64(uint64_t v) { return (double)v; }
 static inline double cv_f32(float v) { return (double)v; }
 static inline double cv_f64(double v) { return v; }
 
@@ -184,7 +188,7 @@ static inline double lut_e5m2(uint8_t v) { return tab_e5m2[v]; }
 #define LOADER_TABLE(SUFFIX)                                                              \
   {ld_bool##SUFFIX, ld_i8##SUFFIX, ld_i16##SUFFIX, ld_i32##SUFFIX, ld_i64##SUFFIX,         \
    ld_u8##SUFFIX, ld_f16##SUFFIX, ld_bf16##SUFFIX, ld_f32##SUFFIX, ld_f64##SUFFIX,         \
-   ld_e4m3##SUFFIX, ld_e5m2##SUFFIX}
+   ld_e4m3##SUFFIX, ld_e5m2##SUFFIX, ld_u16##SUFFIX, ld_u32##SUFFIX, ld_u64##SUFFIX}
 #else
 #define DEF_LOADER(NAME, T, CONV) DEF_LOADER1(NAME, T, CONV, )
 #endif
@@ -200,12 +204,15 @@ DEF_LOADER(ld_f32, float, cv_f32)
 DEF_LOADER(ld_f64, double, cv_f64)
 DEF_LOADER(ld_e4m3, uint8_t, lut_e4m3)
 DEF_LOADER(ld_e5m2, uint8_t, lut_e5m2)
+DEF_LOADER(ld_u16, uint16_t, cv_u16)
+DEF_LOADER(ld_u32, uint32_t, cv_u32)
+DEF_LOADER(ld_u64, uint64_t, cv_u64)
 #undef DEF_LOADER
 #undef DEF_LOADER1
 
 static const loader_fn loaders[VGCT_NUM_DTYPES] = {
     ld_bool, ld_i8, ld_i16, ld_i32, ld_i64, ld_u8,
-    ld_f16, ld_bf16, ld_f32, ld_f64, ld_e4m3, ld_e5m2};
+    ld_f16, ld_bf16, ld_f32, ld_f64, ld_e4m3, ld_e5m2, ld_u16, ld_u32, ld_u64};
 #ifdef LOADER_TABLE
 static const loader_fn loaders_avx2[VGCT_NUM_DTYPES] = LOADER_TABLE(_avx2);
 static const loader_fn loaders_avx512[VGCT_NUM_DTYPES] = LOADER_TABLE(_avx512);
@@ -255,6 +262,7 @@ typedef struct {
   const char *pa, *pe;
   int dta, dte, isa, ise;
   loader_fn lda, lde;
+  int intpair;                  /* vgct_pair_is_int64: the exact integer path */
 } plan_t;
 
 static inline int64_t iabs64(int64_t x) { return x < 0 ? -x : x; }
@@ -281,6 +289,7 @@ static void plan_build(const vgct_view *a, const vgct_view *e, int dim, plan_t *
   P->isa = vgct_dtype_itemsize[a->dtype]; P->ise = vgct_dtype_itemsize[e->dtype];
   const loader_fn *ld = pick_loaders();
   P->lda = ld[a->dtype]; P->lde = ld[e->dtype];
+  P->intpair = vgct_pair_is_int64(a->dtype, e->dtype);
   P->dpos = -1;
   int64_t lstride[VGCT_MAX_NDIM];
   int64_t acc = 1;
@@ -380,6 +389,9 @@ typedef struct {
 
 typedef struct {
   double A[TILE], E[TILE];
+  uint64_t IA[TILE], IE[TILE]; /* integer pairs: vgct_load_int bits (tile_fill_int) */
+  int ua64, ue64;              /* ... and which side is uint64                    */
+  int isint;                   /* filled by tile_fill_int                         */
   run_t runs[TILE];
   unsigned char bad[TILE]; /* patched (non-finite) pairs, valid when npatch > 0 */
   int nr, len, npatch;
@@ -419,12 +431,33 @@ static int64_t tile_next_run(const plan_t *P, const iter_t *it, int64_t end, til
  * shorter runs are packed whole. */
 static void tile_fill(const plan_t *P, iter_t *it, int64_t end, tile_t *t) {
   const int k = P->nd - 1;
-  t->len = 0; t->nr = 0; t->npatch = 0; t->lstep = P->sl[k]; t->dbl = 1;
+  t->len = 0; t->nr = 0; t->npatch = 0; t->lstep = P->sl[k]; t->dbl = 1; t->isint = 0;
   const char *qa, *qe;
   int64_t rem;
   while ((rem = tile_next_run(P, it, end, t, &qa, &qe)) > 0) {
     P->lda(qa, P->sa[k], rem, t->A + t->len);
     P->lde(qe, P->se[k], rem, t->E + t->len);
+    t->len += (int)rem;
+    iter_advance(P, it, rem);
+  }
+}
+
+/* Integer pairs (P->intpair): the same runs, the raw integers (vgct_load_int)
+ * into IA/IE; A/E are not filled. */
+static void ld_int(const char *p, int64_t st, int64_t cnt, int dt, int isz, uint64_t *out) {
+  const int64_t bst = st * isz;
+  for (int64_t i = 0; i < cnt; ++i) out[i] = vgct_load_int(p + i * bst, dt);
+}
+
+static void tile_fill_int(const plan_t *P, iter_t *it, int64_t end, tile_t *t) {
+  const int k = P->nd - 1;
+  t->len = 0; t->nr = 0; t->npatch = 0; t->lstep = P->sl[k]; t->dbl = 0;
+  t->ua64 = P->dta == VGCT_UINT64; t->ue64 = P->dte == VGCT_UINT64; t->isint = 1;
+  const char *qa, *qe;
+  int64_t rem;
+  while ((rem = tile_next_run(P, it, end, t, &qa, &qe)) > 0) {
+    ld_int(qa, P->sa[k], rem, P->dta, P->isa, t->IA + t->len);
+    ld_int(qe, P->se[k], rem, P->dte, P->ise, t->IE + t->len);
     t->len += (int)rem;
     iter_advance(P, it, rem);
   }
@@ -446,7 +479,7 @@ static void gather_f32(const char *p, int64_t st, int64_t cnt, float *out) {
 static void tile_fill32(const plan_t *P, iter_t *it, int64_t end, tile_t *t) {
   const int k = P->nd - 1;
   const int direct = P->sa[k] == 1 && P->se[k] == 1;
-  t->len = 0; t->nr = 0; t->npatch = 0; t->lstep = P->sl[k]; t->dbl = 0;
+  t->len = 0; t->nr = 0; t->npatch = 0; t->lstep = P->sl[k]; t->dbl = 0; t->isint = 0;
   t->fa = (const char *)t->FA; t->fe = (const char *)t->FE;
   const char *qa0 = NULL, *qe0 = NULL, *qa, *qe;
   int64_t rem;
@@ -666,6 +699,56 @@ static int ms_finish(mstack_t *m, vgct_acc *out) {
 }
 
 /* ======================================================================
+ * Cancellation (vgct_params.interrupt): one flag per entry-point call.
+ * Every thread tests it (a relaxed load) before each tile and stops its
+ * unit when set; only thread 0 -- the calling thread -- calls the
+ * interrupt function, at most every VGCT_POLL_MS, between tiles and while
+ * it waits for the other threads (par_run).  A stopped call frees what it
+ * allocated and returns VGCT_EINTR; the results are discarded.
+ * ====================================================================== */
+typedef struct {
+  atomic_int stop;
+  int (*poll)(void *);
+  void *ctx;
+  struct timespec last; /* thread 0 only */
+  unsigned tick;        /* thread 0 only */
+} cancel_t;
+
+static void cc_init(cancel_t *cc, const vgct_params *p) {
+  atomic_init(&cc->stop, 0);
+  cc->poll = p->interrupt;
+  cc->ctx = p->interrupt_ctx;
+  cc->tick = 0;
+  clock_gettime(CLOCK_MONOTONIC, &cc->last);
+}
+
+/* thread 0: call the interrupt function when VGCT_POLL_MS have passed */
+static int cc_poll(cancel_t *cc) {
+  if (atomic_load_explicit(&cc->stop, memory_order_relaxed)) return 1;
+  if (!cc->poll) return 0;
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const long long ms = (long long)(now.tv_sec - cc->last.tv_sec) * 1000 +
+                       (now.tv_nsec - cc->last.tv_nsec) / 1000000;
+  if (ms < VGCT_POLL_MS) return 0;
+  cc->last = now;
+  if (cc->poll(cc->ctx)) {
+    atomic_store(&cc->stop, 1);
+    return 1;
+  }
+  return 0;
+}
+
+/* before each tile: 1 = stop.  Thread 0 looks at the clock every 16 tiles. */
+static inline int cc_check(cancel_t *cc, int tid) {
+  if (atomic_load_explicit(&cc->stop, memory_order_relaxed)) return 1;
+  if (tid != 0 || !cc->poll || (++cc->tick & 15u)) return 0;
+  return cc_poll(cc);
+}
+
+static inline int cc_stopped(cancel_t *cc) { return atomic_load(&cc->stop) != 0; }
+
+/* ======================================================================
  * Threads: units [0, nunits) handed out dynamically; what a unit computes
  * never depends on which thread runs it.
  * ====================================================================== */
@@ -674,37 +757,80 @@ typedef struct par_s {
   int64_t nunits;
   void (*fn)(void *ctx, int64_t unit, int tid);
   void *ctx;
+  cancel_t *cc;
+  pthread_mutex_t mu; /* finished / cv: thread 0 waits, polling, for the rest */
+  pthread_cond_t cv;
+  int finished;
 } par_t;
 
 typedef struct { par_t *par; int tid; } par_arg_t;
 
+static void par_units(par_t *par, int tid) {
+  for (;;) {
+    if (par->cc && atomic_load_explicit(&par->cc->stop, memory_order_relaxed)) break;
+    long long u = atomic_fetch_add(&par->next, 1);
+    if (u >= par->nunits) break;
+    par->fn(par->ctx, (int64_t)u, tid);
+  }
+}
+
 static void *par_worker(void *arg) {
   par_arg_t *pa = (par_arg_t *)arg;
   par_t *par = pa->par;
-  for (;;) {
-    long long u = atomic_fetch_add(&par->next, 1);
-    if (u >= par->nunits) break;
-    par->fn(par->ctx, (int64_t)u, pa->tid);
-  }
+  par_units(par, pa->tid);
+  pthread_mutex_lock(&par->mu);
+  par->finished += 1;
+  pthread_cond_signal(&par->cv);
+  pthread_mutex_unlock(&par->mu);
   return NULL;
 }
 
-/* runs fn over all units with up to nthreads threads (the caller is one) */
-static void par_run(int nthreads, int64_t nunits, void (*fn)(void *, int64_t, int), void *ctx) {
+/* runs fn over all units with up to nthreads threads (the caller is thread
+ * 0); with a cancel state, the caller keeps polling (cc_poll) while the
+ * other threads finish their units. */
+static void par_run(int nthreads, int64_t nunits, void (*fn)(void *, int64_t, int), void *ctx,
+                    cancel_t *cc) {
   par_t par;
   atomic_init(&par.next, 0);
-  par.nunits = nunits; par.fn = fn; par.ctx = ctx;
+  par.nunits = nunits; par.fn = fn; par.ctx = ctx; par.cc = cc;
+  par.finished = 0;
   pthread_t th[MAX_THREADS];
   par_arg_t args[MAX_THREADS];
   int started = 0;
+  if (nthreads > 1) {
+    pthread_mutex_init(&par.mu, NULL);
+    pthread_cond_init(&par.cv, NULL);
+  }
   for (int t = 1; t < nthreads; ++t) {
     args[t].par = &par; args[t].tid = t;
     if (pthread_create(&th[t], NULL, par_worker, &args[t]) != 0) break; /* fewer threads */
     ++started;
   }
-  args[0].par = &par; args[0].tid = 0;
-  par_worker(&args[0]);
+  par_units(&par, 0);
+  if (nthreads > 1) {
+    pthread_mutex_lock(&par.mu);
+    while (par.finished < started) {
+      if (cc && cc->poll) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += (long)VGCT_POLL_MS * 1000000L;
+        if (dl.tv_nsec >= 1000000000L) { dl.tv_sec += 1; dl.tv_nsec -= 1000000000L; }
+        if (pthread_cond_timedwait(&par.cv, &par.mu, &dl) != 0 && par.finished < started) {
+          pthread_mutex_unlock(&par.mu);
+          cc_poll(cc); /* may take the GIL: not under the mutex */
+          pthread_mutex_lock(&par.mu);
+        }
+      } else {
+        pthread_cond_wait(&par.cv, &par.mu);
+      }
+    }
+    pthread_mutex_unlock(&par.mu);
+  }
   for (int t = 1; t <= started; ++t) pthread_join(th[t], NULL);
+  if (nthreads > 1) {
+    pthread_cond_destroy(&par.cv);
+    pthread_mutex_destroy(&par.mu);
+  }
 }
 
 static int64_t seg_size(int64_t n) {
@@ -736,6 +862,8 @@ typedef struct {
   tile_t **tiles;           /* per thread */
   fold_fn fold;
   fold32_fn fold32;         /* float32 x float32: float32 tiles (else NULL) */
+  cancel_t *cc;
+  atomic_int changed;       /* a maximum's rescan did not find it: torn input */
 } red_ctx;
 
 /* Maxima of a fast tile into `best` (lowest flat index among ties).  `v` is
@@ -774,11 +902,14 @@ static int first_match(const double *A, const double *E, int len, int what, doub
   return -1;
 }
 
-static void tile_max_into(tile_t *t, const plan_t *P, int what, double v, double rtol,
-                          double atol, double *bv, int64_t *bi, double *ba, double *be) {
-  if (v < 0.0) return; /* no candidate in this tile */
-  if (*bi >= 0 && v < *bv) return;
-  if (*bi >= 0 && v == *bv && P->monotonic) return; /* later positions, larger indices */
+/* Returns 0, or -1 when the tile no longer holds v: a float32 tile is read
+ * in place by the fold and again here, so an input written meanwhile
+ * (another thread) can lose the maximum -- reported as VGCT_ECHANGED. */
+static int tile_max_into(tile_t *t, const plan_t *P, int what, double v, double rtol,
+                         double atol, double *bv, int64_t *bi, double *ba, double *be) {
+  if (v < 0.0) return 0; /* no candidate in this tile */
+  if (*bi >= 0 && v < *bv) return 0;
+  if (*bi >= 0 && v == *bv && P->monotonic) return 0; /* later positions, larger indices */
   tile_dbl(t, P);
   /* flat indices grow along a run (lstep > 0): the first match of each run is
    * that run's lowest; a monotonic tile is one increasing sequence */
@@ -805,11 +936,12 @@ static void tile_max_into(tile_t *t, const plan_t *P, int what, double v, double
     }
     if (P->monotonic && best_j >= 0) break;
   }
-  if (best_j < 0) return; /* cannot happen: v came from this tile */
+  if (best_j < 0) return -1; /* v came from this tile: only a torn input loses it */
   if (vgct_better(v, best_i, *bv, *bi)) {
     *bv = v; *bi = best_i;
     if (ba) { *ba = t->A[best_j]; *be = t->E[best_j]; }
   }
+  return 0;
 }
 
 /* max_rel over the tile's pairs with e != 0, into best (exact, lowest index) */
@@ -1015,7 +1147,30 @@ static void tile_slow(const tile_t *t, const plan_t *P, double rtol, double atol
   }
 }
 
-static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl) {
+/* Integer pairs (P->intpair): the definition (vgct_int_pair,
+ * vgct_acc_update_int) in NLANE lanes merged in order, as tile_slow; slices
+ * pair by pair in iteration order. */
+static void tile_int(const tile_t *t, const plan_t *P, double rtol, double atol, vgct_acc *tacc,
+                     vgct_slice_acc *sl) {
+  const int ua = P->dta == VGCT_UINT64, ue = P->dte == VGCT_UINT64;
+  const int inner = P->dpos == P->nd - 1;
+  vgct_acc lane[NLANE];
+  for (int l = 0; l < NLANE; ++l) vgct_acc_init(&lane[l], 0);
+  for (int r = 0; r < t->nr; ++r) {
+    const run_t *ru = &t->runs[r];
+    for (int j = 0; j < ru->len; ++j) {
+      const int q = ru->off + j;
+      vgct_int_cmp c;
+      vgct_int_pair(t->IA[q], ua, t->IE[q], ue, rtol, atol, &c);
+      vgct_acc_update_int(&lane[q % NLANE], &c, ru->l0 + (int64_t)j * t->lstep);
+      if (sl) vgct_slice_update_int(sl + ru->s0 + (inner ? j : 0), &c);
+    }
+  }
+  for (int l = 1; l < NLANE; ++l) vgct_acc_merge(&lane[0], &lane[l]);
+  *tacc = lane[0];
+}
+
+static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl, int tid) {
   const plan_t *P = C->P;
   const int scaled = C->scaled;
   const int64_t start = s * C->seg;
@@ -1027,6 +1182,14 @@ static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl)
   vgct_acc best; /* maxima of fast tiles */
   vgct_acc_init(&best, scaled);
   while (it.pos < end) {
+    if (cc_check(C->cc, tid)) return; /* the call is discarded */
+    if (P->intpair) {
+      tile_fill_int(P, &it, end, t);
+      vgct_acc tacc;
+      tile_int(t, P, C->rtol, C->atol, &tacc, sl);
+      ms_push(&ms, &tacc);
+      continue;
+    }
     if (C->fold32) tile_fill32(P, &it, end, t);
     else tile_fill(P, &it, end, t);
     fold_t f;
@@ -1071,9 +1234,11 @@ static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl)
     if (t->npatch) vgct_acc_merge(&tacc, &nf); /* zero sums at scales <= the tile's: sums unchanged */
     ms_push(&ms, &tacc);
     if (f.mref > best.max_abs_ref) best.max_abs_ref = f.mref;
-    tile_max_into(t, P, Q_ABS, f.mad, C->rtol, C->atol, &best.max_abs, &best.max_abs_i,
-                  &best.max_abs_a, &best.max_abs_e);
-    tile_max_into(t, P, Q_EXC, f.mex, C->rtol, C->atol, &best.worst_excess, &best.worst_i, NULL, NULL);
+    if (tile_max_into(t, P, Q_ABS, f.mad, C->rtol, C->atol, &best.max_abs, &best.max_abs_i,
+                      &best.max_abs_a, &best.max_abs_e) < 0 ||
+        tile_max_into(t, P, Q_EXC, f.mex, C->rtol, C->atol, &best.worst_excess, &best.worst_i,
+                      NULL, NULL) < 0)
+      atomic_store(&C->changed, 1);
     if (f.rel_cand) {
       tile_dbl(t, P);
       tile_rel_into(t, &best, relc, nz, cm);
@@ -1100,11 +1265,11 @@ static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl)
 static void reduce_unit(void *ctx, int64_t u, int tid) {
   red_ctx *C = (red_ctx *)ctx;
   tile_t *t = C->tiles[tid];
-  if (!C->has_slices) { reduce_segment(C, u, t, NULL); return; }
+  if (!C->has_slices) { reduce_segment(C, u, t, NULL, tid); return; }
   vgct_slice_acc *sl = C->blk + u * C->nslices;
   for (int64_t j = 0; j < C->nslices; ++j) vgct_slice_init(&sl[j], C->scaled);
   int64_t s0 = u * C->nseg / C->nblk, s1 = (u + 1) * C->nseg / C->nblk;
-  for (int64_t s = s0; s < s1; ++s) reduce_segment(C, s, t, sl);
+  for (int64_t s = s0; s < s1 && !cc_check(C->cc, tid); ++s) reduce_segment(C, s, t, sl, tid);
 }
 
 static int alloc_tiles(tile_t **tiles, int nthreads) {
@@ -1145,9 +1310,13 @@ int vgct_cpu_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p
 
   red_ctx C;
   memset(&C, 0, sizeof C);
+  cancel_t cc;
+  cc_init(&cc, p);
+  C.cc = &cc;
+  atomic_init(&C.changed, 0);
   C.P = &P; C.rtol = p->rtol; C.atol = p->atol; C.scaled = scaled;
   C.fold = pick_fold(scaled);
-  if (a->dtype == VGCT_FLOAT32 && e->dtype == VGCT_FLOAT32) {
+  if (a->dtype == VGCT_FLOAT32 && e->dtype == VGCT_FLOAT32 && !P.intpair) {
     /* float32 tiles, unless per-slice statistics would often need every pair as
      * a double anyway (slice_per_pair): slice axis innermost, or fewer than
      * 8 tiles of consecutive positions per slice */
@@ -1180,7 +1349,16 @@ int vgct_cpu_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p
             "segment results, slice blocks or tile buffers", (long long)C.nseg);
     return VGCT_ENOMEM;
   }
-  par_run(nthreads, nunits, reduce_unit, &C);
+  par_run(nthreads, nunits, reduce_unit, &C, &cc);
+  if (cc_stopped(&cc) || atomic_load(&C.changed)) {
+    const int stopped = cc_stopped(&cc);
+    free_tiles(tiles, nthreads); free(C.res); free(C.blk);
+    vgct_acc_init(out, scaled);
+    if (stopped) set_err(err, errlen, "vgct_cpu_reduce: %s (%lld pairs)", "interrupted", (long long)P.n);
+    else set_err(err, errlen, "input changed during compare: %s (%lld pairs)",
+                 "a maximum found by one read of a tile was gone on the next", (long long)P.n);
+    return stopped ? VGCT_EINTR : VGCT_ECHANGED;
+  }
   acc_merge_all(C.res, C.nseg, out);
   if (has_slices) {
     for (int64_t j = 0; j < nslices; ++j) slices[j] = C.blk[j];
@@ -1224,7 +1402,9 @@ typedef struct {
   uint64_t gath_prefix[MAX_GATH];
   int gath_shift[MAX_GATH];
   uint64_t *gath_buf[MAX_GATH];
+  int64_t gath_cap[MAX_GATH];  /* the group's count from the previous pass */
   atomic_llong gath_pos[MAX_GATH];
+  cancel_t *cc;
   uint64_t **hist;   /* per thread: [npend][HBINS] */
   int64_t *total;    /* per thread: finite pairs   */
   tile_t **tiles;
@@ -1246,9 +1426,12 @@ static void range_flush(sel_ctx *C, int tid, int g, int cnt) {
     memcpy(C->rbuf[g] + at, C->stage[tid][g], (size_t)cnt * sizeof(uint64_t));
 }
 
+/* more keys than the group counted in the previous pass (an input changed
+ * meanwhile) are not stored: gath_pos > gath_cap then reports it */
 static void stage_flush(sel_ctx *C, int tid, int g, int cnt) {
   long long at = atomic_fetch_add(&C->gath_pos[g], cnt);
-  memcpy(C->gath_buf[g] + at, C->stage[tid][g], (size_t)cnt * sizeof(uint64_t));
+  if (at + cnt <= C->gath_cap[g])
+    memcpy(C->gath_buf[g] + at, C->stage[tid][g], (size_t)cnt * sizeof(uint64_t));
 }
 
 /* The selection keys of a tile's finite pairs (vgct_absdiff_key), in tile
@@ -1256,6 +1439,15 @@ static void stage_flush(sel_ctx *C, int tid, int g, int cnt) {
  * all ones, tested with integer operations that vectorise) takes a loop
  * without class tests, which computes the same keys. */
 static int tile_keys(const tile_t *t, uint64_t *restrict keys) {
+  if (t->isint) { /* an integer tile (tile_fill_int): every pair is finite */
+    const int ua = t->ua64, ue = t->ue64;
+    for (int j = 0; j < t->len; ++j) {
+      vgct_int_cmp c;
+      vgct_int_pair(t->IA[j], ua, t->IE[j], ue, 0.0, 0.0, &c);
+      keys[j] = vgct_bits_from_f64(c.ad);
+    }
+    return t->len;
+  }
   const uint64_t EXP = 0x7ff0000000000000ULL, ONE = 0x0010000000000000ULL;
   const int len = t->len;
   uint64_t bad = 0;
@@ -1273,6 +1465,12 @@ static int tile_keys(const tile_t *t, uint64_t *restrict keys) {
   return m;
 }
 
+/* fill a tile for the selection keys: raw integers for an integer pair */
+static inline void tile_fill_keys(const plan_t *P, iter_t *it, int64_t end, tile_t *t) {
+  if (P->intpair) tile_fill_int(P, it, end, t);
+  else tile_fill(P, it, end, t);
+}
+
 static void select_unit(void *ctx, int64_t s, int tid) {
   sel_ctx *C = (sel_ctx *)ctx;
   const plan_t *P = C->P;
@@ -1286,7 +1484,8 @@ static void select_unit(void *ctx, int64_t s, int tid) {
   iter_t it;
   iter_seek(P, &it, start);
   while (it.pos < end) {
-    tile_fill(P, &it, end, t);
+    if (cc_check(C->cc, tid)) break; /* the pass is discarded */
+    tile_fill_keys(P, &it, end, t);
     uint64_t keys[TILE];
     const int m = tile_keys(t, keys);
     fin += m;
@@ -1437,7 +1636,7 @@ static void setup_ranges(sel_ctx *C, const plan_t *P, const rank_ref *order, int
     iter_seek(P, &it, pos);
     while (it.pos < end) { /* a tile stops at run boundaries: refill to `end` */
       if (ns + TILE > (int64_t)(SAMPLE_TILES + 1) * TILE) break;
-      tile_fill(P, &it, end, t);
+      tile_fill_keys(P, &it, end, t);
       seen += t->len;
       ns += tile_keys(t, sample + ns);
     }
@@ -1502,6 +1701,9 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
   int *gstate = (int *)eng_malloc((size_t)nranks * 2 * sizeof(int)); /* 0 pend 1 gather 2 done */
   sel_ctx C;
   memset(&C, 0, sizeof C);
+  cancel_t cc;
+  cc_init(&cc, p);
+  C.cc = &cc;
   C.P = &P;
   C.seg = seg_size(P.n);
   C.nseg = P.n > 0 ? (P.n + C.seg - 1) / C.seg : 0;
@@ -1574,6 +1776,7 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
       group_t *G = &groups[gath[k]];
       C.gath_prefix[k] = G->prefix; C.gath_shift[k] = G->shift;
       C.gath_buf[k] = gbuf + used;
+      C.gath_cap[k] = G->count;
       atomic_init(&C.gath_pos[k], 0);
       used += G->count;
     }
@@ -1581,12 +1784,25 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
       total[i] = 0;
       for (int g = 0; g < MAX_RNG; ++g) C.rlt[i][g] = 0;
     }
-    par_run(nthreads, C.nseg, select_unit, &C);
+    par_run(nthreads, C.nseg, select_unit, &C, &cc);
     ++passes;
+    if (cc_stopped(&cc)) {
+      set_err(err, errlen, "vgct_cpu_select: %s after %lld passes", "interrupted", (long long)passes);
+      rc = VGCT_EINTR;
+      goto done;
+    }
     if (n_finite < 0) {
       n_finite = 0;
       for (int i = 0; i < nthreads; ++i) n_finite += total[i];
       groups[0].count = n_finite;
+      if (p->expect_finite >= 0 && n_finite != p->expect_finite) {
+        snprintf(err, errlen,
+                 "input changed during compare: %lld finite pairs in the reduction, %lld in the "
+                 "quantile pass (do not write into the inputs while compare() reads them)",
+                 (long long)p->expect_finite, (long long)n_finite);
+        rc = VGCT_ECHANGED;
+        goto done;
+      }
       for (int r = 0; r < nranks; ++r)
         if (order[r].rank >= n_finite) {
           set_err(err, errlen, "vgct_cpu_select: %s %lld out of range (finite pairs: see n_finite)",
@@ -1637,9 +1853,11 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
       uint64_t *x = C.gath_buf[k];
       int64_t cnt = G->count;
       if ((int64_t)atomic_load(&C.gath_pos[k]) != cnt) {
-        set_err(err, errlen, "vgct_cpu_select: internal error (%s: %lld keys gathered)",
-                "candidate count changed between passes", (long long)atomic_load(&C.gath_pos[k]));
-        rc = VGCT_EINTERNAL;
+        snprintf(err, errlen,
+                 "input changed during compare: a key range held %lld pairs in one quantile pass "
+                 "and %lld in the next (do not write into the inputs while compare() reads them)",
+                 (long long)cnt, (long long)atomic_load(&C.gath_pos[k]));
+        rc = VGCT_ECHANGED;
         goto done;
       }
       int64_t rk[64];
@@ -1673,6 +1891,16 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
           const uint64_t *hh = hist[i] + HBINS;
           for (int b = 0; b < HBINS; ++b) hsum[b] += hh[b];
         }
+      int64_t hs = 0;
+      for (int b = 0; b < HBINS; ++b) hs += (int64_t)hsum[b];
+      if (hs != G->count) { /* the buckets below must hold every rank of G */
+        snprintf(err, errlen,
+                 "input changed during compare: a key range held %lld pairs in one quantile pass "
+                 "and %lld in the next (do not write into the inputs while compare() reads them)",
+                 (long long)G->count, (long long)hs);
+        rc = VGCT_ECHANGED;
+        goto done;
+      }
       int64_t below = 0;
       int b = 0;
       int q = 0;
@@ -1733,6 +1961,7 @@ typedef struct {
   const int *row_of;             /* row (caller order) of sorted_prefix */
   int64_t **cnt;                 /* per thread: [nprefix << width]     */
   tile_t **tiles;
+  cancel_t *cc;
 } hist_ctx;
 
 static void hist_unit(void *ctx, int64_t s, int tid) {
@@ -1749,7 +1978,8 @@ static void hist_unit(void *ctx, int64_t s, int tid) {
   iter_seek(P, &it, start);
   uint64_t keys[TILE];
   while (it.pos < end) {
-    tile_fill(P, &it, end, t);
+    if (cc_check(C->cc, tid)) break; /* the call is discarded */
+    tile_fill_keys(P, &it, end, t);
     const int m = tile_keys(t, keys);
     if (pb == 0) {
       for (int j = 0; j < m; ++j) cnt[(keys[j] >> dsh) & dmask]++;
@@ -1847,12 +2077,19 @@ int vgct_cpu_histogram(const vgct_view *a, const vgct_view *e, const vgct_params
     return VGCT_ENOMEM;
   }
   C.cnt = cnt; C.tiles = tiles;
-  par_run(nthreads, C.nseg, hist_unit, &C);
+  cancel_t cc;
+  cc_init(&cc, p);
+  C.cc = &cc;
+  par_run(nthreads, C.nseg, hist_unit, &C, &cc);
   for (int i = 1; i < nthreads; ++i) {
     for (size_t b = 0; b < ncnt; ++b) counts[b] += cnt[i][b];
     free(cnt[i]);
   }
   free_tiles(tiles, nthreads);
+  if (cc_stopped(&cc)) {
+    set_err(err, errlen, "vgct_cpu_histogram: %s (%lld pairs)", "interrupted", (long long)P.n);
+    return VGCT_EINTR;
+  }
   return VGCT_OK;
 }
 
@@ -1909,7 +2146,7 @@ int vgct_cpu_fingerprint(const vgct_view *x, int nthreads, uint64_t *out, char *
               "partial sums", (long long)nseg);
       return VGCT_ENOMEM;
     }
-    par_run(pick_threads(nthreads, P.n, nseg), nseg, fp_unit, &C);
+    par_run(pick_threads(nthreads, P.n, nseg), nseg, fp_unit, &C, NULL);
     for (int64_t s = 0; s < nseg; ++s) sum += C.part[s]; /* mod 2^64: order-free */
     free(C.part);
   }

@@ -45,12 +45,69 @@ static int pick_threads(int64_t n) {
   return t < g_max_threads ? (int)t : g_max_threads;
 }
 
-/* Engine error code -> Python exception. */
+/* vgct_ext._C.InputChangedError (a RuntimeError): an input was written
+ * while the engines read it (VGCT_ECHANGED). */
+static PyObject *g_input_changed = NULL;
+
+/* Engine error code -> Python exception.  VGCT_EINTR: the interrupt poll
+ * (poll_signals) left the signal handler's exception (KeyboardInterrupt)
+ * pending; it is kept as is. */
 static void raise_engine(int rc, const char *msg) {
+  if (rc == VGCT_EINTR) {
+    if (!PyErr_Occurred()) PyErr_SetNone(PyExc_KeyboardInterrupt);
+    return;
+  }
   PyObject *type = rc == VGCT_ENOMEM ? PyExc_MemoryError
                  : rc == VGCT_EVALUE ? PyExc_ValueError
+                 : rc == VGCT_ECHANGED ? g_input_changed
                  : PyExc_RuntimeError;
   PyErr_Format(type, "%s", msg[0] ? msg : "vgct_ext engine failed (no message)");
+}
+
+/* vgct_params.interrupt for engines running with the GIL released by
+ * nogil_begin: take the GIL back, run PyErr_CheckSignals (the Python-level
+ * signal handlers: SIGINT raises KeyboardInterrupt), release it again.
+ * Nonzero when a handler raised (its exception stays pending for
+ * raise_engine).  Called only from the thread that released the GIL. */
+static int poll_signals(void *ctx) {
+  PyThreadState **ts = (PyThreadState **)ctx;
+  PyEval_RestoreThread(*ts);
+  int r = PyErr_CheckSignals();
+  *ts = PyEval_SaveThread();
+  return r < 0;
+}
+
+/* Release the GIL around an engine call, with the interrupt poll wired in
+ * (p->interrupt_ctx points at *ts until nogil_end). */
+static void nogil_begin(vgct_params *p, PyThreadState **ts) {
+  *ts = PyEval_SaveThread();
+  p->interrupt = poll_signals;
+  p->interrupt_ctx = ts;
+}
+
+static void nogil_end(vgct_params *p, PyThreadState **ts) {
+  PyEval_RestoreThread(*ts);
+  p->interrupt = NULL;
+  p->interrupt_ctx = NULL;
+}
+
+/* calloc of `count` slice accumulators for compare(dim=...): MemoryError
+ * naming the slice count and the bytes when it cannot be had. */
+static vgct_slice_acc *alloc_slices(int64_t count, long dim) {
+  const size_t sz = sizeof(vgct_slice_acc);
+  if (count < 0 || (uint64_t)count > (uint64_t)(PY_SSIZE_T_MAX / (Py_ssize_t)sz)) {
+    PyErr_Format(PyExc_MemoryError,
+                 "dim=%ld: %lld slices need %lld x %zu bytes of slice statistics, more than "
+                 "this machine can address",
+                 dim, (long long)count, (long long)count, sz);
+    return NULL;
+  }
+  vgct_slice_acc *sl = (vgct_slice_acc *)PyMem_RawCalloc(count ? (size_t)count : 1, sz);
+  if (sl == NULL)
+    PyErr_Format(PyExc_MemoryError,
+                 "dim=%ld: cannot allocate the statistics of %lld slices (%llu bytes)", dim,
+                 (long long)count, (unsigned long long)count * (unsigned long long)sz);
+  return sl;
 }
 
 #ifndef VGCT_HAVE_CUDA
@@ -537,19 +594,13 @@ static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
   const vgct_view *a = &ia.view, *e = &ie.view;
 
   vgct_params p;
+  vgct_params_init(&p);
   p.rtol = rtol;
   p.atol = atol;
   p.dim = has_dim ? (int)dim : -1;
   int64_t n = vgct_numel(a);
   p.nthreads = pick_threads(n);
-  if (has_dim) {
-    size_t k = (size_t)a->shape[dim];
-    slices = (vgct_slice_acc *)PyMem_RawCalloc(k ? k : 1, sizeof *slices);
-    if (slices == NULL) {
-      PyErr_NoMemory();
-      goto done;
-    }
-  }
+  if (has_dim && (slices = alloc_slices(a->shape[dim], dim)) == NULL) goto done;
 
   vgct_acc acc;
   char err[ERRLEN];
@@ -557,9 +608,11 @@ static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
   int rc = VGCT_OK, is_cuda = a->device_type == kDLCUDA;
   int64_t ranks[2 * VGCT_MAX_QUANTILES];
   double gammas[VGCT_MAX_QUANTILES], vals[2 * VGCT_MAX_QUANTILES];
-  Py_BEGIN_ALLOW_THREADS
+  PyThreadState *ts;
+  nogil_begin(&p, &ts);
   rc = reduce_pair(a, e, &p, stream, &acc, slices, err, sizeof err);
   if (rc == VGCT_OK && nq > 0 && acc.n_finite > 0) {
+    p.expect_finite = acc.n_finite; /* a different count: the inputs changed */
     for (int i = 0; i < nq; ++i)
       vgct_quantile_ranks(acc.n_finite, qs[i], &ranks[2 * i], &ranks[2 * i + 1], &gammas[i]);
     if (is_cuda) {
@@ -571,7 +624,7 @@ static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
     }
     if (rc == VGCT_OK) lerp_quantiles(acc.n_finite, nq, qs, vals, qv);
   }
-  Py_END_ALLOW_THREADS
+  nogil_end(&p, &ts);
   if (rc != VGCT_OK) {
     raise_engine(rc, err);
     goto done;
@@ -652,7 +705,8 @@ static int parse_shape(PyObject *o, const char *what, vgct_view *v) {
       return -1;
     }
     if (x < 0) {
-      PyErr_Format(PyExc_ValueError, "%s[%zd] is negative (%lld)", what, k, x);
+      PyErr_Format(PyExc_ValueError, "%s[%zd] is negative (%lld); a shape holds sizes >= 0", what,
+                   k, x);
       Py_DECREF(seq);
       return -1;
     }
@@ -660,6 +714,20 @@ static int parse_shape(PyObject *o, const char *what, vgct_view *v) {
     v->strides[k] = 0;
   }
   Py_DECREF(seq);
+  /* the element count must fit int64 (vgct_numel does not check; 0 when a
+   * dim is 0, whatever the others) */
+  int empty = 0;
+  for (int k = 0; k < v->ndim; ++k) empty |= v->shape[k] == 0;
+  int64_t numel = 1;
+  for (int k = 0; !empty && k < v->ndim; ++k) {
+    if (v->shape[k] > INT64_MAX / numel) {
+      char sh[256];
+      vgct_format_shape(v, sh, sizeof sh);
+      PyErr_Format(PyExc_ValueError, "%s %s has more elements than int64 can count", what, sh);
+      return -1;
+    }
+    numel *= v->shape[k];
+  }
   return 0;
 }
 
@@ -695,25 +763,21 @@ static PyObject *py_reduce_raw(PyObject *self, PyObject *args, PyObject *kwargs)
   vgct_slice_acc *slices = NULL;
   PyObject *result = NULL;
   vgct_params p;
+  vgct_params_init(&p);
   p.rtol = rtol;
   p.atol = atol;
   p.dim = has_dim ? (int)dim : -1;
   p.nthreads = pick_threads(vgct_numel(a));
   int64_t k = has_dim ? a->shape[dim] : 0;
-  if (has_dim) {
-    slices = (vgct_slice_acc *)PyMem_RawCalloc(k ? (size_t)k : 1, sizeof *slices);
-    if (slices == NULL) {
-      PyErr_NoMemory();
-      goto done;
-    }
-  }
+  if (has_dim && (slices = alloc_slices(k, dim)) == NULL) goto done;
   vgct_acc acc;
   char err[ERRLEN];
   err[0] = '\0';
   int rc;
-  Py_BEGIN_ALLOW_THREADS
+  PyThreadState *ts;
+  nogil_begin(&p, &ts);
   rc = reduce_pair(a, e, &p, stream, &acc, slices, err, sizeof err);
-  Py_END_ALLOW_THREADS
+  nogil_end(&p, &ts);
   if (rc != VGCT_OK) {
     raise_engine(rc, err);
     goto done;
@@ -800,15 +864,14 @@ static PyObject *py_histogram(PyObject *self, PyObject *args, PyObject *kwargs) 
   PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(2, dims, NPY_INT64);
   if (out == NULL) goto done;
   vgct_params p;
-  p.rtol = 0.0;
-  p.atol = 0.0;
-  p.dim = -1;
+  vgct_params_init(&p);
   p.nthreads = pick_threads(vgct_numel(a));
   int64_t *counts = (int64_t *)PyArray_DATA(out);
   char err[ERRLEN];
   err[0] = '\0';
   int rc = VGCT_OK;
-  Py_BEGIN_ALLOW_THREADS
+  PyThreadState *ts;
+  nogil_begin(&p, &ts);
   if (a->device_type == kDLCUDA) {
 #ifdef VGCT_HAVE_CUDA
     rc = vgct_cuda_histogram(a, e, &p, stream, prefixes, (int)np_, prefix_bits, width, counts,
@@ -820,7 +883,7 @@ static PyObject *py_histogram(PyObject *self, PyObject *args, PyObject *kwargs) 
     rc = vgct_cpu_histogram(a, e, &p, prefixes, (int)np_, prefix_bits, width, counts, err,
                             sizeof err);
   }
-  Py_END_ALLOW_THREADS
+  nogil_end(&p, &ts);
   (void)stream;
   if (rc != VGCT_OK) {
     raise_engine(rc, err);
@@ -1151,8 +1214,7 @@ static PyObject *py_finalize_raw(PyObject *self, PyObject *args, PyObject *kwarg
   vgct_slice_acc *slices = NULL;
   if (has_dim) {
     int64_t k = m.v.shape[dim];
-    slices = (vgct_slice_acc *)PyMem_RawCalloc(k ? (size_t)k : 1, sizeof *slices);
-    if (slices == NULL) return PyErr_NoMemory();
+    if ((slices = alloc_slices(k, dim)) == NULL) return NULL;
     Py_buffer b;
     if (PyObject_GetBuffer(sl_obj, &b, PyBUF_SIMPLE) < 0) {
       PyMem_RawFree(slices);
@@ -1160,8 +1222,8 @@ static PyObject *py_finalize_raw(PyObject *self, PyObject *args, PyObject *kwarg
     }
     if ((size_t)b.len != (size_t)k * sizeof *slices) {
       PyErr_Format(PyExc_ValueError,
-                   "finalize_raw: slices hold %zd bytes, shape[%ld] = %lld slices need %zu", b.len,
-                   dim, (long long)k, (size_t)k * sizeof *slices);
+                   "finalize_raw: slices hold %zd bytes, the %lld slices of dim %ld need %zu",
+                   b.len, (long long)k, dim, (size_t)k * sizeof *slices);
       PyBuffer_Release(&b);
       PyMem_RawFree(slices);
       return NULL;
@@ -1170,10 +1232,10 @@ static PyObject *py_finalize_raw(PyObject *self, PyObject *args, PyObject *kwarg
     PyBuffer_Release(&b);
   }
   vgct_params p;
+  vgct_params_init(&p);
   p.rtol = rtol;
   p.atol = atol;
   p.dim = has_dim ? (int)dim : -1;
-  p.nthreads = 1;
   PyObject *result = result_dict(&m, &p, &s, nq, qs, qv, slices);
   PyMem_RawFree(slices);
   return result;
@@ -1370,6 +1432,24 @@ PyMODINIT_FUNC PyInit__C(void) {
       PyModule_AddIntConstant(m, "HIST_MAX_PREFIXES", VGCT_HIST_MAX_PREFIXES) < 0 ||
       PyModule_AddIntConstant(m, "HIST_MAX_WIDTH", VGCT_HIST_MAX_WIDTH) < 0 ||
       PyModule_AddStringConstant(m, "__version__", VGCT_VERSION) < 0) {
+    Py_DECREF(m);
+    return NULL;
+  }
+  if (g_input_changed == NULL) {
+    g_input_changed = PyErr_NewExceptionWithDoc(
+        "vgct_ext._C.InputChangedError",
+        "An input of compare() was written while vgct_ext read it (two reads of the same pairs "
+        "disagree: the finite-pair counts of the reduction and the quantile pass, or a key "
+        "range between two quantile passes).  A RuntimeError.",
+        PyExc_RuntimeError, NULL);
+    if (g_input_changed == NULL) {
+      Py_DECREF(m);
+      return NULL;
+    }
+  }
+  Py_INCREF(g_input_changed);
+  if (PyModule_AddObject(m, "InputChangedError", g_input_changed) < 0) {
+    Py_DECREF(g_input_changed);
     Py_DECREF(m);
     return NULL;
   }

@@ -6,8 +6,10 @@
  * every loader is `VGCT_HD` (host+device inline), works on raw bits, and never
  * rounds: every supported type converts to float64 exactly (float64 holds every
  * float16, bfloat16, float32, float8 value, and every integer up to 2^53;
- * int64 values beyond 2^53 are rounded to nearest, the same as numpy's
- * `astype(np.float64)`, which is the oracle).
+ * int64/uint64 values beyond 2^53 are rounded to nearest, the same as numpy's
+ * `astype(np.float64)`; a pair of integers with a 64-bit side is compared
+ * from the raw values instead: vgct_load_int here, vgct_int_pair in
+ * vgct_stats.h).
  *
  * Encodings (sources):
  *   float16        IEEE 754-2008 binary16 (1-5-10, bias 15).
@@ -54,16 +56,38 @@ typedef enum {
   VGCT_FLOAT64,
   VGCT_FLOAT8_E4M3FN,
   VGCT_FLOAT8_E5M2,
+  VGCT_UINT16, /* appended after the float8 types: the codes before them (which */
+  VGCT_UINT32, /* the fingerprint mixes in) are unchanged                       */
+  VGCT_UINT64,
   VGCT_NUM_DTYPES
 } vgct_dtype;
 
 /* Names as numpy / torch spell them (used in messages and PairedStats). */
 static const char *const vgct_dtype_names[VGCT_NUM_DTYPES] = {
     "bool",    "int8",     "int16",   "int32",   "int64",         "uint8",
-    "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2"};
+    "float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
+    "uint16",  "uint32",   "uint64"};
 
 static const int vgct_dtype_itemsize[VGCT_NUM_DTYPES] = {1, 1, 2, 4, 8, 1,
-                                                         2, 2, 4, 8, 1, 1};
+                                                         2, 2, 4, 8, 1, 1, 2, 4, 8};
+
+/* 1 for the integer dtypes (bool included: 0 or 1), 0 for the floating ones. */
+VGCT_HD int vgct_dtype_is_int(int dt) {
+  return dt == VGCT_BOOL || dt == VGCT_INT8 || dt == VGCT_INT16 || dt == VGCT_INT32 ||
+         dt == VGCT_INT64 || dt == VGCT_UINT8 || dt == VGCT_UINT16 || dt == VGCT_UINT32 ||
+         dt == VGCT_UINT64;
+}
+
+/* 1 when a pair of dtypes is compared in exact integer arithmetic (the
+ * "integer pair" of docs/metrics.md): both are integers and one is 64-bit,
+ * so that a value or a difference may exceed 2^53.  Every other integer pair
+ * is exact in float64 already (values below 2^32, differences below 2^33);
+ * a pair with a floating side converts the integer to float64 (rounded to
+ * nearest above 2^53, as NumPy's int64 + float64 -> float64 promotion). */
+VGCT_HD int vgct_pair_is_int64(int da, int de) {
+  return vgct_dtype_is_int(da) && vgct_dtype_is_int(de) &&
+         (da == VGCT_INT64 || da == VGCT_UINT64 || de == VGCT_INT64 || de == VGCT_UINT64);
+}
 
 /* Map a DLPack dtype (code, bits, lanes) to a vgct_dtype; -1 if unsupported.
  * DLPack spec: lanes must be 1 for a scalar array; bool is kDLBool with 8 bits. */
@@ -74,7 +98,8 @@ static inline int vgct_dtype_from_dlpack(uint8_t code, uint8_t bits, uint16_t la
       return bits == 8 ? VGCT_INT8 : bits == 16 ? VGCT_INT16 : bits == 32 ? VGCT_INT32
            : bits == 64 ? VGCT_INT64 : -1;
     case 1: /* kDLUInt */
-      return bits == 8 ? VGCT_UINT8 : -1;
+      return bits == 8 ? VGCT_UINT8 : bits == 16 ? VGCT_UINT16 : bits == 32 ? VGCT_UINT32
+           : bits == 64 ? VGCT_UINT64 : -1;
     case 2: /* kDLFloat */
       return bits == 16 ? VGCT_FLOAT16 : bits == 32 ? VGCT_FLOAT32 : bits == 64 ? VGCT_FLOAT64 : -1;
     case 4: /* kDLBfloat */
@@ -194,7 +219,9 @@ VGCT_DEF_RD(int8_t)
 VGCT_DEF_RD(int16_t)
 VGCT_DEF_RD(uint16_t)
 VGCT_DEF_RD(int32_t)
+VGCT_DEF_RD(uint32_t)
 VGCT_DEF_RD(int64_t)
+VGCT_DEF_RD(uint64_t)
 VGCT_DEF_RD(float)
 VGCT_DEF_RD(double)
 #undef VGCT_DEF_RD
@@ -215,7 +242,29 @@ VGCT_HD double vgct_load(const void *p, int dt) {
     case VGCT_FLOAT64: return VGCT_RD(double, p);
     case VGCT_FLOAT8_E4M3FN: return vgct_e4m3fn_to_f64(VGCT_RD(uint8_t, p));
     case VGCT_FLOAT8_E5M2: return vgct_e5m2_to_f64(VGCT_RD(uint8_t, p));
+    case VGCT_UINT16: return (double)VGCT_RD(uint16_t, p);
+    case VGCT_UINT32: return (double)VGCT_RD(uint32_t, p);
+    case VGCT_UINT64: return (double)VGCT_RD(uint64_t, p);
     default: return (double)NAN;
+  }
+}
+
+/* The element at p of an integer dtype dt as 64 raw bits, for the exact
+ * integer path (vgct_stats.h, vgct_int_pair): the value itself for uint64,
+ * else the value sign- or zero-extended to int64 (every integer dtype but
+ * uint64 fits int64), as two's complement bits. */
+VGCT_HD uint64_t vgct_load_int(const void *p, int dt) {
+  switch (dt) {
+    case VGCT_BOOL: return VGCT_RD(uint8_t, p) ? 1u : 0u;
+    case VGCT_INT8: return (uint64_t)(int64_t)VGCT_RD(int8_t, p);
+    case VGCT_INT16: return (uint64_t)(int64_t)VGCT_RD(int16_t, p);
+    case VGCT_INT32: return (uint64_t)(int64_t)VGCT_RD(int32_t, p);
+    case VGCT_INT64: return (uint64_t)VGCT_RD(int64_t, p);
+    case VGCT_UINT8: return (uint64_t)VGCT_RD(uint8_t, p);
+    case VGCT_UINT16: return (uint64_t)VGCT_RD(uint16_t, p);
+    case VGCT_UINT32: return (uint64_t)VGCT_RD(uint32_t, p);
+    case VGCT_UINT64: return VGCT_RD(uint64_t, p);
+    default: return 0u;
   }
 }
 

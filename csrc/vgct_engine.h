@@ -37,6 +37,10 @@ extern "C" {
 #define VGCT_EVALUE 2   /* ValueError: bad argument             */
 #define VGCT_ECUDA 3    /* RuntimeError: a CUDA call failed     */
 #define VGCT_EINTERNAL 4
+#define VGCT_EINTR 5    /* stopped: params->interrupt returned nonzero (its
+                           exception, e.g. KeyboardInterrupt, is pending)  */
+#define VGCT_ECHANGED 6 /* an input changed while it was read (counts of two
+                           passes over the same pairs differ)             */
 
 typedef struct {
   const char *data;                /* first element (byte_offset applied); may be
@@ -53,7 +57,33 @@ typedef struct {
   double rtol, atol;
   int dim;      /* axis for per-slice statistics, or -1 for none         */
   int nthreads; /* CPU only: upper bound on worker threads (>= 1)        */
+  /* Cancellation: when non-NULL, engines call interrupt(interrupt_ctx) from
+   * the CALLING thread only (the CPU engine's thread 0 between tiles, at most
+   * every VGCT_POLL_MS; the CUDA engine between launches) and stop, freeing
+   * everything, with VGCT_EINTR when it returns nonzero.  module.c passes a
+   * function that takes the GIL back and runs PyErr_CheckSignals. */
+  int (*interrupt)(void *ctx);
+  void *interrupt_ctx;
+  /* select only: the n_finite of the reduction of the same inputs, or -1.
+   * A different count of finite pairs in the selection's first pass means
+   * the inputs changed in between: VGCT_ECHANGED. */
+  int64_t expect_finite;
 } vgct_params;
+
+#define VGCT_POLL_MS 10
+
+/* 1 when the caller asked to stop (p->interrupt returned nonzero).  The CUDA
+ * engine asks between launches, after a stream synchronization (the host
+ * has nothing in flight then), calling thread only. */
+static inline int vgct_interrupted(const vgct_params *p) {
+  return p->interrupt != NULL && p->interrupt(p->interrupt_ctx) != 0;
+}
+
+/* params with no tolerance, no slices, one thread, no interrupt. */
+static inline void vgct_params_init(vgct_params *p) {
+  p->rtol = 0.0; p->atol = 0.0; p->dim = -1; p->nthreads = 1;
+  p->interrupt = NULL; p->interrupt_ctx = NULL; p->expect_finite = -1;
+}
 
 /* Element count.  0 as soon as a dim is 0, before any product is formed:
  * the other dims of an empty tensor may multiply past int64 (the bridge

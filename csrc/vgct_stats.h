@@ -483,7 +483,15 @@ VGCT_HD void vgct_quantile_ranks(int64_t n, double q, int64_t *lo, int64_t *hi, 
   }
 }
 
+/* numpy's _lerp, with the limits at an infinite order statistic made
+ * explicit (docs/metrics.md, "Quantiles"): t == 0 or a == b gives a exactly
+ * (numpy's formula gives NaN for a == b == +Inf: Inf - Inf); b == +Inf with
+ * t > 0 gives +Inf, the limit of a + (b - a)*t (numpy's b - (b - a)*(1 - t)
+ * is Inf - Inf).  Keys are |a - e| >= 0, so -Inf never occurs.  Used by the
+ * host-side finishing of both engines (csrc/module.c lerp_quantiles). */
 VGCT_HD double vgct_lerp(double a, double b, double t) {
+  if (t == 0.0 || a == b) return a;
+  if (b == (double)INFINITY) return b;
   double diff = b - a;
   return t >= 0.5 ? b - diff * (1.0 - t) : a + diff * t;
 }
@@ -497,6 +505,199 @@ VGCT_HD int vgct_absdiff_key(double a, double e, uint64_t *key) {
   if (vgct_class(a) != VGCT_FINITE || vgct_class(e) != VGCT_FINITE) return 0;
   *key = vgct_bits_from_f64(fabs(a - e));
   return 1;
+}
+
+/* ---- integer pairs ------------------------------------------------------
+ * A pair of integer dtypes with a 64-bit side (vgct_pair_is_int64) is not
+ * converted to float64 before it is compared: values and differences above
+ * 2^53 would round (2^53 + 1 against 2^53 would be "equal").  From the raw
+ * values (vgct_load_int: int64 two's complement bits, or uint64):
+ *   unequal   a != e, exactly;
+ *   |d|       |a - e| exactly, as a 65-bit magnitude (hi:lo; hi is 1 only
+ *             for an int64 against a uint64 of opposite signs), then
+ *             correctly rounded to float64 (ad); d is ad with the sign of
+ *             a - e;
+ *   mismatch  |a - e| > atol + rtol*|e| decided EXACTLY in real arithmetic
+ *             (vgct_int_exceeds: a float64 estimate when it is certain, else
+ *             an exact expansion sum of error-free products and sums);
+ *   excess    |a - e| - (atol + rtol*|e|), rounded (faithfully) to float64;
+ *   a, e      the values correctly rounded to float64 (the sums, max_rel,
+ *             max_abs_err_actual/_expected, max_abs_expected use these).
+ * Everything else is the float64 definition above applied to these
+ * quantities (vgct_acc_update_int / vgct_slice_update_int mirror
+ * vgct_acc_update / vgct_slice_update line by line; integer pairs take the
+ * unscaled update: every square of a rounded int64/uint64 is < 2^128).
+ * Quantile keys are the bits of ad: rounding is monotonic, so the order
+ * statistics of the rounded |d| are the rounded order statistics of the
+ * exact |d|.  Maxima compare the float64 values they report (ad, the
+ * excess); among differences that round to the same float64 the lowest
+ * flat index wins. */
+typedef struct {
+  double a, e;    /* the values, correctly rounded                     */
+  double d, ad;   /* a - e and |a - e|, correctly rounded               */
+  double excess;  /* ad - tol as float64, meaningful when mismatch      */
+  int unequal;
+  int mismatch;
+} vgct_int_cmp;
+
+/* A value from vgct_load_int bits: (neg, magnitude). */
+VGCT_HD uint64_t vgct_int_mag(uint64_t raw, int u64, int *neg) {
+  *neg = !u64 && (int64_t)raw < 0;
+  return *neg ? (uint64_t)0 - raw : raw;
+}
+
+/* hi*2^64 + lo (hi in {0, 1}) correctly rounded to float64: for hi = 1,
+ * (2^64 + lo)/2 = 2^63 + lo/2 keeps lo's low bit as a sticky bit below the
+ * 53 that survive, so one rounding of the 64-bit integer is exact rounding. */
+VGCT_HD double vgct_u65_to_f64(uint64_t lo, int hi) {
+  if (!hi) return (double)lo;
+  uint64_t h = 0x8000000000000000ULL | (lo >> 1) | (lo & 1u);
+  return (double)h * 2.0;
+}
+
+/* (s, err) with s + err == x + y exactly (Knuth's TwoSum; no overflow here:
+ * every term is below 2^67). */
+VGCT_HD double vgct_two_sum(double x, double y, double *err) {
+  double s = x + y;
+  double bb = s - x;
+  *err = (x - (s - bb)) + (y - bb);
+  return s;
+}
+
+/* 1 when D > atol + rtol*E exactly (D = dhi*2^64 + dlo, E < 2^64 integers;
+ * rtol, atol finite >= 0), else 0; *excess = D - (atol + rtol*E) rounded.
+ * dd, ed are D and E correctly rounded.  A float64 estimate t of the
+ * tolerance (3 roundings: relative error < 2^-51 when t >= 2^-900) decides
+ * whenever D is clear of it by a 2^-48 margin; otherwise (D within 2^-48 of
+ * the tolerance, so t < 2^66) the sign of D - atol - rtol*E is that of an
+ * exact sum of 8 float64 terms: D and E split into 32-bit halves (exact),
+ * rtol*half = p + err exactly (err by fma; exact also when subnormal, as
+ * rtol*half is a multiple of 2^-1074), summed as a nonoverlapping expansion
+ * (Shewchuk's Grow-Expansion) whose largest nonzero component has the sign
+ * of the sum. */
+VGCT_HD int vgct_int_exceeds(uint64_t dlo, int dhi, double dd, uint64_t E, double ed, double rtol,
+                             double atol, double *excess) {
+  *excess = -1.0;
+  if (dlo == 0 && !dhi) return 0;
+  const double t = atol + vgct_mul(rtol, ed);
+  *excess = dd - t;
+  if (t < 0x1p-900) return 1;                  /* D >= 1 */
+  if (dd > t * (1.0 + 0x1p-48)) return 1;
+  if (!(dd >= t * (1.0 - 0x1p-48))) return 0;  /* also t = +Inf */
+  const double eh = (double)(E >> 32) * 0x1p32, el = (double)(E & 0xffffffffULL);
+  const double p1 = vgct_mul(rtol, eh), p2 = vgct_mul(rtol, el);
+  const double x[8] = {dhi ? 0x1p64 : 0.0, (double)(dlo >> 32) * 0x1p32,
+                       (double)(dlo & 0xffffffffULL), -atol, -p1, -fma(rtol, eh, -p1),
+                       -p2, -fma(rtol, el, -p2)};
+  double h[8];
+  int m = 0;
+  for (int i = 0; i < 8; ++i) {
+    double q = x[i];
+    for (int j = 0; j < m; ++j) q = vgct_two_sum(q, h[j], &h[j]);
+    h[m++] = q;
+  }
+  double sum = 0.0;
+  int sign = 0;
+  for (int j = 0; j < m; ++j) {
+    sum += h[j];
+    if (h[j] != 0.0) sign = h[j] > 0.0 ? 1 : -1;
+  }
+  *excess = sum;
+  return sign > 0;
+}
+
+/* The exact comparison of an integer pair (raw bits from vgct_load_int;
+ * ua/ue: the side is uint64). */
+VGCT_HD void vgct_int_pair(uint64_t ra, int ua, uint64_t re, int ue, double rtol, double atol,
+                           vgct_int_cmp *c) {
+  int na, ne;
+  const uint64_t ma = vgct_int_mag(ra, ua, &na), me = vgct_int_mag(re, ue, &ne);
+  uint64_t lo;
+  int hi = 0, a_gt_e;
+  if (na == ne) {
+    lo = ma >= me ? ma - me : me - ma;
+    a_gt_e = na ? ma < me : ma > me;
+  } else {
+    lo = ma + me;
+    hi = lo < ma;
+    a_gt_e = !na;
+  }
+  c->a = ua ? (double)ra : (double)(int64_t)ra;
+  c->e = ue ? (double)re : (double)(int64_t)re;
+  c->unequal = lo != 0 || hi;
+  c->ad = vgct_u65_to_f64(lo, hi);
+  c->d = a_gt_e ? c->ad : -c->ad;
+  c->mismatch = vgct_int_exceeds(lo, hi, c->ad, me, fabs(c->e), rtol, atol, &c->excess);
+}
+
+/* vgct_acc_update for an integer pair (unscaled), on vgct_int_pair's
+ * quantities; every integer is finite. */
+VGCT_HD void vgct_acc_update_int(vgct_acc *s, const vgct_int_cmp *c, int64_t idx) {
+  s->n += 1;
+  s->n_finite += 1;
+  s->n_unequal += c->unequal;
+  const double a = c->a, e = c->e, d = c->d, ad = c->ad, ae = fabs(e);
+  if (ad >= s->max_abs && vgct_better(ad, idx, s->max_abs, s->max_abs_i)) {
+    s->max_abs = ad; s->max_abs_i = idx; s->max_abs_a = a; s->max_abs_e = e;
+  }
+  if (e != 0.0) {
+    double r = ad / ae;
+    if (vgct_better(r, idx, s->max_rel, s->max_rel_i)) { s->max_rel = r; s->max_rel_i = idx; }
+  }
+  if (c->mismatch && vgct_better(c->excess, idx, s->worst_excess, s->worst_i)) {
+    s->worst_excess = c->excess; s->worst_i = idx;
+  }
+  if (ae > s->max_abs_ref) s->max_abs_ref = ae;
+  s->n_mismatch += c->mismatch;
+  s->s_aa += a * a; s->s_ee += e * e; s->s_ae += a * e;
+  s->s_dd += d * d; s->s_d += d;
+}
+
+/* vgct_slice_update for an integer pair (unscaled). */
+VGCT_HD void vgct_slice_update_int(vgct_slice_acc *s, const vgct_int_cmp *c) {
+  s->n_finite += 1;
+  if (c->ad > s->max_abs) s->max_abs = c->ad;
+  s->s_dd += c->d * c->d; s->s_ee += c->e * c->e; s->s_d += c->d;
+}
+
+/* The pair at (pa, da), (pe, de) through the right definition: the exact
+ * integer path for an integer pair, else vgct_load + vgct_acc_update.  The
+ * generic (run-time dtype) code of both engines folds pairs with this. */
+VGCT_HD void vgct_acc_update_at(vgct_acc *s, const void *pa, int da, const void *pe, int de,
+                                int64_t idx, double rtol, double atol, int scaled) {
+  if (vgct_pair_is_int64(da, de)) {
+    vgct_int_cmp c;
+    vgct_int_pair(vgct_load_int(pa, da), da == VGCT_UINT64, vgct_load_int(pe, de),
+                  de == VGCT_UINT64, rtol, atol, &c);
+    vgct_acc_update_int(s, &c, idx);
+  } else {
+    vgct_acc_update(s, vgct_load(pa, da), vgct_load(pe, de), idx, rtol, atol, scaled);
+  }
+}
+
+VGCT_HD void vgct_slice_update_at(vgct_slice_acc *s, const void *pa, int da, const void *pe,
+                                  int de, double rtol, double atol, int scaled) {
+  if (vgct_pair_is_int64(da, de)) {
+    vgct_int_cmp c;
+    vgct_int_pair(vgct_load_int(pa, da), da == VGCT_UINT64, vgct_load_int(pe, de),
+                  de == VGCT_UINT64, rtol, atol, &c);
+    vgct_slice_update_int(s, &c);
+  } else {
+    vgct_slice_update(s, vgct_load(pa, da), vgct_load(pe, de), scaled);
+  }
+}
+
+/* vgct_absdiff_key of the pair at (pa, da), (pe, de): 0 for a non-finite
+ * pair; an integer pair's key is the bits of its exact |a - e| rounded. */
+VGCT_HD int vgct_absdiff_key_at(const void *pa, int da, const void *pe, int de, uint64_t *key) {
+  if (vgct_pair_is_int64(da, de)) {
+    vgct_int_cmp c;
+    vgct_int_pair(vgct_load_int(pa, da), da == VGCT_UINT64, vgct_load_int(pe, de),
+                  de == VGCT_UINT64, 0.0, 0.0, &c);
+    *key = vgct_bits_from_f64(c.ad);
+    return 1;
+  }
+  return vgct_absdiff_key(vgct_load(pa, da), vgct_load(pe, de), key);
 }
 
 /* ---- fingerprint ---------------------------------------------------------

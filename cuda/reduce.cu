@@ -125,6 +125,16 @@ __device__ __noinline__ void vg_cold_update(vgct_acc *s, double a, double e, int
   vgct_acc_update(s, a, e, idx, rtol, atol, scaled);
 }
 
+/* An integer pair (vgct_pair_is_int64: both integers, one 64-bit) by the
+ * exact integer definition, vgct_acc_update_at (csrc/vgct_stats.h), into the
+ * thread's vgct_acc: only the generic instantiation (run-time dtypes) sees
+ * integer pairs, and they are never scaled. */
+__device__ __noinline__ void vg_cold_update_int(vgct_acc *s, const char *pa, int da,
+                                                const char *pe, int de, int64_t idx, double rtol,
+                                                double atol) {
+  vgct_acc_update_at(s, pa, da, pe, de, idx, rtol, atol, 0);
+}
+
 /* A chunk of narrow-dtype pairs as float32 (exact), and the definition's
  * folds of it: the fast path's rare fallbacks, out of line so that their
  * registers do not weigh on the hot loop, and not unrolled (code size). */
@@ -310,6 +320,11 @@ __device__ __forceinline__ bool vg_fold_scalar(HotAcc &h, const FastGate &g, vgc
     vg_slow_chunk<G::CH>(acc, x, f, sf, rtol, atol, cnt);
     return false;
   } else {
+    if (!G::TYPED && vgct_pair_is_int64(da, de)) { /* exact integers: vgct_stats.h */
+      for (int q = 0; q < cnt; ++q)
+        vg_cold_update_int(acc, qa + q * ba, da, qe + q * be, de, f + q * sf, rtol, atol);
+      return false;
+    }
 #pragma unroll
     for (int q = 0; q < G::CH; ++q)
       if (q < cnt)
@@ -606,8 +621,12 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_col(const __grid_constant__ RA
       const int64_t f = jf + of;
       for (int64_t q = 0; q < L; ++q)
       {
-        vg_pair<SC>(h, cold, vg_ld<DA>(qa + q * sai * isa, it.da), vg_ld<DE>(qe + q * sei * ise, it.de),
-                    f + q * sfi, A.rtol, A.atol);
+        if (vgct_pair_is_int64(it.da, it.de)) /* exact integers (generic dtypes only here) */
+          vg_cold_update_int(cold, qa + q * sai * isa, it.da, qe + q * sei * ise, it.de,
+                             f + q * sfi, A.rtol, A.atol);
+        else
+          vg_pair<SC>(h, cold, vg_ld<DA>(qa + q * sai * isa, it.da),
+                      vg_ld<DE>(qe + q * sei * ise, it.de), f + q * sfi, A.rtol, A.atol);
         vg_thread_step<DA, DE, SC>(gate, h, part, acc, false, since, 1);
       }
     }
@@ -823,6 +842,11 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
     vgct_acc_merge(out, &part);
     if (S > 1)
       memcpy(&slices[j0], ws->h_pin + (WS_SRES - WS_RES), (size_t)Sc * sizeof(vgct_slice_acc));
+    if (j0 + per_launch < S && vgct_interrupted(p)) { /* Ctrl-C between chunked launches */
+      snprintf(err, errlen, "vgct_cuda_reduce: interrupted after %lld of %lld slices",
+               (long long)(j0 + Sc), (long long)S);
+      return VGCT_EINTR;
+    }
   }
   if (nsl == 1) vgct_slice_from_acc(out, &slices[0]);
   return cx.rc;

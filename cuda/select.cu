@@ -413,7 +413,6 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vgct_params *p,
                                 uintptr_t stream, const int64_t *ranks, int nranks,
                                 double *values, char *err, size_t errlen) {
-  (void)p;
   static_assert(WS_SEL_CLEAR_END <= WS_SEL_CAND, "select workspace layout");
   static_assert(WS_SEL_CAND + (size_t)SEL_CAP * 8 <= VG_WS_BYTES, "select workspace size");
   static_assert(sizeof(SelState) <= 4096, "state");
@@ -514,6 +513,11 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
         SEL_CK(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (select)");
         memcpy(&hs, ws->h_pin, sizeof hs);
         if (hs.bad || level == 4) break;
+        if (vgct_interrupted(p)) { /* Ctrl-C between the passes over the data */
+          snprintf(err, errlen, "vgct_cuda_select: interrupted at level %d", level);
+          rc = VGCT_EINTR;
+          goto out;
+        }
         unsigned long long tot = 0;
         for (int g = 0; g < hs.ng; ++g)
           for (int s = 0; s < ns; ++s)
@@ -557,6 +561,15 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
       cx.mark("memcpy+sync");
       memcpy(&hs, ws->h_pin, sizeof hs);
     }
+    if (p->expect_finite >= 0 && hs.total != (unsigned long long)p->expect_finite) {
+      /* the reduction counted other finite pairs: an input was written meanwhile */
+      snprintf(err, errlen,
+               "input changed during compare: %lld finite pairs in the reduction, %llu in the "
+               "quantile pass (do not write into the inputs while compare() reads them)",
+               (long long)p->expect_finite, hs.total);
+      rc = VGCT_ECHANGED;
+      goto out;
+    }
     if (hs.bad) {
       int64_t worst = ubuf[b0 + ns - 1];
       snprintf(err, errlen, "vgct_cuda_select: rank %lld out of range [0, %llu)", (long long)worst,
@@ -565,6 +578,11 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
       goto out;
     }
     for (int s = 0; s < ns; ++s) vals[b0 + s] = vgct_f64_from_bits(hs.prefix[s]);
+    if (b0 + SEL_NS < nu && vgct_interrupted(p)) { /* Ctrl-C between rank batches */
+      snprintf(err, errlen, "vgct_cuda_select: interrupted after %d of %d ranks", b0 + ns, nu);
+      rc = VGCT_EINTR;
+      goto out;
+    }
   }
   for (int r = 0; r < nranks; ++r)
     for (int j = 0; j < nu; ++j)

@@ -494,6 +494,9 @@ template <> struct vg_isz<VGCT_FLOAT32> { static constexpr int v = 4; };
 template <> struct vg_isz<VGCT_FLOAT64> { static constexpr int v = 8; };
 template <> struct vg_isz<VGCT_FLOAT8_E4M3FN> { static constexpr int v = 1; };
 template <> struct vg_isz<VGCT_FLOAT8_E5M2> { static constexpr int v = 1; };
+template <> struct vg_isz<VGCT_UINT16> { static constexpr int v = 2; };
+template <> struct vg_isz<VGCT_UINT32> { static constexpr int v = 4; };
+template <> struct vg_isz<VGCT_UINT64> { static constexpr int v = 8; };
 
 /* One element to float64 through THE loader (vgct_load).  D >= 0: the dtype is
  * a compile-time constant and vgct_load's switch folds away; D < 0: the
@@ -629,6 +632,16 @@ __device__ __forceinline__ void vg_chunk_keys_of(const IterSpec &it, const vg_ra
       }
     }
   } else {
+    if (!G::TYPED && vgct_pair_is_int64(it.da, it.de)) { /* exact integer keys (vgct_stats.h) */
+#pragma unroll
+      for (int q = 0; q < G::CH; ++q) {
+        uint64_t k = VG_KEY_NONE;
+        if (q < r.cnt)
+          vgct_absdiff_key_at(r.qa + q * sai * isa, it.da, r.qe + q * sei * ise, it.de, &k);
+        keys[q] = k;
+      }
+      return;
+    }
 #pragma unroll
     for (int q = 0; q < G::CH; ++q) {
       uint64_t k = VG_KEY_NONE;

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
 
-vgct_need pytest:pytest hypothesis:hypothesis "numpy:numpy>=2.1" safetensors:safetensors "rich:rich>=13"
+vgct_need pytest:pytest hypothesis:hypothesis "numpy:numpy>=2.1" safetensors:safetensors "rich:rich>=13" ml_dtypes:ml_dtypes
 vgct_need_torch
 vgct_build
 "$PY" scripts/main_job.py --install-deps --no-run

@@ -7,6 +7,10 @@ import numpy as np
 MAX_NDIM: int
 MAX_QUANTILES: int
 ACC_VERSION: int
+
+class InputChangedError(RuntimeError):
+    """An input was written while compare() read it (docs/metrics.md, "Interrupts, and inputs
+    that change during a compare")."""
 ACC_SIZE: int
 SLICE_ACC_SIZE: int
 HIST_MAX_PREFIXES: int

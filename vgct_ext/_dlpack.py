@@ -80,7 +80,7 @@ def prepare(x: Any, force_fp8_view: bool = False) -> Tuple[Any, Optional[str]]:
     """
     torch = _torch_of(x)
     if torch is None:
-        return x, None
+        return _ml_dtypes_view(x)
     if x.requires_grad:
         x = x.detach()
     if x.is_neg():
@@ -88,6 +88,23 @@ def prepare(x: Any, force_fp8_view: bool = False) -> Tuple[Any, Optional[str]]:
     name = str(x.dtype).rpartition(".")[2]
     if name in _FP8 and (force_fp8_view or not _torch_exports_fp8(torch)):
         return x.view(torch.uint8), name
+    return x, None
+
+
+_ML_FLOATS = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+
+
+def _ml_dtypes_view(x: Any) -> Tuple[Any, Optional[str]]:
+    """A NumPy array of an ml_dtypes float (bfloat16, float8_e4m3fn, float8_e5m2: NumPy's
+    ``__dlpack__`` refuses them) as ``(x.view(uint16/uint8), dtype name)``: the same bytes, no
+    copy; ``_C`` reads the view as the named dtype (a same-width override, checked in C).
+    Anything else is returned unchanged."""
+    np = sys.modules.get("numpy")
+    if np is None or not isinstance(x, np.ndarray):  # nothing else is looked at (no __getattr__)
+        return x, None
+    dt = x.dtype
+    if getattr(dt.type, "__module__", None) == "ml_dtypes" and dt.name in _ML_FLOATS:
+        return x.view(f"u{dt.itemsize}"), dt.name
     return x, None
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes as C
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import sysconfig
@@ -27,11 +28,13 @@ CSRC = os.environ.get("VGCT_TEST_CSRC") or os.path.join(ROOT, "csrc")  # overrid
 MAX_NDIM = 32
 
 # vgct_dtype codes (csrc/vgct_dtypes.h)
-BOOL, INT8, INT16, INT32, INT64, UINT8, FLOAT16, BFLOAT16, FLOAT32, FLOAT64, E4M3, E5M2 = range(12)
+(BOOL, INT8, INT16, INT32, INT64, UINT8, FLOAT16, BFLOAT16, FLOAT32, FLOAT64, E4M3, E5M2,
+ UINT16, UINT32, UINT64) = range(15)
 NP_CODES = {np.dtype(np.bool_): BOOL, np.dtype(np.int8): INT8, np.dtype(np.int16): INT16,
             np.dtype(np.int32): INT32, np.dtype(np.int64): INT64, np.dtype(np.uint8): UINT8,
             np.dtype(np.float16): FLOAT16, np.dtype(np.float32): FLOAT32,
-            np.dtype(np.float64): FLOAT64}
+            np.dtype(np.float64): FLOAT64, np.dtype(np.uint16): UINT16,
+            np.dtype(np.uint32): UINT32, np.dtype(np.uint64): UINT64}
 RAW_CODES = {"bfloat16": (BFLOAT16, np.uint16), "float8_e4m3fn": (E4M3, np.uint8),
              "float8_e5m2": (E5M2, np.uint8)}
 
@@ -43,7 +46,9 @@ class View(C.Structure):
 
 
 class Params(C.Structure):
-    _fields_ = [("rtol", C.c_double), ("atol", C.c_double), ("dim", C.c_int), ("nthreads", C.c_int)]
+    _fields_ = [("rtol", C.c_double), ("atol", C.c_double), ("dim", C.c_int), ("nthreads", C.c_int),
+                ("interrupt", C.c_void_p), ("interrupt_ctx", C.c_void_p),
+                ("expect_finite", C.c_int64)]
 
 
 ACC_DOUBLES = ["scale_a", "scale_e", "scale_d", "s_aa", "s_ee", "s_ae", "s_dd", "s_d", "max_abs",
@@ -130,7 +135,7 @@ class Engine:
 
     def reduce(self, a, e, rtol=1e-3, atol=1e-3, dim=-1, nthreads=1, dta=None, dte=None):
         va, ve = self.view(a, dta), self.view(e, dte)
-        p = Params(rtol, atol, dim, nthreads)
+        p = Params(rtol, atol, dim, nthreads, None, None, -1)
         acc = Acc()
         k = a.shape[dim] if dim >= 0 else 0
         sl = (SliceAcc * max(k, 1))()
@@ -143,7 +148,7 @@ class Engine:
 
     def select(self, a, e, ranks: Sequence[int], nthreads=1, dta=None, dte=None):
         va, ve = self.view(a, dta), self.view(e, dte)
-        p = Params(0.0, 0.0, -1, nthreads)
+        p = Params(0.0, 0.0, -1, nthreads, None, None, -1)
         r = np.ascontiguousarray(ranks, dtype=np.int64)
         out = np.zeros(len(r), dtype=np.float64)
         err = C.create_string_buffer(512)
@@ -155,7 +160,7 @@ class Engine:
 
     def histogram(self, a, e, prefixes, prefix_bits, width, nthreads=1, dta=None, dte=None):
         va, ve = self.view(a, dta), self.view(e, dte)
-        p = Params(0.0, 0.0, -1, nthreads)
+        p = Params(0.0, 0.0, -1, nthreads, None, None, -1)
         pr = np.ascontiguousarray(prefixes, dtype=np.uint64)
         out = np.full(len(pr) << width, -7, dtype=np.int64)
         err = C.create_string_buffer(512)
@@ -188,7 +193,8 @@ def load() -> Optional[Engine]:
         return None
     srcs = [os.path.join(CSRC, f) for f in ("cpu_engine.c", "cpu_fold.inc", "cpu_fold32.inc", "vgct_engine.h", "vgct_stats.h",
                                             "vgct_dtypes.h")]
-    h = hashlib.sha256(cc.encode())
+    extra = shlex.split(os.environ.get("VGCT_TEST_CFLAGS", ""))  # scripts/sanitize.sh: -fsanitize=...
+    h = hashlib.sha256(" ".join([cc] + extra).encode())
     for s in srcs:
         with open(s, "rb") as f:
             h.update(f.read())
@@ -198,7 +204,7 @@ def load() -> Optional[Engine]:
     if not os.path.exists(so):
         tmp = f"{so}.{os.getpid()}.tmp"
         cmd = [cc, "-std=c11", "-O3", "-Wall", "-Wextra", "-shared", "-fPIC", "-pthread",
-               "-DVGCT_CPU_TESTING", "-I", CSRC, srcs[0], "-o", tmp, "-lm"]
+               "-DVGCT_CPU_TESTING", "-I", CSRC, srcs[0], "-o", tmp, "-lm"] + extra
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"building the engine test library failed:\n{' '.join(cmd)}\n{r.stderr}")

@@ -348,16 +348,53 @@ static int check_key_narrow(void) {
   return bad;
 }
 
+/* vgct_int_pair (vgct_stats.h, the integer pairs of the generic GPU kernels) as nvcc compiles
+ * it, against 128-bit integer arithmetic: |a - e| rounded once (the compiler's unsigned
+ * __int128 -> double conversion rounds to nearest), equality, and the mismatch decision with
+ * dyadic tolerances rtol = k/2^20, atol = m/4 (then D > atol + rtol*E is an integer inequality
+ * scaled by 2^20), on values at the int64/uint64 edges and near ties. */
+static int check_int_pairs(void) {
+  typedef __int128 i128;
+  int bad = 0;
+  const uint64_t edges[] = {0, 1, 2, (1ull << 53), (1ull << 53) + 1, (1ull << 62) + 1,
+                            0x7fffffffffffffffull, 0x8000000000000000ull, 0xffffffffffffffffull,
+                            0xfffffffffffffffeull};
+  for (int t = 0; t < 400000; ++t) {
+    const int ua = (int)(R() & 1), ue = (int)(R() & 1);
+    uint64_t ra = (R() & 3) ? edges[R() % 10] : R(), re = (R() & 3) ? edges[R() % 10] : R();
+    if (R() & 1) re = ra + (R() % 7) - 3; /* near pairs */
+    const i128 A = ua ? (i128)ra : (i128)(int64_t)ra, E = ue ? (i128)re : (i128)(int64_t)re;
+    const i128 D = A > E ? A - E : E - A, Ea = E < 0 ? -E : E;
+    const double rtol = (double)(R() % (1u << 21)) * 0x1p-20, atol = (double)(R() % 64) * 0.25;
+    /* a tolerance right at D for some trials: atol chosen from D */
+    const double atol2 = (R() & 1) ? atol : (double)((D >> 2) % 1024) * 0.25;
+    vgct_int_cmp c;
+    vgct_int_pair(ra, ua, re, ue, rtol, atol2, &c);
+    const unsigned __int128 Du = (unsigned __int128)D;
+    const bool mism = (i128)Du * ((i128)1 << 20) >
+                      (i128)(atol2 * 0x1p20) + (i128)(rtol * 0x1p20) * Ea; /* rtol*2^20, atol*2^20: integers */
+    if (c.ad != (double)Du || c.unequal != (D != 0) || c.mismatch != mism ||
+        c.a != (ua ? (double)ra : (double)(int64_t)ra) || (c.d < 0) != (A < E && D != 0)) {
+      if (++bad <= 5)
+        printf("  int pair %llx/%d vs %llx/%d rtol %a atol %a: ad %a unequal %d mismatch %d (want %d)\n",
+               (unsigned long long)ra, ua, (unsigned long long)re, ue, rtol, atol2, c.ad, c.unequal,
+               c.mismatch, (int)mism);
+    }
+  }
+  return bad != 0;
+}
+
 int main() {
   int passed = 0, failed = 0;
-  const int r[5] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
-                    check_key_narrow()};
-  const char *names[5] = {"register accumulator == vgct_acc_update (bitwise)",
+  const int r[6] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
+                    check_key_narrow(), check_int_pairs()};
+  const char *names[6] = {"register accumulator == vgct_acc_update (bitwise)",
                           "periodic flushes: maxima/counters exact, sums 1e-13",
                           "FastDiv == '/'",
                           "narrow-dtype chunk fast path: maxima/counters exact, sums 1e-13",
-                          "vg_key_narrow == vgct_absdiff_key"};
-  for (int i = 0; i < 5; ++i) {
+                          "vg_key_narrow == vgct_absdiff_key",
+                          "vgct_int_pair == 128-bit integer arithmetic"};
+  for (int i = 0; i < 6; ++i) {
     printf("%s: %s\n", names[i], r[i] ? "FAIL" : "ok");
     r[i] ? ++failed : ++passed;
   }

@@ -135,6 +135,28 @@ def cosine(x: np.ndarray, y: np.ndarray) -> float:
     return math.fsum(xs * ys) / norm(xs) / norm(ys)
 
 
+def quantile_linear(x: np.ndarray, p: float) -> float:
+    """docs/metrics.md's Q(p): ``np.quantile(x, p)`` (method "linear") with the limits at an
+    infinite order statistic made explicit: the interpolation is x_lo when gamma == 0 or
+    x_lo == x_hi, +Inf when x_hi is +Inf and gamma > 0 (numpy's formula gives NaN there:
+    Inf - Inf); else numpy's own value (bitwise)."""
+    xs = np.sort(np.asarray(x, dtype=np.float64).ravel())
+    m = xs.size
+    h = (m - 1) * p
+    lo = int(math.floor(h))
+    gamma = h - math.floor(h)
+    if h >= m - 1:
+        lo = hi = m - 1
+    else:
+        hi = lo + 1
+    a, b = float(xs[lo]), float(xs[hi])
+    if gamma == 0.0 or a == b:
+        return a
+    if b == math.inf:
+        return math.inf
+    return float(np.quantile(xs, p))
+
+
 def _argmax_first(v: np.ndarray):
     """(value, flat index) of the max of v (entries < 0 mean 'absent'), or (None, None)."""
     if v.size == 0:
@@ -211,7 +233,7 @@ def oracle(a64: np.ndarray, e64: np.ndarray, rtol: float = 1e-3, atol: float = 1
     if df.size:
         with np.errstate(all="ignore"):
             absd = np.abs(df)
-        out["quantiles"] = {q: float(np.quantile(absd, q)) for q in qs}
+        out["quantiles"] = {q: quantile_linear(absd, q) for q in qs}
     else:
         out["quantiles"] = {q: None for q in qs}
 

@@ -90,7 +90,11 @@ def test_nvcc_presence_decides_cuda_build():
 
 def test_stub_matches_module():
     stub = (ROOT / "vgct_ext" / "_C.pyi").read_text()
-    public = sorted(n for n in dir(_C) if not n.startswith("_") and callable(getattr(_C, n)))
+    public = sorted(n for n in dir(_C) if not n.startswith("_") and callable(getattr(_C, n))
+                    and not isinstance(getattr(_C, n), type))
+    classes = sorted(n for n in dir(_C) if isinstance(getattr(_C, n), type))
+    assert classes == ["InputChangedError"] and issubclass(_C.InputChangedError, RuntimeError)
+    assert "class InputChangedError(RuntimeError):" in stub
     assert public == ["acc_fields", "build_info", "compare", "device_props", "finalize_raw",
                       "fingerprint", "histogram", "merge_raw", "merge_slices_raw",
                       "quantile_ranks", "reduce_raw", "remap_raw"]

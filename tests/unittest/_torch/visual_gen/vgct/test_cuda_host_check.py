@@ -3,7 +3,8 @@
 cuda_host_check.cu compiles cuda/vgct_cuda_internal.cuh's __host__ __device__ code for the CPU and
 checks the register accumulator of the reduce kernels and their narrow-dtype chunk fast path
 against vgct_acc_update (bit for bit / maxima and counters exact), the exact 64-bit division by
-constants against '/', and the selection key of binary32 pairs against vgct_absdiff_key.  Skips when nvcc is not found.
+constants against '/', the selection key of binary32 pairs against vgct_absdiff_key, and the exact
+integer pairs (vgct_int_pair) against 128-bit integer arithmetic.  Skips when nvcc is not found.
 """
 
 import os
@@ -35,4 +36,4 @@ def test_cuda_helpers_on_the_host(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"nvcc failed:\n{r.stdout}\n{r.stderr}"
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and r.stdout.rstrip().endswith("5 passed, 0 failed"), r.stdout + r.stderr
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("6 passed, 0 failed"), r.stdout + r.stderr

@@ -445,3 +445,113 @@ def test_build_info_reports_the_device():
     info = vgct_ext.build_info()
     assert info["cuda_compiled"] and info["cuda_device_count"] >= 1
     assert info["cuda_driver_version"] > 0
+
+
+# ---- issue #12: exact integer pairs, quantiles at +inf, Ctrl-C between launches --------------
+
+def _int_edges(dt, n, seed):
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(dt)
+    v = rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
+    edges = [info.min, info.max, 0, 1] + ([2**53, 2**53 + 1, 2**62 + 1] if info.max > 2**53 else [])
+    v[: len(edges)] = np.array(edges, dtype=object).astype(dt)
+    return v
+
+
+@pytest.mark.parametrize("dt_a,dt_e", [("int64", "int64"), ("int64", "uint64"), ("uint64", "uint64"),
+                                       ("int64", "int8"), ("uint32", "int64")])
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "slices0", "slices1"])
+def test_integer_pairs_exact_on_gpu(dt_a, dt_e, layout):
+    """The generic GPU kernels fold integer pairs with vgct_int_pair (csrc/vgct_stats.h): the same
+    exact comparison as the CPU engine (docs/metrics.md, "Integer pairs"), against the Fraction
+    oracle of test_stats_oracle."""
+    from test_stats_oracle import _int_oracle
+
+    n = 3 * 4099
+    a = _int_edges(dt_a, n, 1)
+    e = _int_edges(dt_e, n, 2)
+    near = np.arange(0, n, 3)
+    e[near] = np.clip(a[near].astype(object) + 1, np.iinfo(dt_e).min, np.iinfo(dt_e).max).astype(dt_e)
+    a2, e2 = a.reshape(3, 4099), e.reshape(3, 4099)
+    if layout == "strided":
+        a2, e2 = a2[:, ::2], e2[:, ::-2]
+    kw = dict(quantiles=(0.0, 0.5, 0.99, 1.0), rtol=2.0 ** -20, atol=3.0)
+    if layout.startswith("slices"):
+        kw["dim"] = int(layout[-1])
+    ta = torch.from_numpy(np.ascontiguousarray(a2)).to(DEV)
+    te = torch.from_numpy(np.ascontiguousarray(e2)).to(DEV)
+    if layout == "strided":
+        ta, te = torch.from_numpy(a.reshape(3, 4099)).to(DEV)[:, ::2], \
+            torch.from_numpy(e.reshape(3, 4099)[:, ::-1].copy()).to(DEV)[:, ::2]
+        a2, e2 = ta.cpu().numpy(), te.cpu().numpy()
+    g = vgct_ext.compare(ta, te, **kw)
+    c = vgct_ext.compare(a2, e2, **kw)
+    assert_same_stats(g, c)
+    o = _int_oracle(a2, e2, kw["rtol"], kw["atol"], kw["quantiles"])
+    assert (g.n_unequal, g.mismatches, g.max_abs_err) == (o["n_unequal"], o["mismatches"], o["max_abs_err"])
+    assert dict(g.quantiles) == o["quantiles"]
+    assert np.ravel_multi_index(g.max_abs_err_index, a2.shape) == o["max_abs_err_index"]
+
+
+def test_integer_issue_example_on_gpu():
+    g = vgct_ext.compare(torch.tensor([2**53 + 1, 2**62 + 1], device=DEV),
+                         torch.tensor([2**53, 2**62], device=DEV), rtol=0, atol=0)
+    assert (g.max_abs_err, g.mismatches, g.n_unequal) == (1.0, 2, 2)
+
+
+def test_quantile_limit_at_an_infinite_order_statistic_on_gpu():
+    a = torch.tensor([1.7e308, 1.0], dtype=torch.float64, device=DEV)
+    e = torch.tensor([-1.7e308, 1.0], dtype=torch.float64, device=DEV)
+    g = vgct_ext.compare(a, e, quantiles=(0.0, 0.5, 1.0))
+    assert g.quantiles == {0.0: 0.0, 0.5: math.inf, 1.0: math.inf} and g.max_abs_err == math.inf
+    check3(a, e, quantiles=(0.0, 0.5, 1.0))
+
+
+_GPU_INTERRUPT_CHILD = r"""
+import json, os, signal, sys, threading, time
+import torch, vgct_ext
+mode = sys.argv[1]
+dev = torch.device("cuda", torch.cuda.current_device())
+def make(log2n):  # stride-0 rows: long work on little memory
+    rows = 1 << 16  # dim=0: 65536 slices, launched in chunks
+    cols = (1 << log2n) // rows
+    a = torch.randn(1, cols, device=dev).expand(rows, cols)
+    e = torch.zeros(1, cols, device=dev).expand(rows, cols)
+    return a, e
+kw = dict(dim=0, quantiles=()) if mode == "slices" else dict(quantiles=tuple(i / 64 for i in range(64)))
+log2n = 30
+while True:  # grow until one compare takes >= 3 s
+    a, e = make(log2n)
+    t = time.perf_counter(); vgct_ext.compare(a, e, **kw); torch.cuda.synchronize()
+    if time.perf_counter() - t >= 3.0 or log2n >= 44:
+        break
+    log2n += 2
+sent = []
+def fire():
+    sent.append(time.perf_counter()); os.kill(os.getpid(), signal.SIGINT)
+threading.Timer(1.0, fire).start()
+try:
+    vgct_ext.compare(a, e, **kw)
+    print(json.dumps({"finished": True, "log2n": log2n}))
+except KeyboardInterrupt:
+    late = time.perf_counter() - sent[0]
+    x = torch.arange(1000, dtype=torch.float32, device=dev)
+    s = vgct_ext.compare(x, torch.zeros_like(x), quantiles=(0.5,), dim=0)
+    print(json.dumps({"delay": late, "log2n": log2n, "again_ok": s.quantiles[0.5] == 499.5 and s.max_abs_err == 999.0}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["slices", "quantiles"])
+def test_ctrl_c_between_gpu_launches(mode):
+    """SIGINT during a long GPU compare (chunked slice launches; batches of selection ranks)
+    raises KeyboardInterrupt within 0.5 s of the signal, and the process compares again."""
+    import json
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _GPU_INTERRUPT_CHILD, mode], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert "delay" in out, out
+    assert out["delay"] < 0.5 and out["again_ok"], out

@@ -4,13 +4,18 @@ numpy.quantile is the definition (docs/metrics.md): h = (n-1)q, the order
 statistics at floor(h) and floor(h)+1, numpy's _lerp.  The engine selects the
 order statistics exactly (radix selection) and interpolates with the same
 expression, so the results are equal bit for bit -- for any n (torch.quantile
-refuses more than 2^24 elements), any dtype, ties, overflowing differences.
+refuses more than 2^24 elements), any dtype, ties.  Where an order statistic
+is +inf (a float64 difference that overflows) numpy's formula gives NaN
+(inf - inf); docs/metrics.md defines the limit instead (oracle.quantile_linear).
 """
+
+import math
 
 import numpy as np
 import pytest
 
 import vgct_ext
+from oracle import quantile_linear
 
 QS = (0.0, 1e-6, 0.01, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999, 1.0 - 1e-9, 1.0)
 
@@ -76,12 +81,27 @@ def test_many_ties_and_interpolation_branches():
 def test_nonfinite_excluded_and_overflowing_difference():
     a = np.array([1.7e308, np.nan, 2.0, np.inf, 5.0, -1.7e308], np.float64)
     e = np.array([-1.7e308, 1.0, np.inf, np.inf, 1.0, 0.0], np.float64)
-    s = vgct_ext.compare(a, e, quantiles=(0.0, 0.5, 1.0))
+    s = vgct_ext.compare(a, e, quantiles=(0.0, 0.5, 0.75, 1.0))
     # finite pairs: |1.7e308 - -1.7e308| = inf (the float64 difference), 4, 1.7e308;
-    # numpy's lerp with an infinite order statistic gives NaN (inf - inf), and so do we
+    # docs/metrics.md: q = 1 is the maximum, +inf as max_abs_err says; between 1.7e308 and
+    # +inf (gamma > 0) the limit +inf -- numpy's lerp gives NaN there (inf - inf)
     assert s.n_finite == 3 and s.quantiles[0.0] == 4.0
-    assert np.isnan(s.quantiles[1.0]) and np.isnan(s.quantiles[0.5])
-    assert_bitwise(s.quantiles, numpy_q(a, e, (0.0, 0.5, 1.0)))
+    assert s.quantiles[0.5] == 1.7e308
+    assert s.quantiles[0.75] == math.inf and s.quantiles[1.0] == math.inf == s.max_abs_err
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = np.abs(a - e)[np.isfinite(a) & np.isfinite(e)]
+        assert np.isnan(np.quantile(d, 1.0)) and np.isnan(np.quantile(d, 0.75))  # numpy's NaN
+    assert s.quantiles == {p: quantile_linear(d, p) for p in (0.0, 0.5, 0.75, 1.0)}
+
+
+def test_quantile_interpolation_towards_an_infinite_order_statistic():
+    # the issue's example: q = 0.5 interpolates 0 and +inf halfway, q = 1.0 is the maximum
+    s = vgct_ext.compare(np.array([1.7e308, 1.0]), np.array([-1.7e308, 1.0]), quantiles=(0.0, 0.5, 1.0))
+    assert s.quantiles == {0.0: 0.0, 0.5: math.inf, 1.0: math.inf} and s.max_abs_err == math.inf
+    # two infinite order statistics: +inf (numpy: inf - inf = NaN); gamma == 0 on a finite one: exact
+    s = vgct_ext.compare(np.array([1.7e308, -1.7e308, 3.0]), np.array([-1.7e308, 1.7e308, 1.0]),
+                         quantiles=(0.0, 0.25, 0.5, 0.75, 1.0))
+    assert s.quantiles == {0.0: 2.0, 0.25: math.inf, 0.5: math.inf, 0.75: math.inf, 1.0: math.inf}
 
 
 def test_no_finite_pair_and_zero_size():

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import vgct_ext
-from oracle import exact_sums, mismatches_vs_oracle, oracle
+from oracle import exact_sums, mismatches_vs_oracle, oracle, quantile_linear
 
 RNG = np.random.default_rng(20260501)
 QS = (0.0, 0.25, 0.5, 0.9, 0.99, 1.0)
@@ -412,3 +412,126 @@ def test_broadcast_view_over_2_31_elements_exact():
         va, vb = absd[lo // rows], absd[hi // rows]
         want = vb - (vb - va) * (1 - g) if g >= 0.5 else va + (vb - va) * g
         assert s.quantiles[q] == want
+
+
+# -- issue #12: integer pairs with a 64-bit side are compared exactly ------------------------------
+
+def _int_oracle(a, e, rtol, atol, qs):
+    """Exact oracle in Python integers and Fractions (docs/metrics.md, "Integer pairs")."""
+    from fractions import Fraction
+
+    A = [int(x) for x in np.asarray(a).ravel()]
+    E = [int(x) for x in np.asarray(e).ravel()]
+    D = [abs(x - y) for x, y in zip(A, E)]
+    tol = [Fraction(atol) + Fraction(rtol) * abs(y) for y in E]
+    mism = [i for i, (d, t) in enumerate(zip(D, tol)) if d > t]
+    dmax = max(float(d) for d in D)  # int -> float is correctly rounded
+    out = {"n_unequal": sum(x != y for x, y in zip(A, E)), "mismatches": len(mism),
+           "max_abs_err": dmax, "max_abs_err_index": next(i for i, d in enumerate(D) if float(d) == dmax),
+           "max_abs_err_actual": float(A[D.index(max(D, key=lambda d: float(d)))]) if D else None,
+           "quantiles": {q: quantile_linear(np.array([float(d) for d in D]), q) for q in qs},
+           "excess": {i: D[i] - tol[i] for i in mism}}
+    out["max_abs_err_actual"] = float(A[out["max_abs_err_index"]])
+    out["max_abs_err_expected"] = float(E[out["max_abs_err_index"]])
+    return out
+
+
+def _check_int(a, e, rtol, atol, qs=(0.0, 0.5, 0.9, 1.0)):
+    s = vgct_ext.compare(a, e, rtol=rtol, atol=atol, quantiles=qs)
+    o = _int_oracle(a, e, rtol, atol, qs)
+    for k in ("n_unequal", "mismatches", "max_abs_err", "max_abs_err_index", "max_abs_err_actual",
+              "max_abs_err_expected"):
+        got = getattr(s, k)
+        got = got[0] if k.endswith("_index") else got
+        assert got == o[k], (k, got, o[k], a.dtype, e.dtype)
+    assert dict(s.quantiles) == o["quantiles"]
+    assert s.n_finite == a.size
+    if o["excess"]:  # the worst excess: exact order up to the float64 rounding of the excess
+        best = max(o["excess"].values())
+        i = s.worst_mismatch_index[0]
+        assert i in o["excess"] and o["excess"][i] >= best * (1 - 2.0 ** -50)
+        assert abs(s.worst_mismatch_excess - float(best)) <= abs(float(best)) * 2.0 ** -50
+    else:
+        assert s.worst_mismatch_index is None
+    return s
+
+
+def test_int64_above_2_53_is_exact():
+    # the issue's example: float64 conversion made both pairs "equal"
+    s = _check_int(np.array([2**53 + 1, 2**62 + 1]), np.array([2**53, 2**62]), 0.0, 0.0)
+    assert (s.max_abs_err, s.mismatches, s.n_unequal) == (1.0, 2, 2)
+    # int64 extremes: |min - max| = 2^64 - 1 (needs 64 bits), exact then rounded once
+    lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+    s = _check_int(np.array([lo, hi, -1, 0]), np.array([hi, lo, 0, 0]), 0.0, 0.5)
+    assert s.max_abs_err == 2.0 ** 64 and s.max_abs_err_index == (0,)
+
+
+def test_integer_mismatch_is_decided_exactly():
+    # |a-e| next to atol + rtol*|e| by less than one float64 ulp of either side
+    e0 = 2**62 + 1
+    for rtol, atol in ((2.0 ** -3, 0.5), (0.1, 0.0), (1e-3, 2.0 ** 55 + 0.25), (1.0, 0.0)):
+        from fractions import Fraction
+        t = Fraction(atol) + Fraction(rtol) * e0
+        base = int(t)  # floor
+        ds = [base + k for k in (-2, -1, 0, 1, 2)]
+        vals = [e0 - d for d in ds] + [e0 + d for d in ds if e0 + d < 2**63]  # both signs of a - e
+        _check_int(np.array(vals, np.int64), np.full(len(vals), e0, np.int64), rtol, atol)
+        uvals = [e0 - d for d in ds if d <= e0] + [e0 + d for d in ds if e0 + d < 2**64]
+        _check_int(np.array(uvals, np.uint64), np.full(len(uvals), e0, np.uint64), rtol, atol)
+    # an exact tie is a match (torch.allclose: <=)
+    s = _check_int(np.array([2**60 + 2**59]), np.array([2**60]), 0.5, 0.0)
+    assert s.mismatches == 0
+
+
+@pytest.mark.parametrize("dt_a,dt_e", [("int64", "int64"), ("uint64", "uint64"), ("int64", "uint64"),
+                                       ("uint64", "int8"), ("int32", "uint64"), ("bool", "int64"),
+                                       ("uint32", "int64"), ("uint16", "int64")])
+def test_integer_pairs_random_edges(dt_a, dt_e):
+    rng = np.random.default_rng(12)
+    def draw(dt, n):
+        info = np.iinfo(dt) if dt != "bool" else None
+        if info is None:
+            return rng.integers(0, 2, n).astype(bool)
+        edges = np.array([info.min, info.max, 0, 1, 2**53 if info.max > 2**53 else info.max,
+                          2**53 + 1 if info.max > 2**53 else info.min], dtype=object)
+        v = rng.integers(info.min, info.max, n, dtype=dt, endpoint=True).astype(object)
+        v[: len(edges)] = edges
+        near = rng.integers(0, len(v), n // 3)
+        v[near] = [min(max(int(x) + int(rng.integers(-3, 4)), int(info.min)), int(info.max)) for x in v[near]]
+        return np.array([int(x) for x in v], dtype=dt)
+    n = 600
+    a = draw(dt_a, n)
+    e = draw(dt_e, n)
+    k = rng.integers(0, n, n // 2)  # near pairs: differences far below 2^53 next to huge values
+    if dt_a != "bool" and dt_e != "bool" and np.dtype(dt_a).itemsize >= np.dtype(dt_e).itemsize \
+            and np.can_cast(dt_e, dt_a):
+        a[k] = np.clip(e[k].astype(object) + rng.integers(-5, 6, k.size), np.iinfo(dt_a).min,
+                       np.iinfo(dt_a).max).astype(dt_a)
+    for rtol, atol in ((0.0, 0.0), (1e-3, 1e-3), (2.0 ** -20, 3.0)):
+        _check_int(a, e, rtol, atol)
+    # layouts: strided and reversed views take the same path
+    _check_int(a[::-3], e[::-3], 1e-3, 1e-3)
+
+
+def test_mixed_integer_float_pairs_convert_to_float64():
+    """docs/metrics.md: a pair with a floating side compares in float64 (the integer rounded to
+    nearest, as numpy's int64 - float64 -> float64): 2^53 + 1 against the float 2^53 is equal."""
+    s = vgct_ext.compare(np.array([2**53 + 1, 3]), np.array([2.0**53, 3.5]), rtol=0, atol=0)
+    assert s.n_unequal == 1 and s.max_abs_err == 0.5 and s.max_abs_err_index == (1,)
+
+
+def test_integer_pairs_threads_segments_and_slices():
+    """2^20 int64 pairs above 2^53 (threads, several segments, per-slice statistics): counts and
+    maxima against exact NumPy integer arithmetic (differences here fit int64)."""
+    rng = np.random.default_rng(5)
+    n = 1 << 20
+    e = rng.integers(2**60, 2**62, n, dtype=np.int64)
+    a = e + rng.integers(-3, 4, n, dtype=np.int64)  # differences of 0..3 next to values ~2^61
+    s = vgct_ext.compare(a.reshape(256, -1), e.reshape(256, -1), rtol=0.0, atol=1.5, quantiles=(0.5, 1.0), dim=0)
+    d = np.abs(a - e)  # exact: |d| <= 3
+    assert s.n_unequal == int(np.count_nonzero(d)) and s.mismatches == int(np.count_nonzero(d > 1.5))
+    assert s.max_abs_err == 3.0 and np.ravel_multi_index(s.max_abs_err_index, (256, n // 256)) == int(np.argmax(d))
+    assert s.quantiles == {0.5: float(np.quantile(d.astype(np.float64), 0.5)), 1.0: 3.0}
+    assert s.slices.count.tolist() == [n // 256] * 256
+    assert s.slices.max_abs_err.tolist() == d.reshape(256, -1).max(axis=1).astype(float).tolist()
+    assert math.isclose(s.mean_diff, float(np.mean((a - e).astype(np.float64))), rel_tol=1e-12, abs_tol=1e-15)
