@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numbers
-from typing import Any, Dict, Iterable, Optional, Union
+from typing import Any, Dict, Iterable, Optional, Tuple, Union
 
 from . import _C, _dlpack
 from ._stats import PairedStats
@@ -17,26 +17,72 @@ def _is_bool(x: Any) -> bool:
     return dt is not None and (getattr(dt, "kind", None) == "b" or str(dt) == "torch.bool")
 
 
+_Q_TYPE_ERROR = "quantiles must be a float in [0, 1] or a sequence of them"
+
+
 def _quantile_tuple(quantiles: Any) -> tuple:
     """``quantiles`` of :func:`compare` as a tuple for ``_C`` (which checks the values).
 
     A single number -- a Python/NumPy real scalar or a 0-d array -- is one quantile; None is
-    none; anything else is iterated.  Booleans are refused (``True`` is not the quantile 1.0).
+    none; anything else is iterated.  Booleans are refused (``True`` is not the quantile 1.0);
+    so are strings, bytes and objects that cannot be iterated (TypeError naming quantiles).
     """
+    if type(quantiles) is tuple:  # the default (0.99,) and most calls: floats, checked by _C
+        for q in quantiles:
+            if type(q) is not float:
+                break
+        else:
+            return quantiles
     if quantiles is None:
         return ()
     if isinstance(quantiles, (str, bytes)):
-        raise TypeError(f"quantiles must be a float in [0, 1] or a sequence of them, "
-                        f"got {type(quantiles).__name__}")
+        raise TypeError(f"{_Q_TYPE_ERROR}, got {type(quantiles).__name__}")
     if isinstance(quantiles, numbers.Real) or getattr(quantiles, "ndim", None) == 0:
         if _is_bool(quantiles):
-            raise TypeError("quantiles must be a float in [0, 1] or a sequence of them, got bool")
+            raise TypeError(f"{_Q_TYPE_ERROR}, got bool")
         return (quantiles,)
-    qs = tuple(quantiles)
+    try:
+        qs = tuple(quantiles)
+    except TypeError as exc:
+        raise TypeError(f"{_Q_TYPE_ERROR}, got {type(quantiles).__name__}") from exc
     for i, q in enumerate(qs):
         if _is_bool(q):
             raise TypeError(f"quantiles[{i}] must be a float in [0, 1], got bool")
     return qs
+
+
+def _tolerance(name: str, x: Any) -> float:
+    """``rtol`` / ``atol`` as a float for ``_C`` (which checks finite and >= 0): a real
+    number -- Python or NumPy scalar, or a 0-d array/tensor -- never a bool or a string
+    (TypeError naming the argument)."""
+    if type(x) is float:
+        return x
+    if not _is_bool(x) and not isinstance(x, (str, bytes)) and (
+            isinstance(x, numbers.Real) or getattr(x, "ndim", None) == 0):
+        try:
+            return float(x)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} must be a real number >= 0 (a float), got "
+                            f"{type(x).__name__}") from exc
+    raise TypeError(f"{name} must be a real number >= 0 (a float), got {type(x).__name__}")
+
+
+def _read(fn: Any, named: Tuple[Tuple[str, Any], ...]) -> Any:
+    """``fn(*exported objects, *overrides)`` for the inputs ``named`` (``(argument name,
+    object)`` each): each prepared (:func:`vgct_ext._dlpack.prepare`), NumPy arrays pinned
+    against a resize for the whole call, the call made on the consumer stream; a refusal is
+    re-raised naming the argument (:func:`vgct_ext._dlpack.explain`)."""
+    objs = [x for _, x in named]
+    try:
+        prepared = [_dlpack.prepare(x, argname=n) for n, x in named]
+        objs = [p[0] for p in prepared]
+        keep = _dlpack.pin(*objs)  # noqa: F841 - alive until the call returns
+        return _dlpack.call_on_stream(tuple(objs), lambda s: fn(s, *prepared))
+    except Exception as exc:
+        better = _dlpack.explain(exc, [(n, x, o) for (n, x), o in zip(named, objs)])
+        if better is None:
+            raise
+        raise better from exc
 
 
 def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-3,
@@ -77,9 +123,9 @@ def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-
         MemoryError: the engine could not allocate its work space.
     """
     qs = _quantile_tuple(quantiles)
-    a, da = _dlpack.prepare(actual)
-    e, de = _dlpack.prepare(expected)
-    d = _dlpack.call_on_stream((a, e), lambda s: _C.compare(a, e, rtol, atol, qs, dim, s, da, de))
+    rtol, atol = _tolerance("rtol", rtol), _tolerance("atol", atol)
+    d = _read(lambda s, pa, pe: _C.compare(pa[0], pe[0], rtol, atol, qs, dim, s, pa[1], pe[1]),
+              (("actual", actual), ("expected", expected)))
     return PairedStats._from_c(d)
 
 
@@ -89,8 +135,7 @@ def fingerprint(x: Any) -> int:
     memory layout do not matter; -0.0 and +0.0 differ, as do NaN payloads). Same input types
     and errors as :func:`compare`.
     """
-    obj, override = _dlpack.prepare(x)
-    return _dlpack.call_on_stream((obj,), lambda s: _C.fingerprint(obj, s, override))
+    return _read(lambda s, p: _C.fingerprint(p[0], s, p[1]), (("x", x),))
 
 
 def build_info() -> Dict[str, Any]:
