@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numbers
-from typing import Any, Dict, Iterable, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Optional, Union
 
 from . import _C, _dlpack
 from ._stats import PairedStats
@@ -67,24 +67,6 @@ def _tolerance(name: str, x: Any) -> float:
     raise TypeError(f"{name} must be a real number >= 0 (a float), got {type(x).__name__}")
 
 
-def _read(fn: Any, named: Tuple[Tuple[str, Any], ...]) -> Any:
-    """``fn(*exported objects, *overrides)`` for the inputs ``named`` (``(argument name,
-    object)`` each): each prepared (:func:`vgct_ext._dlpack.prepare`), NumPy arrays pinned
-    against a resize for the whole call, the call made on the consumer stream; a refusal is
-    re-raised naming the argument (:func:`vgct_ext._dlpack.explain`)."""
-    objs = [x for _, x in named]
-    try:
-        prepared = [_dlpack.prepare(x, argname=n) for n, x in named]
-        objs = [p[0] for p in prepared]
-        keep = _dlpack.pin(*objs)  # noqa: F841 - alive until the call returns
-        return _dlpack.call_on_stream(tuple(objs), lambda s: fn(s, *prepared))
-    except Exception as exc:
-        better = _dlpack.explain(exc, [(n, x, o) for (n, x), o in zip(named, objs)])
-        if better is None:
-            raise
-        raise better from exc
-
-
 def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-3,
             quantiles: Union[float, Iterable[float], None] = (0.99,),
             dim: Optional[int] = None) -> PairedStats:
@@ -124,8 +106,20 @@ def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-
     """
     qs = _quantile_tuple(quantiles)
     rtol, atol = _tolerance("rtol", rtol), _tolerance("atol", atol)
-    d = _read(lambda s, pa, pe: _C.compare(pa[0], pe[0], rtol, atol, qs, dim, s, pa[1], pe[1]),
-              (("actual", actual), ("expected", expected)))
+    a, e = actual, expected
+    try:
+        a, da = _dlpack.prepare(actual, argname="actual")
+        e, de = _dlpack.prepare(expected, argname="expected")
+        keep = _dlpack.pin(a, e)  # noqa: F841 - NumPy arrays cannot be resized until the call returns
+        d = _dlpack.call_on_stream((a, e), lambda s: _C.compare(a, e, rtol, atol, qs, dim, s, da, de))
+    except Exception as exc:  # a refusal: named by _dlpack.explain, else as raised
+        better = _dlpack.explain(exc, (("actual", actual, a), ("expected", expected, e)))
+        if better is None:
+            raise
+        try:
+            raise better from exc
+        finally:
+            del better  # no frame <-> exception cycle (the inputs would live until a GC pass)
     return PairedStats._from_c(d)
 
 
@@ -135,7 +129,19 @@ def fingerprint(x: Any) -> int:
     memory layout do not matter; -0.0 and +0.0 differ, as do NaN payloads). Same input types
     and errors as :func:`compare`.
     """
-    return _read(lambda s, p: _C.fingerprint(p[0], s, p[1]), (("x", x),))
+    obj = x
+    try:
+        obj, override = _dlpack.prepare(x, argname="x")
+        keep = _dlpack.pin(obj)  # noqa: F841 - see compare
+        return _dlpack.call_on_stream((obj,), lambda s: _C.fingerprint(obj, s, override))
+    except Exception as exc:  # see compare
+        better = _dlpack.explain(exc, (("x", x, obj),))
+        if better is None:
+            raise
+        try:
+            raise better from exc
+        finally:
+            del better
 
 
 def build_info() -> Dict[str, Any]:

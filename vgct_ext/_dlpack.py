@@ -53,6 +53,7 @@ the quantile pass, seeing counts that changed, says that an input changed.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import weakref
 from typing import Any, Callable, ContextManager, Optional, Sequence, Tuple
@@ -62,7 +63,9 @@ import numpy as np
 _FP8 = ("float8_e4m3fn", "float8_e5m2")
 _CUDA_DEVICE_TYPES = (2, 13)  # kDLCUDA, kDLCUDAManaged
 _torch_fp8_export: Optional[bool] = None  # probed once per process
+_torch_fp8: Optional[Tuple[Any, Tuple[Any, ...]]] = None  # (torch, its float8 dtypes)
 _ndarray = np.ndarray
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # torch's C-level CUDA look-ups, found once per torch module: (torch, get_device, raw_stream);
 # the functions are cached, never what they return (the current stream/device can change)
 _torch_cuda_fns: Optional[Tuple[Any, Any, Any]] = None
@@ -132,10 +135,19 @@ def prepare(x: Any, force_fp8_view: bool = False, argname: str = "x") -> Tuple[A
     x = x.detach()  # the alias torch's export holds (never the caller's tensor object)
     if x.is_neg():
         x = x.resolve_neg()  # a copy with the sign applied (torch exports the storage unsigned)
-    name = str(x.dtype).rpartition(".")[2]
-    if name in _FP8 and (force_fp8_view or not _torch_exports_fp8(torch)):
-        return x.view(torch.uint8), name
+    if x.dtype in _torch_fp8_dtypes(torch):
+        if force_fp8_view or not _torch_exports_fp8(torch):
+            return x.view(torch.uint8), str(x.dtype).rpartition(".")[2]
     return x, None
+
+
+def _torch_fp8_dtypes(torch: Any) -> Tuple[Any, ...]:
+    """torch's float8 dtypes named in ``_FP8`` (found once per torch module)."""
+    global _torch_fp8
+    c = _torch_fp8
+    if c is None or c[0] is not torch:
+        c = _torch_fp8 = (torch, tuple(getattr(torch, n) for n in _FP8 if hasattr(torch, n)))
+    return c[1]
 
 
 def pin(*xs: Any) -> Tuple[Any, ...]:
@@ -211,6 +223,11 @@ def call_on_stream(xs: Tuple[Any, ...], fn: Callable[[Optional[int]], Any]) -> A
     would make current the device that already is (the common case; the guard's enter and
     exit cost more than the engine's work on small tensors).  An input that cannot say
     where it lives is left to ``_C``, which names what is wrong."""
+    for x in xs:
+        if type(x) is not _ndarray:
+            break
+    else:
+        return fn(None)  # NumPy arrays: host memory
     devs = [_device(x) for x in xs]
     for x, d in zip(xs, devs):
         if d is not None and d[0] in _CUDA_DEVICE_TYPES:
@@ -428,10 +445,15 @@ def _raised_by(exc: BaseException, named: Sequence[Tuple[str, Any, Any]]) -> Opt
     ``__getattr__`` ...), else None (C-level producers leave no frame)."""
     tb = exc.__traceback__
     while tb is not None:
-        try:
-            me = tb.tb_frame.f_locals.get("self")
-        except Exception:  # noqa: BLE001 - a frame we cannot read says nothing
-            me = None
+        frame = tb.tb_frame
+        me = None
+        # not vgct_ext's own frames: reading f_locals snapshots a frame's locals into a dict
+        # it keeps (Python < 3.13), and the frames of compare hold this very exception
+        if not frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+            try:
+                me = frame.f_locals.get("self")
+            except Exception:  # noqa: BLE001 - a frame we cannot read says nothing
+                me = None
         if me is not None:
             for name, x, obj in named:
                 if me is obj or me is x:

@@ -266,6 +266,32 @@ def test_errors_that_are_not_an_inputs_are_left_alone():
     assert ei.value.__cause__ is None
 
 
+def test_named_refusals_leave_no_references_behind():
+    import gc
+
+    class _Refuses:
+        def __dlpack_device__(self):
+            return (1, 0)
+
+        def __dlpack__(self, **kw):
+            raise RuntimeError("gone")  # a new exception each time: no cycle of the producer's own
+
+    ok, bad = np.ones(3), np.ones(3, dtype=object)
+    before = (sys.getrefcount(ok), sys.getrefcount(bad))
+    gc.disable()  # a reference cycle through the traceback would keep the inputs until a GC pass
+    try:
+        for _ in range(20):
+            with pytest.raises(TypeError, match="^expected: dtype object"):
+                vgct_ext.compare(ok, bad)
+            with pytest.raises(BufferError, match="^actual: "):
+                vgct_ext.compare(_Refuses(), ok)
+            with pytest.raises(TypeError, match="^x: dtype object"):
+                vgct_ext.fingerprint(bad)
+        assert (sys.getrefcount(ok), sys.getrefcount(bad)) == before
+    finally:
+        gc.enable()
+
+
 # -- 3. argument types: the argument is named ------------------------------------------------------
 
 
@@ -344,3 +370,40 @@ def test_torch_stream_and_device_read_through_the_cached_functions_at_every_call
     # another torch module (a reload) finds its own functions again
     other = type(sys)("torch_other")
     assert _dlpack._torch_cuda(other) == (None, None) and _dlpack._torch_cuda_fns[0] is other
+
+
+# -- 6. PairedStats._from_c: the same object as the constructor, key mismatches refused ------------
+
+
+def test_from_c_equals_the_constructor_and_refuses_a_disagreeing_dict():
+    import dataclasses
+    import pickle
+
+    from vgct_ext import _C
+    from vgct_ext._stats import PairedStats, _unravel
+
+    a = np.arange(24.0).reshape(2, 3, 4)
+    e = a.copy()
+    e[1, 2, 3] += 5.0
+    e[0, 1, 0] = 0.0
+    d = _C.compare(a, e, 1e-3, 1e-3, (0.5, 0.99), 1, None, None, None)
+    got = PairedStats._from_c(d)
+    fields = {k: d[k] for k in (f.name for f in dataclasses.fields(PairedStats))}
+    for k in ("max_abs_err_index", "max_rel_err_index", "worst_mismatch_index", "first_class_mismatch_index"):
+        fields[k] = None if d[k] is None else tuple(int(i) for i in np.unravel_index(d[k], a.shape))
+    fields["slices"] = type(got.slices)(**d["slices"])
+    want = PairedStats(**fields)
+    assert got == want and got.max_abs_err_index == (1, 2, 3) == want.max_abs_err_index
+    assert got.max_rel_err_index == (1, 2, 3) and got.first_class_mismatch_index is None
+    assert type(got.quantiles) is type(want.quantiles) and got.quantiles == {0.5: 0.0, 0.99: np.quantile(np.abs(a - e), 0.99)}
+    with pytest.raises(TypeError):
+        got.quantiles[0.5] = 1.0  # read-only, as the constructor's
+    assert pickle.loads(pickle.dumps(got)) == got
+    assert _unravel(7, (10,)) == (7,) and _unravel(None, (3,)) is None and _unravel(5, (2, 3)) == (1, 2)
+    bad = dict(d)
+    del bad["n_unequal"]
+    with pytest.raises(TypeError, match=r"_C\.compare gave no \['n_unequal'\]"):
+        PairedStats._from_c(bad)
+    bad = dict(d, n_unequal=0, surprise=1)
+    with pytest.raises(TypeError, match=r"unknown fields \['surprise'\]"):
+        PairedStats._from_c(bad)
