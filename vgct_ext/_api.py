@@ -80,9 +80,18 @@ def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-
             device: no hidden copies), any strides (0, negative, non-contiguous, any byte
             offset), any of the dtypes bool, int8/16/32/64, uint8, float16, bfloat16,
             float32, float64, float8_e4m3fn, float8_e5m2 -- the two may differ (bf16
-            against an fp32 reference). torch tensors that require grad are read through
-            ``detach()`` (no copy).
-        rtol, atol: finite, >= 0: a finite pair mismatches when ``|a-e| > atol + rtol*|e|``
+            against an fp32 reference). torch tensors are read through ``detach()`` (an
+            alias of the same storage, no copy; tensors that require grad included).
+            Complex inputs are refused: compare ``torch.view_as_real(x)`` /
+            ``x.view(x.real.dtype)`` (real and imaginary parts) instead. NumPy masked
+            arrays are refused: pass ``x.filled(value)`` or ``x.data`` explicitly.
+            While the call runs (the GIL is released), do not free, resize or reallocate
+            an input from another thread: torch ``x.set_(...)`` / ``x.data = ...`` and NumPy
+            ``resize`` are safe (the export holds its own alias; NumPy refuses the resize),
+            a torch ``resize_`` or ``untyped_storage().resize_()`` is not.  Writing into an
+            input meanwhile gives the statistics of some mixture of old and new values.
+        rtol, atol: real numbers (Python/NumPy scalars, 0-d arrays; not bools), finite,
+            >= 0: a finite pair mismatches when ``|a-e| > atol + rtol*|e|``
             (torch.allclose's convention).
         quantiles: up to 64 probabilities in [0, 1]; each gives the exact quantile of
             ``|a-e|`` over finite pairs as ``numpy.quantile(..., method="linear")`` defines
@@ -95,12 +104,15 @@ def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-
     Returns:
         :class:`vgct_ext.PairedStats` (definitions: docs/metrics.md).
 
-    Raises:
-        TypeError: an input without DLPack, an unsupported dtype, a bad argument type.
+    Raises (every refusal of an input names it, ``actual`` or ``expected``, says what is
+    wrong and what to pass instead; a producer's own error is chained as ``__cause__``):
+        TypeError: an input without DLPack, an unsupported dtype (complex, object, string,
+            long double, non-native byte order ...) or layout (sparse, nested, quantized),
+            a masked array, an argument of a wrong type (naming the argument).
         ValueError: shapes differ (both shapes named), devices differ, a bad rtol/atol/
             quantile/dim, too many dimensions (> 32).
-        BufferError: an unsupported device or DLPack version, a malformed capsule, or the
-            producer's own refusal to export.
+        BufferError: an unsupported device (a torch meta tensor) or DLPack version, a
+            malformed capsule, or the producer's own refusal to export.
         RuntimeError: a CUDA input with a build without CUDA, or a CUDA failure.
         MemoryError: the engine could not allocate its work space.
     """
