@@ -166,6 +166,8 @@ def pin(*xs: Any) -> Tuple[Any, ...]:
             refs.append(weakref.ref(x))
             x = x.base
     return tuple(refs)
+
+
 def _device(x: Any) -> Optional[Tuple[int, int]]:
     """``x.__dlpack_device__()`` as two ints, or None when it cannot be read (``_C`` then
     raises the precise error).  Without the call for the two common cases: a NumPy
