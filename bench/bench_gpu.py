@@ -16,7 +16,8 @@ beat it.
 Rows: the throughput cases (bf16, fp32, transposed, latent slices); the exact p99 on
 several data shapes, each beside the same pair without quantiles -- a bf16 cast of
 (fp32 + 1e-3 noise) against its fp32 original and against its bf16 rounding (many
-ties), fp32 noise, an identical pair, heavy tails (Cauchy noise), a few outliers;
+ties), fp32 noise, a constant offset (few distinct differences), an identical pair,
+heavy tails (Cauchy noise), a few outliers;
 and the small calls (2^20 end to end, beside the composite and beside
 ``torch.testing.assert_close``, passing and failing with its report).
 
@@ -145,6 +146,7 @@ def p99_shapes(n, seed=10):
     del a16
     yield "fp32 e+1e-3 noise vs fp32 e", noisy, e32
     del noisy
+    yield "fp32 e+1e-3 constant offset vs fp32 e", e32 + 1e-3, e32  # few distinct |d|: ties
     yield "identical bf16 pair (a == e)", e16, e16.clone()
     cauchy = torch.empty(n, device=_DEVICE).cauchy_(generator=g)
     yield "heavy tails: fp32 e+1e-3 Cauchy", e32 + 1e-3 * cauchy, e32
