@@ -120,10 +120,10 @@ def prepare(x: Any, force_fp8_view: bool = False, argname: str = "x") -> Tuple[A
     whose negation bit is set (``x.is_neg()``): torch exports such a tensor
     without the sign.
     """
-    if type(x) is _ndarray:
-        return x, None
+    if type(x) is _ndarray and x.dtype.isbuiltin == 1:
+        return x, None  # a NumPy array of one of NumPy's own native dtypes: nothing to do
     torch = _torch_of(x)
-    if torch is None:
+    if torch is None:  # NumPy arrays of other dtypes (ml_dtypes ...) and other producers
         if _is_masked(x):
             raise TypeError(
                 f"{argname}: a NumPy masked array (numpy.ma.MaskedArray); vgct_ext reads the "
