@@ -16,6 +16,10 @@ try:  # torch before any in-process pytester run (see test_plugin.py)
     import torch  # noqa: F401
 except ImportError:
     pass
+try:  # the Student's t oracle, imported once for the same reason (pytester's sys.modules restore)
+    import scipy.stats  # noqa: F401
+except ImportError:
+    pass
 
 from vgct_ext import _context, _hardware
 from vgct_ext import evidence as ev
