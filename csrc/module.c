@@ -643,7 +643,7 @@ done:
 
 /* ---- sharded comparisons ([E]): raw records, merge, remap, finalize -----
  *
- * vgct_ext.compare_sharded (vgct_ext/sharded.py) runs compare()'s steps with
+ * vgct_ext.compare_sharded (vgct_ext/core/sharded.py) runs compare()'s steps with
  * the ranks of a torch.distributed group in between:
  *   reduce_raw    each rank: its shard's vgct_acc (and vgct_slice_acc array)
  *                 as bytes -- the record that travels (sizeof(vgct_acc) bytes

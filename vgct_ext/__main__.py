@@ -51,7 +51,7 @@ def _dtype(t: Any) -> str:
 def cmd_compare(args: argparse.Namespace) -> int:
     from vgct_ext import compare
 
-    from .gates import GateFailure, TransparencyFinding, assert_t1, fmt_value, resolve_t1_bars
+    from .method.gates import GateFailure, TransparencyFinding, assert_t1, fmt_value, resolve_t1_bars
 
     bar_kw = {k: getattr(args, k) for k in ("rel_l2", "cosine", "rtol", "atol") if getattr(args, k) is not None}
     if args.gate == "t1":
@@ -158,7 +158,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         pass
     import vgct_ext
 
-    from ._hardware import hardware_info, versions
+    from .method._hardware import hardware_info, versions
 
     info = {"build": vgct_ext.build_info(), "hardware": hardware_info(), "versions": versions()}
     info["hardware"].pop("vgct_build", None)
@@ -186,7 +186,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_evidence(args: argparse.Namespace) -> int:
-    from . import evidence as ev
+    from .method import evidence as ev
 
     try:
         if args.action == "show":
@@ -236,7 +236,7 @@ def cmd_evidence(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .gates import Relax
+    from .method.gates import Relax
 
     p = argparse.ArgumentParser(prog="python -m vgct_ext", description="vgct_ext: paired statistics and gates")
     sub = p.add_subparsers(dest="command", required=True)

@@ -21,7 +21,7 @@ try:  # the Student's t oracle, imported once for the same reason (pytester's sy
 except ImportError:
     pass
 
-from vgct_ext import _context, _hardware
+from vgct_ext.method import _context, _hardware
 from vgct_ext import evidence as ev
 from vgct_ext.__main__ import main as cli
 from vgct_ext.gates import EvidenceMissing, GateFailure, Relax, assert_t1, assert_t2
