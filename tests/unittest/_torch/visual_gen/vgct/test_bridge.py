@@ -1,4 +1,4 @@
-"""The DLPack bridge (csrc/bridge.c) and the _C argument layer (csrc/module.c).
+"""The DLPack bridge (csrc/bridge.c) and the _C argument layer (csrc/module_args.c, csrc/module.c).
 
 Oracles: float64 NumPy (math.fsum for sums, numpy.quantile for quantiles); capsule
 bookkeeping is checked with a ctypes producer whose every DLPack field we choose and
