@@ -138,10 +138,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         header = ("tensor", "dtype (A/B)", "shape", "rel_l2", "cosine", "max_abs_err", "p99", "mismatches",
                   "verdict")
-        table = [header] + rows
-        w = [max(len(r[i]) for r in table) for i in range(len(header))]
-        for r in table:
-            print("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip())
+        from ._table import render_grouped, terminal_width
+
+        # a terminal: fitted to its width (each tensor over its statistics when the row does not fit); a pipe or
+        # file: whole lines
+        for line in render_grouped(header, rows, terminal_width(sys.stdout), key=3, heading=_tensor_heading,
+                                   priority=(8, 3, 4, 5, 6, 7)):
+            print(line)
         for m in messages:
             print()
             print(m)
@@ -149,6 +152,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         note = "" if args.gate == "t1" else " (no gate: statistics only)"
         print(f"\n{len(rows)} tensor(s), {n_fail} failed{note}")
     return 1 if failed else 0
+
+
+def _tensor_heading(head: Sequence[str]) -> List[str]:
+    """The heading lines of one tensor in the narrow compare table: its name, then ``  dtypes  shape``."""
+    name, dtype, shape = head
+    return [name, f"  {dtype}  {shape}"]
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -186,6 +195,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_evidence(args: argparse.Namespace) -> int:
+    from ._table import terminal_width
     from .method import evidence as ev
 
     try:
@@ -208,7 +218,7 @@ def cmd_evidence(args: argparse.Namespace) -> int:
             for k in keys:
                 for stratum in sorted(entries[k]):
                     if args.stratum is None or stratum == args.stratum:
-                        print("\n".join(ev.format_entry(k, stratum, entries[k][stratum])))
+                        print("\n".join(ev.format_entry(k, stratum, entries[k][stratum], terminal_width(sys.stdout))))
             return 0
         if args.action == "annotate":
             text = None if args.clear else args.investigation

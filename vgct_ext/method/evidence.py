@@ -770,8 +770,12 @@ def fmt_exact(stat: str, v: Any) -> str:
     return repr(float(v)) if isinstance(v, float) else str(v)
 
 
-def format_entry(key: str, stratum: str, entry: Mapping[str, Any]) -> List[str]:
-    """Human-readable lines describing one entry (for ``evidence show``)."""
+def format_entry(key: str, stratum: str, entry: Mapping[str, Any], width: Optional[int] = None) -> List[str]:
+    """Human-readable lines describing one entry (for ``evidence show``): the experiment, the runs, then the bars
+    (or the T1 floor) as a table (:func:`vgct_ext._table.render`) with every digit, at most ``width`` columns wide
+    (None: unlimited; a cell too wide folds onto the next line, nothing is cut)."""
+    from .._table import render
+
     kind = entry.get("kind", "t2")
     lines = [f"[{key}] {stratum} ({kind})"]
     lines.append(f"  experiment: {entry.get('dtype_actual')} vs {entry.get('dtype_expected')}, shape "
@@ -782,20 +786,21 @@ def format_entry(key: str, stratum: str, entry: Mapping[str, Any]) -> List[str]:
     lines.append(f"  runs: {len(runs)}" + (f" (seeds {', '.join(map(str, seeds))})" if seeds else "")
                  + f"; tests: {', '.join(entry.get('tests') or []) or '-'}")
     if kind == "t1_floor":
-        for k, v in sorted((entry.get("floor") or {}).items()):
-            lines.append(f"  floor {k}: {fmt_exact(k, v)}")
+        floor = sorted((entry.get("floor") or {}).items())
+        if floor:
+            lines += render(("floor", "value"), [(k, fmt_exact(k, v)) for k, v in floor], width, indent=2)
     else:
         worst, mean, std = (entry.get(n) or {} for n in ("observed_worst", "observed_log_mean", "observed_log_std"))
+        rows = []
         for k, v in sorted((entry.get("bars") or {}).items()):
             op = ">=" if k == "cosine" else "<="
-            extra = ""
-            if k in worst:
-                extra = f"  (worst {fmt_exact(k, worst[k])}"
-                if k in mean:
-                    what = "ln(1 - cosine)" if k == "cosine" else f"ln {k}"
-                    extra += f"; {what}: mean {mean[k]:.10g}, std {std.get(k, 0.0):.10g}"
-                extra += ")"
-            lines.append(f"  bar {k} {op} {fmt_exact(k, v)}{extra}")
+            fit = "-"
+            if k in mean:
+                what = "ln(1 - cosine)" if k == "cosine" else f"ln {k}"
+                fit = f"{what}: mean {mean[k]:.10g}, std {std.get(k, 0.0):.10g}"
+            rows.append((f"{k} {op} {fmt_exact(k, v)}", fmt_exact(k, worst[k]) if k in worst else "-", fit))
+        if rows:
+            lines += render(("bar", "worst observed", "log-normal fit"), rows, width, indent=2)
         if "headroom_rule" in entry:
             lines.append(f"  rule: {entry['headroom_rule']} (headroom {entry.get('headroom')})")
     for w in entry.get("warnings") or []:

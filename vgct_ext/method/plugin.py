@@ -607,66 +607,26 @@ def summary_rows(records: List[Dict[str, Any]], *, which: str = "all",
 
 
 def render_table(rows: List[tuple], width: int) -> List[str]:
-    """The rows as text lines at most ``width`` columns wide (rendered with rich).
+    """The rows as text lines at most ``width`` columns wide (:func:`vgct_ext._table.render_grouped`, rich).
 
     When every column fits, one table with a row per statistic. Otherwise each gate gets heading lines (test and
     label; component, feature, gate, dtypes, shape; cut with "..." to the width) over a table of its statistics
     (statistic, value, bar, result, then margin and slack as far as they fit), so numbers are never cut.
     """
-    gap = 2
-    natural = sum(max(len(str(r[i])) for r in rows + [SUMMARY_HEADER]) for i in range(len(SUMMARY_HEADER)))
-    natural += gap * (len(SUMMARY_HEADER) - 1)
-    try:
-        from rich import box
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:  # rich is a dependency; without it a plain table, cut to the width
-        lines = ["  ".join(SUMMARY_HEADER)] + ["  ".join(str(c) for c in r) for r in rows]
-        return [ln[:width] for ln in lines]
-    import io
+    from .._table import render_grouped
 
-    def render(header: tuple, body: List[tuple], show_header: bool) -> List[str]:
-        table = Table(box=None, show_edge=False, pad_edge=False, show_header=show_header, padding=(0, gap, 0, 0),
-                      header_style=None)
-        for h in header:
-            table.add_column(h, no_wrap=True, overflow="ellipsis")
-        for r in body:
-            table.add_row(*(str(c) for c in r))
-        buf = io.StringIO()
-        Console(file=buf, width=max(20, width), color_system=None, force_terminal=False, highlight=False,
-                emoji=False, markup=False).print(table)
-        return [ln.rstrip() for ln in buf.getvalue().splitlines()]
+    return render_grouped(SUMMARY_HEADER, rows, width, key=7, heading=_gate_heading, priority=(7, 8, 9, 12, 10, 11))
 
-    if natural <= width:
-        return render(SUMMARY_HEADER, rows, True)
-    out: List[str] = []
-    # the statistic columns that fit, in priority order (statistic, value, bar, result, margin, slack), so that no
-    # number is ever cut; shown in the table's order
-    stat_idx = list(range(7, len(SUMMARY_HEADER)))
-    nat = {i: max(len(str(r[i])) for r in rows + [SUMMARY_HEADER]) for i in stat_idx}
-    keep: List[int] = []
-    used = 2 - gap
-    for i in (7, 8, 9, 12, 10, 11):
-        if used + gap + nat[i] <= width or len(keep) < 2:
-            keep.append(i)
-            used += gap + nat[i]
-    keep.sort()
-    stat_header = tuple(SUMMARY_HEADER[i] for i in keep)
-    groups: List[tuple] = []
-    for r in rows:
-        if any(r[:7]) or not groups:
-            groups.append((r[:7], []))
-        groups[-1][1].append(tuple(r[i] for i in keep))
-    for i, (head, body) in enumerate(groups):
-        test, name, comp, feat, gate, dtype, shape = (str(x) for x in head)
-        first = f"{test}{f' [{name}]' if name else ''}"
-        out.append(first if len(first) <= width else "..." + first[len(first) - max(0, width - 3):])
-        what = "  ".join(x for x in (f"{comp} / {feat}" if comp else "", gate, dtype, shape) if x)
-        if what:
-            what = "  " + what
-            out.append(what if len(what) <= width else what[:max(0, width - 3)] + "...")
-        out += ["  " + ln for ln in render(stat_header, body, i == 0)]
-    return out
+
+def _gate_heading(head: Any) -> List[str]:
+    """The heading lines of one gate in the narrow summary: ``test [name]``, then ``  component / feature  gate
+    dtypes  shape``."""
+    test, name, comp, feat, gate, dtype, shape = head
+    lines = [f"{test}{f' [{name}]' if name else ''}"]
+    what = "  ".join(x for x in (f"{comp} / {feat}" if comp else "", gate, dtype, shape) if x)
+    if what:
+        lines.append("  " + what)
+    return lines
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
