@@ -4,7 +4,7 @@ Source: the method, "T2, lossy: measure the same statistics, calibrate the bar f
 drift plus headroom on supported GPU architectures, and record that evidence. [...] Cosine 0.99 is a floor
 that requires investigation", "For T2, test every supported GPU-architecture stratum used to justify the
 bar", and for T1 "set the threshold above the measured deterministic floor with modest headroom". A stratum
-is ``"cpu-<isa>"`` or ``"sm_<major><minor>"`` (:func:`vgct_ext._hardware.stratum_of`).
+is ``"cpu-<isa>"`` or ``"sm_<major><minor>"`` (:func:`vgct_ext.method._hardware.stratum_of`).
 
 File ``<test module stem>.vgct-evidence.json`` (format ``vgct-evidence/2``; ``vgct-evidence/1`` files are
 read, and upgraded when next written)::
