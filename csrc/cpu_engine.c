@@ -514,6 +514,111 @@ static void tile_dbl(tile_t *t, const plan_t *P) {
  * there is none, or all are zero; 2^1023 for an overflowing difference). */
 static inline double tile_scale(double m) { return m > 0.0 ? vgct_pow2_ceil(m) : VGCT_MIN_SCALE; }
 
+/* The selection keys of a tile's finite pairs (vgct_absdiff_key), in tile
+ * order; returns their number.  A tile without NaN/Inf (exponent field not
+ * all ones, tested with integer operations that vectorise) takes a loop
+ * without class tests, which computes the same keys. */
+static int tile_keys32(const tile_t *t, uint64_t *restrict keys);
+static int tile_keys(const tile_t *t, uint64_t *restrict keys) {
+  if (!t->dbl && !t->isint) return tile_keys32(t, keys);
+  if (t->isint) { /* an integer tile (tile_fill_int): every pair is finite */
+    const int ua = t->ua64, ue = t->ue64;
+    for (int j = 0; j < t->len; ++j) {
+      vgct_int_cmp c;
+      vgct_int_pair(t->IA[j], ua, t->IE[j], ue, 0.0, 0.0, &c);
+      keys[j] = vgct_bits_from_f64(c.ad);
+    }
+    return t->len;
+  }
+  const uint64_t EXP = 0x7ff0000000000000ULL, ONE = 0x0010000000000000ULL;
+  const int len = t->len;
+  uint64_t bad = 0;
+  for (int j = 0; j < len; ++j) { /* exponent all ones <=> bit 63 of (exp field + 1) */
+    const uint64_t ba = vgct_bits_from_f64(t->A[j]), be = vgct_bits_from_f64(t->E[j]);
+    bad |= ((ba & EXP) + ONE) | ((be & EXP) + ONE);
+  }
+  if (!(bad >> 63)) {
+    for (int j = 0; j < len; ++j) keys[j] = vgct_bits_from_f64(fabs(t->A[j] - t->E[j]));
+    return len;
+  }
+  int m = 0;
+  for (int j = 0; j < len; ++j)
+    if (vgct_absdiff_key(t->A[j], t->E[j], &keys[m])) ++m;
+  return m;
+}
+
+/* The same keys from a float32 tile (tile_fill32: A/E not filled): float32
+ * -> float64 is exact, so fabs((double)a - (double)e) is the key of
+ * vgct_absdiff_key on the loaded doubles; a float32 is finite iff its double
+ * is (exponent field not all ones: bit 31 of (exp field + 1)). */
+static int tile_keys32(const tile_t *t, uint64_t *restrict keys) {
+  const uint32_t EXP = 0x7f800000u, ONE = 0x00800000u;
+  const int len = t->len;
+  const char *pa = t->fa, *pe = t->fe;
+  uint32_t bad = 0;
+  for (int j = 0; j < len; ++j) {
+    uint32_t ba, be;
+    memcpy(&ba, pa + 4 * (size_t)j, 4);
+    memcpy(&be, pe + 4 * (size_t)j, 4);
+    bad |= ((ba & EXP) + ONE) | ((be & EXP) + ONE);
+  }
+  if (!(bad >> 31)) {
+    for (int j = 0; j < len; ++j) {
+      float fa, fe;
+      memcpy(&fa, pa + 4 * (size_t)j, 4);
+      memcpy(&fe, pe + 4 * (size_t)j, 4);
+      keys[j] = vgct_bits_from_f64(fabs((double)fa - (double)fe));
+    }
+    return len;
+  }
+  int m = 0;
+  for (int j = 0; j < len; ++j) {
+    float fa, fe;
+    memcpy(&fa, pa + 4 * (size_t)j, 4);
+    memcpy(&fe, pe + 4 * (size_t)j, 4);
+    if (vgct_absdiff_key((double)fa, (double)fe, &keys[m])) ++m;
+  }
+  return m;
+}
+
+/* fill a tile for the selection keys: raw integers for an integer pair,
+ * float32 left as float32 (tile_keys32) for a float32 x float32 pair */
+static inline void tile_fill_keys(const plan_t *P, iter_t *it, int64_t end, tile_t *t) {
+  if (P->intpair) tile_fill_int(P, it, end, t);
+  else if (P->dta == VGCT_FLOAT32 && P->dte == VGCT_FLOAT32) tile_fill32(P, it, end, t);
+  else tile_fill(P, it, end, t);
+}
+
+/* The fused first histogram level (vgct_params.key_hist): the keys of the
+ * tile's finite pairs counted by their first radix digit (key >> 47), in two
+ * tables (h: even pairs, h + KH_BINS: odd pairs) so that runs of equal digits
+ * do not chain one increment's store to the next one's load; *kmax gets the
+ * largest key (the tables are summed up to its digit).  Returns the keys. */
+#define KH_BINS ((size_t)VGCT_KEY_HIST_BINS)
+static int tile_khist(const tile_t *t, uint64_t *restrict h, uint64_t *kmax) {
+  uint64_t keys[TILE];
+  const int m = tile_keys(t, keys);
+  uint64_t *restrict h2 = h + KH_BINS;
+  uint64_t mx = *kmax;
+  int j = 0;
+  for (; j + 1 < m; j += 2) {
+    const uint64_t k0 = keys[j], k1 = keys[j + 1];
+    h[k0 >> VGCT_KEY_HIST_SHIFT]++;
+    h2[k1 >> VGCT_KEY_HIST_SHIFT]++;
+    mx = k0 > mx ? k0 : mx;
+    mx = k1 > mx ? k1 : mx;
+  }
+  if (j < m) {
+    h[keys[j] >> VGCT_KEY_HIST_SHIFT]++;
+    mx = keys[j] > mx ? keys[j] : mx;
+  }
+  *kmax = mx;
+  return m;
+}
+
+
+
+
 /* ======================================================================
  * The fast fold of an all-finite tile (see the header comment).
  *
@@ -864,6 +969,8 @@ typedef struct {
   fold32_fn fold32;         /* float32 x float32: float32 tiles (else NULL) */
   cancel_t *cc;
   atomic_int changed;       /* a maximum's rescan did not find it: torn input */
+  uint64_t **khist;         /* vgct_params.key_hist: per thread 2 x KH_BINS, or NULL */
+  uint64_t *kmax;           /* per thread: the largest key counted            */
 } red_ctx;
 
 /* Maxima of a fast tile into `best` (lowest flat index among ties).  `v` is
@@ -1185,6 +1292,7 @@ static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl,
     if (cc_check(C->cc, tid)) return; /* the call is discarded */
     if (P->intpair) {
       tile_fill_int(P, &it, end, t);
+      if (C->khist) tile_khist(t, C->khist[tid], &C->kmax[tid]);
       vgct_acc tacc;
       tile_int(t, P, C->rtol, C->atol, &tacc, sl);
       ms_push(&ms, &tacc);
@@ -1192,6 +1300,7 @@ static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl,
     }
     if (C->fold32) tile_fill32(P, &it, end, t);
     else tile_fill(P, &it, end, t);
+    if (C->khist) tile_khist(t, C->khist[tid], &C->kmax[tid]); /* before tile_patch */
     fold_t f;
     memset(&f, 0, sizeof f);
     /* max_rel candidates: pairs whose ratio could reach the best so far
@@ -1306,6 +1415,7 @@ int vgct_cpu_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p
   for (int64_t j = 0; j < nslices; ++j) vgct_slice_init(&slices[j], scaled);
   plan_t P;
   plan_build(a, e, has_slices ? p->dim : -1, &P);
+  if (p->key_hist) memset(p->key_hist, 0, KH_BINS * sizeof(uint64_t));
   if (P.n == 0) return VGCT_OK;
 
   red_ctx C;
@@ -1342,14 +1452,34 @@ int vgct_cpu_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p
   C.tiles = tiles;
   C.res = (vgct_acc *)eng_malloc((size_t)C.nseg * sizeof(vgct_acc));
   if (has_slices) C.blk = (vgct_slice_acc *)eng_malloc((size_t)(C.nblk * nslices) * sizeof(vgct_slice_acc));
+  uint64_t *khist[MAX_THREADS], kmax[MAX_THREADS];
+  for (int i = 0; i < nthreads; ++i) { khist[i] = NULL; kmax[i] = 0; }
   int ok = C.res && (!has_slices || C.blk) && alloc_tiles(tiles, nthreads);
+  if (ok && p->key_hist) { /* calloc: fresh zero pages, only the touched ones cost */
+    for (int i = 0; ok && i < nthreads; ++i) ok = (khist[i] = eng_calloc(2 * KH_BINS, sizeof(uint64_t))) != NULL;
+    C.khist = khist;
+    C.kmax = kmax;
+  }
   if (!ok) {
     free_tiles(tiles, nthreads); free(C.res); free(C.blk);
+    for (int i = 0; i < nthreads; ++i) free(khist[i]);
     set_err(err, errlen, "vgct_cpu_reduce: out of memory (%s; %lld segments)",
-            "segment results, slice blocks or tile buffers", (long long)C.nseg);
+            "segment results, slice blocks, tile buffers or key histograms", (long long)C.nseg);
     return VGCT_ENOMEM;
   }
   par_run(nthreads, nunits, reduce_unit, &C, &cc);
+  if (p->key_hist) { /* the threads' tables, summed up to the largest key's digit */
+    uint64_t mx = 0;
+    for (int i = 0; i < nthreads; ++i) mx = kmax[i] > mx ? kmax[i] : mx;
+    const size_t top = (size_t)(mx >> VGCT_KEY_HIST_SHIFT) + 1;
+    memset(p->key_hist, 0, KH_BINS * sizeof(uint64_t));
+    for (int i = 0; i < nthreads; ++i) {
+      const uint64_t *h = khist[i], *h2 = khist[i] + KH_BINS;
+      for (size_t b = 0; b < top; ++b) p->key_hist[b] += h[b] + h2[b];
+      free(khist[i]);
+      khist[i] = NULL;
+    }
+  }
   if (cc_stopped(&cc) || atomic_load(&C.changed)) {
     const int stopped = cc_stopped(&cc);
     free_tiles(tiles, nthreads); free(C.res); free(C.blk);
@@ -1378,6 +1508,8 @@ int vgct_cpu_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p
 static const int lv_shift[NLEVEL] = {47, 31, 15, 0};
 static const int lv_width[NLEVEL] = {16, 16, 16, 15};
 #define HBINS 65536
+_Static_assert(HBINS == VGCT_KEY_HIST_BINS && 47 == VGCT_KEY_HIST_SHIFT,
+               "the fused histogram (key_hist) is the first radix level");
 #define MAX_PEND 4   /* groups histogrammed in one pass */
 #define MAX_GATH 8   /* groups gathered in one pass     */
 #define LBUF 256     /* per-thread gather staging       */
@@ -1432,43 +1564,6 @@ static void stage_flush(sel_ctx *C, int tid, int g, int cnt) {
   long long at = atomic_fetch_add(&C->gath_pos[g], cnt);
   if (at + cnt <= C->gath_cap[g])
     memcpy(C->gath_buf[g] + at, C->stage[tid][g], (size_t)cnt * sizeof(uint64_t));
-}
-
-/* The selection keys of a tile's finite pairs (vgct_absdiff_key), in tile
- * order; returns their number.  A tile without NaN/Inf (exponent field not
- * all ones, tested with integer operations that vectorise) takes a loop
- * without class tests, which computes the same keys. */
-static int tile_keys(const tile_t *t, uint64_t *restrict keys) {
-  if (t->isint) { /* an integer tile (tile_fill_int): every pair is finite */
-    const int ua = t->ua64, ue = t->ue64;
-    for (int j = 0; j < t->len; ++j) {
-      vgct_int_cmp c;
-      vgct_int_pair(t->IA[j], ua, t->IE[j], ue, 0.0, 0.0, &c);
-      keys[j] = vgct_bits_from_f64(c.ad);
-    }
-    return t->len;
-  }
-  const uint64_t EXP = 0x7ff0000000000000ULL, ONE = 0x0010000000000000ULL;
-  const int len = t->len;
-  uint64_t bad = 0;
-  for (int j = 0; j < len; ++j) { /* exponent all ones <=> bit 63 of (exp field + 1) */
-    const uint64_t ba = vgct_bits_from_f64(t->A[j]), be = vgct_bits_from_f64(t->E[j]);
-    bad |= ((ba & EXP) + ONE) | ((be & EXP) + ONE);
-  }
-  if (!(bad >> 63)) {
-    for (int j = 0; j < len; ++j) keys[j] = vgct_bits_from_f64(fabs(t->A[j] - t->E[j]));
-    return len;
-  }
-  int m = 0;
-  for (int j = 0; j < len; ++j)
-    if (vgct_absdiff_key(t->A[j], t->E[j], &keys[m])) ++m;
-  return m;
-}
-
-/* fill a tile for the selection keys: raw integers for an integer pair */
-static inline void tile_fill_keys(const plan_t *P, iter_t *it, int64_t end, tile_t *t) {
-  if (P->intpair) tile_fill_int(P, it, end, t);
-  else tile_fill(P, it, end, t);
 }
 
 static void select_unit(void *ctx, int64_t s, int tid) {
@@ -1679,6 +1774,42 @@ static void setup_ranges(sel_ctx *C, const plan_t *P, const rank_ref *order, int
   }
 }
 
+/* Split group gi (its keys counted by their next digit in hsum, HBINS bins,
+ * summing to its count: the caller checks) into one new group per bucket
+ * holding some of its ranks, appended at groups[*ng]: each rank becomes
+ * relative to its bucket; a bucket with every bit known is finished (the
+ * value is the key), one of at most gcap keys is to be gathered (state 1),
+ * else histogrammed at the next level (state 0).  Group gi is done (2). */
+static void split_group(group_t *groups, int *ng, int *gstate, int gi, const uint64_t *hsum,
+                        const rank_ref *order, int64_t *rel, double *values, int64_t gcap) {
+  const group_t *G = &groups[gi];
+  int64_t below = 0;
+  int b = 0;
+  int q = 0;
+  while (q < G->nr) {
+    int64_t r = rel[G->first + q];
+    while (below + (int64_t)hsum[b] <= r) { below += (int64_t)hsum[b]; ++b; }
+    /* new group: the ranks of G falling in bucket b */
+    int q0 = q;
+    while (q < G->nr && rel[G->first + q] < below + (int64_t)hsum[b]) { rel[G->first + q] -= below; ++q; }
+    group_t *N = &groups[*ng];
+    N->prefix = (G->prefix << lv_width[G->level]) | (uint64_t)b;
+    N->shift = lv_shift[G->level];
+    N->level = G->level + 1;
+    N->count = (int64_t)hsum[b];
+    N->nr = q - q0;
+    N->first = G->first + q0;
+    if (N->level == NLEVEL) { /* every bit known: the value is the key */
+      for (int z = q0; z < q; ++z) values[order[G->first + z].orig] = vgct_f64_from_bits(N->prefix);
+      gstate[*ng] = 2;
+    } else {
+      gstate[*ng] = N->count <= gcap ? 1 : 0;
+    }
+    ++*ng;
+  }
+  gstate[gi] = 2;
+}
+
 int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p,
                     const int64_t *ranks, int nranks, double *values,
                     char *err, size_t errlen) {
@@ -1719,11 +1850,9 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
   uint64_t *gbuf = NULL, *sample = NULL;
   int ok = order && rel && groups && gstate && C.stage && C.rlt && resolved &&
            alloc_tiles(tiles, nthreads);
-  for (int i = 0; ok && i < nthreads; ++i) {
-    hist[i] = (uint64_t *)eng_malloc((size_t)MAX_PEND * HBINS * sizeof(uint64_t));
-    ok = hist[i] != NULL;
-  }
-  if (ok) { gbuf = (uint64_t *)eng_malloc((size_t)(cap > 0 ? cap : 1) * sizeof(uint64_t)); ok = gbuf != NULL; }
+  /* the candidate buffer: never more keys than pairs */
+  const int64_t gcap = cap < P.n ? cap : P.n;
+  if (ok) { gbuf = (uint64_t *)eng_malloc((size_t)(gcap > 0 ? gcap : 1) * sizeof(uint64_t)); ok = gbuf != NULL; }
   if (!ok) {
     set_err(err, errlen, "vgct_cpu_select: out of memory (%s, %lld threads)",
             "histograms, tile buffers or the candidate buffer", (long long)nthreads);
@@ -1734,10 +1863,6 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
   qsort(order, (size_t)nranks, sizeof(rank_ref), cmp_rank_ref);
   for (int r = 0; r < nranks; ++r) rel[r] = order[r].rank;
   for (int r = 0; r < nranks; ++r) resolved[r] = 0;
-  if (P.n >= SAMPLE_MIN_N && cap >= 8192) { /* a sample predicts where the ranks lie */
-    sample = (uint64_t *)eng_malloc((size_t)(SAMPLE_TILES + 1) * TILE * sizeof(uint64_t));
-    if (sample) setup_ranges(&C, &P, order, nranks, cap, gbuf, tiles[0], sample);
-  }
 
   /* one root group holding every finite key (prefix: the sign bit, 0) */
   int ng = 1;
@@ -1746,6 +1871,49 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
   gstate[0] = 0;
   int64_t n_finite = -1;
   int passes = 0;
+  const int64_t ef = p->expect_finite;
+  if (p->key_hist && ef < 0) {
+    set_err(err, errlen, "vgct_cpu_select: %s %lld: a key_hist needs the reduction's n_finite",
+            "expect_finite", (long long)ef);
+    rc = VGCT_EVALUE;
+    goto done;
+  }
+  if (ef >= 0) { /* n_finite known: the first pass need not find it */
+    for (int r = 0; r < nranks; ++r)
+      if (order[r].rank >= ef) {
+        set_err(err, errlen, "vgct_cpu_select: %s %lld out of range (finite pairs: see n_finite)",
+                "rank", (long long)order[r].rank);
+        rc = VGCT_EVALUE;
+        goto done;
+      }
+    if (p->key_hist) { /* the first digit's histogram came with the reduction */
+      int64_t hs = 0;
+      for (int64_t b = 0; b < VGCT_KEY_HIST_BINS; ++b) hs += (int64_t)p->key_hist[b];
+      if (hs != ef) {
+        snprintf(err, errlen,
+                 "input changed during compare: %lld finite pairs in the reduction, %lld keys in "
+                 "its histogram (do not write into the inputs while compare() reads them)",
+                 (long long)ef, (long long)hs);
+        rc = VGCT_ECHANGED;
+        goto done;
+      }
+      groups[0].count = ef;
+      split_group(groups, &ng, gstate, 0, p->key_hist, order, rel, values, gcap);
+      int w = 0;
+      for (int g = 0; g < ng; ++g)
+        if (gstate[g] != 2) { groups[w] = groups[g]; gstate[w] = gstate[g]; ++w; }
+      ng = w;
+      n_finite = ef;
+    } else if (ef <= gcap) { /* every key fits the buffer: one gathering pass */
+      groups[0].count = ef;
+      gstate[0] = 1;
+      n_finite = ef;
+    }
+  }
+  if (n_finite < 0 && P.n >= SAMPLE_MIN_N && cap >= 8192) { /* a sample predicts where the ranks lie */
+    sample = (uint64_t *)eng_malloc((size_t)(SAMPLE_TILES + 1) * TILE * sizeof(uint64_t));
+    if (sample) setup_ranges(&C, &P, order, nranks, gcap, gbuf, tiles[0], sample);
+  }
   for (;;) {
     /* choose this pass's work: pending groups (same level) and gather groups */
     int pend[MAX_PEND], gath[MAX_GATH];
@@ -1758,7 +1926,7 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
       }
     int64_t used = 0;
     for (int g = 0; g < ng && C.ngath < MAX_GATH; ++g)
-      if (gstate[g] == 1 && used + groups[g].count <= cap) {
+      if (gstate[g] == 1 && used + groups[g].count <= gcap) {
         gath[C.ngath++] = g;
         used += groups[g].count;
       }
@@ -1769,7 +1937,15 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
       C.dmask = ((uint64_t)1 << lv_width[level]) - 1;
       for (int k = 0; k < C.npend; ++k) C.pend_prefix[k] = groups[pend[k]].prefix;
       const int slots = C.npend > 1 ? C.npend : 2; /* the first pass uses slot 1 too */
-      for (int i = 0; i < nthreads; ++i) memset(hist[i], 0, (size_t)slots * HBINS * sizeof(uint64_t));
+      for (int i = 0; i < nthreads; ++i) {
+        if (!hist[i] && !(hist[i] = (uint64_t *)eng_malloc((size_t)MAX_PEND * HBINS * sizeof(uint64_t)))) {
+          set_err(err, errlen, "vgct_cpu_select: out of memory (%s, %lld threads)", "histograms",
+                  (long long)nthreads);
+          rc = VGCT_ENOMEM;
+          goto done;
+        }
+        memset(hist[i], 0, (size_t)slots * HBINS * sizeof(uint64_t));
+      }
     }
     used = 0;
     for (int k = 0; k < C.ngath; ++k) {
@@ -1791,7 +1967,18 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
       rc = VGCT_EINTR;
       goto done;
     }
-    if (n_finite < 0) {
+    if (n_finite >= 0) { /* every pass reads every pair: the same finite count each time */
+      int64_t nf = 0;
+      for (int i = 0; i < nthreads; ++i) nf += total[i];
+      if (nf != n_finite) {
+        snprintf(err, errlen,
+                 "input changed during compare: %lld finite pairs in one pass, %lld in the next "
+                 "quantile pass (do not write into the inputs while compare() reads them)",
+                 (long long)n_finite, (long long)nf);
+        rc = VGCT_ECHANGED;
+        goto done;
+      }
+    } else {
       n_finite = 0;
       for (int i = 0; i < nthreads; ++i) n_finite += total[i];
       groups[0].count = n_finite;
@@ -1901,31 +2088,7 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
         rc = VGCT_ECHANGED;
         goto done;
       }
-      int64_t below = 0;
-      int b = 0;
-      int q = 0;
-      while (q < G->nr) {
-        int64_t r = rel[G->first + q];
-        while (below + (int64_t)hsum[b] <= r) { below += (int64_t)hsum[b]; ++b; }
-        /* new group: the ranks of G falling in bucket b */
-        int q0 = q;
-        while (q < G->nr && rel[G->first + q] < below + (int64_t)hsum[b]) { rel[G->first + q] -= below; ++q; }
-        group_t *N = &groups[ng];
-        N->prefix = (G->prefix << lv_width[G->level]) | (uint64_t)b;
-        N->shift = lv_shift[G->level];
-        N->level = G->level + 1;
-        N->count = (int64_t)hsum[b];
-        N->nr = q - q0;
-        N->first = G->first + q0;
-        if (N->level == NLEVEL) { /* every bit known: the value is the key */
-          for (int z = q0; z < q; ++z) values[order[G->first + z].orig] = vgct_f64_from_bits(N->prefix);
-          gstate[ng] = 2;
-        } else {
-          gstate[ng] = N->count <= cap ? 1 : 0;
-        }
-        ++ng;
-      }
-      gstate[pend[k]] = 2;
+      split_group(groups, &ng, gstate, pend[k], hsum, order, rel, values, gcap);
     }
     /* groups are append-only; compact finished ones away to bound the table */
     int w = 0;

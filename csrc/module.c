@@ -590,6 +590,7 @@ static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
     return NULL;
   const int has_dim = dim >= 0;
   vgct_slice_acc *slices = NULL;
+  uint64_t *key_hist = NULL;
   PyObject *result = NULL;
   const vgct_view *a = &ia.view, *e = &ie.view;
 
@@ -601,6 +602,13 @@ static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
   int64_t n = vgct_numel(a);
   p.nthreads = pick_threads(n);
   if (has_dim && (slices = alloc_slices(a->shape[dim], dim)) == NULL) goto done;
+  /* CPU quantiles of large inputs: the reduction also counts the selection's
+   * first radix digit (vgct_params.key_hist), sparing the selection that pass */
+  if (a->device_type != kDLCUDA && nq > 0 && n >= VGCT_CPU_KEY_HIST_MIN_N) {
+    key_hist = (uint64_t *)PyMem_RawMalloc((size_t)VGCT_KEY_HIST_BINS * sizeof(uint64_t));
+    if (!key_hist) { PyErr_NoMemory(); goto done; }
+    p.key_hist = key_hist;
+  }
 
   vgct_acc acc;
   char err[ERRLEN];
@@ -635,6 +643,7 @@ static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
   meta_from_views(a, e, &meta);
   result = result_dict(&meta, &p, &acc, nq, qs, qv, slices);
 done:
+  PyMem_RawFree(key_hist);
   PyMem_RawFree(slices);
   vgct_import_release(&ie);
   vgct_import_release(&ia);

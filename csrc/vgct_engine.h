@@ -68,7 +68,24 @@ typedef struct {
    * A different count of finite pairs in the selection's first pass means
    * the inputs changed in between: VGCT_ECHANGED. */
   int64_t expect_finite;
+  /* CPU only (the CUDA engine ignores it): the selection's first histogram
+   * level, fused into the reduction.  When non-NULL, vgct_cpu_reduce
+   * OVERWRITES key_hist[0..VGCT_KEY_HIST_BINS) with the exact count of the
+   * finite pairs whose vgct_absdiff_key k has k >> VGCT_KEY_HIST_SHIFT == b
+   * (|d| >= 0, so k < 2^63: the 11 exponent bits and the top 5 mantissa
+   * bits of |d|: the selection's first radix digit),
+   * read in the same pass as the statistics; vgct_cpu_select then starts from
+   * it (with expect_finite, which must be the same reduction's n_finite)
+   * instead of a histogram pass of its own.  A histogram whose total differs
+   * from expect_finite means the inputs changed: VGCT_ECHANGED. */
+  uint64_t *key_hist;
 } vgct_params;
+
+#define VGCT_KEY_HIST_SHIFT 47
+#define VGCT_KEY_HIST_BINS ((int64_t)1 << (63 - VGCT_KEY_HIST_SHIFT))
+/* compare() hands vgct_cpu_reduce a key_hist from this many pairs on (below
+ * it the selection gathers every key in one pass and needs no histogram) */
+#define VGCT_CPU_KEY_HIST_MIN_N ((int64_t)1 << 20)
 
 #define VGCT_POLL_MS 10
 
@@ -83,6 +100,7 @@ static inline int vgct_interrupted(const vgct_params *p) {
 static inline void vgct_params_init(vgct_params *p) {
   p->rtol = 0.0; p->atol = 0.0; p->dim = -1; p->nthreads = 1;
   p->interrupt = NULL; p->interrupt_ctx = NULL; p->expect_finite = -1;
+  p->key_hist = NULL;
 }
 
 /* Element count.  0 as soon as a dim is 0, before any product is formed:

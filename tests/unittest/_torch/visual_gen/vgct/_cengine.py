@@ -48,7 +48,9 @@ class View(C.Structure):
 class Params(C.Structure):
     _fields_ = [("rtol", C.c_double), ("atol", C.c_double), ("dim", C.c_int), ("nthreads", C.c_int),
                 ("interrupt", C.c_void_p), ("interrupt_ctx", C.c_void_p),
-                ("expect_finite", C.c_int64)]
+                ("expect_finite", C.c_int64), ("key_hist", C.c_void_p)]
+
+KEY_HIST_BINS = 1 << 16  # VGCT_KEY_HIST_BINS (csrc/vgct_engine.h)
 
 
 ACC_DOUBLES = ["scale_a", "scale_e", "scale_d", "s_aa", "s_ee", "s_ae", "s_dd", "s_d", "max_abs",
@@ -133,9 +135,14 @@ class Engine:
         v.dtype = code
         return v
 
-    def reduce(self, a, e, rtol=1e-3, atol=1e-3, dim=-1, nthreads=1, dta=None, dte=None):
+    def reduce(self, a, e, rtol=1e-3, atol=1e-3, dim=-1, nthreads=1, dta=None, dte=None,
+               key_hist: Optional[np.ndarray] = None):
+        """key_hist: a uint64[KEY_HIST_BINS] array the reduction fills (vgct_params.key_hist)."""
         va, ve = self.view(a, dta), self.view(e, dte)
-        p = Params(rtol, atol, dim, nthreads, None, None, -1)
+        if key_hist is not None:
+            assert key_hist.dtype == np.uint64 and key_hist.shape == (KEY_HIST_BINS,)
+        p = Params(rtol, atol, dim, nthreads, None, None, -1,
+                   key_hist.ctypes.data if key_hist is not None else None)
         acc = Acc()
         k = a.shape[dim] if dim >= 0 else 0
         sl = (SliceAcc * max(k, 1))()
@@ -146,9 +153,14 @@ class Engine:
             raise (MemoryError if rc == 1 else RuntimeError)(f"vgct_cpu_reduce rc={rc}: {err.value.decode()}")
         return acc, list(sl)[:k]
 
-    def select(self, a, e, ranks: Sequence[int], nthreads=1, dta=None, dte=None):
+    def select(self, a, e, ranks: Sequence[int], nthreads=1, dta=None, dte=None,
+               expect_finite: int = -1, key_hist: Optional[np.ndarray] = None):
+        """expect_finite / key_hist: vgct_params' (the reduction's n_finite and key histogram)."""
         va, ve = self.view(a, dta), self.view(e, dte)
-        p = Params(0.0, 0.0, -1, nthreads, None, None, -1)
+        if key_hist is not None:
+            assert key_hist.dtype == np.uint64 and key_hist.shape == (KEY_HIST_BINS,)
+        p = Params(0.0, 0.0, -1, nthreads, None, None, expect_finite,
+                   key_hist.ctypes.data if key_hist is not None else None)
         r = np.ascontiguousarray(ranks, dtype=np.int64)
         out = np.zeros(len(r), dtype=np.float64)
         err = C.create_string_buffer(512)
@@ -160,7 +172,7 @@ class Engine:
 
     def histogram(self, a, e, prefixes, prefix_bits, width, nthreads=1, dta=None, dte=None):
         va, ve = self.view(a, dta), self.view(e, dte)
-        p = Params(0.0, 0.0, -1, nthreads, None, None, -1)
+        p = Params(0.0, 0.0, -1, nthreads, None, None, -1, None)
         pr = np.ascontiguousarray(prefixes, dtype=np.uint64)
         out = np.full(len(pr) << width, -7, dtype=np.int64)
         err = C.create_string_buffer(512)
