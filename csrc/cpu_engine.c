@@ -589,31 +589,162 @@ static inline void tile_fill_keys(const plan_t *P, iter_t *it, int64_t end, tile
   else tile_fill(P, it, end, t);
 }
 
-/* The fused first histogram level (vgct_params.key_hist): the keys of the
- * tile's finite pairs counted by their first radix digit (key >> 47), in two
- * tables (h: even pairs, h + KH_BINS: odd pairs) so that runs of equal digits
- * do not chain one increment's store to the next one's load; *kmax gets the
- * largest key (the tables are summed up to its digit).  Returns the keys. */
-#define KH_BINS ((size_t)VGCT_KEY_HIST_BINS)
-static int tile_khist(const tile_t *t, uint64_t *restrict h, uint64_t *kmax) {
-  uint64_t keys[TILE];
-  const int m = tile_keys(t, keys);
-  uint64_t *restrict h2 = h + KH_BINS;
-  uint64_t mx = *kmax;
-  int j = 0;
-  for (; j + 1 < m; j += 2) {
-    const uint64_t k0 = keys[j], k1 = keys[j + 1];
-    h[k0 >> VGCT_KEY_HIST_SHIFT]++;
-    h2[k1 >> VGCT_KEY_HIST_SHIFT]++;
-    mx = k0 > mx ? k0 : mx;
-    mx = k1 > mx ? k1 : mx;
+/* ---- key windows read in the reduction's pass (vgct_cpu_presel_new) ----
+ * Window g: keys in [lo, hi].  Its pivots pv[0] = lo < ... < pv[npv-1] = hi
+ * (npv = 1 when lo == hi) are counted, not stored: lo, hi and the values that
+ * recur often in the sample (ties).  Every other key with lo < k < hi is
+ * stored, through a per-thread staging area, into the window's buffer (at
+ * most cap keys: pos > cap marks an overflow, the window is then unusable).
+ * Keys below lo are counted.  So the window describes exactly the sorted
+ * keys of ranks [lt, lt + eq[0] + ... + eq[npv-1] + stored). */
+#define PS_MAXW 4   /* windows       */
+#define PS_MAXPV 8  /* pivots of one */
+#define PS_LBUF 256 /* staging keys per window and thread */
+struct vgct_cpu_presel {
+  int nw;
+  uint64_t lo[PS_MAXW], hi[PS_MAXW];
+  int npv[PS_MAXW];
+  uint64_t pv[PS_MAXW][PS_MAXPV];
+  int64_t pvs[PS_MAXW][PS_MAXPV]; /* the same, as int64 (keys < 2^63) */
+  void (*kern)(const int64_t *, int, int64_t, int64_t, int, const int64_t *, int64_t *, int64_t *,
+               unsigned char *);
+  void (*keys)(const tile_t *, uint64_t *);
+  uint64_t *buf[PS_MAXW];
+  int64_t cap[PS_MAXW];
+  atomic_llong pos[PS_MAXW];
+  uint64_t *mem;
+  /* filled by vgct_cpu_reduce (filled = 1 when its pass completed) */
+  int filled;
+  int64_t nkeys;                 /* finite pairs seen                 */
+  int64_t lt[PS_MAXW];           /* keys < lo                         */
+  int64_t eq[PS_MAXW][PS_MAXPV]; /* keys == pv[i]                     */
+};
+
+typedef struct {
+  int64_t nkeys;
+  int64_t lt[PS_MAXW];
+  int64_t eq[PS_MAXW][PS_MAXPV];
+  int nst[PS_MAXW];
+  uint64_t st[PS_MAXW][PS_LBUF];
+} ps_thread;
+
+static void ps_flush(struct vgct_cpu_presel *S, int g, const uint64_t *keys, int cnt) {
+  const long long at = atomic_fetch_add(&S->pos[g], cnt);
+  if (at + cnt <= S->cap[g]) memcpy(S->buf[g] + at, keys, (size_t)cnt * sizeof(uint64_t));
+}
+
+/* One window over a tile's keys: lt += keys < lo, eq[i] += keys == pv[i],
+ * fl[j] = 1 for a key to store (lo < key < hi, no pivot).  Keys are < 2^63:
+ * compared as int64 (packed signed compares: AVX2 / AVX-512 clones below). */
+typedef void (*ps_kern_fn)(const int64_t *, int, int64_t, int64_t, int, const int64_t *, int64_t *,
+                           int64_t *, unsigned char *);
+#define PS_KERN(NAME, ATTR)                                                                      \
+  ATTR static void NAME(const int64_t *restrict k, int m, int64_t lo, int64_t hi, int npv,       \
+                        const int64_t *pv, int64_t *lt, int64_t *eq, unsigned char *restrict fl) { \
+    int64_t c = 0;                                                                               \
+    for (int j = 0; j < m; ++j) c += k[j] < lo;                                                  \
+    *lt += c;                                                                                    \
+    for (int i = 0; i < npv; ++i) {                                                              \
+      const int64_t v = pv[i];                                                                   \
+      int64_t ce = 0;                                                                            \
+      for (int j = 0; j < m; ++j) ce += k[j] == v;                                               \
+      eq[i] += ce;                                                                               \
+    }                                                                                            \
+    if (npv < 2) return;                                                                         \
+    for (int j = 0; j < m; ++j) fl[j] = (unsigned char)((k[j] > lo) & (k[j] < hi));             \
+    for (int i = 1; i < npv - 1; ++i) {                                                          \
+      const int64_t v = pv[i];                                                                   \
+      for (int j = 0; j < m; ++j) fl[j] &= (unsigned char)(k[j] != v);                           \
+    }                                                                                            \
   }
-  if (j < m) {
-    h[keys[j] >> VGCT_KEY_HIST_SHIFT]++;
-    mx = keys[j] > mx ? keys[j] : mx;
+PS_KERN(ps_kern_base, )
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(VGCT_NO_CPU_DISPATCH)
+PS_KERN(ps_kern_avx2, __attribute__((target("avx2"))))
+PS_KERN(ps_kern_avx512, __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))))
+static ps_kern_fn pick_ps_kern(void) {
+  const int lv = cpu_level();
+  return lv == 2 ? ps_kern_avx512 : lv == 1 ? ps_kern_avx2 : ps_kern_base;
+}
+#else
+static ps_kern_fn pick_ps_kern(void) { return ps_kern_base; }
+#endif
+
+/* The keys of an all-finite tile (float32 elements, or the doubles A/E) */
+typedef void (*keys_kern_fn)(const tile_t *, uint64_t *);
+#define KEYS_KERN(NAME, ATTR)                                                                    \
+  ATTR static void NAME(const tile_t *t, uint64_t *restrict keys) {                              \
+    const int len = t->len;                                                                      \
+    if (!t->dbl) {                                                                               \
+      const char *pa = t->fa, *pe = t->fe;                                                       \
+      for (int j = 0; j < len; ++j) {                                                            \
+        float fa, fe;                                                                            \
+        memcpy(&fa, pa + 4 * (size_t)j, 4);                                                      \
+        memcpy(&fe, pe + 4 * (size_t)j, 4);                                                      \
+        keys[j] = vgct_bits_from_f64(fabs((double)fa - (double)fe));                             \
+      }                                                                                          \
+    } else {                                                                                     \
+      for (int j = 0; j < len; ++j) keys[j] = vgct_bits_from_f64(fabs(t->A[j] - t->E[j]));       \
+    }                                                                                            \
   }
-  *kmax = mx;
-  return m;
+KEYS_KERN(keys_kern_base, )
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(VGCT_NO_CPU_DISPATCH)
+KEYS_KERN(keys_kern_avx2, __attribute__((target("avx2"))))
+KEYS_KERN(keys_kern_avx512, __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))))
+static keys_kern_fn pick_keys_kern(void) {
+  const int lv = cpu_level();
+  return lv == 2 ? keys_kern_avx512 : lv == 1 ? keys_kern_avx2 : keys_kern_base;
+}
+#else
+static keys_kern_fn pick_keys_kern(void) { return keys_kern_base; }
+#endif
+
+/* The tile's finite keys into the windows (before tile_patch rewrites A/E);
+ * fin: the fold found every pair finite (the keys need no class test);
+ * the keys to store (few: the window's share of the data, minus its ties)
+ * are found 8 flags at a time. */
+static void tile_presel(const tile_t *t, struct vgct_cpu_presel *S, ps_thread *T, int fin) {
+  int64_t keys[TILE];
+  unsigned char fl[TILE + 8];
+  int m;
+  if (fin && !t->isint) { S->keys(t, (uint64_t *)(void *)keys); m = t->len; }
+  else m = tile_keys(t, (uint64_t *)(void *)keys);
+  T->nkeys += m;
+  for (int g = 0; g < S->nw; ++g) {
+    const int npv = S->npv[g];
+    S->kern(keys, m, (int64_t)S->lo[g], (int64_t)S->hi[g], npv, S->pvs[g], &T->lt[g], T->eq[g], fl);
+    if (npv < 2) continue; /* lo == hi: nothing strictly inside */
+    for (int j = m; j < m + 8; ++j) fl[j] = 0;
+    uint64_t *st = T->st[g];
+    int c = T->nst[g];
+    for (int j = 0; j < m; j += 8) {
+      uint64_t w;
+      memcpy(&w, fl + j, 8);
+      while (w) { /* flags are 0/1: bit 8b is flag j + b */
+        const int b = __builtin_ctzll(w) >> 3;
+        st[c++] = (uint64_t)keys[j + b];
+        if (c == PS_LBUF) { ps_flush(S, g, st, c); c = 0; }
+        w &= w - 1;
+      }
+    }
+    T->nst[g] = c;
+  }
+}
+
+/* after the pass: the threads' counters summed, their staged keys stored */
+static void presel_collect(struct vgct_cpu_presel *S, ps_thread *T, int nthreads) {
+  S->nkeys = 0;
+  for (int g = 0; g < S->nw; ++g) {
+    S->lt[g] = 0;
+    for (int i = 0; i < PS_MAXPV; ++i) S->eq[g][i] = 0;
+  }
+  for (int k = 0; k < nthreads; ++k) {
+    S->nkeys += T[k].nkeys;
+    for (int g = 0; g < S->nw; ++g) {
+      S->lt[g] += T[k].lt[g];
+      for (int i = 0; i < S->npv[g]; ++i) S->eq[g][i] += T[k].eq[g][i];
+      if (T[k].nst[g]) ps_flush(S, g, T[k].st[g], T[k].nst[g]);
+    }
+  }
 }
 
 
@@ -969,8 +1100,8 @@ typedef struct {
   fold32_fn fold32;         /* float32 x float32: float32 tiles (else NULL) */
   cancel_t *cc;
   atomic_int changed;       /* a maximum's rescan did not find it: torn input */
-  uint64_t **khist;         /* vgct_params.key_hist: per thread 2 x KH_BINS, or NULL */
-  uint64_t *kmax;           /* per thread: the largest key counted            */
+  struct vgct_cpu_presel *ps; /* vgct_params.presel, or NULL              */
+  ps_thread *pst;           /* per thread: its window counters and staging   */
 } red_ctx;
 
 /* Maxima of a fast tile into `best` (lowest flat index among ties).  `v` is
@@ -1292,7 +1423,7 @@ static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl,
     if (cc_check(C->cc, tid)) return; /* the call is discarded */
     if (P->intpair) {
       tile_fill_int(P, &it, end, t);
-      if (C->khist) tile_khist(t, C->khist[tid], &C->kmax[tid]);
+      if (C->ps) tile_presel(t, C->ps, &C->pst[tid], 0);
       vgct_acc tacc;
       tile_int(t, P, C->rtol, C->atol, &tacc, sl);
       ms_push(&ms, &tacc);
@@ -1300,7 +1431,6 @@ static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl,
     }
     if (C->fold32) tile_fill32(P, &it, end, t);
     else tile_fill(P, &it, end, t);
-    if (C->khist) tile_khist(t, C->khist[tid], &C->kmax[tid]); /* before tile_patch */
     fold_t f;
     memset(&f, 0, sizeof f);
     /* max_rel candidates: pairs whose ratio could reach the best so far
@@ -1316,6 +1446,8 @@ static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl,
     int fast = FORCE_SLOW ? 0
                : C->fold32 ? C->fold32(t->fa, t->fe, t->len, C->rtol, C->atol, relc, nz, &f, t->cm)
                            : C->fold(t->A, t->E, t->len, C->rtol, C->atol, relc, nz, &f);
+    /* the quantile windows: a fast tile is all finite; else before tile_patch */
+    if (C->ps) tile_presel(t, C->ps, &C->pst[tid], fast != 0);
     const unsigned char *cm = fast == 2 ? t->cm : NULL; /* candidate bits of the pairs */
     vgct_acc tacc;
     vgct_acc nf;
@@ -1415,7 +1547,7 @@ int vgct_cpu_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p
   for (int64_t j = 0; j < nslices; ++j) vgct_slice_init(&slices[j], scaled);
   plan_t P;
   plan_build(a, e, has_slices ? p->dim : -1, &P);
-  if (p->key_hist) memset(p->key_hist, 0, KH_BINS * sizeof(uint64_t));
+  if (p->presel) p->presel->filled = 0;
   if (P.n == 0) return VGCT_OK;
 
   red_ctx C;
@@ -1452,33 +1584,25 @@ int vgct_cpu_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p
   C.tiles = tiles;
   C.res = (vgct_acc *)eng_malloc((size_t)C.nseg * sizeof(vgct_acc));
   if (has_slices) C.blk = (vgct_slice_acc *)eng_malloc((size_t)(C.nblk * nslices) * sizeof(vgct_slice_acc));
-  uint64_t *khist[MAX_THREADS], kmax[MAX_THREADS];
-  for (int i = 0; i < nthreads; ++i) { khist[i] = NULL; kmax[i] = 0; }
   int ok = C.res && (!has_slices || C.blk) && alloc_tiles(tiles, nthreads);
-  if (ok && p->key_hist) { /* calloc: fresh zero pages, only the touched ones cost */
-    for (int i = 0; ok && i < nthreads; ++i) ok = (khist[i] = eng_calloc(2 * KH_BINS, sizeof(uint64_t))) != NULL;
-    C.khist = khist;
-    C.kmax = kmax;
+  if (ok && p->presel) {
+    C.pst = (ps_thread *)eng_calloc((size_t)nthreads, sizeof(ps_thread));
+    ok = C.pst != NULL;
+    C.ps = p->presel;
+    C.ps->filled = 0;
+    for (int g = 0; g < C.ps->nw; ++g) atomic_store(&C.ps->pos[g], 0);
   }
   if (!ok) {
-    free_tiles(tiles, nthreads); free(C.res); free(C.blk);
-    for (int i = 0; i < nthreads; ++i) free(khist[i]);
+    free_tiles(tiles, nthreads); free(C.res); free(C.blk); free(C.pst);
     set_err(err, errlen, "vgct_cpu_reduce: out of memory (%s; %lld segments)",
-            "segment results, slice blocks, tile buffers or key histograms", (long long)C.nseg);
+            "segment results, slice blocks, tile buffers or window counters", (long long)C.nseg);
     return VGCT_ENOMEM;
   }
   par_run(nthreads, nunits, reduce_unit, &C, &cc);
-  if (p->key_hist) { /* the threads' tables, summed up to the largest key's digit */
-    uint64_t mx = 0;
-    for (int i = 0; i < nthreads; ++i) mx = kmax[i] > mx ? kmax[i] : mx;
-    const size_t top = (size_t)(mx >> VGCT_KEY_HIST_SHIFT) + 1;
-    memset(p->key_hist, 0, KH_BINS * sizeof(uint64_t));
-    for (int i = 0; i < nthreads; ++i) {
-      const uint64_t *h = khist[i], *h2 = khist[i] + KH_BINS;
-      for (size_t b = 0; b < top; ++b) p->key_hist[b] += h[b] + h2[b];
-      free(khist[i]);
-      khist[i] = NULL;
-    }
+  if (C.ps) { /* the threads' window counters and last staged keys */
+    presel_collect(C.ps, C.pst, nthreads);
+    C.ps->filled = !cc_stopped(&cc);
+    free(C.pst);
   }
   if (cc_stopped(&cc) || atomic_load(&C.changed)) {
     const int stopped = cc_stopped(&cc);
@@ -1508,8 +1632,6 @@ int vgct_cpu_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p
 static const int lv_shift[NLEVEL] = {47, 31, 15, 0};
 static const int lv_width[NLEVEL] = {16, 16, 16, 15};
 #define HBINS 65536
-_Static_assert(HBINS == VGCT_KEY_HIST_BINS && 47 == VGCT_KEY_HIST_SHIFT,
-               "the fused histogram (key_hist) is the first radix level");
 #define MAX_PEND 4   /* groups histogrammed in one pass */
 #define MAX_GATH 8   /* groups gathered in one pass     */
 #define LBUF 256     /* per-thread gather staging       */
@@ -1774,6 +1896,196 @@ static void setup_ranges(sel_ctx *C, const plan_t *P, const rank_ref *order, int
   }
 }
 
+/* ---- vgct_cpu_presel_new / _free (contract: vgct_engine.h) ------------- */
+#define PS_SAMPLE_MIN ((int64_t)1 << 14)
+#define PS_SAMPLE_MAX ((int64_t)1 << 16)
+#define PS_INF_KEY 0x7ff0000000000000ULL /* +Inf: the largest key */
+
+void vgct_cpu_presel_free(struct vgct_cpu_presel *S) {
+  if (!S) return;
+  free(S->mem);
+  free(S);
+}
+
+struct vgct_cpu_presel *vgct_cpu_presel_new(const vgct_view *a, const vgct_view *e,
+                                            const double *qs, int nq) {
+  plan_t P;
+  plan_build(a, e, -1, &P);
+  if (P.n < VGCT_PRESEL_MIN_N || nq <= 0) return NULL;
+  int64_t want = P.n / 256;
+  want = want < PS_SAMPLE_MIN ? PS_SAMPLE_MIN : (want > PS_SAMPLE_MAX ? PS_SAMPLE_MAX : want);
+  const int64_t ntiles = want / TILE, nblk = (P.n + TILE - 1) / TILE;
+  const int64_t step = nblk / ntiles > 0 ? nblk / ntiles : 1;
+  uint64_t *x = (uint64_t *)eng_malloc((size_t)(ntiles + 1) * TILE * sizeof(uint64_t));
+  tile_t *t = (tile_t *)eng_malloc(sizeof(tile_t));
+  struct vgct_cpu_presel *S = (struct vgct_cpu_presel *)eng_calloc(1, sizeof *S);
+  if (!x || !t || !S) goto fail;
+  /* evenly spaced tiles (fixed by n: deterministic) */
+  int64_t ns = 0, seen = 0;
+  for (int64_t b = 0; b < nblk && ns + TILE <= (ntiles + 1) * TILE; b += step) {
+    iter_t it;
+    const int64_t pos = b * TILE, end = pos + TILE < P.n ? pos + TILE : P.n;
+    iter_seek(&P, &it, pos);
+    while (it.pos < end && ns + TILE <= (ntiles + 1) * TILE) {
+      tile_fill_keys(&P, &it, end, t);
+      seen += t->len;
+      ns += tile_keys(t, x + ns);
+    }
+  }
+  if (ns < 1024) goto fail;
+  const double nest = (double)P.n * (double)ns / (double)seen; /* finite pairs, estimated */
+  /* the quantiles ascending; one window per group of overlapping ones */
+  double q[2 * PS_MAXW];
+  int nqs = 0;
+  for (int i = 0; i < nq && nqs < 2 * PS_MAXW; ++i) q[nqs++] = qs[i];
+  for (int i = 1; i < nqs; ++i) /* insertion sort */
+    for (int j = i; j > 0 && q[j - 1] > q[j]; --j) { double z = q[j]; q[j] = q[j - 1]; q[j - 1] = z; }
+  int64_t wlo[PS_MAXW], whi[PS_MAXW];
+  int nw = 0;
+  for (int i = 0; i < nqs; ++i) {
+    const double ph = q[i];
+    const double at = ph * (double)(ns - 1);
+    /* 6 sigma of the sample's rank + a share for a sample that is not i.i.d. */
+    const double mg = 6.0 * sqrt((double)ns * ph * (1.0 - ph)) + 16.0 + (double)ns / 512.0;
+    int64_t ilo = (int64_t)floor(at - mg), ihi = (int64_t)ceil(at + 1.0 + mg);
+    if (ilo < 0) ilo = 0;
+    if (ihi > ns - 1) ihi = ns - 1;
+    if (nw > 0 && ilo <= whi[nw - 1]) { whi[nw - 1] = ihi > whi[nw - 1] ? ihi : whi[nw - 1]; continue; }
+    if (nw == PS_MAXW) break;
+    wlo[nw] = ilo; whi[nw] = ihi; ++nw;
+  }
+  int64_t rk[2 * PS_MAXW];
+  for (int g = 0; g < nw; ++g) { rk[2 * g] = wlo[g]; rk[2 * g + 1] = whi[g]; }
+  int nrk = 0;
+  for (int i = 0; i < 2 * nw; ++i) if (nrk == 0 || rk[nrk - 1] != rk[i]) rk[nrk++] = rk[i];
+  int depth = 2;
+  for (int64_t c = ns; c > 1; c >>= 1) depth += 2;
+  u64_mselect(x, 0, ns, rk, nrk, depth); /* x[wlo..whi]: the window's sample keys */
+  int64_t budget = VGCT_PRESEL_MAX_KEYS, total = 0;
+  for (int g = 0; g < nw; ++g) {
+    const int64_t ilo = wlo[g], ihi = whi[g], len = ihi - ilo + 1;
+    uint64_t *y = x + ilo;
+    qsort(y, (size_t)len, sizeof(uint64_t), cmp_u64);
+    const uint64_t lo = ilo == 0 ? 0 : y[0], hi = ihi == ns - 1 ? PS_INF_KEY : y[len - 1];
+    /* ties: the values inside filling >= 1/16 of the window's sample (at most
+     * 16 of them), the PS_MAXPV - 2 most frequent kept, ascending */
+    uint64_t hv[17];
+    int64_t hc[17];
+    int nh = 0;
+    for (int64_t r = 0; r < len;) {
+      int64_t r2 = r;
+      while (r2 < len && y[r2] == y[r]) ++r2;
+      if (y[r] > lo && y[r] < hi && (r2 - r) * 16 >= len && nh < 17) { hv[nh] = y[r]; hc[nh] = r2 - r; ++nh; }
+      r = r2;
+    }
+    for (int i = 0; i < nh; ++i) /* most frequent first (ties: smaller value first) */
+      for (int j = i + 1; j < nh; ++j)
+        if (hc[j] > hc[i] || (hc[j] == hc[i] && hv[j] < hv[i])) {
+          uint64_t tv = hv[i]; hv[i] = hv[j]; hv[j] = tv;
+          int64_t tc = hc[i]; hc[i] = hc[j]; hc[j] = tc;
+        }
+    if (nh > PS_MAXPV - 2) nh = PS_MAXPV - 2;
+    for (int i = 1; i < nh; ++i) /* ascending */
+      for (int j = i; j > 0 && hv[j - 1] > hv[j]; --j) { uint64_t z = hv[j]; hv[j] = hv[j - 1]; hv[j - 1] = z; }
+    S->lo[g] = lo; S->hi[g] = hi;
+    int npv = 0;
+    S->pv[g][npv++] = lo;
+    for (int i = 0; i < nh; ++i) S->pv[g][npv++] = hv[i];
+    if (hi != lo) S->pv[g][npv++] = hi;
+    S->npv[g] = npv;
+    for (int i = 0; i < npv; ++i) S->pvs[g][i] = (int64_t)S->pv[g][i];
+    /* the stored keys expected: the window's sample share, ties excluded */
+    int64_t inner = len;
+    for (int r = 0; r < len; ++r) {
+      int piv = 0;
+      for (int i = 0; i < npv; ++i) piv |= y[r] == S->pv[g][i];
+      inner -= piv;
+    }
+    const double cap = 2.0 * (double)inner / (double)ns * nest + 4096.0;
+    if (cap > (double)(budget - total)) break;
+    S->cap[g] = (int64_t)cap;
+    total += S->cap[g];
+    S->nw = g + 1;
+  }
+  if (S->nw == 0) goto fail;
+  S->kern = pick_ps_kern();
+  S->keys = pick_keys_kern();
+  S->mem = (uint64_t *)eng_malloc((size_t)total * sizeof(uint64_t)); /* untouched pages are free */
+  if (!S->mem) goto fail;
+  int64_t off = 0;
+  for (int g = 0; g < S->nw; off += S->cap[g], ++g) {
+    S->buf[g] = S->mem + off;
+    atomic_init(&S->pos[g], 0);
+  }
+  free(x);
+  free(t);
+  return S;
+fail:
+  free(x);
+  free(t);
+  free(S);
+  return NULL;
+}
+
+/* The ranks (order[0..nranks), ascending) that fell inside a complete window
+ * of the reduction: values written, resolved[] set.  VGCT_ECHANGED when the
+ * window counts contradict the reduction's n_finite. */
+static int presel_resolve(struct vgct_cpu_presel *S, int64_t n_finite, const rank_ref *order,
+                          int nranks, unsigned char *resolved, double *values, char *err,
+                          size_t errlen) {
+  if (S->nkeys != n_finite) {
+    snprintf(err, errlen,
+             "input changed during compare: %lld finite pairs in the reduction, %lld keys in its "
+             "quantile windows (do not write into the inputs while compare() reads them)",
+             (long long)n_finite, (long long)S->nkeys);
+    return VGCT_ECHANGED;
+  }
+  for (int g = 0; g < S->nw; ++g) {
+    const int64_t stored = (int64_t)atomic_load(&S->pos[g]);
+    if (stored > S->cap[g]) continue; /* overflowed: the passes take these ranks */
+    int64_t tot = stored;
+    for (int i = 0; i < S->npv[g]; ++i) tot += S->eq[g][i];
+    if (S->lt[g] + tot > n_finite) {
+      snprintf(err, errlen,
+               "input changed during compare: a quantile window counted %lld keys of %lld finite "
+               "pairs (do not write into the inputs while compare() reads them)",
+               (long long)(S->lt[g] + tot), (long long)n_finite);
+      return VGCT_ECHANGED;
+    }
+    uint64_t *y = S->buf[g];
+    int64_t below[PS_MAXPV]; /* stored keys below each pivot */
+    for (int i = 0; i < S->npv[g]; ++i) {
+      int64_t c = 0;
+      for (int64_t j = 0; j < stored; ++j) c += y[j] < S->pv[g][i];
+      below[i] = c;
+    }
+    int depth = 2;
+    for (int64_t c = stored; c > 1; c >>= 1) depth += 2;
+    for (int q = 0; q < nranks; ++q) {
+      const int64_t r = order[q].rank - S->lt[g];
+      if (resolved[q] || r < 0 || r >= tot) continue;
+      /* sorted window: stored keys < pv[0], pv[0] x eq[0], stored in (pv[0], pv[1]), ... */
+      int64_t acc = 0, sr = -1;
+      uint64_t v = 0;
+      int found = 0;
+      for (int i = 0; i < S->npv[g] && !found; ++i) {
+        const int64_t start = below[i] + acc;
+        if (r < start) { sr = r - acc; found = 1; break; }
+        if (r < start + S->eq[g][i]) { v = S->pv[g][i]; found = 1; break; }
+        acc += S->eq[g][i];
+      }
+      if (!found) sr = r - acc;
+      if (sr >= 0) {
+        u64_mselect(y, 0, stored, &sr, 1, depth);
+        v = y[sr];
+      }
+      values[order[q].orig] = vgct_f64_from_bits(v);
+      resolved[q] = 1;
+    }
+  }
+  return VGCT_OK;
+}
+
 /* Split group gi (its keys counted by their next digit in hsum, HBINS bins,
  * summing to its count: the caller checks) into one new group per bucket
  * holding some of its ranks, appended at groups[*ng]: each rank becomes
@@ -1863,6 +2175,22 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
   qsort(order, (size_t)nranks, sizeof(rank_ref), cmp_rank_ref);
   for (int r = 0; r < nranks; ++r) rel[r] = order[r].rank;
   for (int r = 0; r < nranks; ++r) resolved[r] = 0;
+  if (p->presel && p->presel->filled && p->expect_finite >= 0) {
+    /* the reduction's windows: ranks inside are finished without a pass */
+    rc = presel_resolve(p->presel, p->expect_finite, order, nranks, resolved, values, err, errlen);
+    if (rc != VGCT_OK) goto done;
+    int w = 0;
+    for (int r = 0; r < nranks; ++r)
+      if (!resolved[r]) { order[w] = order[r]; resolved[w] = 0; ++w; }
+    nranks = w;
+    for (int r = 0; r < nranks; ++r) rel[r] = order[r].rank;
+    if (nranks == 0) {
+#ifdef VGCT_CPU_TESTING
+      vgct_cpu_test_last_passes = 0;
+#endif
+      goto done;
+    }
+  }
 
   /* one root group holding every finite key (prefix: the sign bit, 0) */
   int ng = 1;
@@ -1872,12 +2200,6 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
   int64_t n_finite = -1;
   int passes = 0;
   const int64_t ef = p->expect_finite;
-  if (p->key_hist && ef < 0) {
-    set_err(err, errlen, "vgct_cpu_select: %s %lld: a key_hist needs the reduction's n_finite",
-            "expect_finite", (long long)ef);
-    rc = VGCT_EVALUE;
-    goto done;
-  }
   if (ef >= 0) { /* n_finite known: the first pass need not find it */
     for (int r = 0; r < nranks; ++r)
       if (order[r].rank >= ef) {
@@ -1886,25 +2208,7 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
         rc = VGCT_EVALUE;
         goto done;
       }
-    if (p->key_hist) { /* the first digit's histogram came with the reduction */
-      int64_t hs = 0;
-      for (int64_t b = 0; b < VGCT_KEY_HIST_BINS; ++b) hs += (int64_t)p->key_hist[b];
-      if (hs != ef) {
-        snprintf(err, errlen,
-                 "input changed during compare: %lld finite pairs in the reduction, %lld keys in "
-                 "its histogram (do not write into the inputs while compare() reads them)",
-                 (long long)ef, (long long)hs);
-        rc = VGCT_ECHANGED;
-        goto done;
-      }
-      groups[0].count = ef;
-      split_group(groups, &ng, gstate, 0, p->key_hist, order, rel, values, gcap);
-      int w = 0;
-      for (int g = 0; g < ng; ++g)
-        if (gstate[g] != 2) { groups[w] = groups[g]; gstate[w] = gstate[g]; ++w; }
-      ng = w;
-      n_finite = ef;
-    } else if (ef <= gcap) { /* every key fits the buffer: one gathering pass */
+    if (ef <= gcap) { /* every key fits the buffer: one gathering pass */
       groups[0].count = ef;
       gstate[0] = 1;
       n_finite = ef;

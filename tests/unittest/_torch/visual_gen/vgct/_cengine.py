@@ -48,9 +48,7 @@ class View(C.Structure):
 class Params(C.Structure):
     _fields_ = [("rtol", C.c_double), ("atol", C.c_double), ("dim", C.c_int), ("nthreads", C.c_int),
                 ("interrupt", C.c_void_p), ("interrupt_ctx", C.c_void_p),
-                ("expect_finite", C.c_int64), ("key_hist", C.c_void_p)]
-
-KEY_HIST_BINS = 1 << 16  # VGCT_KEY_HIST_BINS (csrc/vgct_engine.h)
+                ("expect_finite", C.c_int64), ("presel", C.c_void_p)]
 
 
 ACC_DOUBLES = ["scale_a", "scale_e", "scale_d", "s_aa", "s_ee", "s_ae", "s_dd", "s_d", "max_abs",
@@ -100,6 +98,10 @@ class Engine:
                                            C.c_char_p, C.c_size_t]
         for f in ("vgct_cpu_reduce", "vgct_cpu_select", "vgct_cpu_fingerprint", "vgct_cpu_histogram"):
             getattr(lib, f).restype = C.c_int
+        lib.vgct_cpu_presel_new.argtypes = [C.POINTER(View), C.POINTER(View), C.c_void_p, C.c_int]
+        lib.vgct_cpu_presel_new.restype = C.c_void_p
+        lib.vgct_cpu_presel_free.argtypes = [C.c_void_p]
+        lib.vgct_cpu_presel_free.restype = None
 
     # knobs (csrc/cpu_engine.c, "Test hooks")
     def _int(self, name, ctype=C.c_int):
@@ -135,14 +137,20 @@ class Engine:
         v.dtype = code
         return v
 
-    def reduce(self, a, e, rtol=1e-3, atol=1e-3, dim=-1, nthreads=1, dta=None, dte=None,
-               key_hist: Optional[np.ndarray] = None):
-        """key_hist: a uint64[KEY_HIST_BINS] array the reduction fills (vgct_params.key_hist)."""
+    def presel(self, a, e, quantiles: Sequence[float], dta=None, dte=None) -> Optional[int]:
+        """vgct_cpu_presel_new: the key windows (an opaque pointer), or None."""
         va, ve = self.view(a, dta), self.view(e, dte)
-        if key_hist is not None:
-            assert key_hist.dtype == np.uint64 and key_hist.shape == (KEY_HIST_BINS,)
-        p = Params(rtol, atol, dim, nthreads, None, None, -1,
-                   key_hist.ctypes.data if key_hist is not None else None)
+        q = np.ascontiguousarray(quantiles, dtype=np.float64)
+        return self.lib.vgct_cpu_presel_new(C.byref(va), C.byref(ve), q.ctypes.data, len(q))
+
+    def presel_free(self, ps: Optional[int]) -> None:
+        self.lib.vgct_cpu_presel_free(ps)
+
+    def reduce(self, a, e, rtol=1e-3, atol=1e-3, dim=-1, nthreads=1, dta=None, dte=None,
+               presel: Optional[int] = None):
+        """presel: windows from presel(), filled by this pass (vgct_params.presel)."""
+        va, ve = self.view(a, dta), self.view(e, dte)
+        p = Params(rtol, atol, dim, nthreads, None, None, -1, presel)
         acc = Acc()
         k = a.shape[dim] if dim >= 0 else 0
         sl = (SliceAcc * max(k, 1))()
@@ -154,13 +162,10 @@ class Engine:
         return acc, list(sl)[:k]
 
     def select(self, a, e, ranks: Sequence[int], nthreads=1, dta=None, dte=None,
-               expect_finite: int = -1, key_hist: Optional[np.ndarray] = None):
-        """expect_finite / key_hist: vgct_params' (the reduction's n_finite and key histogram)."""
+               expect_finite: int = -1, presel: Optional[int] = None):
+        """expect_finite / presel: vgct_params' (the reduction's n_finite and its filled windows)."""
         va, ve = self.view(a, dta), self.view(e, dte)
-        if key_hist is not None:
-            assert key_hist.dtype == np.uint64 and key_hist.shape == (KEY_HIST_BINS,)
-        p = Params(0.0, 0.0, -1, nthreads, None, None, expect_finite,
-                   key_hist.ctypes.data if key_hist is not None else None)
+        p = Params(0.0, 0.0, -1, nthreads, None, None, expect_finite, presel)
         r = np.ascontiguousarray(ranks, dtype=np.int64)
         out = np.zeros(len(r), dtype=np.float64)
         err = C.create_string_buffer(512)
