@@ -2061,6 +2061,9 @@ static int presel_resolve(struct vgct_cpu_presel *S, int64_t n_finite, const ran
     }
     int depth = 2;
     for (int64_t c = stored; c > 1; c >>= 1) depth += 2;
+    /* many ranks: sort the stored keys once instead of one selection each */
+    const int sorted = nranks > 16;
+    if (sorted) qsort(y, (size_t)stored, sizeof(uint64_t), cmp_u64);
     for (int q = 0; q < nranks; ++q) {
       const int64_t r = order[q].rank - S->lt[g];
       if (resolved[q] || r < 0 || r >= tot) continue;
@@ -2076,7 +2079,7 @@ static int presel_resolve(struct vgct_cpu_presel *S, int64_t n_finite, const ran
       }
       if (!found) sr = r - acc;
       if (sr >= 0) {
-        u64_mselect(y, 0, stored, &sr, 1, depth);
+        if (!sorted) u64_mselect(y, 0, stored, &sr, 1, depth);
         v = y[sr];
       }
       values[order[q].orig] = vgct_f64_from_bits(v);
