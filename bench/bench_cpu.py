@@ -10,7 +10,21 @@ For each input (dtype, n, layout) it times, best of --repeat runs:
   2 sums    a.sum() + e.sum() (NumPy's own dtype accumulation)
 and prints numpy/vgct (goal >= 3) and vgct/(2 sums) (goal <= 2).
 
+A second table (--table shapes) times the exact p99 on the data shapes of issue [H] --
+a bf16 cast of (fp32 + 1e-3 noise) against its fp32 original and against its bf16
+rounding (many ties), fp32 noise, a constant offset (few distinct differences), an
+identical pair, heavy tails (Cauchy noise), a few outliers -- each with quantiles=() and with the default quantiles=(0.99,): the CPU cost
+of the default p99 (goal of [H]: within 2x of the compare without quantiles), beside
+np.quantile(|a-e|, 0.99) alone (on a float64 |a-e| made beforehand, not timed).
+
+A third table (--table small) times small calls end to end: vgct_ext.compare, the
+_C.compare call alone (so the difference is the Python layer: argument checks, the DLPack
+shim, PairedStats), and torch.testing.assert_close on the same pair (tolerances it passes).
+Each cell is the minimum over --rounds interleaved rounds of the mean of a batch of calls.
+
     python bench/bench_cpu.py [--sizes 22,24] [--repeat 5] [--markdown]
+                              [--table layouts|shapes|small|both|all] [--shape-sizes 20,24]
+                              [--rounds 60]
 
 bfloat16 inputs need torch (skipped without it); float16 and float32 use NumPy.
 VGCT_NUM_THREADS sets the engine's threads (default: all CPUs); OPENBLAS_NUM_THREADS
@@ -107,25 +121,153 @@ def machine():
     return f"{model}, {os.cpu_count()} CPUs"
 
 
+def p99_shapes(lg, rng):
+    """``(name, actual, expected, |a-e| as float64 NumPy)`` for each data shape of the p99
+    table (bfloat16 ones need torch: skipped without it)."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    n = 1 << lg
+    e32 = rng.standard_normal(n, dtype=np.float32)
+    noisy = e32 + rng.standard_normal(n, dtype=np.float32) * np.float32(1e-3)
+    cauchy = e32 + rng.standard_cauchy(n).astype(np.float32) * np.float32(1e-3)
+    outl = e32 + rng.standard_normal(n, dtype=np.float32) * np.float32(1e-3)
+    outl[rng.integers(0, n, 64)] += np.float32(1e3)
+
+    def absdiff(a, e):
+        f = (lambda x: x.double().numpy()) if torch is not None and isinstance(a, torch.Tensor) else \
+            (lambda x: x.astype(np.float64))
+        return np.abs(f(a) - f(e))
+
+    pairs = [("fp32 e+1e-3 noise vs fp32 e", noisy, e32),
+             ("fp32 e+1e-3 constant offset vs fp32 e", e32 + np.float32(1e-3), e32),
+             ("heavy tails: fp32 e+1e-3 Cauchy", cauchy, e32)]
+    if torch is not None:
+        t32 = torch.from_numpy(e32)
+        a16, e16 = torch.from_numpy(noisy).to(torch.bfloat16), t32.to(torch.bfloat16)
+        pairs = [("bf16(e+1e-3 noise) vs fp32 e", a16, t32),
+                 ("bf16(e+1e-3 noise) vs bf16(e), ties", a16, e16)] + pairs + [
+                 ("identical bf16 pair (a == e)", e16, e16.clone()),
+                 ("64 outliers (+1e3) in bf16 1e-3 noise", torch.from_numpy(outl).to(torch.bfloat16), e16)]
+    else:
+        pairs.append(("identical fp32 pair (a == e)", e32, e32.copy()))
+    for name, a, e in pairs:
+        yield name, a, e, absdiff(a, e)
+
+
+def shapes_table(sizes, repeat, markdown, rng):
+    hdr = ("data", "n", "vgct ms", "vgct+p99 ms", "p99 cost", "np.quantile ms")
+    lines = []
+    for lg in sizes:
+        for name, a, e, ad in p99_shapes(lg, rng):
+            t_v = best(lambda: vgct_ext.compare(a, e, quantiles=()), repeat)
+            t_vq = best(lambda: vgct_ext.compare(a, e), repeat)  # the default quantiles=(0.99,)
+            t_nq = best(lambda: np.quantile(ad, 0.99), max(1, repeat // 2))
+            lines.append((name, f"2^{lg}", f"{t_v * 1e3:.2f}", f"{t_vq * 1e3:.2f}",
+                          f"{t_vq / t_v:.1f}x", f"{t_nq * 1e3:.1f}"))
+    print()
+    print("exact p99 by data shape: vgct_ext.compare with quantiles=() and with the default "
+          "quantiles=(0.99,); p99 cost = vgct+p99 / vgct (goal of [H]: <= 2x)")
+    _print_table(hdr, lines, markdown)
+
+
+def _print_table(hdr, lines, markdown):
+    if markdown:
+        print("| " + " | ".join(hdr) + " |")
+        print("|" + "---|" * len(hdr))
+        for ln in lines:
+            print("| " + " | ".join(ln) + " |")
+    else:
+        w = [max(len(h), *(len(ln[i]) for ln in lines)) for i, h in enumerate(hdr)]
+        print("  ".join(h.rjust(w[i]) for i, h in enumerate(hdr)))
+        for ln in lines:
+            print("  ".join(c.rjust(w[i]) for i, c in enumerate(ln)))
+
+
+def small_table(rounds, markdown):
+    """Small calls: compare vs _C.compare (the Python layer is the difference) vs
+    torch.testing.assert_close, float32 pairs of 1 and 2^20 elements."""
+    from vgct_ext import _C
+
+    try:
+        import torch
+    except ImportError:
+        torch = None
+
+    def batch(f, reps):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            f()
+        return (time.perf_counter() - t0) / reps * 1e6
+
+    rng = np.random.default_rng(1)
+    lines = []
+    for lg, reps in ((0, 300), (20, 3)):
+        e = rng.standard_normal(1 << lg, dtype=np.float32)
+        a = e + np.float32(1e-3)
+        pairs = [("numpy", a, e)]
+        if torch is not None:
+            pairs.insert(0, ("torch", torch.from_numpy(a), torch.from_numpy(e)))
+        for lib, x, y in pairs:
+            for q in ((), (0.99,)):
+                fs = {"compare": lambda: vgct_ext.compare(x, y, quantiles=q),
+                      "_C": lambda: _C.compare(x, y, 1e-3, 1e-3, q, None, None, None, None)}
+                if torch is not None:
+                    tx, ty = (x, y) if lib == "torch" else (torch.from_numpy(x), torch.from_numpy(y))
+                    fs["assert_close"] = lambda: torch.testing.assert_close(tx, ty, rtol=1e-2, atol=1e-2)
+                best = {k: float("inf") for k in fs}
+                for f in fs.values():
+                    batch(f, reps)
+                for _ in range(rounds if lg == 0 else max(3, rounds // 4)):
+                    for k, f in fs.items():
+                        best[k] = min(best[k], batch(f, reps))
+                ac = best.get("assert_close")
+                lines.append((lib, f"2^{lg}", "(0.99,)" if q else "()", f"{best['compare']:.1f}",
+                              f"{best['_C']:.1f}", f"{best['compare'] - best['_C']:.1f}",
+                              "-" if ac is None else f"{ac:.1f}",
+                              "-" if ac is None else f"{ac / best['compare']:.2f}x"))
+    print()
+    print("small calls (float32 pairs, microseconds per call; Python layer = compare - _C.compare; "
+          "assert_close: torch.testing.assert_close(rtol=atol=1e-2) on the same pair, passing)")
+    _print_table(("input", "n", "quantiles", "compare us", "_C.compare us", "Python layer us",
+                  "assert_close us", "assert_close/compare"), lines, markdown)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="22,24", help="log2 of the element counts, e.g. 22,23,24")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    ap.add_argument("--table", default="both", choices=("layouts", "shapes", "small", "both", "all"),
+                    help="both = layouts + shapes; all = the three")
+    ap.add_argument("--rounds", type=int, default=60, help="interleaved rounds of the small-call table")
+    ap.add_argument("--shape-sizes", default="20,24", help="log2 sizes of the p99 data-shape table")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     rng = np.random.default_rng(0)
+    print(f"# vgct_ext CPU benchmark  {time.strftime('%Y-%m-%d')}  {machine()}  "
+          f"threads={os.environ.get('VGCT_NUM_THREADS', 'all')}  numpy {np.__version__}")
+    if args.table in ("layouts", "both", "all"):
+        layouts_table(sizes, args.repeat, args.markdown, rng)
+    if args.table in ("shapes", "both", "all"):
+        shapes_table([int(s) for s in args.shape_sizes.split(",")], args.repeat, args.markdown, rng)
+    if args.table in ("small", "all"):
+        small_table(args.rounds, args.markdown)
+
+
+def layouts_table(sizes, repeat, markdown, rng):
     rows = []
     for dt, lg, layout, a, e, to_np in inputs(sizes, rng):
         an, en = (a, e) if to_np is None else (to_np(a), to_np(e))
-        t_v = best(lambda: vgct_ext.compare(a, e, quantiles=()), args.repeat)
-        t_vq = best(lambda: vgct_ext.compare(a, e, quantiles=(0.99,)), args.repeat)
+        t_v = best(lambda: vgct_ext.compare(a, e, quantiles=()), repeat)
+        t_vq = best(lambda: vgct_ext.compare(a, e, quantiles=(0.99,)), repeat)
         # numpy has no bfloat16: its composite starts from float32 copies (not timed)
-        t_n = best(lambda: numpy_composite(an, en, False), max(1, args.repeat // 2))
-        t_nq = best(lambda: numpy_composite(an, en, True), max(1, args.repeat // 2))
+        t_n = best(lambda: numpy_composite(an, en, False), max(1, repeat // 2))
+        t_nq = best(lambda: numpy_composite(an, en, True), max(1, repeat // 2))
         # numpy has no bfloat16: its row shows torch's own bf16 sums (multi-threaded), for
         # information only; the "within 2x of numpy's sums" goal applies to the numpy rows
-        t_s = best(lambda: (a.sum(), e.sum()), args.repeat)
+        t_s = best(lambda: (a.sum(), e.sum()), repeat)
         rows.append((dt, f"2^{lg}", layout, t_v, t_vq, t_n, t_nq, t_s))
     hdr = ("dtype", "n", "layout", "vgct ms", "vgct+p99 ms", "numpy ms", "numpy+p99 ms",
            "2 sums ms", "numpy/vgct", "numpy+p99/vgct+p99", "vgct/2 sums")
@@ -136,18 +278,7 @@ def main():
         lines.append((dt, n, lay, f"{tv * 1e3:.2f}", f"{tvq * 1e3:.2f}", f"{tn * 1e3:.1f}",
                       f"{tnq * 1e3:.1f}", f"{ts * 1e3:.2f}{star}", f"{tn / tv:.1f}x", f"{tnq / tvq:.1f}x",
                       f"{tv / ts:.2f}x{star}"))
-    print(f"# vgct_ext CPU benchmark  {time.strftime('%Y-%m-%d')}  {machine()}  "
-          f"threads={os.environ.get('VGCT_NUM_THREADS', 'all')}  numpy {np.__version__}")
-    if args.markdown:
-        print("| " + " | ".join(hdr) + " |")
-        print("|" + "---|" * len(hdr))
-        for ln in lines:
-            print("| " + " | ".join(ln) + " |")
-    else:
-        w = [max(len(h), *(len(ln[i]) for ln in lines)) for i, h in enumerate(hdr)]
-        print("  ".join(h.rjust(w[i]) for i, h in enumerate(hdr)))
-        for ln in lines:
-            print("  ".join(c.rjust(w[i]) for i, c in enumerate(ln)))
+    _print_table(hdr, lines, markdown)
     print("goals: numpy/vgct >= 3 (with and without p99); vgct/2 sums <= 2 "
           "(* bfloat16: torch.sum, numpy has no bfloat16; not a goal)")
 

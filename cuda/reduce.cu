@@ -766,6 +766,13 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
     kind = 2;
     per_launch = VG_SLICE_CHUNK;
   }
+  /* Ctrl-C is polled between launches: bound one launch's pairs (whole slices,
+     at least one), so a signal waits for at most ~VG_LAUNCH_PAIRS pairs.  The
+     partition depends on the shape alone: repeated calls stay bitwise equal. */
+  if (S > 1 && it.m > 0 && per_launch > 1) {
+    const int64_t by_pairs = VG_LAUNCH_PAIRS / it.m;
+    if (by_pairs < per_launch) per_launch = by_pairs < 1 ? 1 : by_pairs;
+  }
   const char *pa0 = it.pa, *pe0 = it.pe;
   const int64_t f00 = it.f0;
   for (int64_t j0 = 0; j0 < S; j0 += per_launch) {

@@ -91,6 +91,7 @@ int vg_prepare(const vgct_view *a, const vgct_view *e, int slice_dim, IterSpec *
 #define VG_PIN_BYTES (4u << 20)     /* pinned host buffer for result records */
 #define VG_MAX_PARTS 16384          /* reduce: whole-tensor partials         */
 #define VG_SLICE_CHUNK 65536        /* reduce: slices per launch             */
+#define VG_LAUNCH_PAIRS (INT64_C(1) << 32) /* reduce: most pairs per chunked launch */
 
 struct DevWS {
   pthread_mutex_t mu;

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
 
-vgct_need pytest:pytest "numpy:numpy>=2.1" safetensors:safetensors "rich:rich>=13"
+vgct_need pytest:pytest "numpy:numpy>=2.1" safetensors:safetensors "rich:rich>=13" filelock:filelock cpuinfo:py-cpuinfo
 vgct_need_torch
 vgct_build
 "$PY" scripts/main_job.py --install-deps --no-run

@@ -1,4 +1,5 @@
-"""Command line: ``python -m vgct_ext compare A.safetensors B.safetensors [--gate t1]`` and ``python -m vgct_ext info``.
+"""Command line: ``python -m vgct_ext compare A.safetensors B.safetensors [--gate t1]``, ``python -m vgct_ext info``
+and ``python -m vgct_ext evidence show|annotate|remove FILE ...``.
 
 ``compare`` reads two safetensors files (A = actual, B = expected/reference), pairs tensors by name and prints
 one row per name: dtypes, shape, relative L2, cosine, max abs error, p99 abs error, elementwise mismatches and
@@ -11,6 +12,13 @@ Exit status: 0 all compared (and passed the gate), 1 a failure, 2 a usage error 
 
 ``info`` prints the build (``vgct_ext.build_info()``), the hardware (CPU, GPUs, driver, CUDA) and the
 versions of the libraries that shape a result. ``--json`` gives either as JSON.
+
+``evidence show FILE [KEY] [--stratum S] [--json]`` prints calibration evidence: per entry and stratum the
+experiment, runs (seeds, tests), each bar with every digit (``repr``; a cosine also as ``1 - d``), worst, mean
+and spread, the rule and the investigation note. ``evidence annotate FILE KEY --stratum S --investigation
+TEXT`` (or ``--clear``) records the note a cosine bar under 0.99 requires; ``evidence remove FILE KEY
+[--stratum S]`` removes an entry. Both write under the file's lock, atomically. Exit 2 for an unknown file,
+key or stratum, or a malformed file (the message names the field).
 """
 
 from __future__ import annotations
@@ -177,6 +185,56 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_evidence(args: argparse.Namespace) -> int:
+    from . import evidence as ev
+
+    try:
+        if args.action == "show":
+            data = ev.load(args.file)
+            if not os.path.exists(args.file):
+                print(f"error: {args.file}: no such file", file=sys.stderr)
+                return 2
+            entries = data["entries"]
+            keys = [args.key] if args.key is not None else sorted(entries)
+            if args.key is not None and args.key not in entries:
+                print(f"error: {args.file}: no entry {args.key!r} (entries: "
+                      f"{', '.join(repr(k) for k in sorted(entries)) or 'none'})", file=sys.stderr)
+                return 2
+            if args.json:
+                json.dump({k: entries[k] for k in keys}, sys.stdout, indent=2, sort_keys=True)
+                print()
+                return 0
+            print(f"{args.file} ({data['format']}): {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}")
+            for k in keys:
+                for stratum in sorted(entries[k]):
+                    if args.stratum is None or stratum == args.stratum:
+                        print("\n".join(ev.format_entry(k, stratum, entries[k][stratum])))
+            return 0
+        if args.action == "annotate":
+            text = None if args.clear else args.investigation
+            if text is None and not args.clear:
+                print("error: give --investigation \"...\" (or --clear)", file=sys.stderr)
+                return 2
+            if text is not None and not text.strip():
+                print("error: --investigation must say what was found (empty note)", file=sys.stderr)
+                return 2
+            ev.annotate(args.file, args.key, args.stratum, text)
+            print(f"{args.file} [{args.key}] {args.stratum}: investigation "
+                  + ("cleared" if text is None else f"set to {text!r}"))
+            return 0
+        if args.action == "remove":
+            gone = ev.remove(args.file, args.key, args.stratum)
+            print(f"{args.file} [{args.key}]: removed stratum(s) {', '.join(gone)}")
+            return 0
+    except KeyError as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
+        return 2
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    raise AssertionError(args.action)
+
+
 def _parser() -> argparse.ArgumentParser:
     from .gates import Relax
 
@@ -197,6 +255,25 @@ def _parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="build and hardware")
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=cmd_info)
+    e = sub.add_parser("evidence", help="show or annotate calibration evidence (*.vgct-evidence.json)")
+    esub = e.add_subparsers(dest="action", required=True)
+    s = esub.add_parser("show", help="print the entries of an evidence file (every digit of every bar)")
+    s.add_argument("file")
+    s.add_argument("key", nargs="?", default=None, help='an entry key, e.g. "wan.transformer | FirstBlockCache"')
+    s.add_argument("--stratum", default=None, help="only this stratum (cpu-avx512, sm_90, ...)")
+    s.add_argument("--json", action="store_true", help="print the entries as JSON")
+    a = esub.add_parser("annotate", help="record an investigation note in one entry (atomic, under the file lock)")
+    a.add_argument("file")
+    a.add_argument("key")
+    a.add_argument("--stratum", required=True)
+    g = a.add_mutually_exclusive_group()
+    g.add_argument("--investigation", default=None, help="what the investigation of the drift found")
+    g.add_argument("--clear", action="store_true", help="remove the note")
+    r = esub.add_parser("remove", help="remove an entry (or one stratum of it), e.g. one listed as unused")
+    r.add_argument("file")
+    r.add_argument("key")
+    r.add_argument("--stratum", default=None)
+    e.set_defaults(func=cmd_evidence)
     return p
 
 

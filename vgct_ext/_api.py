@@ -17,26 +17,54 @@ def _is_bool(x: Any) -> bool:
     return dt is not None and (getattr(dt, "kind", None) == "b" or str(dt) == "torch.bool")
 
 
+_Q_TYPE_ERROR = "quantiles must be a float in [0, 1] or a sequence of them"
+
+
 def _quantile_tuple(quantiles: Any) -> tuple:
     """``quantiles`` of :func:`compare` as a tuple for ``_C`` (which checks the values).
 
     A single number -- a Python/NumPy real scalar or a 0-d array -- is one quantile; None is
-    none; anything else is iterated.  Booleans are refused (``True`` is not the quantile 1.0).
+    none; anything else is iterated.  Booleans are refused (``True`` is not the quantile 1.0);
+    so are strings, bytes and objects that cannot be iterated (TypeError naming quantiles).
     """
+    if type(quantiles) is tuple:  # the default (0.99,) and most calls: floats, checked by _C
+        for q in quantiles:
+            if type(q) is not float:
+                break
+        else:
+            return quantiles
     if quantiles is None:
         return ()
     if isinstance(quantiles, (str, bytes)):
-        raise TypeError(f"quantiles must be a float in [0, 1] or a sequence of them, "
-                        f"got {type(quantiles).__name__}")
+        raise TypeError(f"{_Q_TYPE_ERROR}, got {type(quantiles).__name__}")
     if isinstance(quantiles, numbers.Real) or getattr(quantiles, "ndim", None) == 0:
         if _is_bool(quantiles):
-            raise TypeError("quantiles must be a float in [0, 1] or a sequence of them, got bool")
+            raise TypeError(f"{_Q_TYPE_ERROR}, got bool")
         return (quantiles,)
-    qs = tuple(quantiles)
+    try:
+        qs = tuple(quantiles)
+    except TypeError as exc:
+        raise TypeError(f"{_Q_TYPE_ERROR}, got {type(quantiles).__name__}") from exc
     for i, q in enumerate(qs):
         if _is_bool(q):
             raise TypeError(f"quantiles[{i}] must be a float in [0, 1], got bool")
     return qs
+
+
+def _tolerance(name: str, x: Any) -> float:
+    """``rtol`` / ``atol`` as a float for ``_C`` (which checks finite and >= 0): a real
+    number -- Python or NumPy scalar, or a 0-d array/tensor -- never a bool or a string
+    (TypeError naming the argument)."""
+    if type(x) is float:
+        return x
+    if not _is_bool(x) and not isinstance(x, (str, bytes)) and (
+            isinstance(x, numbers.Real) or getattr(x, "ndim", None) == 0):
+        try:
+            return float(x)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} must be a real number >= 0 (a float), got "
+                            f"{type(x).__name__}") from exc
+    raise TypeError(f"{name} must be a real number >= 0 (a float), got {type(x).__name__}")
 
 
 def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-3,
@@ -52,9 +80,18 @@ def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-
             device: no hidden copies), any strides (0, negative, non-contiguous, any byte
             offset), any of the dtypes bool, int8/16/32/64, uint8, float16, bfloat16,
             float32, float64, float8_e4m3fn, float8_e5m2 -- the two may differ (bf16
-            against an fp32 reference). torch tensors that require grad are read through
-            ``detach()`` (no copy).
-        rtol, atol: finite, >= 0: a finite pair mismatches when ``|a-e| > atol + rtol*|e|``
+            against an fp32 reference). torch tensors are read through ``detach()`` (an
+            alias of the same storage, no copy; tensors that require grad included).
+            Complex inputs are refused: compare ``torch.view_as_real(x)`` /
+            ``x.view(x.real.dtype)`` (real and imaginary parts) instead. NumPy masked
+            arrays are refused: pass ``x.filled(value)`` or ``x.data`` explicitly.
+            While the call runs (the GIL is released), do not free, resize or reallocate
+            an input from another thread: torch ``x.set_(...)`` / ``x.data = ...`` and NumPy
+            ``resize`` are safe (the export holds its own alias; NumPy refuses the resize),
+            a torch ``resize_`` or ``untyped_storage().resize_()`` is not.  Writing into an
+            input meanwhile gives the statistics of some mixture of old and new values.
+        rtol, atol: real numbers (Python/NumPy scalars, 0-d arrays; not bools), finite,
+            >= 0: a finite pair mismatches when ``|a-e| > atol + rtol*|e|``
             (torch.allclose's convention).
         quantiles: up to 64 probabilities in [0, 1]; each gives the exact quantile of
             ``|a-e|`` over finite pairs as ``numpy.quantile(..., method="linear")`` defines
@@ -67,19 +104,34 @@ def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-
     Returns:
         :class:`vgct_ext.PairedStats` (definitions: docs/metrics.md).
 
-    Raises:
-        TypeError: an input without DLPack, an unsupported dtype, a bad argument type.
+    Raises (every refusal of an input names it, ``actual`` or ``expected``, says what is
+    wrong and what to pass instead; a producer's own error is chained as ``__cause__``):
+        TypeError: an input without DLPack, an unsupported dtype (complex, object, string,
+            long double, non-native byte order ...) or layout (sparse, nested, quantized),
+            a masked array, an argument of a wrong type (naming the argument).
         ValueError: shapes differ (both shapes named), devices differ, a bad rtol/atol/
             quantile/dim, too many dimensions (> 32).
-        BufferError: an unsupported device or DLPack version, a malformed capsule, or the
-            producer's own refusal to export.
+        BufferError: an unsupported device (a torch meta tensor) or DLPack version, a
+            malformed capsule, or the producer's own refusal to export.
         RuntimeError: a CUDA input with a build without CUDA, or a CUDA failure.
         MemoryError: the engine could not allocate its work space.
     """
     qs = _quantile_tuple(quantiles)
-    a, da = _dlpack.prepare(actual)
-    e, de = _dlpack.prepare(expected)
-    d = _dlpack.call_on_stream((a, e), lambda s: _C.compare(a, e, rtol, atol, qs, dim, s, da, de))
+    rtol, atol = _tolerance("rtol", rtol), _tolerance("atol", atol)
+    a, e = actual, expected
+    try:
+        a, da = _dlpack.prepare(actual, argname="actual")
+        e, de = _dlpack.prepare(expected, argname="expected")
+        keep = _dlpack.pin(a, e)  # noqa: F841 - NumPy arrays cannot be resized until the call returns
+        d = _dlpack.call_on_stream((a, e), lambda s: _C.compare(a, e, rtol, atol, qs, dim, s, da, de))
+    except Exception as exc:  # a refusal: named by _dlpack.explain, else as raised
+        better = _dlpack.explain(exc, (("actual", actual, a), ("expected", expected, e)))
+        if better is None:
+            raise
+        try:
+            raise better from exc
+        finally:
+            del better  # no frame <-> exception cycle (the inputs would live until a GC pass)
     return PairedStats._from_c(d)
 
 
@@ -89,8 +141,19 @@ def fingerprint(x: Any) -> int:
     memory layout do not matter; -0.0 and +0.0 differ, as do NaN payloads). Same input types
     and errors as :func:`compare`.
     """
-    obj, override = _dlpack.prepare(x)
-    return _dlpack.call_on_stream((obj,), lambda s: _C.fingerprint(obj, s, override))
+    obj = x
+    try:
+        obj, override = _dlpack.prepare(x, argname="x")
+        keep = _dlpack.pin(obj)  # noqa: F841 - see compare
+        return _dlpack.call_on_stream((obj,), lambda s: _C.fingerprint(obj, s, override))
+    except Exception as exc:  # see compare
+        better = _dlpack.explain(exc, (("x", x, obj),))
+        if better is None:
+            raise
+        try:
+            raise better from exc
+        finally:
+            del better
 
 
 def build_info() -> Dict[str, Any]:

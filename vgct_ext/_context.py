@@ -25,10 +25,16 @@ class TestContext:
     component: Optional[str] = None
     feature: Optional[str] = None
     repetition: int = 0
-    records: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: the input seed of this run: 0 normally (or --vgct-seed), 0..N-1 under --vgct-calibrate (``vgct.seed``)
+    seed: int = 0
+    #: a paired test (t1/t2/component/feature marker or the vgct fixture): gate identities are enforced
+    paired: bool = False
+    #: (evidence file, key) gated in the current run (seed, repetition), see vgct_ext.evidence.claim
+    claims: set = dataclasses.field(default_factory=set)
+    records: List[Dict[str, Any]] = dataclasses.field(default_factory=list, repr=False)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(repr=False)
 class Session:
     """One pytest session's settings and everything its gates and probes recorded."""
 
@@ -36,6 +42,8 @@ class Session:
     calibrate: bool = False
     headroom: float = 0.5
     repeat: int = 1
+    calibrate_runs: int = 5
+    seed: int = 0
     records: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
     # (evidence path, key, stratum) -> {"runs": [...], "meta": {...}, "tests": set()}
     calibration: Dict[tuple, Dict[str, Any]] = dataclasses.field(default_factory=dict)
@@ -46,6 +54,13 @@ class Session:
     tests: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)  # nodeid -> outcome, reason
     started: Optional[str] = None
     report_path: Optional[str] = None
+    report_error: Optional[str] = None
+    evidence_errors: List[str] = dataclasses.field(default_factory=list)
+    evidence_unused: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def __repr__(self) -> str:  # short: a traceback showing this object must not dump every record
+        return (f"<vgct Session calibrate={self.calibrate} repeat={self.repeat} strict={self.strict} "
+                f"records={len(self.records)} tests={len(self.tests)}>")
 
 
 _SESSIONS: List[Session] = []
@@ -74,6 +89,7 @@ def record(rec: Dict[str, Any]) -> Dict[str, Any]:
     t = current_test()
     rec.setdefault("test", t.nodeid if t is not None else None)
     rec.setdefault("repetition", t.repetition if t is not None else 0)
+    rec.setdefault("seed", t.seed if t is not None else 0)
     s = current_session()
     if s is not None:
         s.records.append(rec)

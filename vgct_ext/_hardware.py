@@ -1,6 +1,6 @@
 """Hardware, stratum and software versions: what a report and a failure message must name.
 
-Private. Never imports torch: it uses torch only when the caller already imported it
+Private. The CPU's model and instruction set come from py-cpuinfo. Never imports torch: it uses torch only when the caller already imported it
 (``sys.modules``), else the core's ``build_info()`` / ``_C.device_props`` and ``nvidia-smi``.
 """
 
@@ -16,7 +16,8 @@ import sys
 import warnings
 from typing import Any, Dict, List, Optional
 
-__all__ = ["stratum_of", "describe_device", "hardware_info", "versions", "precision_settings"]
+__all__ = ["stratum_of", "describe_device", "cpu_facts", "hardware_info", "versions", "precision_settings",
+           "LEGACY_CPU_STRATUM"]
 
 
 def _cuda_index(device: str) -> Optional[int]:
@@ -48,16 +49,86 @@ def _cuda_props(index: int) -> Dict[str, Any]:
     return {}
 
 
+#: The CPU stratum of evidence written before the stratum named the instruction set; the T2 gate refuses it.
+LEGACY_CPU_STRATUM = "cpu"
+
+# x86-64 instruction-set levels in the order csrc/cpu_engine.c dispatches on them (cpu_level: AVX-512 needs
+# avx512f+dq+vl+bw, else AVX2, else the SSE2 baseline); torch's ATen CPU capability names the same levels.
+_X86_LEVELS = ("sse2", "avx2", "avx512")
+_AVX512 = ("avx512f", "avx512dq", "avx512vl", "avx512bw")
+_TORCH_CAPABILITY = {"DEFAULT": "sse2", "NO AVX": "sse2", "AVX2": "avx2", "AVX512": "avx512"}
+
+
+@functools.lru_cache(maxsize=None)
+def _cpuinfo() -> Dict[str, Any]:
+    try:
+        import cpuinfo  # py-cpuinfo
+
+        return dict(cpuinfo.get_cpu_info() or {})
+    except Exception:  # noqa: BLE001 - py-cpuinfo missing or failing: the ISA is then unknown (said by the caller)
+        return {}
+
+
+def cpu_facts() -> Dict[str, Any]:
+    """The CPU as py-cpuinfo reports it: ``{"model", "arch", "isa"}``.
+
+    ``isa`` is the instruction set that decides which kernels run: on x86-64 ``"avx512"`` (AVX-512 F, DQ, VL
+    and BW all present), ``"avx2"`` or ``"sse2"`` -- the levels csrc/cpu_engine.c dispatches on, and torch's
+    ATen CPU capabilities; on 64-bit ARM ``"sve"`` or ``"neon"``; elsewhere the machine name. When torch is
+    already imported and its CPU capability is a lower x86 level (``ATEN_CPU_CAPABILITY=avx2`` on an AVX-512
+    machine) that lower level is used: it is what torch's kernels run. ``isa`` is ``None`` when py-cpuinfo
+    reports no flags on x86. py-cpuinfo is asked once per process (it takes about a second).
+    """
+    info = _cpuinfo()
+    flags = {str(f).lower() for f in (info.get("flags") or ())}
+    arch = str(info.get("arch") or platform.machine()).upper()
+    machine = platform.machine().lower()
+    isa: Optional[str]
+    if arch in ("X86_64", "X86_32") or machine in ("x86_64", "amd64", "i386", "i686"):
+        if not flags:
+            isa = None
+        elif all(f in flags for f in _AVX512):
+            isa = "avx512"
+        elif "avx2" in flags:
+            isa = "avx2"
+        else:
+            isa = "sse2"
+        torch = sys.modules.get("torch")
+        if isa is not None and torch is not None:
+            try:
+                cap = _TORCH_CAPABILITY.get(str(torch.backends.cpu.get_cpu_capability()).upper())
+            except Exception:  # noqa: BLE001 - a torch without get_cpu_capability
+                cap = None
+            if cap is not None and _X86_LEVELS.index(cap) < _X86_LEVELS.index(isa):
+                isa = cap
+    elif arch.startswith("ARM_8") or machine in ("aarch64", "arm64"):
+        isa = "sve" if "sve" in flags else "neon"
+    else:
+        isa = machine or arch.lower() or None
+    model = info.get("brand_raw") or platform.processor() or platform.machine()
+    return {"model": str(model), "arch": arch, "isa": isa}
+
+
+def _cpu_model() -> str:
+    return cpu_facts()["model"]
+
+
 def stratum_of(device: str) -> str:
-    """The hardware stratum a T2 bar belongs to: ``"cpu"``, or ``"sm_<major><minor>"`` of a CUDA device.
+    """The hardware stratum a T2 bar belongs to: ``"cpu-<isa>"`` (``cpu-avx512``, ``cpu-avx2``, ``cpu-sse2``,
+    ``cpu-neon``, ``cpu-sve``; see :func:`cpu_facts`) for CPU tensors, ``"sm_<major><minor>"`` for a CUDA device.
 
     ``device`` is a ``PairedStats.device`` string (``"cpu"`` or ``"cuda:K"``). Raises ``RuntimeError`` when
-    the architecture of a CUDA device cannot be determined (a bar must never be applied to an unknown stratum).
+    the architecture of a CUDA device or the instruction set of the CPU cannot be determined (a bar must never
+    be applied to an unknown stratum).
     """
     idx = _cuda_index(device)
     if idx is None:
         if device == "cpu":
-            return "cpu"
+            isa = cpu_facts()["isa"]
+            if isa is None:
+                raise RuntimeError("cannot determine the CPU instruction set: py-cpuinfo reported no CPU flags "
+                                   "(is py-cpuinfo installed? pip install py-cpuinfo)")
+            return f"cpu-{isa}"
         raise RuntimeError(f"no hardware stratum is defined for device {device!r}")
     p = _cuda_props(idx)
     if not p:
@@ -66,23 +137,12 @@ def stratum_of(device: str) -> str:
     return f"sm_{p['major']}{p['minor']}"
 
 
-@functools.lru_cache(maxsize=None)
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def describe_device(device: str) -> str:
-    """``"cpu (x86_64, <model>)"`` or ``"cuda:0 (sm_90, NVIDIA H200)"`` for failure messages."""
+    """``"cpu (x86_64, avx512, <model>)"`` or ``"cuda:0 (sm_90, NVIDIA H200)"`` for failure messages."""
     idx = _cuda_index(device)
     if idx is None:
-        return f"{device} ({platform.machine()}, {_cpu_model()})"
+        f = cpu_facts()
+        return f"{device} ({platform.machine()}, {f['isa'] or 'ISA unknown'}, {f['model']})"
     p = _cuda_props(idx)
     if not p:
         return f"{device} (architecture unknown)"
@@ -110,7 +170,8 @@ def _nvidia_smi() -> List[Dict[str, str]]:
 def hardware_info() -> Dict[str, Any]:
     """The machine: CPU (model, cores), GPUs (name, architecture, driver), CUDA runtime versions."""
     info: Dict[str, Any] = {
-        "cpu": {"model": _cpu_model(), "machine": platform.machine(), "cores": os.cpu_count()},
+        "cpu": {"model": _cpu_model(), "machine": platform.machine(), "cores": os.cpu_count(),
+                "isa": cpu_facts()["isa"]},
         "platform": platform.platform(),
         "gpus": [],
     }

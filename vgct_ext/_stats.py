@@ -24,6 +24,8 @@ def _unravel(flat: Optional[int], shape: Tuple[int, ...]) -> Optional[Index]:
     """Row-major flat index -> multi-index (numpy.unravel_index, as plain ints)."""
     if flat is None:
         return None
+    if len(shape) == 1:
+        return (flat,)
     out = []
     for s in reversed(shape):
         flat, r = divmod(flat, s) if s else (flat, 0)
@@ -228,24 +230,33 @@ class PairedStats:
 
         The same object ``cls(**fields)`` gives, without the frozen ``__init__``'s one
         ``object.__setattr__`` per field: this is on the path of every ``compare`` (a third
-        of a small comparison's Python time went here).
+        of a small comparison's Python time went here).  The dict's keys are checked against
+        the fields in full the first time (per class), then by their number.
         """
         names = _PAIRED_FIELDS.get(cls)
-        if names is None:
-            names = _PAIRED_FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
-        state = {k: d[k] for k in names if k in d}
-        shape = tuple(d["shape"])
+        state = dict(d)
+        state.setdefault("dim", None)
+        state.setdefault("slices", None)
+        if names is None or len(state) != len(names):
+            full = tuple(f.name for f in dataclasses.fields(cls))
+            missing = [k for k in full if k not in state]
+            if missing:  # the C module and this class disagree: say so, as cls(**...) would
+                raise TypeError(f"PairedStats: _C.compare gave no {missing}")
+            extra = [k for k in state if k not in full]
+            if extra:
+                raise TypeError(f"PairedStats: _C.compare gave unknown fields {extra}")
+            _PAIRED_FIELDS[cls] = full
+        shape = state["shape"] = tuple(state["shape"])
         for k in ("max_abs_err_index", "max_rel_err_index", "worst_mismatch_index",
                   "first_class_mismatch_index"):
-            state[k] = _unravel(d[k], shape)
-        s = d.get("slices")
-        state["slices"] = None if s is None else SliceStats(**s)
-        state.setdefault("dim", None)
-        if len(state) != len(names):  # the C module and this class disagree: say so, as cls(**...) would
-            raise TypeError(f"PairedStats: _C.compare gave no {[k for k in names if k not in state]}")
+            state[k] = _unravel(state[k], shape)
+        sl = state["slices"]
+        if sl is not None:
+            state["slices"] = SliceStats(**sl)
+        # frozen all the way down (as __post_init__): a read-only copy of the quantiles
+        state["quantiles"] = types.MappingProxyType(dict(state["quantiles"]))
         obj = cls.__new__(cls)
         obj.__dict__.update(state)
-        obj.__post_init__()
         return obj
 
     def quantile(self, p: float) -> Optional[float]:

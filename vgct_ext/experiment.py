@@ -305,28 +305,86 @@ def save_reference(path: Union[str, "os.PathLike[str]"], tensors: Mapping[str, A
     return info
 
 
-def load_reference(path: Union[str, "os.PathLike[str]"], *, device: Any = "cpu") -> Reference:
-    """Read a file written by :func:`save_reference` onto ``device`` and verify every tensor's fingerprint.
+def _check_reference_info(p: str, info: Any) -> Dict[str, Any]:
+    """Validate the ``"vgct"`` metadata of a reference file; ``ValueError`` naming ``p`` and the field."""
 
-    Raises ``ValueError`` if the file has no vgct metadata, or a tensor's dtype, shape or fingerprint differs
-    from what was recorded (a truncated or foreign file)."""
+    def bad(field: str, want: str, got: Any) -> ValueError:
+        g = repr(got)
+        return ValueError(f"{p}: reference metadata field {field}: expected {want}, got "
+                          f"{g if len(g) <= 80 else g[:77] + '...'}")
+
+    if not isinstance(info, dict):
+        raise bad("(top level)", "a JSON object", info)
+    if info.get("format") != REFERENCE_FORMAT:
+        raise bad("format", repr(REFERENCE_FORMAT), info.get("format"))
+    table = info.get("tensors")
+    if not isinstance(table, dict):
+        raise bad("tensors", "an object {name: {dtype, shape, fingerprint}}", table)
+    for name, rec in table.items():
+        w = f"tensors[{name!r}]"
+        if not isinstance(rec, dict):
+            raise bad(w, "an object {dtype, shape, fingerprint}", rec)
+        if not isinstance(rec.get("dtype"), str):
+            raise bad(f"{w}.dtype", "a dtype name (string)", rec.get("dtype"))
+        shape = rec.get("shape")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                  for d in shape):
+            raise bad(f"{w}.shape", "a list of non-negative integers", shape)
+        fp = rec.get("fingerprint")
+        if not isinstance(fp, str) or len(fp) != 16 or any(c not in "0123456789abcdef" for c in fp):
+            raise bad(f"{w}.fingerprint", "16 lowercase hex digits", fp)
+    wf = info.get("weights_fingerprint")
+    if wf is not None and not (isinstance(wf, str) and len(wf) == 16
+                               and all(c in "0123456789abcdef" for c in wf)):
+        raise bad("weights_fingerprint", "null or 16 lowercase hex digits", wf)
+    for field in ("meta", "versions"):
+        if field in info and not isinstance(info[field], dict):
+            raise bad(field, "an object", info[field])
+    return info
+
+
+def load_reference(path: Union[str, "os.PathLike[str]"], *, device: Any = "cpu") -> Reference:
+    """Read a file written by :func:`save_reference` onto ``device`` and verify every tensor in it.
+
+    Every tensor in the file must be listed in the metadata with its dtype, shape and fingerprint, and match
+    them; every listed tensor must be in the file. Raises ``ValueError`` naming the file (and the metadata field
+    or tensor) for: a file safetensors cannot read, no ``vgct`` metadata, metadata that is not valid JSON or has
+    a missing or mistyped field, a tensor not listed in the metadata (it would be returned unverified), a listed
+    tensor that is missing, or a dtype, shape or fingerprint that differs (a truncated or foreign file)."""
     from safetensors import safe_open
 
     from vgct_ext import fingerprint
 
     p = os.fspath(path)
-    with safe_open(p, framework="pt", device=str(device)) as f:
-        raw = (f.metadata() or {}).get("vgct")
-        if raw is None:
-            raise ValueError(f"{p}: no 'vgct' metadata; not written by vgct_ext.save_reference")
-        info = json.loads(raw)
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
-    if info.get("format") != REFERENCE_FORMAT:
-        raise ValueError(f"{p}: unknown reference format {info.get('format')!r}")
+    if not os.path.exists(p):
+        raise FileNotFoundError(f"{p}: no such reference file")
+    try:
+        with safe_open(p, framework="pt", device=str(device)) as f:
+            raw = (f.metadata() or {}).get("vgct")
+            if raw is None:
+                raise ValueError(f"{p}: no 'vgct' metadata; not written by vgct_ext.save_reference")
+            try:
+                info = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{p}: reference metadata 'vgct' is not valid JSON ({exc})") from exc
+            info = _check_reference_info(p, info)
+            unlisted = sorted(set(f.keys()) - set(info["tensors"]))
+            if unlisted:
+                raise ValueError(f"{p}: tensor(s) {', '.join(map(repr, unlisted))} are in the file but not in its "
+                                 f"metadata, so they cannot be verified; refusing the file")
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - safetensors' own error types: a corrupt or foreign file
+        raise ValueError(f"{p}: not a readable safetensors file ({type(exc).__name__}: {exc})") from exc
     for name, rec in info["tensors"].items():
         if name not in tensors:
             raise ValueError(f"{p}: tensor {name!r} listed in metadata is missing")
         t = tensors[name]
+        dtype = str(t.dtype).replace("torch.", "")
+        if dtype != rec["dtype"] or list(t.shape) != rec["shape"]:
+            raise ValueError(f"{p}: tensor {name!r} is {dtype} {tuple(t.shape)}, metadata records {rec['dtype']} "
+                             f"{tuple(rec['shape'])}")
         got = f"{fingerprint(t):016x}"
         if got != rec["fingerprint"]:
             raise ValueError(f"{p}: tensor {name!r} fingerprint {got} != recorded {rec['fingerprint']} (dtype "

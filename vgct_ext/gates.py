@@ -12,7 +12,7 @@ Source of every definition: the VisualGen component-test method, stated in this 
   (:func:`t1_band`, :data:`T1_MULTIPLES`), so a cause can widen a float32 comparison only as far as float32
   rounding can reach, never to the outer band. A looser request raises :class:`TransparencyFinding`.
 * **T2, lossy** features: the same statistics, gated on bars calibrated from recorded evidence for the
-  current hardware stratum (``"cpu"`` or ``"sm_XY"``), never a built-in default
+  current hardware stratum (``"cpu-<isa>"`` or ``"sm_XY"``), never a built-in default
   (see :mod:`vgct_ext.evidence`).
 
 Both gates accept a tensor or a (nested) tuple/list/dict of tensors, gate every tensor leaf and name it by
@@ -695,8 +695,10 @@ def _record(kind: str, component: str, feature: str, stats: Any, checks: Sequenc
                        "n_unequal": stats.n_unequal, "zero_reference": stats.zero_reference},
         "checks": [c.as_dict() for c in checks],
         "passed": all(c.passed for c in checks),
-        "signature": signature(stats),
     }
+    session = _context.current_session()
+    if session is not None and session.repeat > 1:  # only --vgct-repeat compares signatures
+        rec["signature"] = signature(stats)
     if extra:
         rec.update(extra)
     rec.setdefault("name", None)
@@ -706,24 +708,45 @@ def _record(kind: str, component: str, feature: str, stats: Any, checks: Sequenc
     return _context.record(rec)
 
 
+_SIGNATURE_HEADLINE = ("rel_l2", "cosine", "max_abs_err", "quantiles", "mismatches", "n_unequal", "mean_diff", "n",
+                       "n_finite")
+
+
 def signature(stats: Any) -> Dict[str, str]:
-    """Every statistic of ``stats`` as an exact string (floats via ``float.hex``) for bitwise comparison."""
+    """A bounded, exact fingerprint of ``stats`` for ``--vgct-repeat``: the headline statistics as exact strings
+    (floats via ``float.hex``) under ``.rel_l2``, ``.cosine``, ... (so a difference can be named), plus ``"#"``,
+    the SHA-256 of every statistic (per-slice arrays included) in the same exact form. At most ~20 entries
+    whatever the tensor size."""
+    import hashlib
+
+    h = hashlib.sha256()
     out: Dict[str, str] = {}
+
+    def exact(v: Any) -> str:
+        return v.hex() if isinstance(v, float) else repr(v)
 
     def walk(prefix: str, v: Any) -> None:
         if isinstance(v, dict):
             for k in sorted(v, key=str):
                 walk(f"{prefix}.{k}", v[k])
         elif isinstance(v, (list, tuple)):
-            for i, x in enumerate(v):
-                walk(f"{prefix}[{i}]", x)
-        elif isinstance(v, float):
-            out[prefix] = v.hex()
+            h.update(f"{prefix}[{len(v)}]\x1e".encode())
+            for x in v:
+                walk(prefix + "[]", x)
         else:
-            out[prefix] = repr(v)
+            h.update(f"{prefix}={exact(v)}\x1e".encode())
 
     d = stats.as_dict() if hasattr(stats, "as_dict") else dict(stats)
+    for k in _SIGNATURE_HEADLINE:
+        if k in d:
+            v = d[k]
+            if isinstance(v, dict):
+                for q in sorted(v, key=str):
+                    out[f".{k}.{q}"] = exact(v[q])
+            else:
+                out[f".{k}"] = exact(v)
     walk("", d)
+    out["#"] = h.hexdigest()
     return out
 
 
@@ -831,7 +854,8 @@ def _device_of(x: Any) -> Optional[str]:
 
 def _gate_t1_leaf(actual: Any, expected: Any, *, component: str, feature: str, name: Optional[str],
                   relax: Union[Relax, str, None], given: Mapping[str, Optional[float]], dim: Optional[int],
-                  quantiles: Sequence[float]) -> Tuple[Any, Optional[GateFailure]]:
+                  quantiles: Sequence[float], tighten: Optional[float] = None,
+                  evidence: Union[str, "os.PathLike[str]", None] = None) -> Tuple[Any, Optional[GateFailure]]:
     from vgct_ext import compare
 
     da, de = _dtype_of(actual), _dtype_of(expected)
@@ -841,12 +865,16 @@ def _gate_t1_leaf(actual: Any, expected: Any, *, component: str, feature: str, n
     cls = dtype_class(da, de, _device_of(actual))
     bars, cause = resolve_t1_bars(relax, **given, component=component, feature=feature, dtypes=cls)
     stats = compare(actual, expected, rtol=bars.rtol, atol=bars.atol, quantiles=_quantiles(quantiles), dim=dim)
+    from .evidence import tighten_t1
+
+    bars, tight = tighten_t1(bars, tighten, stats, component=component, feature=feature, label=name,
+                             evidence=evidence)
     checks = t1_checks(stats, bars)
     passed = all(c.passed for c in checks)
     _record("t1", component, feature, stats, checks,
             extra={"gate": "T1", "relax": cause.value if cause else None, "bars": dataclasses.asdict(bars),
                    "name": name, "slack": slack(checks), "dtype_class": cls.name, "unit_roundoff": cls.u,
-                   "mixed_dtypes": cls.mixed})
+                   "mixed_dtypes": cls.mixed, **tight})
     if passed:
         return stats, None
     relax_txt = f" (relax: {cause.value}; bars for {cls.describe()})" if cause else f" (bars for {cls.describe()})"
@@ -860,8 +888,8 @@ def _gate_t1_leaf(actual: Any, expected: Any, *, component: str, feature: str, n
 def assert_t1(actual: Any, expected: Any, *, component: str, feature: str,
               relax: Union[Relax, str, None] = None, rel_l2: Optional[float] = None,
               cosine: Optional[float] = None, rtol: Optional[float] = None, atol: Optional[float] = None,
-              dim: Optional[int] = None, quantiles: Sequence[float] = (0.99,),
-              name: Optional[str] = None) -> GateResult:
+              dim: Optional[int] = None, quantiles: Sequence[float] = (0.99,), name: Optional[str] = None,
+              tighten: Optional[float] = None, evidence: Union[str, "os.PathLike[str]", None] = None) -> GateResult:
     """Gate a transparent (T1) feature: ``actual`` (feature on) against ``expected`` (the trusted reference).
 
     Args:
@@ -887,6 +915,11 @@ def assert_t1(actual: Any, expected: Any, *, component: str, feature: str,
     (backend or kernel swap, compile fusion), capped by the outer band (5e-2, 0.999, 5e-2): a backend swap of
     float32 vs float32 may reach relative L2 1.5e-5 and rtol = atol = 6.1e-5, never 5e-2. Cosine is gated at
     ``max(ceiling, 1 - max(rel_l2_bar^2, 1e-12))``.
+        tighten: ``k`` (1 to 1e6): relative L2 and cosine bars become the measured floor of this gate times
+            ``k`` (when tighter than the bars above), the floor being recorded per stratum by ``pytest
+            --vgct-calibrate`` in the evidence file under ``"T1 floor | component | feature[ | name]"``; see
+            :func:`vgct_ext.evidence.tighten_t1`. Without a recorded floor the gate fails (EvidenceMissing).
+        evidence: the evidence file for ``tighten`` (default as for :func:`assert_t2`).
 
     Gates (all must hold): no non-finite pair; relative L2 ``<=`` bar and cosine ``>=`` bar (for a zero-norm
     reference instead: max abs error ``<= atol``, and the message says so); no element with
@@ -917,7 +950,8 @@ def assert_t1(actual: Any, expected: Any, *, component: str, feature: str,
     failures: List[GateFailure] = []
     for path, a, e in leaves:
         stats, failure = _gate_t1_leaf(a, e, component=component, feature=feature, name=path, relax=relax,
-                                       given=given, dim=dim, quantiles=quantiles)
+                                       given=given, dim=dim, quantiles=quantiles,
+                                       tighten=tighten, evidence=evidence)
         results[path if path is not None else ""] = stats
         if failure is not None:
             failures.append(failure)
@@ -945,14 +979,18 @@ def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
         component, feature: names; with ``case`` they form the evidence key ``"component | feature[ | case]"``.
         evidence: the evidence JSON file. Default: ``<test module stem>.vgct-evidence.json`` next to the
             test module (the running pytest item's file, else the calling file).
-        case: distinguishes several T2 gates of one component and feature (e.g. a timestep).
+        case: distinguishes several T2 gates of one component and feature (e.g. a timestep); ``name`` is
+            its synonym (``case`` wins when both are given). In a paired test a second gate of the same key in
+            one run raises :class:`vgct_ext.evidence.AmbiguousGate` (a ValueError): each output needs its own
+            label, else both would share one bar.
         dim: the channel axis of a quantization feature: the per-channel mean shift
             ``max_c |mean(a-e)[c]|`` (units of the tensor) is then recorded and gated.
         quantiles: quantiles of ``|a-e|`` to report (0.99 is always added and gated as ``p99``).
 
-    The stratum is ``"cpu"`` for CPU tensors and ``"sm_<major><minor>"`` for CUDA tensors. Under
-    ``pytest --vgct-calibrate`` nothing is gated: the statistics are recorded as a calibration run and
-    written to the evidence file at the end of the session (worst observed value plus headroom).
+    The stratum is ``"cpu-<isa>"`` (``cpu-avx512``, ``cpu-avx2``, ``cpu-neon``, ...) for CPU tensors and
+    ``"sm_<major><minor>"`` for CUDA tensors. Under ``pytest --vgct-calibrate`` nothing is gated: each run
+    (one per seed, ``vgct.seed``) is recorded and merged into the evidence file at the end of the session
+    (bar rule: :mod:`vgct_ext.evidence`).
 
     Gated statistics (bars from the evidence): relative L2 ``<=``, cosine ``>=``, p99 abs error ``<=``,
     max abs error ``<=``, per-channel mean shift ``<=`` (with ``dim``); no non-finite pair; at least one
@@ -997,14 +1035,16 @@ def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
     stats = compare(actual, expected, quantiles=_quantiles(quantiles), dim=dim)
     stratum = stratum_of(stats.device)
     path = ev.evidence_path(evidence)
-    key = ev.evidence_key(component, feature, case)
+    label = case if case is not None else name
+    key = ev.evidence_key(component, feature, label)
+    ev.claim(path, key, gate="assert_t2")
     observed = ev.t2_statistics(stats)
     session = _context.current_session()
-    base_extra = {"gate": "T2", "case": case, "evidence": str(path), "evidence_key": key, "name": name}
+    base_extra = {"gate": "T2", "case": label, "evidence": str(path), "evidence_key": key, "name": name}
 
     if session is not None and session.calibrate:
         ev.add_calibration_run(session, path, key, stratum, stats, observed, component=component,
-                               feature=feature, case=case, dim=dim)
+                               feature=feature, case=label, dim=dim)
         checks = _t2_report_checks(stats, observed)
         _record("t2", component, feature, stats, checks, extra={**base_extra, "calibrating": True})
         return stats

@@ -11,8 +11,16 @@
 * junit XML: each gate's statistics, bars and slack as ``record_property`` entries (``item.user_properties``).
 * A ``pytest_report_header`` line with vgct_ext's build (``build_info``).
 * ``--vgct-report=FILE.json``: command line, hardware, precision, statistics, bars, skips with reasons.
-* ``--vgct-calibrate`` (with ``--vgct-headroom=H``): record T2 evidence for the current stratum.
+* ``--vgct-calibrate`` (with ``--vgct-calibrate-runs=N``, ``--vgct-headroom=H``): run each paired test with
+  seeds 0..N-1 (``vgct.seed``) and merge every T2 run (and every ``tighten=`` T1 floor) into the evidence of
+  the current stratum; a diff of the bars and the unused entries of the touched files are printed.
+* ``--vgct-seed=S``: the input seed of a normal (gating) run (default 0), e.g. to check a calibrated gate on
+  seeds it was not calibrated on.
 * ``--vgct-repeat=N``: run each paired test N times; any statistic that differs bitwise fails the test.
+* Under pytest-xdist each worker sends its records and calibration runs to the controller
+  (``workeroutput``), which writes the one report and merges the evidence once.
+* Evidence files are merged under a file lock and written atomically; the report too, and its path is checked
+  at startup (a usage error names it); a write error at the end still prints the summary and one error line.
 * ``--vgct-strict`` (or ``VGCT_STRICT=1``): a missing checkpoint or reference fails instead of skipping.
 
 Source of the policy: the method ("Execute and calibrate": run the reference-paired test twice to detect
@@ -31,7 +39,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from . import _context, skips
+from . import _context, _files, skips
 from ._hardware import hardware_info, precision_settings, versions
 
 __all__ = ["VgctFixture"]
@@ -55,8 +63,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="write the evidence report (command, hardware, precision, statistics, bars, skips) as JSON")
     g.addoption("--vgct-calibrate", action="store_true", default=False,
                 help="record T2 evidence for this hardware stratum next to each test module instead of gating")
+    g.addoption("--vgct-calibrate-runs", type=int, default=5, metavar="N",
+                help="--vgct-calibrate runs each paired test with seeds S..S+N-1 (vgct.seed; default 5, at least 3)")
+    g.addoption("--vgct-seed", type=int, default=0, metavar="S",
+                help="input seed of the runs (vgct.seed; default 0); the first seed under --vgct-calibrate")
     g.addoption("--vgct-headroom", type=float, default=0.5, metavar="H",
-                help="headroom for --vgct-calibrate: bar = worst x (1+H); cosine 1-(1-worst)x(1+H) (default 0.5)")
+                help="headroom for --vgct-calibrate: bar = max(worst x (1+H), 99%% prediction bound of the runs); "
+                     "cosine on 1 - cosine (default 0.5)")
     g.addoption("--vgct-repeat", type=int, default=1, metavar="N",
                 help="run each paired test N times and fail any whose statistics differ bitwise")
     g.addoption("--vgct-strict", action="store_true", default=False,
@@ -74,10 +87,23 @@ def pytest_configure(config: pytest.Config) -> None:
     headroom = float(config.getoption("--vgct-headroom"))
     if not headroom >= 0:
         raise pytest.UsageError("--vgct-headroom must be >= 0")
+    runs = int(config.getoption("--vgct-calibrate-runs"))
+    if runs < 3:
+        raise pytest.UsageError(f"--vgct-calibrate-runs must be >= 3 (a spread needs several seeds), got {runs}")
+    seed = int(config.getoption("--vgct-seed"))
+    if seed < 0:
+        raise pytest.UsageError(f"--vgct-seed must be >= 0, got {seed}")
+    report = config.getoption("--vgct-report")
+    if report and not _is_xdist_worker(config):
+        p = _report_path(config, report)
+        try:
+            _files.check_writable(p)
+        except OSError as exc:
+            raise pytest.UsageError(f"--vgct-report={report}: cannot write {p}: {exc}") from None
     strict = bool(config.getoption("--vgct-strict")) or os.environ.get("VGCT_STRICT", "").strip().lower() in (
         "1", "true", "yes", "on")
     session = _context.Session(strict=strict, calibrate=bool(config.getoption("--vgct-calibrate")),
-                               headroom=headroom, repeat=repeat)
+                               headroom=headroom, repeat=repeat, calibrate_runs=runs, seed=seed)
     session.started = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
     config.stash[STATE] = session
     _context.push_session(session)
@@ -103,6 +129,15 @@ def _archs(gencode: Optional[str]) -> str:
     import re
 
     return ",".join(dict.fromkeys(re.findall(r"code=(sm_\d+|compute_\d+)", gencode))) or gencode
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _report_path(config: pytest.Config, path: str) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else Path(str(config.invocation_params.dir)) / p
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -162,15 +197,21 @@ def _is_paired(item: pytest.Item) -> bool:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
     session = item.config.stash[STATE]
+    paired = _is_paired(item)
     ctx = _context.TestContext(nodeid=item.nodeid, path=Path(str(item.path)),
-                               component=_marker_arg(item, "component"), feature=_marker_arg(item, "feature"))
+                               component=_marker_arg(item, "component"), feature=_marker_arg(item, "feature"),
+                               paired=paired)
     session.test_stack.append(ctx)
-    n = session.repeat if _is_paired(item) else 1
+    n = session.repeat if paired else 1
+    n_seeds = session.calibrate_runs if session.calibrate and paired else 1
+    plan = [(session.seed + k, i) for k in range(n_seeds) for i in range(n)]
     try:
-        for i in range(n - 1):
-            ctx.repetition = i
+        for seed, i in plan[:-1]:
+            ctx.seed, ctx.repetition = seed, i
+            ctx.claims.clear()
             item.runtest()
-        ctx.repetition = n - 1
+        ctx.seed, ctx.repetition = plan[-1]
+        ctx.claims.clear()
         result = yield
     finally:
         session.test_stack.remove(ctx)
@@ -204,9 +245,19 @@ def _record_properties(item: pytest.Item, records: List[Dict[str, Any]]) -> None
 
 
 def _check_repeats(session: _context.Session, ctx: _context.TestContext, n: int) -> None:
-    """Compare the i-th record of every repetition with the first one's, bitwise."""
-    runs: List[List[Dict[str, Any]]] = [[r for r in ctx.records if r.get("repetition") == i] for i in range(n)]
+    """Compare the i-th record of every repetition with the first one's (of the same seed), bitwise."""
     problems: List[str] = []
+    for seed in sorted({r.get("seed", 0) for r in ctx.records}):
+        recs = [r for r in ctx.records if r.get("seed", 0) == seed]
+        _compare_repetitions(recs, n, problems, f" (seed {seed})" if seed else "")
+    if problems:
+        session.nondeterminism.append({"test": ctx.nodeid, "repeat": n, "differences": problems})
+        pytest.fail(f"nondeterminism (--vgct-repeat={n}) in {ctx.nodeid}: statistics differ bitwise between runs "
+                    f"on the same inputs\n  " + "\n  ".join(problems), pytrace=False)
+
+
+def _compare_repetitions(records: List[Dict[str, Any]], n: int, problems: List[str], seed: str) -> None:
+    runs: List[List[Dict[str, Any]]] = [[r for r in records if r.get("repetition") == i] for i in range(n)]
     base = runs[0]
     for i in range(1, n):
         if len(runs[i]) != len(base):
@@ -214,16 +265,14 @@ def _check_repeats(session: _context.Session, ctx: _context.TestContext, n: int)
             continue
         for j, (a, b) in enumerate(zip(base, runs[i])):
             sa, sb = a.get("signature") or {}, b.get("signature") or {}
-            diff = sorted((k for k in set(sa) | set(sb) if sa.get(k) != sb.get(k)), key=_priority)
-            if diff:
-                what = f"{a.get('kind')} #{j + 1} ({a.get('component')} / {a.get('feature')})"
+            diff = sorted((k for k in set(sa) | set(sb) if sa.get(k) != sb.get(k) and k != "#"), key=_priority)
+            if diff or sa.get("#") != sb.get("#"):
+                what = f"{a.get('kind')} #{j + 1} ({a.get('component')} / {a.get('feature')}){seed}"
                 shown = ", ".join(f"{k.lstrip('.')}: {_show(sa.get(k))} vs {_show(sb.get(k))}" for k in diff[:6])
-                problems.append(f"{what}: repetition {i + 1} differs from repetition 1 in {len(diff)} "
+                if not diff:
+                    shown = "per-slice or other statistics (exact digest differs)"
+                problems.append(f"{what}: repetition {i + 1} differs from repetition 1 in {len(diff) or 'some'} "
                                 f"statistic(s): {shown}")
-    if problems:
-        session.nondeterminism.append({"test": ctx.nodeid, "repeat": n, "differences": problems})
-        pytest.fail(f"nondeterminism (--vgct-repeat={n}) in {ctx.nodeid}: statistics differ bitwise between runs "
-                    f"on the same inputs\n  " + "\n  ".join(problems), pytrace=False)
 
 
 _FIRST = (".rel_l2", ".cosine", ".max_abs_err", ".quantiles", ".mismatches", ".n_unequal", ".mean_diff")
@@ -328,6 +377,17 @@ class VgctFixture:
     def calibrating(self) -> bool:
         return self._session.calibrate
 
+    @property
+    def seed(self) -> int:
+        """The input seed of this run: ``--vgct-seed`` (default 0) in a normal run; under ``--vgct-calibrate``
+        the test runs once per seed (``--vgct-seed`` .. ``+ --vgct-calibrate-runs - 1``). Derive every noise
+        tensor / input of the experiment from it (``make_noise(shape, seed=1000 * vgct.seed + k)``), inside the
+        test body, so the calibration measures the spread over inputs, not one input."""
+        t = _context.current_test()
+        if t is not None and t.nodeid == self.nodeid:
+            return t.seed
+        return self._session.seed
+
 
 @pytest.fixture
 def vgct(request: pytest.FixtureRequest) -> VgctFixture:
@@ -346,11 +406,55 @@ def _command(config: pytest.Config) -> str:
     return "pytest " + " ".join(shlex.quote(str(a)) for a in args)
 
 
+WORKER_KEY = "vgct"
+
+
+def _worker_payload(s: _context.Session) -> str:
+    """What an xdist worker hands the controller (JSON text: execnet carries only plain types)."""
+    return json.dumps({"records": s.records, "nondeterminism": s.nondeterminism,
+                       "calibration": [[p, k, st, slot] for (p, k, st), slot in s.calibration.items()]},
+                      default=_json_default)
+
+
+def merge_worker_payload(s: _context.Session, text: str, worker: str = "worker") -> None:
+    """Merge an xdist worker's records, nondeterminism findings and calibration runs into the controller's
+    session. Calibration runs of one key that disagree on the experiment are refused (an evidence error)."""
+    from .evidence import _meta_diff
+
+    data = json.loads(text)
+    s.records.extend(data.get("records", []))
+    s.nondeterminism.extend(data.get("nondeterminism", []))
+    for path, key, stratum, slot in data.get("calibration", []):
+        mine = s.calibration.get((path, key, stratum))
+        if mine is None:
+            s.calibration[(path, key, stratum)] = slot
+            continue
+        diff = _meta_diff(mine["meta"], slot["meta"])
+        if diff:
+            s.evidence_errors.append(f"{path} [{key}] {stratum}: not merged: runs from {worker} are another "
+                                     f"experiment ({diff}); give each gate its own case=/name=")
+            continue
+        mine["runs"].extend(slot["runs"])
+        mine["tests"].extend(t for t in slot["tests"] if t not in mine["tests"])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist (controller): a worker finished; merge what it recorded."""
+    s = node.config.stash.get(STATE, None)
+    text = getattr(node, "workeroutput", {}).get(WORKER_KEY)
+    if s is not None and text:
+        merge_worker_payload(s, text, worker=str(getattr(node, "gateway", None) and node.gateway.id))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     s = config.stash.get(STATE, None)
     if s is None:
+        return
+    if _is_xdist_worker(config):  # the controller writes evidence and report once, for every worker
+        config.workeroutput[WORKER_KEY] = _worker_payload(s)  # type: ignore[attr-defined]
         return
     if s.calibrate and s.calibration:
         from .evidence import write_calibration
@@ -358,15 +462,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         s.evidence_written = write_calibration(s, _command(config))
     path = config.getoption("--vgct-report")
     if path:
-        report = build_report(config, s, int(exitstatus))
-        p = Path(path)
-        if not p.is_absolute():
-            p = Path(str(config.invocation_params.dir)) / p
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2, default=_json_default)
-            f.write("\n")
-        s.report_path = str(p)
+        p = _report_path(config, path)
+        try:
+            report = build_report(config, s, int(exitstatus))
+            _files.atomic_write_text(p, json.dumps(report, indent=2, default=_json_default) + "\n")
+            s.report_path = str(p)
+        except (OSError, TypeError, ValueError) as exc:
+            s.report_error = f"vgct: the report was not written to {p}: {exc}"
+    if (s.report_error or s.evidence_errors) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
 def _json_default(o: Any) -> Any:
@@ -394,7 +498,8 @@ def build_report(config: pytest.Config, s: _context.Session, exitstatus: int) ->
         "precision": {"torch": precision_settings(),
                       "dtypes": sorted({f"{r['dtype_actual']} vs {r['dtype_expected']}" for r in s.records
                                         if "dtype_actual" in r})},
-        "options": {"strict": s.strict, "calibrate": s.calibrate, "headroom": s.headroom, "repeat": s.repeat},
+        "options": {"strict": s.strict, "calibrate": s.calibrate, "headroom": s.headroom, "repeat": s.repeat,
+                    "calibrate_runs": s.calibrate_runs, "seed": s.seed},
         "summary": {o: sum(1 for t in tests if t["outcome"] == o)
                     for o in ("passed", "failed", "error", "skipped", "xfailed")},
         "comparisons": comparisons,
@@ -402,6 +507,8 @@ def build_report(config: pytest.Config, s: _context.Session, exitstatus: int) ->
         "skips": [{"test": t["nodeid"], "reason": t.get("reason", "")} for t in tests if t["outcome"] == "skipped"],
         "nondeterminism": s.nondeterminism,
         "evidence_written": s.evidence_written,
+        "evidence_unused": s.evidence_unused,
+        "evidence_errors": s.evidence_errors,
     }
 
 
@@ -590,17 +697,42 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     for n in s.nondeterminism:
         terminalreporter.write_line(f"vgct NONDETERMINISM in {n['test']} (--vgct-repeat={n['repeat']}): "
                                     f"{len(n['differences'])} difference(s)", red=True)
+    terminal_files(terminalreporter, s)
+
+
+def terminal_files(tr: Any, s: _context.Session) -> None:
+    """The files part of the summary: each evidence entry written (a diff: runs added/replaced/kept, each
+    bar old -> new, with every digit), warnings, unused entries of the touched files, errors, the report."""
+    from .evidence import fmt_exact
+
     for w in s.evidence_written:
-        terminalreporter.write_line(f"vgct evidence written: {w['file']} [{w['key']}] stratum {w['stratum']}: "
-                                    f"{w['runs']} run(s), bars " + ", ".join(f"{k} {v:.4g}" for k, v in
-                                                                           sorted(w["bars"].items())))
-        if w["needs_investigation"]:
-            terminalreporter.write_line(f"vgct: cosine bar {w['bars']['cosine']:.6f} < 0.99 for {w['key']}: the "
-                                        f"gate will fail until an investigation note is added to the evidence",
-                                        yellow=True)
-    if s.calibrate and not s.evidence_written:
-        terminalreporter.write_line("vgct: --vgct-calibrate recorded no T2 evidence (no passing assert_t2 ran)",
-                                    yellow=True)
-    rp = s.report_path
-    if rp:
-        terminalreporter.write_line(f"vgct report: {rp}")
+        what = "T1 floor" if w.get("kind") == "t1_floor" else "bars"
+        seeds = w.get("seeds") or []
+        seed_txt = f", seeds {seeds[0]}..{seeds[-1]}" if seeds else ""
+        tr.write_line(f"vgct evidence written: {w['file']} [{w['key']}] stratum {w['stratum']}: {w['status']}, "
+                      f"{w['runs']} run(s): +{w['added']} added{seed_txt}, {w['replaced']} replaced, {w['kept']} "
+                      f"kept" + (f" (from {', '.join(w['kept_tests'])})" if w["kept"] else ""))
+        for k, old, new in w.get("values", []):
+            change = "(new)" if old is None else ("(unchanged)" if old == new else f"(was {fmt_exact(k, old)})")
+            tr.write_line(f"    {what} {k}: {fmt_exact(k, new)} {change}")
+        for warning in w.get("warnings", []):
+            tr.write_line(f"vgct WARNING [{w['key']}] {w['stratum']}: {warning}", yellow=True)
+        if w.get("needs_investigation"):
+            tr.write_line(f"vgct: cosine bar {fmt_exact('cosine', w['bars']['cosine'])} < 0.99 for {w['key']}: the "
+                          f"gate will fail until an investigation note is recorded: python -m vgct_ext evidence "
+                          f"annotate {w['file']} \"{w['key']}\" --stratum {w['stratum']} --investigation \"...\"",
+                          yellow=True)
+    for u in s.evidence_unused:
+        why = ("stale? its test(s) ran in this session and did not gate it; remove with: python -m vgct_ext "
+               f"evidence remove {u['file']} \"{u['key']}\" --stratum {u['stratum']}" if u["stale"]
+               else "not recalibrated here (its tests did not run)")
+        tr.write_line(f"vgct evidence unused: {u['file']} [{u['key']}] stratum {u['stratum']}: {why}")
+    if s.calibrate and not s.evidence_written and not s.evidence_errors:
+        tr.write_line("vgct: --vgct-calibrate recorded no evidence (no passing assert_t2 or tighten= T1 gate ran)",
+                      yellow=True)
+    for e in s.evidence_errors:
+        tr.write_line(f"vgct ERROR: {e}", red=True)
+    if s.report_path:
+        tr.write_line(f"vgct report: {s.report_path}")
+    if s.report_error:
+        tr.write_line(s.report_error, red=True)

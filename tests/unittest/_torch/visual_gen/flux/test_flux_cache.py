@@ -8,7 +8,8 @@ projection and RoPE ids (made once), a fresh FlowMatchEulerDiscreteScheduler eac
 
 Feature-active proof: forward calls of the first block's attention ``to_q`` are counted; steps whose attention
 output was predicted from the Taylor expansion instead of computed must be >= 1; plus a nonzero delta.
-T2 (prediction is an approximation), calibrated evidence in ``test_flux_cache.vgct-evidence.json``. The seeded
+T2 (prediction is an approximation), calibrated evidence in ``test_flux_cache.vgct-evidence.json`` (noise, text
+and pooled projection drawn from ``vgct.seed``: calibration runs seeds 0..4). The seeded
 timestep MLP is made smooth in t, as in a trained DiT (see ``_components.smooth_timestep_mlp``).
 """
 
@@ -47,15 +48,18 @@ def denoise(transformer, noise, text, pooled, dev):
     return latents
 
 
-def run_cache(device, dtype, *, fault=None, monkeypatch=None):
+def run_cache(device, dtype, *, seed=0, fault=None, monkeypatch=None):
+    """(final latent on, final latent off, predicted-step counter); inputs from ``seed`` (``vgct.seed``)."""
     from diffusers import TaylorSeerCacheConfig
 
     dev = C.device_for(device)
     ref, feat = C.load_pair(C.flux_transformer, seed=0, component="flux.transformer", device=dev, dtype=dtype,
                             tweak=C.flux_smooth_t)
-    noise = C.randn(C.FLUX_LATENT, seed=1, device=dev, dtype=dtype)
-    text = C.randn((1, C.FLUX_TEXT_TOKENS, C.FLUX_CONFIG["joint_attention_dim"]), seed=2, device=dev, dtype=dtype)
-    pooled = C.randn((1, C.FLUX_CONFIG["pooled_projection_dim"]), seed=3, device=dev, dtype=dtype)
+    s = 1000 * seed
+    noise = C.randn(C.FLUX_LATENT, seed=s + 1, device=dev, dtype=dtype)
+    text = C.randn((1, C.FLUX_TEXT_TOKENS, C.FLUX_CONFIG["joint_attention_dim"]), seed=s + 2, device=dev,
+                   dtype=dtype)
+    pooled = C.randn((1, C.FLUX_CONFIG["pooled_projection_dim"]), seed=s + 3, device=dev, dtype=dtype)
     feat.enable_cache(TaylorSeerCacheConfig(cache_interval=2, disable_cache_before_step=2))
     if fault == "never_hits":
         from diffusers.hooks.taylorseer_cache import TaylorSeerCacheHook
@@ -90,7 +94,7 @@ def test_flux_taylorseer_cache_denoising_loop(vgct, device, dtype):
     output is a first-order Taylor prediction. Reference: the same loop without caching, same process, weights,
     noise, text, pooled projection, ids and scheduler config. T2, calibrated evidence; per-channel mean shift
     over the 16 packed channels (dim 2)."""
-    on, off, hits = run_cache(device, dtype)
+    on, off, hits = run_cache(device, dtype, seed=vgct.seed)
     vgct.assert_feature_active(calls=hits, min_calls=1, on=on, off=off)
     vgct.assert_t2(on, off, dim=2)
 

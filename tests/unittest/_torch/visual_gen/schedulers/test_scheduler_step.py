@@ -38,15 +38,16 @@ def make_scheduler(name):
     return s
 
 
-def run_steps(name, device="cpu", *, fault=None):
+def run_steps(name, device="cpu", *, seed=0, fault=None):
     """(stacked prev_samples with bf16 model outputs, the same with fp32 model outputs, dtype fed on the
-    feature side). ``fault="off_by_one"``: the feature side's scheduler starts at step index 1 (one sigma
+    feature side); latent, noise and model outputs drawn from ``seed`` (``vgct.seed``). ``fault="off_by_one"``: the feature side's scheduler starts at step index 1 (one sigma
     ahead), a state bug in that path."""
     dev = C.device_for(device)
-    x0 = C.randn(C.WAN_LATENT, seed=5, device=dev)
-    noise = C.randn(C.WAN_LATENT, seed=6, device=dev)
+    s = 1000 * seed
+    x0 = C.randn(C.WAN_LATENT, seed=s + 5, device=dev)
+    noise = C.randn(C.WAN_LATENT, seed=s + 6, device=dev)
     # a plausible flow-matching velocity sequence: (noise - x0) plus a step-dependent model error
-    outputs = [noise - x0 + 0.1 * C.randn(C.WAN_LATENT, seed=100 + i, device=dev) for i in range(STEPS)]
+    outputs = [noise - x0 + 0.1 * C.randn(C.WAN_LATENT, seed=s + 100 + i, device=dev) for i in range(STEPS)]
     ref, feat = make_scheduler(name), make_scheduler(name)
     if fault == "off_by_one":
         feat.set_begin_index(1)
@@ -74,7 +75,7 @@ def test_scheduler_step_bf16_model_output(vgct, name, device):
     latent (flow matching, shift 3, 10 inference steps). Feature: the model output arrives in bfloat16. Reference:
     the same steps with the float32 model output, fresh schedulers of one config, same latent and outputs. T2,
     calibrated evidence, per-channel mean shift over the latent channels (dim 2)."""
-    actual, expected, fed = run_steps(name, device)
+    actual, expected, fed = run_steps(name, device, seed=vgct.seed)
     vgct.assert_feature_active(flag=fed == {torch.bfloat16}, on=actual, off=expected)
     vgct.assert_t2(actual, expected, dim=2)
 

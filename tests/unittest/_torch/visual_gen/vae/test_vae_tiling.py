@@ -67,8 +67,9 @@ CASES = [
 ]
 
 
-def run_tiling(name, device, dtype, *, drop_calls=()):
-    """(tiled pixels, untiled pixels, decoder calls tiled, decoder calls untiled, tiled_decode calls).
+def run_tiling(name, device, dtype, *, seed=0, drop_calls=()):
+    """(tiled pixels, untiled pixels, decoder calls tiled, decoder calls untiled, tiled_decode calls); the latent
+    is drawn from ``seed`` (``vgct.seed``).
 
     ``drop_calls``: planted fault, the decoder outputs of these (0-based) calls of the tiled side are replaced by
     zeros (a tile lost between decode and blend).
@@ -77,7 +78,7 @@ def run_tiling(name, device, dtype, *, drop_calls=()):
     dev = C.device_for(device)
     ref, feat = C.load_pair(spec["factory"], seed=0, component=name, device=dev, dtype=dtype)
     feat.enable_tiling(**spec["tiling"])
-    z = C.randn(spec["latent"], seed=1, device=dev, dtype=dtype)
+    z = C.randn(spec["latent"], seed=1000 * seed + 1, device=dev, dtype=dtype)
     handle = None
     if drop_calls:
         seen = [0]
@@ -107,7 +108,7 @@ def test_vae_tiled_decode(vgct, name, device, dtype):
     (overlapping tiles decoded separately, then blended). Reference: untiled decode of the same latent with the
     same weights in the same process. T2 by measurement (see module docstring), per-channel mean shift on dim 1,
     calibrated evidence."""
-    actual, expected, n_on, n_off, tiled = run_tiling(name, device, dtype)
+    actual, expected, n_on, n_off, tiled = run_tiling(name, device, dtype, seed=vgct.seed)
     vgct.assert_feature_active(calls=tiled, min_calls=1, on=actual, off=expected)
     assert n_on > n_off, f"{name}: the tiled side ran the decoder {n_on} times, untiled {n_off}"
     vgct.assert_t2(actual, expected, dim=1)

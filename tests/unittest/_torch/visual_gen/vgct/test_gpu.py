@@ -504,7 +504,8 @@ def test_quantile_limit_at_an_infinite_order_statistic_on_gpu():
     e = torch.tensor([-1.7e308, 1.0], dtype=torch.float64, device=DEV)
     g = vgct_ext.compare(a, e, quantiles=(0.0, 0.5, 1.0))
     assert g.quantiles == {0.0: 0.0, 0.5: math.inf, 1.0: math.inf} and g.max_abs_err == math.inf
-    check3(a, e, quantiles=(0.0, 0.5, 1.0))
+    # the float64 oracle itself overflows on d = 3.4e308 (rel_l2, mean_diff): GPU == CPU engine only
+    check3(a, e, quantiles=(0.0, 0.5, 1.0), oracle=False)
 
 
 _GPU_INTERRUPT_CHILD = r"""

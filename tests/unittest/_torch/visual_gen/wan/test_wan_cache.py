@@ -53,13 +53,14 @@ def denoise(transformer, noise, text):
     return latents
 
 
-def run_cache(device, dtype, config, *, fault=None, monkeypatch=None):
-    """(final latent on, final latent off, tail computations on, tail computations off)."""
+def run_cache(device, dtype, config, *, seed=0, fault=None, monkeypatch=None):
+    """(final latent on, final latent off, tail computations on, tail computations off); noise and text from
+    ``seed`` (``vgct.seed``)."""
     dev = C.device_for(device)
     ref, feat = C.load_pair(C.wan_transformer, seed=0, component="wan.transformer", device=dev, dtype=dtype,
                             keep_in_fp32=C.WAN_KEEP_FP32, tweak=C.wan_smooth_t)
-    noise = C.randn(C.WAN_LATENT, seed=1, device=dev, dtype=dtype)
-    text = C.randn(C.WAN_TEXT, seed=2, device=dev, dtype=dtype)
+    noise = C.randn(C.WAN_LATENT, seed=1000 * seed + 1, device=dev, dtype=dtype)
+    text = C.randn(C.WAN_TEXT, seed=1000 * seed + 2, device=dev, dtype=dtype)
     feat.enable_cache(config)
     if fault == "never_hits":
         from diffusers.hooks.first_block_cache import FBCHeadBlockHook
@@ -93,7 +94,7 @@ def test_wan_first_block_cache_denoising_loop(vgct, device, dtype):
     (lossy by design), bars from the calibration evidence of this stratum; per-channel mean shift on dim 1."""
     from diffusers import FirstBlockCacheConfig
 
-    on, off, on_n, off_n = run_cache(device, dtype, FirstBlockCacheConfig(threshold=THRESHOLD))
+    on, off, on_n, off_n = run_cache(device, dtype, FirstBlockCacheConfig(threshold=THRESHOLD), seed=vgct.seed)
     assert off_n == STEPS, f"reference computed the tail {off_n} times in {STEPS} steps"
     vgct.assert_feature_active(calls=cache_hits(on_n, off_n, "FirstBlockCache"), min_calls=1, on=on, off=off)
     vgct.assert_t2(on, off, dim=1)

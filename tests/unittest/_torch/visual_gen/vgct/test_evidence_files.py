@@ -1,0 +1,549 @@
+"""Evidence, calibration and files: the seed axis and bar rule, merging with a diff, gate identity, CPU strata
+by instruction set, concurrent writers (processes and pytest-xdist), the atomic report, malformed evidence and
+reference metadata, bounded records, ``assert_t1(tighten=)`` and the ``evidence`` command line."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+try:  # torch before any in-process pytester run (see test_plugin.py)
+    import torch  # noqa: F401
+except ImportError:
+    pass
+try:  # the Student's t oracle, imported once for the same reason (pytester's sys.modules restore)
+    import scipy.stats  # noqa: F401
+except ImportError:
+    pass
+
+from vgct_ext import _context, _hardware
+from vgct_ext import evidence as ev
+from vgct_ext.__main__ import main as cli
+from vgct_ext.gates import EvidenceMissing, GateFailure, Relax, assert_t1, assert_t2
+
+STRATUM = _hardware.stratum_of("cpu")
+
+pytest_plugins = ["pytester"]
+
+HEADER = """
+import os
+import numpy as np
+import pytest
+from vgct_ext.gates import Relax, assert_t1, assert_t2
+
+E = np.linspace(-1.0, 1.0, 64).reshape(4, 16)
+
+def drift(seed, k=1.0):
+    return E * (1 + 0.02 * k) + 0.004 * k * np.random.default_rng(seed).standard_normal(E.shape)
+"""
+
+
+@pytest.fixture
+def run(pytester, request):
+    extra = [] if request.config.pluginmanager.has_plugin("vgct") else ["-p", "vgct_ext.plugin"]
+
+    def _run(*args):
+        return pytester.runpytest(*extra, "-p", "no:cacheprovider", *args)
+
+    return _run
+
+
+def _evidence(pytester, name="test_x"):
+    return json.loads((pytester.path / f"{name}.vgct-evidence.json").read_text())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# hardware stratum
+
+
+def test_cpu_stratum_names_the_instruction_set_from_py_cpuinfo():
+    cpuinfo = pytest.importorskip("cpuinfo")
+    info = cpuinfo.get_cpu_info()
+    flags = set(info.get("flags", []))
+    arch = info.get("arch", "")
+    if arch.startswith("X86"):  # the levels csrc/cpu_engine.c dispatches on (cpu_level)
+        want = ("avx512" if {"avx512f", "avx512dq", "avx512vl", "avx512bw"} <= flags else
+                "avx2" if "avx2" in flags else "sse2")
+        torch = __import__("sys").modules.get("torch")
+        if torch is not None and torch.backends.cpu.get_cpu_capability() == "AVX2" and want == "avx512":
+            want = "avx2"
+    elif arch.startswith("ARM_8"):
+        want = "sve" if "sve" in flags else "neon"
+    else:
+        pytest.skip(f"no expectation for {arch}")
+    assert STRATUM == f"cpu-{want}"
+    assert _hardware.describe_device("cpu").endswith(f", {want}, {info['brand_raw']})")
+    assert _hardware.hardware_info()["cpu"]["model"] == info["brand_raw"]
+
+
+@pytest.mark.parametrize("facts, want", [
+    ({"arch": "X86_64", "flags": ["avx", "avx2", "fma"], "brand_raw": "laptop"}, "cpu-avx2"),
+    ({"arch": "X86_64", "flags": ["avx512f", "avx2"], "brand_raw": "partial AVX-512"}, "cpu-avx2"),
+    ({"arch": "X86_64", "flags": ["sse2"], "brand_raw": "old"}, "cpu-sse2"),
+    ({"arch": "ARM_8", "flags": ["asimd", "fp"], "brand_raw": "Apple M2"}, "cpu-neon"),
+    ({"arch": "ARM_8", "flags": ["asimd", "sve"], "brand_raw": "Graviton3"}, "cpu-sve"),
+])
+def test_cpu_stratum_per_instruction_set(monkeypatch, facts, want):
+    machine = "aarch64" if facts["arch"] == "ARM_8" else "x86_64"
+    monkeypatch.setattr(_hardware, "_cpuinfo", lambda: facts)
+    monkeypatch.setattr(_hardware.platform, "machine", lambda: machine)
+    monkeypatch.setitem(__import__("sys").modules, "torch", None)  # torch's capability not consulted here
+    assert _hardware.stratum_of("cpu") == want
+
+
+def test_cpu_stratum_unknown_without_flags_is_an_error(monkeypatch):
+    monkeypatch.setattr(_hardware, "_cpuinfo", lambda: {"arch": "X86_64"})
+    monkeypatch.setattr(_hardware.platform, "machine", lambda: "x86_64")
+    with pytest.raises(RuntimeError, match="CPU instruction set"):
+        _hardware.stratum_of("cpu")
+
+
+def test_legacy_plain_cpu_evidence_is_refused_with_a_recalibration_hint(tmp_path):
+    e = np.linspace(-1, 1, 16)
+    path = tmp_path / "x.vgct-evidence.json"
+    path.write_text(json.dumps({"format": "vgct-evidence/1", "entries": {"c | f": {"cpu": {
+        "dtype_actual": "float64", "dtype_expected": "float64", "shape": [16], "dim": None,
+        "bars": {"rel_l2": 1.0, "cosine": 0.0, "p99": 1.0, "max_abs_err": 1.0}}}}}))
+    with pytest.raises(EvidenceMissing) as ei:
+        assert_t2(e * 1.01, e, component="c", feature="f", evidence=path)
+    msg = str(ei.value)
+    assert f"no T2 evidence for stratum {STRATUM}" in msg and "plain stratum 'cpu'" in msg
+    assert "instruction set" in msg and "Recalibrate" in msg
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# bar rule, seeds, merge, identity
+
+
+def test_prediction_factor_matches_students_t():
+    st = pytest.importorskip("scipy.stats")
+    for n in (2, 3, 5, 8, 10, 31):
+        assert ev.prediction_factor(n) == pytest.approx(st.t.ppf(0.99, n - 1) * np.sqrt(1 + 1 / n), rel=2e-4)
+    for n in (45, 500):  # untabulated: never below the exact value (conservative)
+        assert ev.prediction_factor(n) >= st.t.ppf(0.99, n - 1) * np.sqrt(1 + 1 / n)
+
+
+def test_bars_from_the_spread_survive_new_seeds_where_worst_times_headroom_does_not():
+    """The failure of the old rule (one input's statistics x 1.5): a drift whose size depends on the input.
+    Oracle: the statistics of the same experiment for seeds 5..399 (NumPy float64)."""
+    e = np.linspace(-1.0, 1.0, 512)
+
+    def stats(seed):
+        r = np.random.default_rng(seed)
+        a = e + 0.01 * r.standard_normal(e.shape) * (1 + r.random())  # amplitude varies with the input
+        d = a - e
+        return {"rel_l2": np.linalg.norm(d) / np.linalg.norm(e),
+                "cosine": float(a @ e / (np.linalg.norm(a) * np.linalg.norm(e))),
+                "p99": float(np.quantile(np.abs(d), 0.99)), "max_abs_err": float(np.abs(d).max())}
+
+    _, bars = ev.derive_bars([stats(s) for s in range(5)], 0.5)
+    later = [stats(s) for s in range(5, 400)]
+    for k in ("rel_l2", "p99", "max_abs_err"):
+        assert all(s[k] <= bars[k] for s in later), k
+    assert all(s["cosine"] >= bars["cosine"] for s in later)
+    _, one_run = ev.derive_bars([stats(4)], 0.5)  # the old rule, calibrated on seed 4 alone
+    assert sum(s["rel_l2"] > one_run["rel_l2"] for s in later) > 100
+
+
+def test_calibrated_on_seeds_0_to_4_passes_seeds_5_to_9(pytester, run):
+    pytester.makepyfile(test_x=HEADER + """
+@pytest.mark.t2
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_lossy(vgct):
+    vgct.assert_t2(drift(vgct.seed), E, dim=1)
+""")
+    run("--vgct-calibrate").assert_outcomes(passed=1)
+    assert [r["seed"] for r in _evidence(pytester)["entries"]["c | f"][STRATUM]["runs"]] == [0, 1, 2, 3, 4]
+    for seed in range(5, 10):
+        run(f"--vgct-seed={seed}").assert_outcomes(passed=1)
+    res = run("--vgct-calibrate-runs=2")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_two_outputs_without_labels_are_refused_with_labels_each_get_a_bar(pytester, run):
+    pytester.makepyfile(test_x=HEADER + """
+@pytest.mark.t2
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_two(vgct):
+    vgct.assert_t2(drift(vgct.seed, 0.1), E)          # a clean output
+    vgct.assert_t2(drift(vgct.seed, 5.0), E)          # a noisy one: must not set the clean one's bar
+
+@pytest.mark.t2
+@pytest.mark.component("c")
+@pytest.mark.feature("g")
+def test_labelled(vgct):
+    vgct.assert_t2(drift(vgct.seed, 0.1), E, case="clean")
+    vgct.assert_t2(drift(vgct.seed, 5.0), E, name="noisy")
+""")
+    for args in (("--vgct-calibrate",), ()):
+        result = run(*args)
+        result.stdout.fnmatch_lines(["*AmbiguousGate: assert_t2 gated 'c | f' twice in one run of "
+                                     "test_x.py::test_two*case='...' (or name='...')*"])
+        assert "Session(" not in result.stdout.str()  # no dump of the session in the traceback
+        result.assert_outcomes(passed=1, failed=1)
+        data = _evidence(pytester)
+        assert "c | f" not in data["entries"] or not args  # the failed test recorded nothing
+        # for the gating pass: evidence the first (clean) gate passes on, so the second one is reached
+        data["entries"]["c | f"] = data["entries"]["c | g | clean"]
+        (pytester.path / "test_x.vgct-evidence.json").write_text(json.dumps(data))
+    entries = _evidence(pytester)["entries"]
+    clean, noisy = entries["c | g | clean"][STRATUM]["bars"], entries["c | g | noisy"][STRATUM]["bars"]
+    assert noisy["rel_l2"] > 20 * clean["rel_l2"]
+
+
+def test_recalibrating_a_subset_merges_and_prints_a_diff(pytester, run):
+    body = HEADER + """
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+@pytest.mark.parametrize("k", [1.0, 1.5])
+def test_shared(vgct, k):   # two tests, one experiment, one entry
+    vgct.assert_t2(drift(vgct.seed, k), E)
+
+@pytest.mark.component("c")
+@pytest.mark.feature("h")
+def test_other(vgct):
+    vgct.assert_t2(drift(vgct.seed), E)
+"""
+    pytester.makepyfile(test_x=body)
+    run("--vgct-calibrate").assert_outcomes(passed=3)
+    entry = _evidence(pytester)["entries"]["c | f"][STRATUM]
+    assert len(entry["runs"]) == 10 and sorted(entry["tests"]) == ["test_x.py::test_shared[1.0]",
+                                                                  "test_x.py::test_shared[1.5]"]
+    old_bar = entry["bars"]["rel_l2"]
+    result = run("--vgct-calibrate", "-k", "test_shared and 1.0", "--vgct-headroom=2")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "*[[]c | f[]] stratum * updated, 10 run(s): +5 added, seeds 0..4, 5 replaced, 5 kept "
+        "(from test_x.py::test_shared[[]1.5[]])",
+        f"*bars rel_l2: * (was {old_bar!r})",
+        "*vgct evidence unused: *[[]c | h[]] stratum *: not recalibrated here (its tests did not run)"])
+    entry = _evidence(pytester)["entries"]["c | f"][STRATUM]
+    assert len(entry["runs"]) == 10 and entry["headroom"] == 2
+    assert sum(r["test"] == "test_x.py::test_shared[1.5]" for r in entry["runs"]) == 5  # kept, not dropped
+    # a test that no longer gates its entry: listed as stale
+    pytester.makepyfile(test_x=body.replace("    vgct.assert_t2(drift(vgct.seed), E)\n", "    pass\n"))
+    result = run("--vgct-calibrate")
+    result.stdout.fnmatch_lines(["*vgct evidence unused: *[[]c | h[]] stratum *: stale? its test(s) ran*"
+                                 "python -m vgct_ext evidence remove*"])
+
+
+def test_ambiguous_merge_is_refused_with_a_clear_error(pytester, run):
+    pytester.makepyfile(test_x=HEADER + """
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_a(vgct):
+    vgct.assert_t2(drift(vgct.seed), E)
+
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_b(vgct):
+    vgct.assert_t2(drift(vgct.seed)[:, :8], E[:, :8])   # another experiment under the same key
+""")
+    result = run("--vgct-calibrate", "-k", "test_a")
+    result.assert_outcomes(passed=1)
+    before = _evidence(pytester)
+    result = run("--vgct-calibrate", "-k", "test_b")
+    result.stdout.fnmatch_lines(["*vgct ERROR: *[[]c | f[]] *: not merged: the recorded runs of test_x.py::test_a "
+                                 "are another experiment (shape [[]4, 16[]] vs [[]4, 8[]])*"])
+    assert result.ret != 0 and "Traceback" not in result.stdout.str()
+    assert _evidence(pytester) == before  # nothing lost
+    result = run("--vgct-calibrate")  # both in one session: refused at the second gate, in the test
+    result.stdout.fnmatch_lines(["*AmbiguousGate: calibration of 'c | f' on *: runs disagree on the experiment*"])
+
+
+def test_evidence_show_prints_every_digit_and_annotate_sets_the_note(tmp_path, capsys):
+    path = tmp_path / "x.vgct-evidence.json"
+    entry = {"kind": "t2", "dtype_actual": "float32", "dtype_expected": "float32", "shape": [4], "dim": None,
+             "bars": {"cosine": 0.99999989, "rel_l2": 0.000123456789012, "p99": 1e-4, "max_abs_err": 2e-4},
+             "observed_worst": {"cosine": 0.999999926}, "investigation": None}
+    path.write_text(json.dumps({"format": ev.FORMAT, "entries": {"c | f": {"sm_90": entry}}}))
+    assert cli(["evidence", "show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "bar cosine >= 0.99999989 (1 - 1.1e-07)" in out and "0.000123456789012" in out
+    assert cli(["evidence", "annotate", str(path), "c | f", "--stratum", "sm_90", "--investigation",
+                "fp8 e4m3: drift traced to the per-tensor scale"]) == 0
+    assert json.loads(path.read_text())["entries"]["c | f"]["sm_90"]["investigation"].startswith("fp8 e4m3")
+    assert cli(["evidence", "annotate", str(path), "c | g", "--stratum", "sm_90", "--investigation", "x"]) == 2
+    assert "no entry 'c | g' (entries: 'c | f')" in capsys.readouterr().err
+    assert cli(["evidence", "annotate", str(path), "c | f", "--stratum", "sm_80", "--investigation", "x"]) == 2
+    assert "has no stratum 'sm_80' (strata: sm_90)" in capsys.readouterr().err
+    assert cli(["evidence", "remove", str(path), "c | f", "--stratum", "sm_90"]) == 0
+    assert json.loads(path.read_text())["entries"] == {}
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# malformed files
+
+
+GOOD = {"dtype_actual": "float64", "dtype_expected": "float64", "shape": [16], "dim": None,
+        "bars": {"rel_l2": 1.0, "cosine": 0.5, "p99": 1.0, "max_abs_err": 1.0}}
+
+
+@pytest.mark.parametrize("text, field", [
+    ("{not json", "not valid JSON"),
+    ("[]", "field (top level): expected a JSON object"),
+    (json.dumps({"format": "vgct-evidence/9", "entries": {}}), "field format"),
+    (json.dumps({"format": ev.FORMAT, "entries": []}), "field entries"),
+    (json.dumps({"format": ev.FORMAT, "entries": {"c | f": []}}), "field entries['c | f']: expected an object"),
+    (json.dumps({"format": ev.FORMAT, "entries": {"c | f": {STRATUM: {**GOOD, "bars": {"rel_l2": "0.1"}}}}}),
+     f"field entries['c | f']['{STRATUM}'].bars.rel_l2: expected a number"),
+    (json.dumps({"format": ev.FORMAT, "entries": {"c | f": {STRATUM: {**GOOD, "shape": "16"}}}}),
+     f"field entries['c | f']['{STRATUM}'].shape"),
+    (json.dumps({"format": ev.FORMAT, "entries": {"c | f": {STRATUM: {**GOOD, "runs": {"a": 1}}}}}),
+     f"field entries['c | f']['{STRATUM}'].runs"),
+    (json.dumps({"format": ev.FORMAT, "entries": {"c | f": {STRATUM: {**GOOD, "investigation": 3}}}}),
+     f"field entries['c | f']['{STRATUM}'].investigation"),
+])
+def test_malformed_evidence_names_file_and_field(tmp_path, capsys, text, field):
+    path = tmp_path / "bad.vgct-evidence.json"
+    path.write_text(text)
+    with pytest.raises(ValueError) as ei:
+        ev.load(path)
+    assert str(path) in str(ei.value) and field in str(ei.value)
+    e = np.linspace(-1, 1, 16)
+    with pytest.raises(EvidenceMissing) as gi:  # the gate fails with the same words, never AttributeError
+        assert_t2(e, e, component="c", feature="f", evidence=path)
+    assert str(path) in str(gi.value) and field in str(gi.value)
+    assert cli(["evidence", "show", str(path)]) == 2 and field in capsys.readouterr().err
+
+
+def test_evidence_entry_missing_a_field_names_it(tmp_path):
+    path = tmp_path / "x.vgct-evidence.json"
+    path.write_text(json.dumps({"format": ev.FORMAT, "entries": {"c | f": {STRATUM: {"bars": GOOD["bars"]}}}}))
+    e = np.linspace(-1, 1, 16)
+    with pytest.raises(EvidenceMissing, match="lacks the field.s. dtype_actual, dtype_expected, shape, dim"):
+        assert_t2(e, e, component="c", feature="f", evidence=path)
+
+
+def _reference(path, meta_text, tensors):
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(path), metadata={"vgct": meta_text})
+
+
+def test_load_reference_validates_metadata_and_every_tensor(tmp_path):
+    torch = pytest.importorskip("torch")
+    from vgct_ext import fingerprint
+    from vgct_ext.experiment import load_reference, save_reference
+
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    good = tmp_path / "good.safetensors"
+    info = save_reference(good, {"out": t})
+    assert torch.equal(load_reference(good)["out"], t)
+
+    cases = {
+        "json": ("{oops", {"out": t}, "reference metadata 'vgct' is not valid JSON"),
+        "no_tensors": (json.dumps({"format": "vgct-reference/1"}), {"out": t}, "field tensors"),
+        "bad_shape": (json.dumps({**info, "tensors": {"out": {**info["tensors"]["out"], "shape": "2x3"}}}),
+                      {"out": t}, "field tensors['out'].shape"),
+        "bad_fp": (json.dumps({**info, "tensors": {"out": {**info["tensors"]["out"], "fingerprint": 5}}}),
+                   {"out": t}, "field tensors['out'].fingerprint"),
+        "unlisted": (json.dumps(info), {"out": t, "extra": t * 2}, "'extra' are in the file but not in its metadata"),
+        "dtype": (json.dumps(info), {"out": t.double()}, "tensor 'out' is float64 (2, 3), metadata records float32"),
+    }
+    for name, (meta, tensors, words) in cases.items():
+        p = tmp_path / f"{name}.safetensors"
+        _reference(p, meta, tensors)
+        with pytest.raises(ValueError) as ei:
+            load_reference(p)
+        assert str(p) in str(ei.value) and words in str(ei.value), (name, str(ei.value))
+    p = tmp_path / "garbage.safetensors"
+    p.write_bytes(b"\x00" * 3)
+    with pytest.raises(ValueError, match="not a readable safetensors file"):
+        load_reference(p)
+    assert f"{fingerprint(t):016x}" == info["tensors"]["out"]["fingerprint"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# concurrency
+
+
+def _writer(path, worker, keys, barrier):
+    s = _context.Session(calibrate=True)
+    for j in range(keys):
+        key = f"c | f | w{worker}k{j}"
+        s.calibration[(str(path), key, STRATUM)] = {
+            "kind": "t2", "tests": [f"t{worker}"],
+            "meta": {"kind": "t2", "component": "c", "feature": "f", "case": f"w{worker}k{j}",
+                     "dtype_actual": "float32", "dtype_expected": "float32", "shape": [4], "dim": None,
+                     "device": "cpu"},
+            "runs": [{"rel_l2": 0.01 * (1 + i), "cosine": 0.999, "p99": 0.1, "max_abs_err": 0.2,
+                      "test": f"t{worker}", "seed": i} for i in range(3)]}
+    barrier.wait()
+    for (p, key, st), slot in list(s.calibration.items()):  # one write per key: many overlapping read-merge-writes
+        one = _context.Session(calibrate=True, calibration={(p, key, st): slot})
+        ev.write_calibration(one, "pytest --vgct-calibrate")
+        assert not one.evidence_errors, one.evidence_errors
+
+
+@pytest.mark.parametrize("writers", [2, 4])
+def test_concurrent_writers_keep_every_entry(tmp_path, writers):
+    path = tmp_path / "shared.vgct-evidence.json"
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(writers)
+    procs = [ctx.Process(target=_writer, args=(path, w, 6, barrier)) for w in range(writers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0] * writers
+    data = json.loads(path.read_text())  # valid JSON
+    want = {f"c | f | w{w}k{j}" for w in range(writers) for j in range(6)}
+    assert set(data["entries"]) == want
+    assert all(len(v[STRATUM]["runs"]) == 3 for v in data["entries"].values())
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".shared*"))
+
+
+def test_xdist_calibration_keeps_every_key_and_writes_one_report(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_x=HEADER + """
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+@pytest.mark.parametrize("i", range(20))
+def test_key(vgct, i):
+    vgct.assert_t2(drift(vgct.seed, 1 + i / 10), E, case=f"k{i}")
+""")
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "--vgct-calibrate",
+                                           "--vgct-calibrate-runs=3", "--vgct-report=r.json")
+    result.assert_outcomes(passed=20)
+    data = _evidence(pytester)
+    assert set(data["entries"]) == {f"c | f | k{i}" for i in range(20)}
+    assert all([r["seed"] for r in v[STRATUM]["runs"]] == [0, 1, 2] for v in data["entries"].values())
+    rep = json.loads((pytester.path / "r.json").read_text())
+    assert len(rep["comparisons"]) == 60 and len(rep["evidence_written"]) == 20
+    assert len(rep["tests"]) == 20
+    assert not list(pytester.path.glob("*.tmp"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the report file
+
+
+def test_report_write_failure_keeps_the_old_file_and_still_prints_the_summary(pytester, run, monkeypatch):
+    pytester.makepyfile(test_x=HEADER + """
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_a(vgct):
+    vgct.assert_t1(E, E)
+""")
+    report = pytester.path / "r.json"
+    report.write_text('{"old": true}\n')
+
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(os, "fsync", full_disk)
+        result = run("--vgct-report=r.json", "--vgct-summary=all")  # a passing gate: shown under "all"
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*vgct comparisons*", f"*vgct: the report was not written to {report}: "
+                                                       f"[[]Errno 28[]] No space left on device"])
+    assert result.ret == pytest.ExitCode.INTERNAL_ERROR
+    assert report.read_text() == '{"old": true}\n'
+    assert not [p for p in pytester.path.iterdir() if p.name.startswith(".r.json")]
+    run("--vgct-report=r.json").assert_outcomes(passed=1)
+    assert json.loads(report.read_text())["format"] == "vgct-report/1"
+
+
+def test_unwritable_report_path_is_a_usage_error_at_startup(pytester, run):
+    pytester.makepyfile(test_x="def test_a():\n    raise SystemExit('must not run')\n")
+    (pytester.path / "afile").write_text("x")
+    result = run("--vgct-report=afile/report.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--vgct-report=afile/report.json: cannot write" in result.stderr.str()
+    (pytester.path / "adir").mkdir()
+    result = run("--vgct-report=adir")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and "is a directory" in result.stderr.str()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# memory: records are bounded
+
+
+def test_records_are_bounded_and_signatures_only_when_repeating():
+    a = np.random.default_rng(0).standard_normal((4, 4096))
+    for repeat in (1, 2):
+        s = _context.Session(repeat=repeat)
+        _context.push_session(s)
+        try:
+            for _ in range(3):
+                assert_t1(a, a, component="c", feature="f", dim=1)
+        finally:
+            _context.pop_session(s)
+        for rec in s.records:
+            size = len(json.dumps(rec, default=str))
+            assert size < 8192, size  # was 3 MiB: the full per-slice signature of 4096 slices
+            assert ("signature" in rec) == (repeat > 1)
+        if repeat > 1:
+            sig = s.records[0]["signature"]
+            assert len(sig) <= 24 and len(sig["#"]) == 64 and sig[".rel_l2"] == (0.0).hex()
+
+
+def test_signature_digest_sees_a_per_slice_difference():
+    from vgct_ext import compare
+    from vgct_ext.gates import signature
+
+    e = np.linspace(-1.0, 1.0, 64).reshape(4, 16)
+    a = e.copy()
+    b = e.copy()
+    b[0, 0], b[1, 0] = b[1, 0], b[0, 0]  # same headline statistics ... but not the same slices
+    sa, sb = signature(compare(a, e, dim=0)), signature(compare(b, e, dim=0))
+    assert sa != sb and sa["#"] != sb["#"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tighten=
+
+
+def test_tighten_bar_from_recorded_floor_catches_a_planted_fault(pytester, run):
+    """fp32 accumulation order as the feature (floor ~1e-7 relative L2); planted fault: a 1e-3 scale error, which
+    the default T1 bars (1e-2) let through and the tightened gate (floor x 10) must not."""
+    pytester.makepyfile(test_x=HEADER + """
+FAULT = float(os.environ.get("VGCT_FAULT", "0"))
+
+@pytest.mark.component("attn")
+@pytest.mark.feature("fp32 reduction order")
+def test_sum_order(vgct):
+    x = np.random.default_rng(vgct.seed).standard_normal((64, 512)).astype(np.float32)
+    expected = x.sum(axis=1, dtype=np.float32)
+    actual = np.zeros(64, np.float32)
+    for j in range(512):              # another reduction order
+        actual += x[:, 511 - j]
+    actual = actual * np.float32(1 + FAULT)
+    vgct.assert_t1(actual, expected, relax=Relax.REDUCTION_REORDERING, tighten=10)
+""")
+    result = run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*EvidenceMissing: T1 gate with tighten=10 cannot run*no T1 floor evidence for "
+                                 "'T1 floor | attn | fp32 reduction order'*"])
+    result = run("--vgct-calibrate")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*T1 floor | attn | fp32 reduction order*new, 5 run(s)*",
+                                 "*T1 floor rel_l2: *"])
+    floor = _evidence(pytester)["entries"]["T1 floor | attn | fp32 reduction order"][STRATUM]["floor"]
+    assert 0 < floor["rel_l2"] < 1e-5
+    run().assert_outcomes(passed=1)
+    os.environ["VGCT_FAULT"] = "1e-3"
+    try:
+        result = run("-rf")
+    finally:
+        del os.environ["VGCT_FAULT"]
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*T1 gate failed*", "*relative L2*FAIL*"])
+    rel = 1e-3  # the fault alone passes the default relaxed bars (oracle: the default rel L2 bar is 5e-2)
+    assert rel < 5e-2
+
+
+def test_tighten_rejects_nonsense_factors():
+    e = np.linspace(-1, 1, 16)
+    for k in (0.5, float("nan"), True, "10"):
+        with pytest.raises(ValueError, match="tighten must be a number in"):
+            assert_t1(e, e, component="c", feature="f", tighten=k)

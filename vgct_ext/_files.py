@@ -1,0 +1,90 @@
+"""Files shared between processes: evidence JSON and the ``--vgct-report``. Private.
+
+* :func:`locked` -- an inter-process lock (the ``filelock`` library) held around every read-merge-write of a
+  shared file, so two writers (pytest-xdist workers, two terminals, CI jobs on one checkout) never lose each
+  other's entries.
+* :func:`atomic_write_text` -- the new content goes to a unique temporary file in the target's directory
+  (``tempfile.mkstemp``), is flushed and ``fsync``-ed, then renamed over the target (``os.replace``, atomic on
+  POSIX and Windows); the directory is ``fsync``-ed after the rename. A reader sees the old file or the new
+  one, never a torn one; a full disk or any other error leaves the old file untouched and removes the
+  temporary file.
+* :func:`check_writable` -- whether a file can be created at a path (used at startup for ``--vgct-report``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator, Union
+
+__all__ = ["LOCK_SUFFIX", "LOCK_TIMEOUT_S", "locked", "atomic_write_text", "check_writable"]
+
+LOCK_SUFFIX = ".lock"
+LOCK_TIMEOUT_S = 300.0
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@contextlib.contextmanager
+def locked(path: PathLike, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the inter-process lock of ``path`` (the file ``<path>.lock``) for the ``with`` block.
+
+    Raises ``TimeoutError`` naming the lock file when another process holds it for more than ``timeout``
+    seconds (``filelock.Timeout`` is a ``TimeoutError``)."""
+    from filelock import FileLock
+
+    with FileLock(os.fspath(path) + LOCK_SUFFIX, timeout=timeout):
+        yield
+
+
+def _mode_for(path: Path) -> int:
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def atomic_write_text(path: PathLike, text: str) -> None:
+    """Replace ``path`` by ``text`` (UTF-8) atomically: unique temporary file in the same directory, fsync,
+    ``os.replace``, fsync of the directory. Keeps the permission bits of an existing file (else 0666 & ~umask).
+    Raises ``OSError`` (the old file, if any, is then intact and no temporary file is left)."""
+    p = Path(path)
+    mode = _mode_for(p)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError, AttributeError):  # directory fsync: POSIX only
+        dfd = os.open(str(p.parent), os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def check_writable(path: PathLike) -> None:
+    """Raise ``OSError`` (with the reason) unless a file can be written at ``path``: creates missing parent
+    directories, refuses a directory at ``path``, and proves the directory writable by creating and removing a
+    temporary file in it."""
+    p = Path(path)
+    if p.is_dir():
+        raise IsADirectoryError(f"{p} is a directory")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".probe", dir=str(p.parent))
+    os.close(fd)
+    os.unlink(tmp)
+    if p.exists() and not os.access(p, os.W_OK):
+        # os.replace could replace it (the directory is writable), but a file made read-only is not overwritten
+        raise PermissionError(f"{p} exists and is not writable")
