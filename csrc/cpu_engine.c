@@ -609,6 +609,7 @@ struct vgct_cpu_presel {
   void (*kern)(const int64_t *, int, int64_t, int64_t, int, const int64_t *, int64_t *, int64_t *,
                unsigned char *);
   void (*keys)(const tile_t *, uint64_t *);
+  void (*fused)(const tile_t *, int64_t, int64_t, int64_t *, int64_t *, unsigned char *);
   uint64_t *buf[PS_MAXW];
   int64_t cap[PS_MAXW];
   atomic_llong pos[PS_MAXW];
@@ -698,6 +699,49 @@ static keys_kern_fn pick_keys_kern(void) {
 static keys_kern_fn pick_keys_kern(void) { return keys_kern_base; }
 #endif
 
+/* One window with no tie value inside (pivots lo and hi only: the common
+ * case) over an all-finite tile, the keys computed and tested in the same
+ * loop: cnt[0] += keys < lo, cnt[1] += keys == lo, cnt[2] += keys == hi,
+ * fl[j] = lo < key < hi; the keys into keys[]. */
+typedef void (*ps_fused_fn)(const tile_t *, int64_t, int64_t, int64_t *, int64_t *, unsigned char *);
+#define PS_FUSED(NAME, ATTR)                                                                     \
+  ATTR static void NAME(const tile_t *t, int64_t lo, int64_t hi, int64_t *restrict keys,         \
+                        int64_t *cnt, unsigned char *restrict fl) {                              \
+    const int len = t->len;                                                                      \
+    int64_t lt = 0, el = 0, eh = 0;                                                              \
+    if (!t->dbl) {                                                                               \
+      const char *pa = t->fa, *pe = t->fe;                                                       \
+      for (int j = 0; j < len; ++j) {                                                            \
+        float fa, fe;                                                                            \
+        memcpy(&fa, pa + 4 * (size_t)j, 4);                                                      \
+        memcpy(&fe, pe + 4 * (size_t)j, 4);                                                      \
+        const int64_t k = (int64_t)vgct_bits_from_f64(fabs((double)fa - (double)fe));            \
+        keys[j] = k;                                                                             \
+        lt += k < lo; el += k == lo; eh += k == hi;                                              \
+        fl[j] = (unsigned char)((k > lo) & (k < hi));                                            \
+      }                                                                                          \
+    } else {                                                                                     \
+      for (int j = 0; j < len; ++j) {                                                            \
+        const int64_t k = (int64_t)vgct_bits_from_f64(fabs(t->A[j] - t->E[j]));                  \
+        keys[j] = k;                                                                             \
+        lt += k < lo; el += k == lo; eh += k == hi;                                              \
+        fl[j] = (unsigned char)((k > lo) & (k < hi));                                            \
+      }                                                                                          \
+    }                                                                                            \
+    cnt[0] += lt; cnt[1] += el; cnt[2] += eh;                                                    \
+  }
+PS_FUSED(ps_fused_base, )
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(VGCT_NO_CPU_DISPATCH)
+PS_FUSED(ps_fused_avx2, __attribute__((target("avx2"))))
+PS_FUSED(ps_fused_avx512, __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))))
+static ps_fused_fn pick_ps_fused(void) {
+  const int lv = cpu_level();
+  return lv == 2 ? ps_fused_avx512 : lv == 1 ? ps_fused_avx2 : ps_fused_base;
+}
+#else
+static ps_fused_fn pick_ps_fused(void) { return ps_fused_base; }
+#endif
+
 /* The tile's finite keys into the windows (before tile_patch rewrites A/E);
  * fin: the fold found every pair finite (the keys need no class test);
  * the keys to store (few: the window's share of the data, minus its ties)
@@ -706,12 +750,25 @@ static void tile_presel(const tile_t *t, struct vgct_cpu_presel *S, ps_thread *T
   int64_t keys[TILE];
   unsigned char fl[TILE + 8];
   int m;
-  if (fin && !t->isint) { S->keys(t, (uint64_t *)(void *)keys); m = t->len; }
-  else m = tile_keys(t, (uint64_t *)(void *)keys);
+  const int fused = fin && !t->isint && S->nw == 1 && S->npv[0] <= 2;
+  if (fused) {
+    int64_t cnt[3] = {0, 0, 0};
+    S->fused(t, (int64_t)S->lo[0], (int64_t)S->hi[0], keys, cnt, fl);
+    m = t->len;
+    T->lt[0] += cnt[0];
+    T->eq[0][0] += cnt[1];
+    if (S->npv[0] == 2) T->eq[0][1] += cnt[2];
+  } else if (fin && !t->isint) {
+    S->keys(t, (uint64_t *)(void *)keys);
+    m = t->len;
+  } else {
+    m = tile_keys(t, (uint64_t *)(void *)keys);
+  }
   T->nkeys += m;
   for (int g = 0; g < S->nw; ++g) {
     const int npv = S->npv[g];
-    S->kern(keys, m, (int64_t)S->lo[g], (int64_t)S->hi[g], npv, S->pvs[g], &T->lt[g], T->eq[g], fl);
+    if (!fused)
+      S->kern(keys, m, (int64_t)S->lo[g], (int64_t)S->hi[g], npv, S->pvs[g], &T->lt[g], T->eq[g], fl);
     if (npv < 2) continue; /* lo == hi: nothing strictly inside */
     for (int j = m; j < m + 8; ++j) fl[j] = 0;
     uint64_t *st = T->st[g];
@@ -2010,6 +2067,7 @@ struct vgct_cpu_presel *vgct_cpu_presel_new(const vgct_view *a, const vgct_view 
   if (S->nw == 0) goto fail;
   S->kern = pick_ps_kern();
   S->keys = pick_keys_kern();
+  S->fused = pick_ps_fused();
   S->mem = (uint64_t *)eng_malloc((size_t)total * sizeof(uint64_t)); /* untouched pages are free */
   if (!S->mem) goto fail;
   int64_t off = 0;
