@@ -609,7 +609,7 @@ struct vgct_cpu_presel {
   void (*kern)(const int64_t *, int, int64_t, int64_t, int, const int64_t *, int64_t *, int64_t *,
                unsigned char *);
   void (*keys)(const tile_t *, uint64_t *);
-  void (*fused)(const tile_t *, int64_t, int64_t, int64_t *, int64_t *, unsigned char *);
+  void (*fused)(const tile_t *, int64_t, int64_t, int64_t *, unsigned char *);
   uint64_t *buf[PS_MAXW];
   int64_t cap[PS_MAXW];
   atomic_llong pos[PS_MAXW];
@@ -699,14 +699,23 @@ static keys_kern_fn pick_keys_kern(void) {
 static keys_kern_fn pick_keys_kern(void) { return keys_kern_base; }
 #endif
 
+/* the key of pair j of an all-finite (float32 or double) tile */
+static inline uint64_t tile_key(const tile_t *t, int j) {
+  if (t->dbl) return vgct_bits_from_f64(fabs(t->A[j] - t->E[j]));
+  float fa, fe;
+  memcpy(&fa, t->fa + 4 * (size_t)j, 4);
+  memcpy(&fe, t->fe + 4 * (size_t)j, 4);
+  return vgct_bits_from_f64(fabs((double)fa - (double)fe));
+}
+
 /* One window with no tie value inside (pivots lo and hi only: the common
  * case) over an all-finite tile, the keys computed and tested in the same
  * loop: cnt[0] += keys < lo, cnt[1] += keys == lo, cnt[2] += keys == hi,
- * fl[j] = lo < key < hi; the keys into keys[]. */
-typedef void (*ps_fused_fn)(const tile_t *, int64_t, int64_t, int64_t *, int64_t *, unsigned char *);
+ * fl[j] = lo < key < hi (the few keys to store are computed again, tile_key). */
+typedef void (*ps_fused_fn)(const tile_t *, int64_t, int64_t, int64_t *, unsigned char *);
 #define PS_FUSED(NAME, ATTR)                                                                     \
-  ATTR static void NAME(const tile_t *t, int64_t lo, int64_t hi, int64_t *restrict keys,         \
-                        int64_t *cnt, unsigned char *restrict fl) {                              \
+  ATTR static void NAME(const tile_t *t, int64_t lo, int64_t hi, int64_t *cnt,                   \
+                        unsigned char *restrict fl) {                                            \
     const int len = t->len;                                                                      \
     int64_t lt = 0, el = 0, eh = 0;                                                              \
     if (!t->dbl) {                                                                               \
@@ -716,14 +725,12 @@ typedef void (*ps_fused_fn)(const tile_t *, int64_t, int64_t, int64_t *, int64_t
         memcpy(&fa, pa + 4 * (size_t)j, 4);                                                      \
         memcpy(&fe, pe + 4 * (size_t)j, 4);                                                      \
         const int64_t k = (int64_t)vgct_bits_from_f64(fabs((double)fa - (double)fe));            \
-        keys[j] = k;                                                                             \
         lt += k < lo; el += k == lo; eh += k == hi;                                              \
         fl[j] = (unsigned char)((k > lo) & (k < hi));                                            \
       }                                                                                          \
     } else {                                                                                     \
       for (int j = 0; j < len; ++j) {                                                            \
         const int64_t k = (int64_t)vgct_bits_from_f64(fabs(t->A[j] - t->E[j]));                  \
-        keys[j] = k;                                                                             \
         lt += k < lo; el += k == lo; eh += k == hi;                                              \
         fl[j] = (unsigned char)((k > lo) & (k < hi));                                            \
       }                                                                                          \
@@ -753,7 +760,7 @@ static void tile_presel(const tile_t *t, struct vgct_cpu_presel *S, ps_thread *T
   const int fused = fin && !t->isint && S->nw == 1 && S->npv[0] <= 2;
   if (fused) {
     int64_t cnt[3] = {0, 0, 0};
-    S->fused(t, (int64_t)S->lo[0], (int64_t)S->hi[0], keys, cnt, fl);
+    S->fused(t, (int64_t)S->lo[0], (int64_t)S->hi[0], cnt, fl);
     m = t->len;
     T->lt[0] += cnt[0];
     T->eq[0][0] += cnt[1];
@@ -778,7 +785,7 @@ static void tile_presel(const tile_t *t, struct vgct_cpu_presel *S, ps_thread *T
       memcpy(&w, fl + j, 8);
       while (w) { /* flags are 0/1: bit 8b is flag j + b */
         const int b = __builtin_ctzll(w) >> 3;
-        st[c++] = (uint64_t)keys[j + b];
+        st[c++] = fused ? tile_key(t, j + b) : (uint64_t)keys[j + b];
         if (c == PS_LBUF) { ps_flush(S, g, st, c); c = 0; }
         w &= w - 1;
       }
@@ -1955,7 +1962,7 @@ static void setup_ranges(sel_ctx *C, const plan_t *P, const rank_ref *order, int
 
 /* ---- vgct_cpu_presel_new / _free (contract: vgct_engine.h) ------------- */
 #define PS_SAMPLE_MIN ((int64_t)1 << 14)
-#define PS_SAMPLE_MAX ((int64_t)1 << 16)
+#define PS_SAMPLE_MAX ((int64_t)1 << 18)
 #define PS_INF_KEY 0x7ff0000000000000ULL /* +Inf: the largest key */
 
 void vgct_cpu_presel_free(struct vgct_cpu_presel *S) {
@@ -2003,7 +2010,7 @@ struct vgct_cpu_presel *vgct_cpu_presel_new(const vgct_view *a, const vgct_view 
     const double ph = q[i];
     const double at = ph * (double)(ns - 1);
     /* 6 sigma of the sample's rank + a share for a sample that is not i.i.d. */
-    const double mg = 6.0 * sqrt((double)ns * ph * (1.0 - ph)) + 16.0 + (double)ns / 512.0;
+    const double mg = 6.0 * sqrt((double)ns * ph * (1.0 - ph)) + 16.0 + (double)ns / 2048.0;
     int64_t ilo = (int64_t)floor(at - mg), ihi = (int64_t)ceil(at + 1.0 + mg);
     if (ilo < 0) ilo = 0;
     if (ihi > ns - 1) ihi = ns - 1;
@@ -2119,28 +2126,52 @@ static int presel_resolve(struct vgct_cpu_presel *S, int64_t n_finite, const ran
     }
     int depth = 2;
     for (int64_t c = stored; c > 1; c >>= 1) depth += 2;
-    /* many ranks: sort the stored keys once instead of one selection each */
-    const int sorted = nranks > 16;
-    if (sorted) qsort(y, (size_t)stored, sizeof(uint64_t), cmp_u64);
+    /* each rank inside: a pivot's value, or a rank among the stored keys */
+    int64_t srk[2 * PS_MAXW * 32];
+    int nsr = 0, many = 0;
     for (int q = 0; q < nranks; ++q) {
       const int64_t r = order[q].rank - S->lt[g];
       if (resolved[q] || r < 0 || r >= tot) continue;
       /* sorted window: stored keys < pv[0], pv[0] x eq[0], stored in (pv[0], pv[1]), ... */
       int64_t acc = 0, sr = -1;
-      uint64_t v = 0;
       int found = 0;
-      for (int i = 0; i < S->npv[g] && !found; ++i) {
+      for (int i = 0; i < S->npv[g]; ++i) {
         const int64_t start = below[i] + acc;
         if (r < start) { sr = r - acc; found = 1; break; }
-        if (r < start + S->eq[g][i]) { v = S->pv[g][i]; found = 1; break; }
+        if (r < start + S->eq[g][i]) { /* a pivot: its value */
+          values[order[q].orig] = vgct_f64_from_bits(S->pv[g][i]);
+          resolved[q] = 1;
+          found = 1;
+          break;
+        }
         acc += S->eq[g][i];
       }
       if (!found) sr = r - acc;
       if (sr >= 0) {
-        if (!sorted) u64_mselect(y, 0, stored, &sr, 1, depth);
-        v = y[sr];
+        if (nsr < (int)(sizeof srk / sizeof srk[0])) srk[nsr++] = sr;
+        else many = 1;
       }
-      values[order[q].orig] = vgct_f64_from_bits(v);
+    }
+    if (nsr == 0) continue;
+    /* the stored ranks: one multi-select (ascending, distinct), or one sort for many */
+    if (many || nsr > 16) {
+      qsort(y, (size_t)stored, sizeof(uint64_t), cmp_u64);
+    } else {
+      for (int i = 1; i < nsr; ++i)
+        for (int j = i; j > 0 && srk[j - 1] > srk[j]; --j) { int64_t z = srk[j]; srk[j] = srk[j - 1]; srk[j - 1] = z; }
+      int u = 0;
+      for (int i = 0; i < nsr; ++i) if (u == 0 || srk[u - 1] != srk[i]) srk[u++] = srk[i];
+      u64_mselect(y, 0, stored, srk, u, depth);
+    }
+    for (int q = 0; q < nranks; ++q) { /* the same walk, now reading the stored keys */
+      const int64_t r = order[q].rank - S->lt[g];
+      if (resolved[q] || r < 0 || r >= tot) continue;
+      int64_t acc = 0;
+      for (int i = 0; i < S->npv[g]; ++i) {
+        if (r < below[i] + acc) break;
+        acc += S->eq[g][i];
+      }
+      values[order[q].orig] = vgct_f64_from_bits(y[r - acc]);
       resolved[q] = 1;
     }
   }

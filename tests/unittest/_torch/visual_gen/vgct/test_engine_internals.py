@@ -385,11 +385,13 @@ def _windows_select(engine, a, e, qs, ranks, nthreads):
     return ps, acc, got
 
 
+@pytest.mark.parametrize("qs", [[0.99], [0.5, 0.99, 0.999]], ids=["p99", "three"])
 @pytest.mark.parametrize("kind", WINDOW_KINDS)
-def test_select_windows_exact_every_rank_near_the_quantiles(engine, kind):
-    """Every rank around p50/p99/p99.9 -- so every position of each window: its lower edge,
+def test_select_windows_exact_every_rank_near_the_quantiles(engine, kind, qs):
+    """Every rank around the quantiles -- so every position of each window: its lower edge,
     its pivot blocks (ties), its stored keys, its upper edge and beyond -- equals the float64
-    NumPy order statistic; and the usual quantile ranks take no selection pass at all."""
+    NumPy order statistic; and the usual quantile ranks take no selection pass at all.  One
+    quantile alone (one window: the fused loop of a window without ties) and three."""
     rng = np.random.default_rng(21)
     n = (1 << 18) + 12345
     a, e = _window_data(kind, n, rng)
@@ -397,7 +399,6 @@ def test_select_windows_exact_every_rank_near_the_quantiles(engine, kind):
         d = np.abs(a.astype(np.float64) - e.astype(np.float64))
     keys = np.sort(d[np.isfinite(a) & np.isfinite(e)])
     m = keys.size
-    qs = [0.5, 0.99, 0.999]
     w = int(0.03 * m)  # wider than every window (sample margins: < 2.7% of the ranks at this n)
     dense = [r for q in qs for r in range(int(q * (m - 1)) - w, int(q * (m - 1)) + w) if 0 <= r < m]
     ranks = sorted(set(dense)) + [0, m - 1]
