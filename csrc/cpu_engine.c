@@ -52,6 +52,14 @@
  *             partial (NLANE lanes of vgct_slice_update at S_e, S_d, merged in
  *             lane order -- equal to the tile's own sums); otherwise each pair
  *             goes to its slice with vgct_slice_update in iteration order.
+ *  windows    The exact quantiles of compare(), n >= 2^18 (vgct_cpu_presel):
+ *             a sample of n/256 pairs predicts a key window around the
+ *             quantiles' ranks and the tie values in it; the REDUCTION's pass
+ *             counts the keys below the window and equal to its edges and tie
+ *             values, and stores the other keys inside (bounded); the select
+ *             then reads every rank that fell inside off the window in memory:
+ *             no pass of its own.  Ranks outside (the sample misled, or a
+ *             window overflowed) take the radix passes below: exact either way.
  *  select     Radix selection on the vgct_absdiff_key keys: histogram passes
  *             over 16-bit digits (threads: per-thread histograms, exact sums),
  *             narrowing each requested rank to one bucket, until the buckets
@@ -66,8 +74,10 @@
  *             compare_sharded's distributed selection ([E]).
  *
  * No allocation depends on n except through bounded quantities: segment
- * results (<= 2^14), slice blocks (<= 8 x slices), and the candidate buffer
- * (<= 2^20 keys).  Failures return VGCT_ENOMEM / VGCT_EVALUE with a message
+ * results (<= 2^14), slice blocks (<= 8 x slices), the candidate buffer
+ * (<= 2^20 keys, <= n), the windows' stored keys (<= 2^22 in all) and the
+ * sample (<= 2^18 keys).  A known n_finite that fits the candidate buffer
+ * (n < 2^18, no window) is finished by one pass gathering every key.  Failures return VGCT_ENOMEM / VGCT_EVALUE with a message
  * (every allocation failure is exercised by the engine tests).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -107,15 +117,21 @@ int64_t vgct_cpu_test_select_cap = 0;  /* override SELECT_CAP when > 0      */
 int vgct_cpu_test_last_passes = 0;     /* data passes of the last select   */
 int vgct_cpu_test_level = -1;          /* cap the x86 code level when >= 0  */
 int vgct_cpu_test_fail_alloc = 0;      /* > 0: the k-th allocation fails    */
+int64_t vgct_cpu_test_presel_min = 0;  /* > 0: windows from this n on, from  *
+                                        * samples of >= 1024 keys           */
 #define FORCE_SLOW vgct_cpu_test_force_slow
 #define SEG_MIN_EFF (vgct_cpu_test_seg_min > 0 ? vgct_cpu_test_seg_min : SEG_MIN)
 #define PAR_MIN_EFF (vgct_cpu_test_par_min >= 0 ? vgct_cpu_test_par_min : PAR_MIN_N)
 #define SELECT_CAP_EFF (vgct_cpu_test_select_cap > 0 ? vgct_cpu_test_select_cap : SELECT_CAP)
+#define PRESEL_MIN_EFF (vgct_cpu_test_presel_min > 0 ? vgct_cpu_test_presel_min : VGCT_PRESEL_MIN_N)
+#define PS_SAMPLE_MIN_EFF (vgct_cpu_test_presel_min > 0 ? (int64_t)1024 : PS_SAMPLE_MIN)
 #else
 #define FORCE_SLOW 0
 #define SEG_MIN_EFF SEG_MIN
 #define PAR_MIN_EFF PAR_MIN_N
 #define SELECT_CAP_EFF SELECT_CAP
+#define PRESEL_MIN_EFF VGCT_PRESEL_MIN_N
+#define PS_SAMPLE_MIN_EFF PS_SAMPLE_MIN
 #endif
 
 /* Allocation (the test build can make the k-th one fail: the ENOMEM paths). */
@@ -1975,9 +1991,9 @@ struct vgct_cpu_presel *vgct_cpu_presel_new(const vgct_view *a, const vgct_view 
                                             const double *qs, int nq) {
   plan_t P;
   plan_build(a, e, -1, &P);
-  if (P.n < VGCT_PRESEL_MIN_N || nq <= 0) return NULL;
+  if (P.n < PRESEL_MIN_EFF || nq <= 0) return NULL;
   int64_t want = P.n / 256;
-  want = want < PS_SAMPLE_MIN ? PS_SAMPLE_MIN : (want > PS_SAMPLE_MAX ? PS_SAMPLE_MAX : want);
+  want = want < PS_SAMPLE_MIN_EFF ? PS_SAMPLE_MIN_EFF : (want > PS_SAMPLE_MAX ? PS_SAMPLE_MAX : want);
   const int64_t ntiles = want / TILE, nblk = (P.n + TILE - 1) / TILE;
   const int64_t step = nblk / ntiles > 0 ? nblk / ntiles : 1;
   uint64_t *x = (uint64_t *)eng_malloc((size_t)(ntiles + 1) * TILE * sizeof(uint64_t));

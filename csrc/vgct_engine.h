@@ -122,7 +122,9 @@ int vgct_cpu_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p
  * order, duplicates allowed) write the value of that rank in ascending order
  * into values[].  Exact (radix selection over the float64 bit patterns), extra
  * memory bounded independently of n (O(2^16) counters + a bounded candidate
- * buffer), deterministic. */
+ * buffer), deterministic.  With p->presel filled by vgct_cpu_reduce of the
+ * same inputs and p->expect_finite its n_finite, the ranks inside the
+ * windows are finished without a pass (vgct_cpu_presel_new). */
 int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p,
                     const int64_t *ranks, int nranks, double *values,
                     char *err, size_t errlen);

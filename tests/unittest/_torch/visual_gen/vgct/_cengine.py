@@ -108,14 +108,17 @@ class Engine:
         return ctype.in_dll(self.lib, name)
 
     def configure(self, force_slow: int = 0, seg_min: int = 0, par_min: int = -1,
-                  select_cap: int = 0, level: int = -1, fail_alloc: int = 0) -> None:
-        """Engine knobs; every call resets the ones not given to their defaults."""
+                  select_cap: int = 0, level: int = -1, fail_alloc: int = 0,
+                  presel_min: int = 0) -> None:
+        """Engine knobs; every call resets the ones not given to their defaults.
+        presel_min > 0: quantile windows from that n on (samples of >= 1024 keys)."""
         self._int("vgct_cpu_test_force_slow").value = force_slow
         self._int("vgct_cpu_test_fail_alloc").value = fail_alloc
         self._int("vgct_cpu_test_level").value = level
         self._int("vgct_cpu_test_seg_min", C.c_int64).value = seg_min
         self._int("vgct_cpu_test_par_min", C.c_int64).value = par_min
         self._int("vgct_cpu_test_select_cap", C.c_int64).value = select_cap
+        self._int("vgct_cpu_test_presel_min", C.c_int64).value = presel_min
 
     @property
     def last_select_passes(self) -> int:

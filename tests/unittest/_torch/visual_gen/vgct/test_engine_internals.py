@@ -414,6 +414,34 @@ def test_select_windows_exact_every_rank_near_the_quantiles(engine, kind, qs):
         assert engine.last_select_passes == 0, kind
 
 
+@given(n=st.integers(1100, 6000), nv=st.integers(1, 12), tie=st.floats(0.0, 0.9),
+       qs=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=5), seed=st.integers(0, 2 ** 31),
+       nthreads=st.sampled_from([1, 2]))
+def test_select_windows_property(cengine, n, nv, tie, qs, seed, nthreads):
+    """Windows on small inputs (test hook: from n = 1024 on): few distinct values (window
+    edges and tie values on equal keys), a share `tie` of one value, NaN pairs, any
+    quantiles; every rank of the tensor equals the sorted float64 oracle."""
+    rng = np.random.default_rng(seed)
+    vals = rng.standard_normal(nv) * 10.0 ** rng.integers(-5, 5, nv)
+    a = vals[rng.integers(0, nv, n)]
+    a[rng.random(n) < tie] = vals[0]
+    e = np.zeros(n)
+    a[rng.random(n) < 0.02] = np.nan
+    keys = np.sort(np.abs(a - e)[np.isfinite(a)])
+    if keys.size == 0:
+        return
+    ranks = list(range(keys.size))
+    cengine.configure(presel_min=1024, par_min=0, seg_min=1024)
+    try:
+        ps = cengine.presel(a, e, qs)
+        acc, _ = cengine.reduce(a, e, nthreads=nthreads, presel=ps)
+        got = cengine.select(a, e, ranks, nthreads=nthreads, expect_finite=acc.n_finite, presel=ps)
+        cengine.presel_free(ps)
+    finally:
+        cengine.configure()
+    assert got.tobytes() == keys.tobytes()
+
+
 def test_select_windows_missed_fall_back_exactly(engine):
     """Windows predicted for other quantiles (or from a sample that misleads) leave the ranks
     to the radix passes: still exact."""
