@@ -24,7 +24,10 @@ Each cell is the minimum over --rounds interleaved rounds of the mean of a batch
 
     python bench/bench_cpu.py [--sizes 22,24] [--repeat 5] [--markdown]
                               [--table layouts|shapes|small|both|all] [--shape-sizes 20,24]
-                              [--rounds 60]
+                              [--rounds 60] [--before path/to/other/_C.so]
+
+--before SO: the shapes table times this build's and another build's _C.compare (the same
+engine entry, no Python layer) in interleaved rounds: the before/after of an engine change.
 
 bfloat16 inputs need torch (skipped without it); float16 and float32 use NumPy.
 VGCT_NUM_THREADS sets the engine's threads (default: all CPUs); OPENBLAS_NUM_THREADS
@@ -115,7 +118,7 @@ def machine():
     return f"{f['model']} ({f['isa'] or 'ISA unknown'}), {os.cpu_count()} CPUs"
 
 
-def p99_shapes(lg, rng):
+def p99_shapes(lg, rng, absdiffs=True):
     """``(name, actual, expected, |a-e| as float64 NumPy)`` for each data shape of the p99
     table (bfloat16 ones need torch: skipped without it)."""
     try:
@@ -147,10 +150,52 @@ def p99_shapes(lg, rng):
     else:
         pairs.append(("identical fp32 pair (a == e)", e32, e32.copy()))
     for name, a, e in pairs:
-        yield name, a, e, absdiff(a, e)
+        yield name, a, e, (absdiff(a, e) if absdiffs else None)
 
 
-def shapes_table(sizes, repeat, markdown, rng):
+def load_engine(path):
+    """The ``_C`` extension module built at ``path`` (another build of vgct_ext's C core, e.g.
+    main's), loaded beside this one under the package name ``vgct_before``."""
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.ExtensionFileLoader("vgct_before._C", path)
+    spec = importlib.util.spec_from_file_location("vgct_before._C", path, loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def shapes_table(sizes, repeat, markdown, rng, before=None):
+    """The p99 cost by data shape.  With ``before`` (a ``_C`` module of another build), both
+    engines are timed through ``_C.compare`` (no Python layer), in interleaved rounds
+    (before, after, before, after, ...), best of ``repeat`` each."""
+    if before is not None:
+        from vgct_ext import _C as after
+        hdr = ("data", "n", "before ms", "before+p99 ms", "before cost", "after ms", "after+p99 ms",
+               "after cost")
+        lines = []
+        for lg in sizes:
+            for name, a, e, _ad in p99_shapes(lg, rng, absdiffs=False):
+                fs = [lambda m=m, q=q: m.compare(a, e, quantiles=q)
+                      for m in (before, after) for q in ((), (0.99,))]
+                for f in fs:
+                    f()  # warm-up
+                ts = [[] for _ in fs]
+                for _ in range(repeat):
+                    for k, f in enumerate(fs):
+                        t0 = time.perf_counter()
+                        f()
+                        ts[k].append(time.perf_counter() - t0)
+                b0, b1, a0, a1 = (min(t) for t in ts)
+                lines.append((name, f"2^{lg}", f"{b0 * 1e3:.2f}", f"{b1 * 1e3:.2f}", f"{b1 / b0:.2f}x",
+                              f"{a0 * 1e3:.2f}", f"{a1 * 1e3:.2f}", f"{a1 / a0:.2f}x"))
+                print("  " + "  ".join(lines[-1]), flush=True)
+        print()
+        print("exact p99 by data shape, before/after: _C.compare with quantiles=() and (0.99,); "
+              f"interleaved rounds, best of {repeat}; cost = p99 / no quantiles (goal of [H]: <= 2x)")
+        _print_table(hdr, lines, markdown)
+        return
     hdr = ("data", "n", "vgct ms", "vgct+p99 ms", "p99 cost", "np.quantile ms")
     lines = []
     for lg in sizes:
@@ -237,6 +282,9 @@ def main():
                     help="both = layouts + shapes; all = the three")
     ap.add_argument("--rounds", type=int, default=60, help="interleaved rounds of the small-call table")
     ap.add_argument("--shape-sizes", default="20,24", help="log2 sizes of the p99 data-shape table")
+    ap.add_argument("--before", metavar="SO", default=None,
+                    help="the _C extension of another build (e.g. main's): the shapes table then "
+                         "times both engines' _C.compare, interleaved, before/after")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     rng = np.random.default_rng(0)
@@ -245,7 +293,8 @@ def main():
     if args.table in ("layouts", "both", "all"):
         layouts_table(sizes, args.repeat, args.markdown, rng)
     if args.table in ("shapes", "both", "all"):
-        shapes_table([int(s) for s in args.shape_sizes.split(",")], args.repeat, args.markdown, rng)
+        shapes_table([int(s) for s in args.shape_sizes.split(",")], args.repeat, args.markdown, rng,
+                     load_engine(args.before) if args.before else None)
     if args.table in ("small", "all"):
         small_table(args.rounds, args.markdown)
 

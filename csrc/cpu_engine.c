@@ -52,6 +52,14 @@
  *             partial (NLANE lanes of vgct_slice_update at S_e, S_d, merged in
  *             lane order -- equal to the tile's own sums); otherwise each pair
  *             goes to its slice with vgct_slice_update in iteration order.
+ *  windows    The exact quantiles of compare(), n >= 2^18 (vgct_cpu_presel):
+ *             a sample of n/256 pairs predicts a key window around the
+ *             quantiles' ranks and the tie values in it; the REDUCTION's pass
+ *             counts the keys below the window and equal to its edges and tie
+ *             values, and stores the other keys inside (bounded); the select
+ *             then reads every rank that fell inside off the window in memory:
+ *             no pass of its own.  Ranks outside (the sample misled, or a
+ *             window overflowed) take the radix passes below: exact either way.
  *  select     Radix selection on the vgct_absdiff_key keys: histogram passes
  *             over 16-bit digits (threads: per-thread histograms, exact sums),
  *             narrowing each requested rank to one bucket, until the buckets
@@ -66,8 +74,10 @@
  *             compare_sharded's distributed selection ([E]).
  *
  * No allocation depends on n except through bounded quantities: segment
- * results (<= 2^14), slice blocks (<= 8 x slices), and the candidate buffer
- * (<= 2^20 keys).  Failures return VGCT_ENOMEM / VGCT_EVALUE with a message
+ * results (<= 2^14), slice blocks (<= 8 x slices), the candidate buffer
+ * (<= 2^20 keys, <= n), the windows' stored keys (<= 2^22 in all) and the
+ * sample (<= 2^18 keys).  A known n_finite that fits the candidate buffer
+ * (n < 2^18, no window) is finished by one pass gathering every key.  Failures return VGCT_ENOMEM / VGCT_EVALUE with a message
  * (every allocation failure is exercised by the engine tests).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -107,15 +117,21 @@ int64_t vgct_cpu_test_select_cap = 0;  /* override SELECT_CAP when > 0      */
 int vgct_cpu_test_last_passes = 0;     /* data passes of the last select   */
 int vgct_cpu_test_level = -1;          /* cap the x86 code level when >= 0  */
 int vgct_cpu_test_fail_alloc = 0;      /* > 0: the k-th allocation fails    */
+int64_t vgct_cpu_test_presel_min = 0;  /* > 0: windows from this n on, from  *
+                                        * samples of >= 1024 keys           */
 #define FORCE_SLOW vgct_cpu_test_force_slow
 #define SEG_MIN_EFF (vgct_cpu_test_seg_min > 0 ? vgct_cpu_test_seg_min : SEG_MIN)
 #define PAR_MIN_EFF (vgct_cpu_test_par_min >= 0 ? vgct_cpu_test_par_min : PAR_MIN_N)
 #define SELECT_CAP_EFF (vgct_cpu_test_select_cap > 0 ? vgct_cpu_test_select_cap : SELECT_CAP)
+#define PRESEL_MIN_EFF (vgct_cpu_test_presel_min > 0 ? vgct_cpu_test_presel_min : VGCT_PRESEL_MIN_N)
+#define PS_SAMPLE_MIN_EFF (vgct_cpu_test_presel_min > 0 ? (int64_t)1024 : PS_SAMPLE_MIN)
 #else
 #define FORCE_SLOW 0
 #define SEG_MIN_EFF SEG_MIN
 #define PAR_MIN_EFF PAR_MIN_N
 #define SELECT_CAP_EFF SELECT_CAP
+#define PRESEL_MIN_EFF VGCT_PRESEL_MIN_N
+#define PS_SAMPLE_MIN_EFF PS_SAMPLE_MIN
 #endif
 
 /* Allocation (the test build can make the k-th one fail: the ENOMEM paths). */
@@ -514,6 +530,306 @@ static void tile_dbl(tile_t *t, const plan_t *P) {
  * there is none, or all are zero; 2^1023 for an overflowing difference). */
 static inline double tile_scale(double m) { return m > 0.0 ? vgct_pow2_ceil(m) : VGCT_MIN_SCALE; }
 
+/* The selection keys of a tile's finite pairs (vgct_absdiff_key), in tile
+ * order; returns their number.  A tile without NaN/Inf (exponent field not
+ * all ones, tested with integer operations that vectorise) takes a loop
+ * without class tests, which computes the same keys. */
+static int tile_keys32(const tile_t *t, uint64_t *restrict keys);
+static int tile_keys(const tile_t *t, uint64_t *restrict keys) {
+  if (!t->dbl && !t->isint) return tile_keys32(t, keys);
+  if (t->isint) { /* an integer tile (tile_fill_int): every pair is finite */
+    const int ua = t->ua64, ue = t->ue64;
+    for (int j = 0; j < t->len; ++j) {
+      vgct_int_cmp c;
+      vgct_int_pair(t->IA[j], ua, t->IE[j], ue, 0.0, 0.0, &c);
+      keys[j] = vgct_bits_from_f64(c.ad);
+    }
+    return t->len;
+  }
+  const uint64_t EXP = 0x7ff0000000000000ULL, ONE = 0x0010000000000000ULL;
+  const int len = t->len;
+  uint64_t bad = 0;
+  for (int j = 0; j < len; ++j) { /* exponent all ones <=> bit 63 of (exp field + 1) */
+    const uint64_t ba = vgct_bits_from_f64(t->A[j]), be = vgct_bits_from_f64(t->E[j]);
+    bad |= ((ba & EXP) + ONE) | ((be & EXP) + ONE);
+  }
+  if (!(bad >> 63)) {
+    for (int j = 0; j < len; ++j) keys[j] = vgct_bits_from_f64(fabs(t->A[j] - t->E[j]));
+    return len;
+  }
+  int m = 0;
+  for (int j = 0; j < len; ++j)
+    if (vgct_absdiff_key(t->A[j], t->E[j], &keys[m])) ++m;
+  return m;
+}
+
+/* The same keys from a float32 tile (tile_fill32: A/E not filled): float32
+ * -> float64 is exact, so fabs((double)a - (double)e) is the key of
+ * vgct_absdiff_key on the loaded doubles; a float32 is finite iff its double
+ * is (exponent field not all ones: bit 31 of (exp field + 1)). */
+static int tile_keys32(const tile_t *t, uint64_t *restrict keys) {
+  const uint32_t EXP = 0x7f800000u, ONE = 0x00800000u;
+  const int len = t->len;
+  const char *pa = t->fa, *pe = t->fe;
+  uint32_t bad = 0;
+  for (int j = 0; j < len; ++j) {
+    uint32_t ba, be;
+    memcpy(&ba, pa + 4 * (size_t)j, 4);
+    memcpy(&be, pe + 4 * (size_t)j, 4);
+    bad |= ((ba & EXP) + ONE) | ((be & EXP) + ONE);
+  }
+  if (!(bad >> 31)) {
+    for (int j = 0; j < len; ++j) {
+      float fa, fe;
+      memcpy(&fa, pa + 4 * (size_t)j, 4);
+      memcpy(&fe, pe + 4 * (size_t)j, 4);
+      keys[j] = vgct_bits_from_f64(fabs((double)fa - (double)fe));
+    }
+    return len;
+  }
+  int m = 0;
+  for (int j = 0; j < len; ++j) {
+    float fa, fe;
+    memcpy(&fa, pa + 4 * (size_t)j, 4);
+    memcpy(&fe, pe + 4 * (size_t)j, 4);
+    if (vgct_absdiff_key((double)fa, (double)fe, &keys[m])) ++m;
+  }
+  return m;
+}
+
+/* fill a tile for the selection keys: raw integers for an integer pair,
+ * float32 left as float32 (tile_keys32) for a float32 x float32 pair */
+static inline void tile_fill_keys(const plan_t *P, iter_t *it, int64_t end, tile_t *t) {
+  if (P->intpair) tile_fill_int(P, it, end, t);
+  else if (P->dta == VGCT_FLOAT32 && P->dte == VGCT_FLOAT32) tile_fill32(P, it, end, t);
+  else tile_fill(P, it, end, t);
+}
+
+/* ---- key windows read in the reduction's pass (vgct_cpu_presel_new) ----
+ * Window g: keys in [lo, hi].  Its pivots pv[0] = lo < ... < pv[npv-1] = hi
+ * (npv = 1 when lo == hi) are counted, not stored: lo, hi and the values that
+ * recur often in the sample (ties).  Every other key with lo < k < hi is
+ * stored, through a per-thread staging area, into the window's buffer (at
+ * most cap keys: pos > cap marks an overflow, the window is then unusable).
+ * Keys below lo are counted.  So the window describes exactly the sorted
+ * keys of ranks [lt, lt + eq[0] + ... + eq[npv-1] + stored). */
+#define PS_MAXW 4   /* windows       */
+#define PS_MAXPV 8  /* pivots of one */
+#define PS_LBUF 256 /* staging keys per window and thread */
+struct vgct_cpu_presel {
+  int nw;
+  uint64_t lo[PS_MAXW], hi[PS_MAXW];
+  int npv[PS_MAXW];
+  uint64_t pv[PS_MAXW][PS_MAXPV];
+  int64_t pvs[PS_MAXW][PS_MAXPV]; /* the same, as int64 (keys < 2^63) */
+  void (*kern)(const int64_t *, int, int64_t, int64_t, int, const int64_t *, int64_t *, int64_t *,
+               unsigned char *);
+  void (*keys)(const tile_t *, uint64_t *);
+  void (*fused)(const tile_t *, int64_t, int64_t, int64_t *, unsigned char *);
+  uint64_t *buf[PS_MAXW];
+  int64_t cap[PS_MAXW];
+  atomic_llong pos[PS_MAXW];
+  uint64_t *mem;
+  /* filled by vgct_cpu_reduce (filled = 1 when its pass completed) */
+  int filled;
+  int64_t nkeys;                 /* finite pairs seen                 */
+  int64_t lt[PS_MAXW];           /* keys < lo                         */
+  int64_t eq[PS_MAXW][PS_MAXPV]; /* keys == pv[i]                     */
+};
+
+typedef struct {
+  int64_t nkeys;
+  int64_t lt[PS_MAXW];
+  int64_t eq[PS_MAXW][PS_MAXPV];
+  int nst[PS_MAXW];
+  uint64_t st[PS_MAXW][PS_LBUF];
+} ps_thread;
+
+static void ps_flush(struct vgct_cpu_presel *S, int g, const uint64_t *keys, int cnt) {
+  const long long at = atomic_fetch_add(&S->pos[g], cnt);
+  if (at + cnt <= S->cap[g]) memcpy(S->buf[g] + at, keys, (size_t)cnt * sizeof(uint64_t));
+}
+
+/* One window over a tile's keys: lt += keys < lo, eq[i] += keys == pv[i],
+ * fl[j] = 1 for a key to store (lo < key < hi, no pivot).  Keys are < 2^63:
+ * compared as int64 (packed signed compares: AVX2 / AVX-512 clones below). */
+typedef void (*ps_kern_fn)(const int64_t *, int, int64_t, int64_t, int, const int64_t *, int64_t *,
+                           int64_t *, unsigned char *);
+#define PS_KERN(NAME, ATTR)                                                                      \
+  ATTR static void NAME(const int64_t *restrict k, int m, int64_t lo, int64_t hi, int npv,       \
+                        const int64_t *pv, int64_t *lt, int64_t *eq, unsigned char *restrict fl) { \
+    int64_t c = 0;                                                                               \
+    for (int j = 0; j < m; ++j) c += k[j] < lo;                                                  \
+    *lt += c;                                                                                    \
+    for (int i = 0; i < npv; ++i) {                                                              \
+      const int64_t v = pv[i];                                                                   \
+      int64_t ce = 0;                                                                            \
+      for (int j = 0; j < m; ++j) ce += k[j] == v;                                               \
+      eq[i] += ce;                                                                               \
+    }                                                                                            \
+    if (npv < 2) return;                                                                         \
+    for (int j = 0; j < m; ++j) fl[j] = (unsigned char)((k[j] > lo) & (k[j] < hi));             \
+    for (int i = 1; i < npv - 1; ++i) {                                                          \
+      const int64_t v = pv[i];                                                                   \
+      for (int j = 0; j < m; ++j) fl[j] &= (unsigned char)(k[j] != v);                           \
+    }                                                                                            \
+  }
+PS_KERN(ps_kern_base, )
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(VGCT_NO_CPU_DISPATCH)
+PS_KERN(ps_kern_avx2, __attribute__((target("avx2"))))
+PS_KERN(ps_kern_avx512, __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))))
+static ps_kern_fn pick_ps_kern(void) {
+  const int lv = cpu_level();
+  return lv == 2 ? ps_kern_avx512 : lv == 1 ? ps_kern_avx2 : ps_kern_base;
+}
+#else
+static ps_kern_fn pick_ps_kern(void) { return ps_kern_base; }
+#endif
+
+/* The keys of an all-finite tile (float32 elements, or the doubles A/E) */
+typedef void (*keys_kern_fn)(const tile_t *, uint64_t *);
+#define KEYS_KERN(NAME, ATTR)                                                                    \
+  ATTR static void NAME(const tile_t *t, uint64_t *restrict keys) {                              \
+    const int len = t->len;                                                                      \
+    if (!t->dbl) {                                                                               \
+      const char *pa = t->fa, *pe = t->fe;                                                       \
+      for (int j = 0; j < len; ++j) {                                                            \
+        float fa, fe;                                                                            \
+        memcpy(&fa, pa + 4 * (size_t)j, 4);                                                      \
+        memcpy(&fe, pe + 4 * (size_t)j, 4);                                                      \
+        keys[j] = vgct_bits_from_f64(fabs((double)fa - (double)fe));                             \
+      }                                                                                          \
+    } else {                                                                                     \
+      for (int j = 0; j < len; ++j) keys[j] = vgct_bits_from_f64(fabs(t->A[j] - t->E[j]));       \
+    }                                                                                            \
+  }
+KEYS_KERN(keys_kern_base, )
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(VGCT_NO_CPU_DISPATCH)
+KEYS_KERN(keys_kern_avx2, __attribute__((target("avx2"))))
+KEYS_KERN(keys_kern_avx512, __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))))
+static keys_kern_fn pick_keys_kern(void) {
+  const int lv = cpu_level();
+  return lv == 2 ? keys_kern_avx512 : lv == 1 ? keys_kern_avx2 : keys_kern_base;
+}
+#else
+static keys_kern_fn pick_keys_kern(void) { return keys_kern_base; }
+#endif
+
+/* the key of pair j of an all-finite (float32 or double) tile */
+static inline uint64_t tile_key(const tile_t *t, int j) {
+  if (t->dbl) return vgct_bits_from_f64(fabs(t->A[j] - t->E[j]));
+  float fa, fe;
+  memcpy(&fa, t->fa + 4 * (size_t)j, 4);
+  memcpy(&fe, t->fe + 4 * (size_t)j, 4);
+  return vgct_bits_from_f64(fabs((double)fa - (double)fe));
+}
+
+/* One window with no tie value inside (pivots lo and hi only: the common
+ * case) over an all-finite tile, the keys computed and tested in the same
+ * loop: cnt[0] += keys < lo, cnt[1] += keys == lo, cnt[2] += keys == hi,
+ * fl[j] = lo < key < hi (the few keys to store are computed again, tile_key). */
+typedef void (*ps_fused_fn)(const tile_t *, int64_t, int64_t, int64_t *, unsigned char *);
+#define PS_FUSED(NAME, ATTR)                                                                     \
+  ATTR static void NAME(const tile_t *t, int64_t lo, int64_t hi, int64_t *cnt,                   \
+                        unsigned char *restrict fl) {                                            \
+    const int len = t->len;                                                                      \
+    int64_t lt = 0, el = 0, eh = 0;                                                              \
+    if (!t->dbl) {                                                                               \
+      const char *pa = t->fa, *pe = t->fe;                                                       \
+      for (int j = 0; j < len; ++j) {                                                            \
+        float fa, fe;                                                                            \
+        memcpy(&fa, pa + 4 * (size_t)j, 4);                                                      \
+        memcpy(&fe, pe + 4 * (size_t)j, 4);                                                      \
+        const int64_t k = (int64_t)vgct_bits_from_f64(fabs((double)fa - (double)fe));            \
+        lt += k < lo; el += k == lo; eh += k == hi;                                              \
+        fl[j] = (unsigned char)((k > lo) & (k < hi));                                            \
+      }                                                                                          \
+    } else {                                                                                     \
+      for (int j = 0; j < len; ++j) {                                                            \
+        const int64_t k = (int64_t)vgct_bits_from_f64(fabs(t->A[j] - t->E[j]));                  \
+        lt += k < lo; el += k == lo; eh += k == hi;                                              \
+        fl[j] = (unsigned char)((k > lo) & (k < hi));                                            \
+      }                                                                                          \
+    }                                                                                            \
+    cnt[0] += lt; cnt[1] += el; cnt[2] += eh;                                                    \
+  }
+PS_FUSED(ps_fused_base, )
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(VGCT_NO_CPU_DISPATCH)
+PS_FUSED(ps_fused_avx2, __attribute__((target("avx2"))))
+PS_FUSED(ps_fused_avx512, __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))))
+static ps_fused_fn pick_ps_fused(void) {
+  const int lv = cpu_level();
+  return lv == 2 ? ps_fused_avx512 : lv == 1 ? ps_fused_avx2 : ps_fused_base;
+}
+#else
+static ps_fused_fn pick_ps_fused(void) { return ps_fused_base; }
+#endif
+
+/* The tile's finite keys into the windows (before tile_patch rewrites A/E);
+ * fin: the fold found every pair finite (the keys need no class test);
+ * the keys to store (few: the window's share of the data, minus its ties)
+ * are found 8 flags at a time. */
+static void tile_presel(const tile_t *t, struct vgct_cpu_presel *S, ps_thread *T, int fin) {
+  int64_t keys[TILE];
+  unsigned char fl[TILE + 8];
+  int m;
+  const int fused = fin && !t->isint && S->nw == 1 && S->npv[0] <= 2;
+  if (fused) {
+    int64_t cnt[3] = {0, 0, 0};
+    S->fused(t, (int64_t)S->lo[0], (int64_t)S->hi[0], cnt, fl);
+    m = t->len;
+    T->lt[0] += cnt[0];
+    T->eq[0][0] += cnt[1];
+    if (S->npv[0] == 2) T->eq[0][1] += cnt[2];
+  } else if (fin && !t->isint) {
+    S->keys(t, (uint64_t *)(void *)keys);
+    m = t->len;
+  } else {
+    m = tile_keys(t, (uint64_t *)(void *)keys);
+  }
+  T->nkeys += m;
+  for (int g = 0; g < S->nw; ++g) {
+    const int npv = S->npv[g];
+    if (!fused)
+      S->kern(keys, m, (int64_t)S->lo[g], (int64_t)S->hi[g], npv, S->pvs[g], &T->lt[g], T->eq[g], fl);
+    if (npv < 2) continue; /* lo == hi: nothing strictly inside */
+    for (int j = m; j < m + 8; ++j) fl[j] = 0;
+    uint64_t *st = T->st[g];
+    int c = T->nst[g];
+    for (int j = 0; j < m; j += 8) {
+      uint64_t w;
+      memcpy(&w, fl + j, 8);
+      while (w) { /* flags are 0/1: bit 8b is flag j + b */
+        const int b = __builtin_ctzll(w) >> 3;
+        st[c++] = fused ? tile_key(t, j + b) : (uint64_t)keys[j + b];
+        if (c == PS_LBUF) { ps_flush(S, g, st, c); c = 0; }
+        w &= w - 1;
+      }
+    }
+    T->nst[g] = c;
+  }
+}
+
+/* after the pass: the threads' counters summed, their staged keys stored */
+static void presel_collect(struct vgct_cpu_presel *S, ps_thread *T, int nthreads) {
+  S->nkeys = 0;
+  for (int g = 0; g < S->nw; ++g) {
+    S->lt[g] = 0;
+    for (int i = 0; i < PS_MAXPV; ++i) S->eq[g][i] = 0;
+  }
+  for (int k = 0; k < nthreads; ++k) {
+    S->nkeys += T[k].nkeys;
+    for (int g = 0; g < S->nw; ++g) {
+      S->lt[g] += T[k].lt[g];
+      for (int i = 0; i < S->npv[g]; ++i) S->eq[g][i] += T[k].eq[g][i];
+      if (T[k].nst[g]) ps_flush(S, g, T[k].st[g], T[k].nst[g]);
+    }
+  }
+}
+
+
+
+
 /* ======================================================================
  * The fast fold of an all-finite tile (see the header comment).
  *
@@ -864,6 +1180,8 @@ typedef struct {
   fold32_fn fold32;         /* float32 x float32: float32 tiles (else NULL) */
   cancel_t *cc;
   atomic_int changed;       /* a maximum's rescan did not find it: torn input */
+  struct vgct_cpu_presel *ps; /* vgct_params.presel, or NULL              */
+  ps_thread *pst;           /* per thread: its window counters and staging   */
 } red_ctx;
 
 /* Maxima of a fast tile into `best` (lowest flat index among ties).  `v` is
@@ -1185,6 +1503,7 @@ static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl,
     if (cc_check(C->cc, tid)) return; /* the call is discarded */
     if (P->intpair) {
       tile_fill_int(P, &it, end, t);
+      if (C->ps) tile_presel(t, C->ps, &C->pst[tid], 0);
       vgct_acc tacc;
       tile_int(t, P, C->rtol, C->atol, &tacc, sl);
       ms_push(&ms, &tacc);
@@ -1207,6 +1526,8 @@ static void reduce_segment(red_ctx *C, int64_t s, tile_t *t, vgct_slice_acc *sl,
     int fast = FORCE_SLOW ? 0
                : C->fold32 ? C->fold32(t->fa, t->fe, t->len, C->rtol, C->atol, relc, nz, &f, t->cm)
                            : C->fold(t->A, t->E, t->len, C->rtol, C->atol, relc, nz, &f);
+    /* the quantile windows: a fast tile is all finite; else before tile_patch */
+    if (C->ps) tile_presel(t, C->ps, &C->pst[tid], fast != 0);
     const unsigned char *cm = fast == 2 ? t->cm : NULL; /* candidate bits of the pairs */
     vgct_acc tacc;
     vgct_acc nf;
@@ -1306,6 +1627,7 @@ int vgct_cpu_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p
   for (int64_t j = 0; j < nslices; ++j) vgct_slice_init(&slices[j], scaled);
   plan_t P;
   plan_build(a, e, has_slices ? p->dim : -1, &P);
+  if (p->presel) p->presel->filled = 0;
   if (P.n == 0) return VGCT_OK;
 
   red_ctx C;
@@ -1343,13 +1665,25 @@ int vgct_cpu_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p
   C.res = (vgct_acc *)eng_malloc((size_t)C.nseg * sizeof(vgct_acc));
   if (has_slices) C.blk = (vgct_slice_acc *)eng_malloc((size_t)(C.nblk * nslices) * sizeof(vgct_slice_acc));
   int ok = C.res && (!has_slices || C.blk) && alloc_tiles(tiles, nthreads);
+  if (ok && p->presel) {
+    C.pst = (ps_thread *)eng_calloc((size_t)nthreads, sizeof(ps_thread));
+    ok = C.pst != NULL;
+    C.ps = p->presel;
+    C.ps->filled = 0;
+    for (int g = 0; g < C.ps->nw; ++g) atomic_store(&C.ps->pos[g], 0);
+  }
   if (!ok) {
-    free_tiles(tiles, nthreads); free(C.res); free(C.blk);
+    free_tiles(tiles, nthreads); free(C.res); free(C.blk); free(C.pst);
     set_err(err, errlen, "vgct_cpu_reduce: out of memory (%s; %lld segments)",
-            "segment results, slice blocks or tile buffers", (long long)C.nseg);
+            "segment results, slice blocks, tile buffers or window counters", (long long)C.nseg);
     return VGCT_ENOMEM;
   }
   par_run(nthreads, nunits, reduce_unit, &C, &cc);
+  if (C.ps) { /* the threads' window counters and last staged keys */
+    presel_collect(C.ps, C.pst, nthreads);
+    C.ps->filled = !cc_stopped(&cc);
+    free(C.pst);
+  }
   if (cc_stopped(&cc) || atomic_load(&C.changed)) {
     const int stopped = cc_stopped(&cc);
     free_tiles(tiles, nthreads); free(C.res); free(C.blk);
@@ -1432,43 +1766,6 @@ static void stage_flush(sel_ctx *C, int tid, int g, int cnt) {
   long long at = atomic_fetch_add(&C->gath_pos[g], cnt);
   if (at + cnt <= C->gath_cap[g])
     memcpy(C->gath_buf[g] + at, C->stage[tid][g], (size_t)cnt * sizeof(uint64_t));
-}
-
-/* The selection keys of a tile's finite pairs (vgct_absdiff_key), in tile
- * order; returns their number.  A tile without NaN/Inf (exponent field not
- * all ones, tested with integer operations that vectorise) takes a loop
- * without class tests, which computes the same keys. */
-static int tile_keys(const tile_t *t, uint64_t *restrict keys) {
-  if (t->isint) { /* an integer tile (tile_fill_int): every pair is finite */
-    const int ua = t->ua64, ue = t->ue64;
-    for (int j = 0; j < t->len; ++j) {
-      vgct_int_cmp c;
-      vgct_int_pair(t->IA[j], ua, t->IE[j], ue, 0.0, 0.0, &c);
-      keys[j] = vgct_bits_from_f64(c.ad);
-    }
-    return t->len;
-  }
-  const uint64_t EXP = 0x7ff0000000000000ULL, ONE = 0x0010000000000000ULL;
-  const int len = t->len;
-  uint64_t bad = 0;
-  for (int j = 0; j < len; ++j) { /* exponent all ones <=> bit 63 of (exp field + 1) */
-    const uint64_t ba = vgct_bits_from_f64(t->A[j]), be = vgct_bits_from_f64(t->E[j]);
-    bad |= ((ba & EXP) + ONE) | ((be & EXP) + ONE);
-  }
-  if (!(bad >> 63)) {
-    for (int j = 0; j < len; ++j) keys[j] = vgct_bits_from_f64(fabs(t->A[j] - t->E[j]));
-    return len;
-  }
-  int m = 0;
-  for (int j = 0; j < len; ++j)
-    if (vgct_absdiff_key(t->A[j], t->E[j], &keys[m])) ++m;
-  return m;
-}
-
-/* fill a tile for the selection keys: raw integers for an integer pair */
-static inline void tile_fill_keys(const plan_t *P, iter_t *it, int64_t end, tile_t *t) {
-  if (P->intpair) tile_fill_int(P, it, end, t);
-  else tile_fill(P, it, end, t);
 }
 
 static void select_unit(void *ctx, int64_t s, int tid) {
@@ -1679,6 +1976,261 @@ static void setup_ranges(sel_ctx *C, const plan_t *P, const rank_ref *order, int
   }
 }
 
+/* ---- vgct_cpu_presel_new / _free (contract: vgct_engine.h) ------------- */
+#define PS_SAMPLE_MIN ((int64_t)1 << 14)
+#define PS_SAMPLE_MAX ((int64_t)1 << 18)
+#define PS_INF_KEY 0x7ff0000000000000ULL /* +Inf: the largest key */
+
+void vgct_cpu_presel_free(struct vgct_cpu_presel *S) {
+  if (!S) return;
+  free(S->mem);
+  free(S);
+}
+
+struct vgct_cpu_presel *vgct_cpu_presel_new(const vgct_view *a, const vgct_view *e,
+                                            const double *qs, int nq) {
+  plan_t P;
+  plan_build(a, e, -1, &P);
+  if (P.n < PRESEL_MIN_EFF || nq <= 0) return NULL;
+  int64_t want = P.n / 256;
+  want = want < PS_SAMPLE_MIN_EFF ? PS_SAMPLE_MIN_EFF : (want > PS_SAMPLE_MAX ? PS_SAMPLE_MAX : want);
+  const int64_t ntiles = want / TILE, nblk = (P.n + TILE - 1) / TILE;
+  const int64_t step = nblk / ntiles > 0 ? nblk / ntiles : 1;
+  uint64_t *x = (uint64_t *)eng_malloc((size_t)(ntiles + 1) * TILE * sizeof(uint64_t));
+  tile_t *t = (tile_t *)eng_malloc(sizeof(tile_t));
+  struct vgct_cpu_presel *S = (struct vgct_cpu_presel *)eng_calloc(1, sizeof *S);
+  if (!x || !t || !S) goto fail;
+  /* evenly spaced tiles (fixed by n: deterministic) */
+  int64_t ns = 0, seen = 0;
+  for (int64_t b = 0; b < nblk && ns + TILE <= (ntiles + 1) * TILE; b += step) {
+    iter_t it;
+    const int64_t pos = b * TILE, end = pos + TILE < P.n ? pos + TILE : P.n;
+    iter_seek(&P, &it, pos);
+    while (it.pos < end && ns + TILE <= (ntiles + 1) * TILE) {
+      tile_fill_keys(&P, &it, end, t);
+      seen += t->len;
+      ns += tile_keys(t, x + ns);
+    }
+  }
+  if (ns < 1024) goto fail;
+  const double nest = (double)P.n * (double)ns / (double)seen; /* finite pairs, estimated */
+  /* the quantiles ascending; one window per group of overlapping ones */
+  double q[2 * PS_MAXW];
+  int nqs = 0;
+  for (int i = 0; i < nq && nqs < 2 * PS_MAXW; ++i) q[nqs++] = qs[i];
+  for (int i = 1; i < nqs; ++i) /* insertion sort */
+    for (int j = i; j > 0 && q[j - 1] > q[j]; --j) { double z = q[j]; q[j] = q[j - 1]; q[j - 1] = z; }
+  int64_t wlo[PS_MAXW], whi[PS_MAXW];
+  int nw = 0;
+  for (int i = 0; i < nqs; ++i) {
+    const double ph = q[i];
+    const double at = ph * (double)(ns - 1);
+    /* 6 sigma of the sample's rank + a share for a sample that is not i.i.d. */
+    const double mg = 6.0 * sqrt((double)ns * ph * (1.0 - ph)) + 16.0 + (double)ns / 2048.0;
+    int64_t ilo = (int64_t)floor(at - mg), ihi = (int64_t)ceil(at + 1.0 + mg);
+    if (ilo < 0) ilo = 0;
+    if (ihi > ns - 1) ihi = ns - 1;
+    if (nw > 0 && ilo <= whi[nw - 1]) { whi[nw - 1] = ihi > whi[nw - 1] ? ihi : whi[nw - 1]; continue; }
+    if (nw == PS_MAXW) break;
+    wlo[nw] = ilo; whi[nw] = ihi; ++nw;
+  }
+  int64_t rk[2 * PS_MAXW];
+  for (int g = 0; g < nw; ++g) { rk[2 * g] = wlo[g]; rk[2 * g + 1] = whi[g]; }
+  int nrk = 0;
+  for (int i = 0; i < 2 * nw; ++i) if (nrk == 0 || rk[nrk - 1] != rk[i]) rk[nrk++] = rk[i];
+  int depth = 2;
+  for (int64_t c = ns; c > 1; c >>= 1) depth += 2;
+  u64_mselect(x, 0, ns, rk, nrk, depth); /* x[wlo..whi]: the window's sample keys */
+  int64_t budget = VGCT_PRESEL_MAX_KEYS, total = 0;
+  for (int g = 0; g < nw; ++g) {
+    const int64_t ilo = wlo[g], ihi = whi[g], len = ihi - ilo + 1;
+    uint64_t *y = x + ilo;
+    qsort(y, (size_t)len, sizeof(uint64_t), cmp_u64);
+    const uint64_t lo = ilo == 0 ? 0 : y[0], hi = ihi == ns - 1 ? PS_INF_KEY : y[len - 1];
+    /* ties: the values inside filling >= 1/16 of the window's sample (at most
+     * 16 of them), the PS_MAXPV - 2 most frequent kept, ascending */
+    uint64_t hv[17];
+    int64_t hc[17];
+    int nh = 0;
+    for (int64_t r = 0; r < len;) {
+      int64_t r2 = r;
+      while (r2 < len && y[r2] == y[r]) ++r2;
+      if (y[r] > lo && y[r] < hi && (r2 - r) * 16 >= len && nh < 17) { hv[nh] = y[r]; hc[nh] = r2 - r; ++nh; }
+      r = r2;
+    }
+    for (int i = 0; i < nh; ++i) /* most frequent first (ties: smaller value first) */
+      for (int j = i + 1; j < nh; ++j)
+        if (hc[j] > hc[i] || (hc[j] == hc[i] && hv[j] < hv[i])) {
+          uint64_t tv = hv[i]; hv[i] = hv[j]; hv[j] = tv;
+          int64_t tc = hc[i]; hc[i] = hc[j]; hc[j] = tc;
+        }
+    if (nh > PS_MAXPV - 2) nh = PS_MAXPV - 2;
+    for (int i = 1; i < nh; ++i) /* ascending */
+      for (int j = i; j > 0 && hv[j - 1] > hv[j]; --j) { uint64_t z = hv[j]; hv[j] = hv[j - 1]; hv[j - 1] = z; }
+    S->lo[g] = lo; S->hi[g] = hi;
+    int npv = 0;
+    S->pv[g][npv++] = lo;
+    for (int i = 0; i < nh; ++i) S->pv[g][npv++] = hv[i];
+    if (hi != lo) S->pv[g][npv++] = hi;
+    S->npv[g] = npv;
+    for (int i = 0; i < npv; ++i) S->pvs[g][i] = (int64_t)S->pv[g][i];
+    /* the stored keys expected: the window's sample share, ties excluded */
+    int64_t inner = len;
+    for (int r = 0; r < len; ++r) {
+      int piv = 0;
+      for (int i = 0; i < npv; ++i) piv |= y[r] == S->pv[g][i];
+      inner -= piv;
+    }
+    const double cap = 2.0 * (double)inner / (double)ns * nest + 4096.0;
+    if (cap > (double)(budget - total)) break;
+    S->cap[g] = (int64_t)cap;
+    total += S->cap[g];
+    S->nw = g + 1;
+  }
+  if (S->nw == 0) goto fail;
+  S->kern = pick_ps_kern();
+  S->keys = pick_keys_kern();
+  S->fused = pick_ps_fused();
+  S->mem = (uint64_t *)eng_malloc((size_t)total * sizeof(uint64_t)); /* untouched pages are free */
+  if (!S->mem) goto fail;
+  int64_t off = 0;
+  for (int g = 0; g < S->nw; off += S->cap[g], ++g) {
+    S->buf[g] = S->mem + off;
+    atomic_init(&S->pos[g], 0);
+  }
+  free(x);
+  free(t);
+  return S;
+fail:
+  free(x);
+  free(t);
+  free(S);
+  return NULL;
+}
+
+/* The ranks (order[0..nranks), ascending) that fell inside a complete window
+ * of the reduction: values written, resolved[] set.  VGCT_ECHANGED when the
+ * window counts contradict the reduction's n_finite. */
+static int presel_resolve(struct vgct_cpu_presel *S, int64_t n_finite, const rank_ref *order,
+                          int nranks, unsigned char *resolved, double *values, char *err,
+                          size_t errlen) {
+  if (S->nkeys != n_finite) {
+    snprintf(err, errlen,
+             "input changed during compare: %lld finite pairs in the reduction, %lld keys in its "
+             "quantile windows (do not write into the inputs while compare() reads them)",
+             (long long)n_finite, (long long)S->nkeys);
+    return VGCT_ECHANGED;
+  }
+  for (int g = 0; g < S->nw; ++g) {
+    const int64_t stored = (int64_t)atomic_load(&S->pos[g]);
+    if (stored > S->cap[g]) continue; /* overflowed: the passes take these ranks */
+    int64_t tot = stored;
+    for (int i = 0; i < S->npv[g]; ++i) tot += S->eq[g][i];
+    if (S->lt[g] + tot > n_finite) {
+      snprintf(err, errlen,
+               "input changed during compare: a quantile window counted %lld keys of %lld finite "
+               "pairs (do not write into the inputs while compare() reads them)",
+               (long long)(S->lt[g] + tot), (long long)n_finite);
+      return VGCT_ECHANGED;
+    }
+    uint64_t *y = S->buf[g];
+    int64_t below[PS_MAXPV]; /* stored keys below each pivot */
+    for (int i = 0; i < S->npv[g]; ++i) {
+      int64_t c = 0;
+      for (int64_t j = 0; j < stored; ++j) c += y[j] < S->pv[g][i];
+      below[i] = c;
+    }
+    int depth = 2;
+    for (int64_t c = stored; c > 1; c >>= 1) depth += 2;
+    /* each rank inside: a pivot's value, or a rank among the stored keys */
+    int64_t srk[2 * PS_MAXW * 32];
+    int nsr = 0, many = 0;
+    for (int q = 0; q < nranks; ++q) {
+      const int64_t r = order[q].rank - S->lt[g];
+      if (resolved[q] || r < 0 || r >= tot) continue;
+      /* sorted window: stored keys < pv[0], pv[0] x eq[0], stored in (pv[0], pv[1]), ... */
+      int64_t acc = 0, sr = -1;
+      int found = 0;
+      for (int i = 0; i < S->npv[g]; ++i) {
+        const int64_t start = below[i] + acc;
+        if (r < start) { sr = r - acc; found = 1; break; }
+        if (r < start + S->eq[g][i]) { /* a pivot: its value */
+          values[order[q].orig] = vgct_f64_from_bits(S->pv[g][i]);
+          resolved[q] = 1;
+          found = 1;
+          break;
+        }
+        acc += S->eq[g][i];
+      }
+      if (!found) sr = r - acc;
+      if (sr >= 0) {
+        if (nsr < (int)(sizeof srk / sizeof srk[0])) srk[nsr++] = sr;
+        else many = 1;
+      }
+    }
+    if (nsr == 0) continue;
+    /* the stored ranks: one multi-select (ascending, distinct); one sort only for more
+     * ranks than compare() ever asks (the engine tests' dense rank lists) */
+    if (many) {
+      qsort(y, (size_t)stored, sizeof(uint64_t), cmp_u64);
+    } else {
+      for (int i = 1; i < nsr; ++i)
+        for (int j = i; j > 0 && srk[j - 1] > srk[j]; --j) { int64_t z = srk[j]; srk[j] = srk[j - 1]; srk[j - 1] = z; }
+      int u = 0;
+      for (int i = 0; i < nsr; ++i) if (u == 0 || srk[u - 1] != srk[i]) srk[u++] = srk[i];
+      u64_mselect(y, 0, stored, srk, u, depth);
+    }
+    for (int q = 0; q < nranks; ++q) { /* the same walk, now reading the stored keys */
+      const int64_t r = order[q].rank - S->lt[g];
+      if (resolved[q] || r < 0 || r >= tot) continue;
+      int64_t acc = 0;
+      for (int i = 0; i < S->npv[g]; ++i) {
+        if (r < below[i] + acc) break;
+        acc += S->eq[g][i];
+      }
+      values[order[q].orig] = vgct_f64_from_bits(y[r - acc]);
+      resolved[q] = 1;
+    }
+  }
+  return VGCT_OK;
+}
+
+/* Split group gi (its keys counted by their next digit in hsum, HBINS bins,
+ * summing to its count: the caller checks) into one new group per bucket
+ * holding some of its ranks, appended at groups[*ng]: each rank becomes
+ * relative to its bucket; a bucket with every bit known is finished (the
+ * value is the key), one of at most gcap keys is to be gathered (state 1),
+ * else histogrammed at the next level (state 0).  Group gi is done (2). */
+static void split_group(group_t *groups, int *ng, int *gstate, int gi, const uint64_t *hsum,
+                        const rank_ref *order, int64_t *rel, double *values, int64_t gcap) {
+  const group_t *G = &groups[gi];
+  int64_t below = 0;
+  int b = 0;
+  int q = 0;
+  while (q < G->nr) {
+    int64_t r = rel[G->first + q];
+    while (below + (int64_t)hsum[b] <= r) { below += (int64_t)hsum[b]; ++b; }
+    /* new group: the ranks of G falling in bucket b */
+    int q0 = q;
+    while (q < G->nr && rel[G->first + q] < below + (int64_t)hsum[b]) { rel[G->first + q] -= below; ++q; }
+    group_t *N = &groups[*ng];
+    N->prefix = (G->prefix << lv_width[G->level]) | (uint64_t)b;
+    N->shift = lv_shift[G->level];
+    N->level = G->level + 1;
+    N->count = (int64_t)hsum[b];
+    N->nr = q - q0;
+    N->first = G->first + q0;
+    if (N->level == NLEVEL) { /* every bit known: the value is the key */
+      for (int z = q0; z < q; ++z) values[order[G->first + z].orig] = vgct_f64_from_bits(N->prefix);
+      gstate[*ng] = 2;
+    } else {
+      gstate[*ng] = N->count <= gcap ? 1 : 0;
+    }
+    ++*ng;
+  }
+  gstate[gi] = 2;
+}
+
 int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p,
                     const int64_t *ranks, int nranks, double *values,
                     char *err, size_t errlen) {
@@ -1719,11 +2271,9 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
   uint64_t *gbuf = NULL, *sample = NULL;
   int ok = order && rel && groups && gstate && C.stage && C.rlt && resolved &&
            alloc_tiles(tiles, nthreads);
-  for (int i = 0; ok && i < nthreads; ++i) {
-    hist[i] = (uint64_t *)eng_malloc((size_t)MAX_PEND * HBINS * sizeof(uint64_t));
-    ok = hist[i] != NULL;
-  }
-  if (ok) { gbuf = (uint64_t *)eng_malloc((size_t)(cap > 0 ? cap : 1) * sizeof(uint64_t)); ok = gbuf != NULL; }
+  /* the candidate buffer: never more keys than pairs */
+  const int64_t gcap = cap < P.n ? cap : P.n;
+  if (ok) { gbuf = (uint64_t *)eng_malloc((size_t)(gcap > 0 ? gcap : 1) * sizeof(uint64_t)); ok = gbuf != NULL; }
   if (!ok) {
     set_err(err, errlen, "vgct_cpu_select: out of memory (%s, %lld threads)",
             "histograms, tile buffers or the candidate buffer", (long long)nthreads);
@@ -1734,9 +2284,21 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
   qsort(order, (size_t)nranks, sizeof(rank_ref), cmp_rank_ref);
   for (int r = 0; r < nranks; ++r) rel[r] = order[r].rank;
   for (int r = 0; r < nranks; ++r) resolved[r] = 0;
-  if (P.n >= SAMPLE_MIN_N && cap >= 8192) { /* a sample predicts where the ranks lie */
-    sample = (uint64_t *)eng_malloc((size_t)(SAMPLE_TILES + 1) * TILE * sizeof(uint64_t));
-    if (sample) setup_ranges(&C, &P, order, nranks, cap, gbuf, tiles[0], sample);
+  if (p->presel && p->presel->filled && p->expect_finite >= 0) {
+    /* the reduction's windows: ranks inside are finished without a pass */
+    rc = presel_resolve(p->presel, p->expect_finite, order, nranks, resolved, values, err, errlen);
+    if (rc != VGCT_OK) goto done;
+    int w = 0;
+    for (int r = 0; r < nranks; ++r)
+      if (!resolved[r]) { order[w] = order[r]; resolved[w] = 0; ++w; }
+    nranks = w;
+    for (int r = 0; r < nranks; ++r) rel[r] = order[r].rank;
+    if (nranks == 0) {
+#ifdef VGCT_CPU_TESTING
+      vgct_cpu_test_last_passes = 0;
+#endif
+      goto done;
+    }
   }
 
   /* one root group holding every finite key (prefix: the sign bit, 0) */
@@ -1746,6 +2308,25 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
   gstate[0] = 0;
   int64_t n_finite = -1;
   int passes = 0;
+  const int64_t ef = p->expect_finite;
+  if (ef >= 0) { /* n_finite known: the first pass need not find it */
+    for (int r = 0; r < nranks; ++r)
+      if (order[r].rank >= ef) {
+        set_err(err, errlen, "vgct_cpu_select: %s %lld out of range (finite pairs: see n_finite)",
+                "rank", (long long)order[r].rank);
+        rc = VGCT_EVALUE;
+        goto done;
+      }
+    if (ef <= gcap) { /* every key fits the buffer: one gathering pass */
+      groups[0].count = ef;
+      gstate[0] = 1;
+      n_finite = ef;
+    }
+  }
+  if (n_finite < 0 && P.n >= SAMPLE_MIN_N && cap >= 8192) { /* a sample predicts where the ranks lie */
+    sample = (uint64_t *)eng_malloc((size_t)(SAMPLE_TILES + 1) * TILE * sizeof(uint64_t));
+    if (sample) setup_ranges(&C, &P, order, nranks, gcap, gbuf, tiles[0], sample);
+  }
   for (;;) {
     /* choose this pass's work: pending groups (same level) and gather groups */
     int pend[MAX_PEND], gath[MAX_GATH];
@@ -1758,7 +2339,7 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
       }
     int64_t used = 0;
     for (int g = 0; g < ng && C.ngath < MAX_GATH; ++g)
-      if (gstate[g] == 1 && used + groups[g].count <= cap) {
+      if (gstate[g] == 1 && used + groups[g].count <= gcap) {
         gath[C.ngath++] = g;
         used += groups[g].count;
       }
@@ -1769,7 +2350,15 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
       C.dmask = ((uint64_t)1 << lv_width[level]) - 1;
       for (int k = 0; k < C.npend; ++k) C.pend_prefix[k] = groups[pend[k]].prefix;
       const int slots = C.npend > 1 ? C.npend : 2; /* the first pass uses slot 1 too */
-      for (int i = 0; i < nthreads; ++i) memset(hist[i], 0, (size_t)slots * HBINS * sizeof(uint64_t));
+      for (int i = 0; i < nthreads; ++i) {
+        if (!hist[i] && !(hist[i] = (uint64_t *)eng_malloc((size_t)MAX_PEND * HBINS * sizeof(uint64_t)))) {
+          set_err(err, errlen, "vgct_cpu_select: out of memory (%s, %lld threads)", "histograms",
+                  (long long)nthreads);
+          rc = VGCT_ENOMEM;
+          goto done;
+        }
+        memset(hist[i], 0, (size_t)slots * HBINS * sizeof(uint64_t));
+      }
     }
     used = 0;
     for (int k = 0; k < C.ngath; ++k) {
@@ -1791,7 +2380,18 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
       rc = VGCT_EINTR;
       goto done;
     }
-    if (n_finite < 0) {
+    if (n_finite >= 0) { /* every pass reads every pair: the same finite count each time */
+      int64_t nf = 0;
+      for (int i = 0; i < nthreads; ++i) nf += total[i];
+      if (nf != n_finite) {
+        snprintf(err, errlen,
+                 "input changed during compare: %lld finite pairs in one pass, %lld in the next "
+                 "quantile pass (do not write into the inputs while compare() reads them)",
+                 (long long)n_finite, (long long)nf);
+        rc = VGCT_ECHANGED;
+        goto done;
+      }
+    } else {
       n_finite = 0;
       for (int i = 0; i < nthreads; ++i) n_finite += total[i];
       groups[0].count = n_finite;
@@ -1901,31 +2501,7 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
         rc = VGCT_ECHANGED;
         goto done;
       }
-      int64_t below = 0;
-      int b = 0;
-      int q = 0;
-      while (q < G->nr) {
-        int64_t r = rel[G->first + q];
-        while (below + (int64_t)hsum[b] <= r) { below += (int64_t)hsum[b]; ++b; }
-        /* new group: the ranks of G falling in bucket b */
-        int q0 = q;
-        while (q < G->nr && rel[G->first + q] < below + (int64_t)hsum[b]) { rel[G->first + q] -= below; ++q; }
-        group_t *N = &groups[ng];
-        N->prefix = (G->prefix << lv_width[G->level]) | (uint64_t)b;
-        N->shift = lv_shift[G->level];
-        N->level = G->level + 1;
-        N->count = (int64_t)hsum[b];
-        N->nr = q - q0;
-        N->first = G->first + q0;
-        if (N->level == NLEVEL) { /* every bit known: the value is the key */
-          for (int z = q0; z < q; ++z) values[order[G->first + z].orig] = vgct_f64_from_bits(N->prefix);
-          gstate[ng] = 2;
-        } else {
-          gstate[ng] = N->count <= cap ? 1 : 0;
-        }
-        ++ng;
-      }
-      gstate[pend[k]] = 2;
+      split_group(groups, &ng, gstate, pend[k], hsum, order, rel, values, gcap);
     }
     /* groups are append-only; compact finished ones away to bound the table */
     int w = 0;

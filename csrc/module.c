@@ -118,6 +118,7 @@ static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
     return NULL;
   const int has_dim = dim >= 0;
   vgct_slice_acc *slices = NULL;
+  struct vgct_cpu_presel *presel = NULL;
   PyObject *result = NULL;
   const vgct_view *a = &ia.view, *e = &ie.view;
 
@@ -138,6 +139,9 @@ static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
   double gammas[VGCT_MAX_QUANTILES], vals[2 * VGCT_MAX_QUANTILES];
   PyThreadState *ts;
   vgpy_nogil_begin(&p, &ts);
+  /* CPU quantiles: key windows predicted from a sample, read by the
+   * reduction's own pass (NULL: none, the selection makes its own passes) */
+  if (!is_cuda && nq > 0) p.presel = presel = vgct_cpu_presel_new(a, e, qs, nq);
   rc = reduce_pair(a, e, &p, stream, &acc, slices, err, sizeof err);
   if (rc == VGCT_OK && nq > 0 && acc.n_finite > 0) {
     p.expect_finite = acc.n_finite; /* a different count: the inputs changed */
@@ -163,6 +167,7 @@ static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
   vgpy_meta_from_views(a, e, &meta);
   result = vgpy_result_dict(&meta, &p, &acc, nq, qs, qv, slices);
 done:
+  vgct_cpu_presel_free(presel);
   PyMem_RawFree(slices);
   vgct_import_release(&ie);
   vgct_import_release(&ia);

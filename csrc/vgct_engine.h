@@ -53,6 +53,8 @@ typedef struct {
   int device_id;
 } vgct_view;
 
+struct vgct_cpu_presel; /* vgct_cpu_presel_new, below */
+
 typedef struct {
   double rtol, atol;
   int dim;      /* axis for per-slice statistics, or -1 for none         */
@@ -68,7 +70,11 @@ typedef struct {
    * A different count of finite pairs in the selection's first pass means
    * the inputs changed in between: VGCT_ECHANGED. */
   int64_t expect_finite;
+  /* CPU only (the CUDA engine ignores it): key windows for the exact
+   * quantiles, read in the reduction's own pass (vgct_cpu_presel_new). */
+  struct vgct_cpu_presel *presel;
 } vgct_params;
+
 
 #define VGCT_POLL_MS 10
 
@@ -83,6 +89,7 @@ static inline int vgct_interrupted(const vgct_params *p) {
 static inline void vgct_params_init(vgct_params *p) {
   p->rtol = 0.0; p->atol = 0.0; p->dim = -1; p->nthreads = 1;
   p->interrupt = NULL; p->interrupt_ctx = NULL; p->expect_finite = -1;
+  p->presel = NULL;
 }
 
 /* Element count.  0 as soon as a dim is 0, before any product is formed:
@@ -115,10 +122,34 @@ int vgct_cpu_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p
  * order, duplicates allowed) write the value of that rank in ascending order
  * into values[].  Exact (radix selection over the float64 bit patterns), extra
  * memory bounded independently of n (O(2^16) counters + a bounded candidate
- * buffer), deterministic. */
+ * buffer), deterministic.  With p->presel filled by vgct_cpu_reduce of the
+ * same inputs and p->expect_finite its n_finite, the ranks inside the
+ * windows are finished without a pass (vgct_cpu_presel_new). */
 int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p,
                     const int64_t *ranks, int nranks, double *values,
                     char *err, size_t errlen);
+
+/* The exact quantiles in (usually) no pass of their own.  Before the
+ * reduction, vgct_cpu_presel_new reads a sample of ~n/256 pairs (16K..64K,
+ * evenly spaced tiles) and, for the quantiles qs[0..nq), predicts key windows
+ * [lo, hi] (vgct_absdiff_key order) around their ranks, with generous
+ * binomial margins, plus the values that recur often inside a window (ties:
+ * bf16 differences, identical inputs).  Given as params->presel to
+ * vgct_cpu_reduce, the reduction's pass also counts, per window, the keys
+ * below lo and equal to each such value, and stores the other keys inside
+ * the window (a buffer of at most VGCT_PRESEL_MAX_KEYS keys in all; a window
+ * that would overflow it is abandoned).  vgct_cpu_select with the same
+ * params then finishes every rank that fell inside a complete window in
+ * memory, and the others by its own passes: exact either way.  Returns NULL
+ * (no windows: the plain passes) for n < VGCT_PRESEL_MIN_N, when the sample
+ * holds too few finite pairs, or when memory is short.  Free with
+ * vgct_cpu_presel_free (NULL is fine).  No GIL needed; reads the inputs. */
+#define VGCT_PRESEL_MIN_N ((int64_t)1 << 18)
+#define VGCT_PRESEL_MAX_KEYS ((int64_t)1 << 22) /* 32 MiB */
+struct vgct_cpu_presel;
+struct vgct_cpu_presel *vgct_cpu_presel_new(const vgct_view *a, const vgct_view *e,
+                                            const double *qs, int nq);
+void vgct_cpu_presel_free(struct vgct_cpu_presel *s);
 
 /* Histogram of selection keys, for the distributed radix selection of
  * compare_sharded ([E]; vgct_ext/core/sharded.py).  For every finite pair, its key

@@ -27,7 +27,7 @@ read, and upgraded when next written)::
 per-channel mean shift) and for the cosine distance x = 1 - cosine, over the n runs, with m and s the mean and
 sample standard deviation of ln x::
 
-    bar(x) = max( worst(x) * (1 + h),  exp(m + t(0.99, n-1) * s * sqrt(1 + 1/n)) )
+    bar(x) = max( worst(x) * (1 + h),  min( exp(m + t(0.99, n-1) * s * sqrt(1 + 1/n)),  4 * worst(x) ) )
 
 and the cosine bar is ``1 - bar(1 - cosine)``. The first term is the headroom over the worst run
 (``--vgct-headroom``, default 0.5); the second is the one-sided 99 % prediction bound for one new run of a
@@ -36,7 +36,11 @@ right-skewed (a maximum over channels, a cache that hits on some inputs more oft
 modelled on the log scale. A statistic that varies across inputs gets a bar that covers that variation, not
 only the seeds that happened to be calibrated (measured on this suite's CPU stratum: calibrated on seeds 0..4,
 seeds 5..9 pass; the normal bound on x failed 4 of 35 gates there). If a run has x = 0 the bound is taken on x
-itself (normal). With n = 1 only the first term exists. When all runs are bitwise identical (the test ignores
+itself (normal). With n = 1 only the first term exists. The spread term is capped at ``SPREAD_CAP`` = 4 times
+the worst run (16 times for 1 - cosine, which scales like relative L2 squared): a seed that measured far less
+drift than the others (a cache that did not hit, a feature inactive on that input) widens the log-scale spread
+without bound, and an uncapped bar would then pass any bug (a 50 % scale error passed one). A capped entry
+gets a warning to investigate, and a cosine bar is never below -1. When all runs are bitwise identical (the test ignores
 ``vgct.seed``) the entry gets a warning.
 
 **Merging.** A recalibration replaces the runs of the tests it ran (all their seeds) and keeps the runs other
@@ -96,6 +100,8 @@ FORMAT = "vgct-evidence/2"
 READ_FORMATS = ("vgct-evidence/1", FORMAT)
 SUFFIX = ".vgct-evidence.json"
 UPPER = ("rel_l2", "p99", "max_abs_err", "channel_mean_shift")
+#: The most the spread term of the bar rule may reach, as a multiple of the worst run (of 1 - cosine: its square).
+SPREAD_CAP = 4.0
 REQUIRED = ("rel_l2", "cosine", "p99", "max_abs_err")  # plus channel_mean_shift when dim is set
 RELATIVE = ("rel_l2", "cosine")  # undefined for a zero-norm reference
 FLOOR_STATS = ("rel_l2", "cosine", "max_abs_err")
@@ -103,8 +109,8 @@ T1_FLOOR_PREFIX = "T1 floor | "
 #: One-sided confidence of the prediction bound in the bar rule.
 CONFIDENCE = 0.99
 HEADROOM_RULE = ("per statistic x (cosine: x = 1 - cosine) over n runs (one per seed): bar = max(worst x (1 + "
-                 "headroom), exp(mean(ln x) + t(0.99, n-1) * std(ln x) * sqrt(1 + 1/n))); cosine bar = 1 - "
-                 "bar(1 - cosine)")
+                 "headroom), min(exp(mean(ln x) + t(0.99, n-1) * std(ln x) * sqrt(1 + 1/n)), 4 worst x (1 - cosine: 16 "
+                 "worst x))); cosine bar = 1 - bar(1 - cosine)")
 
 # Student's t quantiles t(0.99, df): one-sided 99 % (standard tables, e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2)
 _T99 = {1: 31.821, 2: 6.965, 3: 4.541, 4: 3.747, 5: 3.365, 6: 3.143, 7: 2.998, 8: 2.896, 9: 2.821, 10: 2.764,
@@ -243,7 +249,7 @@ def bar_summary(runs: Sequence[Mapping[str, Any]], headroom: float,
             raise ValueError(f"calibration run {i} has undefined or non-finite statistic(s) {', '.join(bad)}; "
                              f"refusing to derive bars from it (a zero-norm reference or non-finite output "
                              f"cannot calibrate a T2 bar)")
-    out: Dict[str, Dict[str, float]] = {"worst": {}, "log_mean": {}, "log_std": {}, "bars": {}}
+    out: Dict[str, Dict[str, float]] = {"worst": {}, "log_mean": {}, "log_std": {}, "bars": {}, "capped": {}}
     for k in UPPER + ("cosine",):
         vals = [float(r[k]) for r in runs if r.get(k) is not None]
         if not vals:
@@ -253,14 +259,26 @@ def bar_summary(runs: Sequence[Mapping[str, Any]], headroom: float,
         x = [1.0 - v for v in vals] if k == "cosine" else vals
         worst = max(x)
         bar = worst * (1.0 + headroom)
+        # the spread term may add at most SPREAD_CAP x the worst run (1 - cosine: its square, since it scales
+        # like relative L2 squared): a seed that measured far less drift must not open the bar to any bug
+        cap = worst * (SPREAD_CAP ** 2 if k == "cosine" else SPREAD_CAP)
+        spread = None
         if min(x) > 0.0:
             mean, std = _spread([math.log(v) for v in x])
             out["log_mean"][k], out["log_std"][k] = mean, std
             if len(x) >= 2:
-                bar = max(bar, math.exp(mean + prediction_factor(len(x)) * std))
+                z = mean + prediction_factor(len(x)) * std
+                spread = math.inf if z > min(709.0, math.log(cap) + 1.0) else math.exp(z)  # no overflow in exp
         elif len(x) >= 2:  # a zero run: no log scale; the normal bound on x itself
             mean, std = _spread(x)
-            bar = max(bar, mean + prediction_factor(len(x)) * std)
+            spread = mean + prediction_factor(len(x)) * std
+        if spread is not None and spread > cap:
+            out["capped"][k] = spread
+            spread = cap
+        if spread is not None:
+            bar = max(bar, spread)
+        if k == "cosine":
+            bar = min(bar, 2.0)  # a cosine bar is never below -1
         out["worst"][k] = 1.0 - worst if k == "cosine" else worst
         out["bars"][k] = 1.0 - bar if k == "cosine" else bar
     bad = [f"{k}={v!r}" for k, v in out["bars"].items() if not math.isfinite(v)]
@@ -317,6 +335,30 @@ _ENTRY_FIELDS: Dict[str, Tuple[str, Any]] = {
 _NUMBER_MAPS = ("bars", "floor", "observed_worst", "observed_log_mean", "observed_log_std")
 
 
+def _finite_float(v: Any) -> bool:
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:  # an integer beyond float (10**400)
+        return False
+
+
+#: Statistics whose value may be negative or is bounded: their allowed range in words (all others: >= 0).
+_RANGE_TEXT = {"cosine": "a cosine in [-1, 1]", "mean_diff": "a number", "mean_shift": "a number",
+               "one_minus_cosine": "a number in [0, 2]"}
+
+
+def _in_range(k: str, v: Any) -> bool:
+    """A statistic's value in its definition's range (docs/metrics.md): cosines in [-1, 1], 1 - cosine in
+    [0, 2], signed means anything, every error magnitude, count and index >= 0."""
+    if k == "cosine":
+        return -1.0 <= v <= 1.0
+    if k == "one_minus_cosine":
+        return 0.0 <= v <= 2.0
+    if k in ("mean_diff", "mean_shift") or k.startswith("log") or k.endswith("_log_mean"):
+        return True
+    return v >= 0
+
+
 def validate(data: Any, path: Any = "<evidence>") -> Dict[str, Any]:
     """Check the structure and field types of an evidence document; return it. Raises ``ValueError`` naming
     ``path`` and the first bad field (e.g. ``entries["c | f"]["cpu-avx512"].bars.rel_l2``)."""
@@ -347,6 +389,10 @@ def validate(data: Any, path: Any = "<evidence>") -> Dict[str, Any]:
                 for k, v in m.items():
                     if not _is_num(v):
                         raise _bad(path, f"{w}.{name}.{k}", "a number", v)
+                    if not _finite_float(v):
+                        raise _bad(path, f"{w}.{name}.{k}", "a number (finite)", v)
+                    if name in ("bars", "floor", "observed_worst") and not _in_range(k, v):
+                        raise _bad(path, f"{w}.{name}.{k}", _RANGE_TEXT.get(k, "a number >= 0"), v)
             if "runs" in entry:
                 runs = entry["runs"]
                 if not isinstance(runs, list):
@@ -360,9 +406,10 @@ def validate(data: Any, path: Any = "<evidence>") -> Dict[str, Any]:
                         elif k in ("seed", "channel_mean_shift_index"):
                             ok = v is None or _is_int(v)
                         else:
-                            ok = v is None or _is_num(v)
+                            ok = v is None or (_is_num(v) and (not _finite_float(v) or _in_range(k, v)))
                         if not ok:
-                            raise _bad(path, f"{w}.runs[{i}].{k}", "a number (or null)", v)
+                            raise _bad(path, f"{w}.runs[{i}].{k}", _RANGE_TEXT.get(k, "a number >= 0") + " (or null)",
+                                       v)
     return data
 
 
@@ -380,6 +427,8 @@ def load(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{p}: not valid JSON ({exc})") from exc
+    except RecursionError as exc:  # nesting deeper than the parser's stack: no evidence file is built so
+        raise ValueError(f"{p}: not an evidence file (JSON nested too deeply)") from exc
     return validate(data, p)
 
 
@@ -682,6 +731,11 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
         change["bars"] = summ["bars"]
         cos = summ["bars"].get("cosine")
         change["needs_investigation"] = cos is not None and cos < 0.99 and not entry["investigation"]
+        for k in sorted(summ["capped"]):
+            warnings.append(f"{k}: the runs spread so widely (a seed measured far less drift than the worst: is "
+                            f"the feature inactive on some inputs?) that the spread term was capped at "
+                            f"{SPREAD_CAP:g}x the worst run{' squared' if k == 'cosine' else ''}; investigate")
+        change["warnings"] = warnings
     if warnings:
         entry["warnings"] = warnings
     return entry, change

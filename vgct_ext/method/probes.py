@@ -392,6 +392,24 @@ class ExpectedFailure:
         self.failed: List[str] = []
 
 
+#: The statistic names a gate can fail on (the ``Check`` names of vgct_ext.gates).
+GATED_STATISTICS = ("rel_l2", "cosine", "mismatches", "max_abs_err", "p99", "channel_mean_shift",
+                    "non_finite_pairs", "n")
+
+
+def _statistic_names(names: Any, arg: str) -> Tuple[str, ...]:
+    """``names`` as a tuple of known gated statistic names; a single string is one name (not its letters).
+    Raises ``ValueError`` for an unknown name, listing the known ones."""
+    if names is None:
+        return ()
+    out = (names,) if isinstance(names, str) else tuple(names)
+    bad = [n for n in out if n not in GATED_STATISTICS]
+    if bad:
+        raise ValueError(f"expect_gate_failure: {arg}={names!r}: unknown statistic name(s) {bad}; a gate fails on "
+                         f"{', '.join(GATED_STATISTICS)}")
+    return out
+
+
 @contextlib.contextmanager
 def expect_gate_failure(*, statistics: Optional[Sequence[str]] = None, any_of: Optional[Sequence[str]] = None,
                         component: Optional[str] = None) -> Iterator[ExpectedFailure]:
@@ -415,8 +433,8 @@ def expect_gate_failure(*, statistics: Optional[Sequence[str]] = None, any_of: O
     __tracebackhide__ = True
     from .gates import EvidenceMissing, GateFailure, _hard_gates
 
-    want = tuple(statistics or ())
-    anyof = tuple(any_of or ())
+    want = _statistic_names(statistics, "statistics")
+    anyof = _statistic_names(any_of, "any_of")
     caught = ExpectedFailure()
     try:
         with _hard_gates(expecting=True):

@@ -48,7 +48,7 @@ class View(C.Structure):
 class Params(C.Structure):
     _fields_ = [("rtol", C.c_double), ("atol", C.c_double), ("dim", C.c_int), ("nthreads", C.c_int),
                 ("interrupt", C.c_void_p), ("interrupt_ctx", C.c_void_p),
-                ("expect_finite", C.c_int64)]
+                ("expect_finite", C.c_int64), ("presel", C.c_void_p)]
 
 
 ACC_DOUBLES = ["scale_a", "scale_e", "scale_d", "s_aa", "s_ee", "s_ae", "s_dd", "s_d", "max_abs",
@@ -98,20 +98,27 @@ class Engine:
                                            C.c_char_p, C.c_size_t]
         for f in ("vgct_cpu_reduce", "vgct_cpu_select", "vgct_cpu_fingerprint", "vgct_cpu_histogram"):
             getattr(lib, f).restype = C.c_int
+        lib.vgct_cpu_presel_new.argtypes = [C.POINTER(View), C.POINTER(View), C.c_void_p, C.c_int]
+        lib.vgct_cpu_presel_new.restype = C.c_void_p
+        lib.vgct_cpu_presel_free.argtypes = [C.c_void_p]
+        lib.vgct_cpu_presel_free.restype = None
 
     # knobs (csrc/cpu_engine.c, "Test hooks")
     def _int(self, name, ctype=C.c_int):
         return ctype.in_dll(self.lib, name)
 
     def configure(self, force_slow: int = 0, seg_min: int = 0, par_min: int = -1,
-                  select_cap: int = 0, level: int = -1, fail_alloc: int = 0) -> None:
-        """Engine knobs; every call resets the ones not given to their defaults."""
+                  select_cap: int = 0, level: int = -1, fail_alloc: int = 0,
+                  presel_min: int = 0) -> None:
+        """Engine knobs; every call resets the ones not given to their defaults.
+        presel_min > 0: quantile windows from that n on (samples of >= 1024 keys)."""
         self._int("vgct_cpu_test_force_slow").value = force_slow
         self._int("vgct_cpu_test_fail_alloc").value = fail_alloc
         self._int("vgct_cpu_test_level").value = level
         self._int("vgct_cpu_test_seg_min", C.c_int64).value = seg_min
         self._int("vgct_cpu_test_par_min", C.c_int64).value = par_min
         self._int("vgct_cpu_test_select_cap", C.c_int64).value = select_cap
+        self._int("vgct_cpu_test_presel_min", C.c_int64).value = presel_min
 
     @property
     def last_select_passes(self) -> int:
@@ -133,9 +140,20 @@ class Engine:
         v.dtype = code
         return v
 
-    def reduce(self, a, e, rtol=1e-3, atol=1e-3, dim=-1, nthreads=1, dta=None, dte=None):
+    def presel(self, a, e, quantiles: Sequence[float], dta=None, dte=None) -> Optional[int]:
+        """vgct_cpu_presel_new: the key windows (an opaque pointer), or None."""
         va, ve = self.view(a, dta), self.view(e, dte)
-        p = Params(rtol, atol, dim, nthreads, None, None, -1)
+        q = np.ascontiguousarray(quantiles, dtype=np.float64)
+        return self.lib.vgct_cpu_presel_new(C.byref(va), C.byref(ve), q.ctypes.data, len(q))
+
+    def presel_free(self, ps: Optional[int]) -> None:
+        self.lib.vgct_cpu_presel_free(ps)
+
+    def reduce(self, a, e, rtol=1e-3, atol=1e-3, dim=-1, nthreads=1, dta=None, dte=None,
+               presel: Optional[int] = None):
+        """presel: windows from presel(), filled by this pass (vgct_params.presel)."""
+        va, ve = self.view(a, dta), self.view(e, dte)
+        p = Params(rtol, atol, dim, nthreads, None, None, -1, presel)
         acc = Acc()
         k = a.shape[dim] if dim >= 0 else 0
         sl = (SliceAcc * max(k, 1))()
@@ -146,9 +164,11 @@ class Engine:
             raise (MemoryError if rc == 1 else RuntimeError)(f"vgct_cpu_reduce rc={rc}: {err.value.decode()}")
         return acc, list(sl)[:k]
 
-    def select(self, a, e, ranks: Sequence[int], nthreads=1, dta=None, dte=None):
+    def select(self, a, e, ranks: Sequence[int], nthreads=1, dta=None, dte=None,
+               expect_finite: int = -1, presel: Optional[int] = None):
+        """expect_finite / presel: vgct_params' (the reduction's n_finite and its filled windows)."""
         va, ve = self.view(a, dta), self.view(e, dte)
-        p = Params(0.0, 0.0, -1, nthreads, None, None, -1)
+        p = Params(0.0, 0.0, -1, nthreads, None, None, expect_finite, presel)
         r = np.ascontiguousarray(ranks, dtype=np.int64)
         out = np.zeros(len(r), dtype=np.float64)
         err = C.create_string_buffer(512)
@@ -160,7 +180,7 @@ class Engine:
 
     def histogram(self, a, e, prefixes, prefix_bits, width, nthreads=1, dta=None, dte=None):
         va, ve = self.view(a, dta), self.view(e, dte)
-        p = Params(0.0, 0.0, -1, nthreads, None, None, -1)
+        p = Params(0.0, 0.0, -1, nthreads, None, None, -1, None)
         pr = np.ascontiguousarray(prefixes, dtype=np.uint64)
         out = np.full(len(pr) << width, -7, dtype=np.int64)
         err = C.create_string_buffer(512)

@@ -1621,12 +1621,18 @@ a = np.broadcast_to(np.float32(1.5), shape)  # stride 0: long work on no memory
 e = np.broadcast_to(np.float32(1.0), shape)
 kw = dict(quantiles=(0.5,) if quantiles else (), dim=None if dim == "-" else int(dim))
 if when == "select":  # fire once the reduction is over: inside the quantile passes
-    # 1024 distinct differences, each n/1024 times: the selection needs several full passes
+    # 1024 distinct differences, each n/1024 times: the selection needs full passes over the data.
+    # Grow n until the quantile work alone lasts >= 1 s, then fire in its middle (robust to load).
     row = np.random.default_rng(0).standard_normal(1024).astype(np.float32)
-    a = np.broadcast_to(row, (n // 1024, 1024))
-    e = np.broadcast_to(np.zeros(1024, np.float32), (n // 1024, 1024))
-    t = time.perf_counter(); vgct_ext.compare(a, e, quantiles=())
-    delay = 1.5 * (time.perf_counter() - t) + 0.3
+    while True:
+        a = np.broadcast_to(row, (n // 1024, 1024))
+        e = np.broadcast_to(np.zeros(1024, np.float32), (n // 1024, 1024))
+        t = time.perf_counter(); vgct_ext.compare(a, e, quantiles=()); t_reduce = time.perf_counter() - t
+        t = time.perf_counter(); vgct_ext.compare(a, e, **kw); t_all = time.perf_counter() - t
+        if t_all - t_reduce >= 1.0 or n >= 1 << 36:
+            break
+        n *= 4
+    delay = (t_reduce + t_all) / 2
 else:
     delay = float(when)
 sent = []

@@ -324,6 +324,167 @@ def test_select_sampled_first_pass_exact(engine, kind):
         assert engine.last_select_passes >= 2  # the prediction failed for some rank
 
 
+# ---- key windows read in the reduction's pass (vgct_cpu_presel) ---------------------
+
+def _bf16(x):
+    """float32 -> bfloat16 (round to nearest even) -> float32, in NumPy."""
+    b = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) >> 16 << 16
+    return b.astype(np.uint32).view(np.float32)
+
+
+def _window_data(kind, n, rng):
+    e = rng.standard_normal(n).astype(np.float32)
+    noise = rng.standard_normal(n).astype(np.float32) * np.float32(1e-3)
+    if kind == "bf16_vs_fp32":
+        return _bf16(e + noise), e
+    if kind == "bf16_vs_bf16":  # many ties: the p99 key holds ~3% of the pairs
+        return _bf16(e + noise), _bf16(e)
+    if kind == "fp32":
+        return e + noise, e
+    if kind == "identical":  # every key 0
+        return e.copy(), e
+    if kind == "cauchy":
+        return e + rng.standard_cauchy(n).astype(np.float32) * np.float32(1e-3), e
+    if kind == "outliers":
+        a = e + noise
+        a[rng.integers(0, n, 16)] += np.float32(1e4)
+        return a, e
+    if kind == "offset":  # ~2000 distinct keys
+        return e + np.float32(0.5), e
+    if kind == "nonfinite":
+        a = (e + noise).astype(np.float64)
+        a[rng.random(n) < 0.05] = np.nan
+        a[rng.random(n) < 0.01] = np.inf
+        return a, e.astype(np.float64)
+    if kind == "subnormal":
+        return rng.standard_normal(n) * 1e-310, rng.standard_normal(n) * 1e-310
+    if kind == "wide":  # huge key range
+        return e.astype(np.float64) * 10.0 ** rng.integers(-250, 250, n), e.astype(np.float64)
+    if kind == "three_values":  # the window's pivots hold whole blocks of equal keys
+        a = np.zeros(n)
+        a[: n // 2] = 1.0
+        a[n // 2: n - n // 200] = 2.0
+        a[n - n // 200:] = 3.0
+        return rng.permutation(a), np.zeros(n)
+    raise AssertionError(kind)
+
+
+WINDOW_KINDS = ["bf16_vs_fp32", "bf16_vs_bf16", "fp32", "identical", "cauchy", "outliers", "offset",
+                "nonfinite", "subnormal", "wide", "three_values"]
+
+
+def _windows_select(engine, a, e, qs, ranks, nthreads):
+    """presel -> reduce (fills the windows) -> select, as compare() runs them."""
+    ps = engine.presel(a, e, qs)
+    try:
+        acc, _ = engine.reduce(a, e, nthreads=nthreads, presel=ps)
+        got = engine.select(a, e, ranks, nthreads=nthreads, expect_finite=acc.n_finite, presel=ps)
+    finally:
+        engine.presel_free(ps)
+    return ps, acc, got
+
+
+@pytest.mark.parametrize("qs", [[0.99], [0.5, 0.99, 0.999]], ids=["p99", "three"])
+@pytest.mark.parametrize("kind", WINDOW_KINDS)
+def test_select_windows_exact_every_rank_near_the_quantiles(engine, kind, qs):
+    """Every rank around the quantiles -- so every position of each window: its lower edge,
+    its pivot blocks (ties), its stored keys, its upper edge and beyond -- equals the float64
+    NumPy order statistic; and the usual quantile ranks take no selection pass at all.  One
+    quantile alone (one window: the fused loop of a window without ties) and three."""
+    rng = np.random.default_rng(21)
+    n = (1 << 18) + 12345
+    a, e = _window_data(kind, n, rng)
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = np.abs(a.astype(np.float64) - e.astype(np.float64))
+    keys = np.sort(d[np.isfinite(a) & np.isfinite(e)])
+    m = keys.size
+    w = int(0.03 * m)  # wider than every window (sample margins: < 2.7% of the ranks at this n)
+    dense = [r for q in qs for r in range(int(q * (m - 1)) - w, int(q * (m - 1)) + w) if 0 <= r < m]
+    ranks = sorted(set(dense)) + [0, m - 1]
+    ps, acc, got = _windows_select(engine, a, e, qs, ranks, 2)
+    assert ps, kind  # n >= VGCT_PRESEL_MIN_N: windows were predicted
+    assert acc.n_finite == m
+    assert got.tobytes() == keys[ranks].tobytes(), kind
+    # the ranks compare() asks for: finished inside the windows, no pass, any thread count
+    want = [r for q in qs for r in (int(q * (m - 1)), min(int(q * (m - 1)) + 1, m - 1))]
+    for nt in (1, 2):
+        _, _, got = _windows_select(engine, a, e, qs, want, nt)
+        assert got.tobytes() == keys[want].tobytes()
+        assert engine.last_select_passes == 0, kind
+
+
+@given(n=st.integers(1100, 6000), nv=st.integers(1, 12), tie=st.floats(0.0, 0.9),
+       qs=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=5), seed=st.integers(0, 2 ** 31),
+       nthreads=st.sampled_from([1, 2]))
+def test_select_windows_property(cengine, n, nv, tie, qs, seed, nthreads):
+    """Windows on small inputs (test hook: from n = 1024 on): few distinct values (window
+    edges and tie values on equal keys), a share `tie` of one value, NaN pairs, any
+    quantiles; every rank of the tensor equals the sorted float64 oracle."""
+    rng = np.random.default_rng(seed)
+    vals = rng.standard_normal(nv) * 10.0 ** rng.integers(-5, 5, nv)
+    a = vals[rng.integers(0, nv, n)]
+    a[rng.random(n) < tie] = vals[0]
+    e = np.zeros(n)
+    a[rng.random(n) < 0.02] = np.nan
+    keys = np.sort(np.abs(a - e)[np.isfinite(a)])
+    if keys.size == 0:
+        return
+    ranks = list(range(keys.size))
+    cengine.configure(presel_min=1024, par_min=0, seg_min=1024)
+    try:
+        ps = cengine.presel(a, e, qs)
+        acc, _ = cengine.reduce(a, e, nthreads=nthreads, presel=ps)
+        got = cengine.select(a, e, ranks, nthreads=nthreads, expect_finite=acc.n_finite, presel=ps)
+        cengine.presel_free(ps)
+    finally:
+        cengine.configure()
+    assert got.tobytes() == keys.tobytes()
+
+
+def test_select_windows_missed_fall_back_exactly(engine):
+    """Windows predicted for other quantiles (or from a sample that misleads) leave the ranks
+    to the radix passes: still exact."""
+    rng = np.random.default_rng(5)
+    n = 1 << 19
+    a, e = _window_data("fp32", n, rng)
+    idx = (np.arange(n) // 512) % 8 == 0  # the sampled tiles are outliers
+    a = a.astype(np.float64)
+    a[idx] += 1000.0
+    keys = np.sort(np.abs(a - e))
+    ranks = [0, n // 3, int(0.99 * (n - 1)), n - 1]
+    ps, _, got = _windows_select(engine, a, e, [0.25], ranks, 2)
+    assert ps
+    assert got.tobytes() == keys[ranks].tobytes()
+    assert engine.last_select_passes >= 1
+
+
+def test_select_windows_torn_input_detected(engine):
+    """A reduction count that disagrees with the windows' key count is an input change."""
+    rng = np.random.default_rng(6)
+    a, e = _window_data("fp32", 1 << 18, rng)
+    ps = engine.presel(a, e, [0.99])
+    try:
+        acc, _ = engine.reduce(a, e, presel=ps)
+        with pytest.raises(ValueError, match="input changed during compare"):
+            engine.select(a, e, [10], expect_finite=acc.n_finite - 1, presel=ps)
+    finally:
+        engine.presel_free(ps)
+
+
+def test_select_windows_small_inputs_and_no_windows(engine):
+    """No windows below VGCT_PRESEL_MIN_N (2^18) or without quantiles; a known n_finite that
+    fits the candidate buffer is finished by ONE gathering pass."""
+    rng = np.random.default_rng(7)
+    a, e = _window_data("fp32", 1000, rng)
+    assert not engine.presel(a, e, [0.99])
+    assert not engine.presel(*_window_data("fp32", 1 << 18, rng), [])
+    keys = np.sort(np.abs(a.astype(np.float64) - e))
+    got = engine.select(a, e, [0, 989, 990, 999], expect_finite=1000)
+    assert got.tobytes() == keys[[0, 989, 990, 999]].tobytes()
+    assert engine.last_select_passes == 1
+
+
 def test_select_errors(engine):
     a = np.array([1.0, np.nan, 3.0])
     e = np.array([0.0, 0.0, np.inf])

@@ -128,3 +128,57 @@ def test_sixty_four_quantiles_one_call():
     e = rng.standard_normal(200_003) * 1e-3 + a
     qs = tuple(float(q) for q in rng.random(62)) + (0.0, 1.0)
     assert_bitwise(vgct_ext.compare(a, e, quantiles=qs).quantiles, numpy_q(a, e, qs))
+
+
+def _bf16_round(x):
+    """float32 -> bfloat16 (round to nearest even) -> float32, in NumPy."""
+    b = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) >> 16 << 16
+    return b.astype(np.uint32).view(np.float32)
+
+
+@pytest.mark.parametrize("shape", ["bf16_vs_fp32", "bf16_vs_bf16", "fp32", "identical", "cauchy",
+                                   "outliers", "offset", "nonfinite", "subnormal", "wide_range"])
+def test_data_shapes_large_n_windows(shape):
+    """n >= 2^18: the quantiles come from key windows read in the reduction's pass (csrc/
+    cpu_engine.c, "vgct_cpu_presel"); bitwise numpy on the data users have: bf16 rounding
+    noise against an fp32 and a bf16 reference (many ties), fp32 noise, an identical pair
+    (every key 0), heavy tails, a few large outliers, a constant offset, NaN/Inf pairs,
+    subnormal differences, a huge key range; one quantile and many at once."""
+    rng = np.random.default_rng(77)
+    n = (1 << 19) + 3
+    e = rng.standard_normal(n).astype(np.float32)
+    noise = rng.standard_normal(n).astype(np.float32) * np.float32(1e-3)
+    if shape == "bf16_vs_fp32":
+        a = _bf16_round(e + noise)
+    elif shape == "bf16_vs_bf16":
+        a, e = _bf16_round(e + noise), _bf16_round(e)
+    elif shape == "fp32":
+        a = e + noise
+    elif shape == "identical":
+        a = e.copy()
+    elif shape == "cauchy":
+        a = e + rng.standard_cauchy(n).astype(np.float32) * np.float32(1e-3)
+    elif shape == "outliers":
+        a = e + noise
+        a[rng.integers(0, n, 16)] += np.float32(1e4)
+    elif shape == "offset":
+        a = e + np.float32(0.5)
+    elif shape == "nonfinite":
+        a = (e + noise).astype(np.float64)
+        a[rng.random(n) < 0.05] = np.nan
+        a[rng.random(n) < 0.01] = -np.inf
+        e = e.astype(np.float64)
+    elif shape == "subnormal":
+        a, e = rng.standard_normal(n) * 1e-310, rng.standard_normal(n) * 1e-310
+    else:
+        e = e.astype(np.float64)
+        a = e * 10.0 ** rng.integers(-250, 250, n)
+    for qs in ((0.99,), QS):
+        assert_bitwise(vgct_ext.compare(a, e, quantiles=qs).quantiles, numpy_q(a, e, qs))
+    # a torch bfloat16 pair takes the same path (the bf16 loaders)
+    if shape in ("bf16_vs_bf16", "identical"):
+        torch = pytest.importorskip("torch")
+        ta, te = torch.from_numpy(a).bfloat16(), torch.from_numpy(e).bfloat16()
+        assert_bitwise(vgct_ext.compare(ta, te, quantiles=QS).quantiles,
+                       numpy_q(ta.double().numpy(), te.double().numpy(), QS))

@@ -1,0 +1,125 @@
+"""Regressions found by review R: the T2 bar rule exploding when one
+calibration seed measures a tiny error, malformed evidence that derives or gates on nonsense bars, and raw
+tracebacks for evidence the validator accepted."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from vgct_ext.method import _hardware
+from vgct_ext import evidence as ev
+from vgct_ext.gates import EvidenceMissing, assert_t2
+
+STRATUM = _hardware.stratum_of("cpu")
+
+
+def _runs(values):
+    # one run per seed; 1 - cosine ~ rel_l2^2 / 2 for an error orthogonal to the reference
+    return [dict(rel_l2=x, cosine=1.0 - x * x / 2, p99=x, max_abs_err=2 * x, test="t.py::t", seed=i)
+            for i, x in enumerate(values)]
+
+
+def test_a_seed_with_less_error_opens_the_bar_at_most_to_the_spread_cap():
+    """Four seeds measure ~1e-3, one far less (a cache that did not hit on that input): the log-scale spread is
+    then huge, and before the cap the bars reached rel_l2 91 and cosine -4148 (a planted 50 % scale error
+    passed after `evidence annotate`). Any spread rule widens with a low outlier; the rule guarantees at most
+    SPREAD_CAP x the worst run (1 - cosine: its square), a warning, and a cosine bar within [-1, 1]."""
+    base = [1.0e-3, 1.1e-3, 0.9e-3, 1.2e-3]
+    worst = max(base)
+    for small in (1e-4, 1e-6, 1e-9, 1e-300, 0.0):
+        _, bars = ev.derive_bars(_runs(base + [small]), 0.5)
+        for k, w in (("rel_l2", worst), ("p99", worst), ("max_abs_err", 2 * worst)):
+            assert w * 1.5 <= bars[k] <= w * ev.SPREAD_CAP * (1 + 1e-12), (small, k, bars[k])
+        one_minus = 1.0 - bars["cosine"]
+        assert 0.0 <= one_minus <= (worst * worst / 2) * ev.SPREAD_CAP ** 2 * (1 + 1e-9), (small, bars["cosine"])
+        # the planted fault of the review: a 50 % scale error (relative L2 0.5) fails the capped bar
+        assert bars["rel_l2"] < 0.5
+
+
+def test_a_capped_bar_is_recorded_with_a_warning():
+    runs = _runs([1.0e-3, 1.1e-3, 0.9e-3, 1.2e-3, 1e-6])
+    s = ev.bar_summary(runs, 0.5)
+    assert set(s["capped"]) >= {"rel_l2", "p99", "max_abs_err", "cosine"}
+    runs_close = _runs([1.0e-3, 1.1e-3, 0.9e-3, 1.2e-3, 1.05e-3])
+    assert ev.bar_summary(runs_close, 0.5)["capped"] == {}
+
+
+def test_validate_refuses_a_negative_statistic_in_a_recorded_run():
+    doc = {"format": ev.FORMAT, "entries": {"c | f": {STRATUM: {
+        "kind": "t2", "component": "c", "feature": "f", "case": None, "dtype_actual": "float64",
+        "dtype_expected": "float64", "shape": [16], "dim": None,
+        "runs": [dict(r, rel_l2=-1.0) for r in _runs([1e-3] * 5)]}}}}
+    with pytest.raises(ValueError, match=r"runs\[0\]\.rel_l2"):
+        ev.validate(doc, "x.json")
+
+
+def test_bar_rule_with_a_huge_run_raises_value_error_not_overflow():
+    """A finite but huge recorded run once raised a raw OverflowError from math.exp (at pytest_sessionfinish:
+    a traceback, no summary). Now: finite bars within the cap, or ValueError when a bar cannot be finite."""
+    mixed = [dict(r, rel_l2=x, cosine=0.999) for r, x in zip(_runs([1e-3] * 10), [1e-3] * 5 + [1e300] * 5)]
+    _, bars = ev.derive_bars(mixed, 0.5)
+    assert 1.5e300 <= bars["rel_l2"] <= ev.SPREAD_CAP * 1e300
+    beyond = [dict(r, rel_l2=x, cosine=0.999) for r, x in zip(_runs([1e-3] * 10), [1e-3] * 5 + [1.7e308] * 5)]
+    with pytest.raises(ValueError, match="non-finite bar"):
+        ev.derive_bars(beyond, 0.5)
+
+
+def _evidence_file(tmp_path, bars):
+    e = np.linspace(-1, 1, 16)
+    path = tmp_path / "x.vgct-evidence.json"
+    path.write_text(json.dumps({"format": ev.FORMAT, "entries": {"c | f": {STRATUM: {
+        "kind": "t2", "component": "c", "feature": "f", "case": None, "dtype_actual": "float64",
+        "dtype_expected": "float64", "shape": [16], "dim": None, "investigation": None, "bars": bars}}}}))
+    return e, path
+
+
+def test_a_bar_too_large_for_a_float_is_refused_naming_the_file(tmp_path):
+    e, path = _evidence_file(tmp_path, {"rel_l2": 10 ** 400, "cosine": 0.9, "p99": 1.0, "max_abs_err": 1.0})
+    with pytest.raises(EvidenceMissing, match="x.vgct-evidence.json"):
+        assert_t2(e * 1.01, e, component="c", feature="f", evidence=path)
+
+
+def test_out_of_range_bars_are_refused_as_malformed(tmp_path):
+    e, path = _evidence_file(tmp_path, {"rel_l2": -1.0, "cosine": 2.0, "p99": 1.0, "max_abs_err": 1.0})
+    with pytest.raises(EvidenceMissing, match="bars"):
+        assert_t2(e * 1.0001, e, component="c", feature="f", evidence=path)
+
+
+def test_deeply_nested_json_is_a_value_error_naming_the_file(tmp_path):
+    path = tmp_path / "deep.vgct-evidence.json"
+    path.write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(ValueError, match="deep.vgct-evidence.json"):
+        ev.load(path)
+
+
+def test_expect_gate_failure_takes_one_statistic_name_and_refuses_unknown_ones():
+    """review R: statistics="rel_l2" was iterated letter by letter ("caught, but not on ['r','e',...]")."""
+    from vgct_ext.gates import assert_t1
+    from vgct_ext.probes import expect_gate_failure
+
+    e = np.linspace(-1.0, 1.0, 64)
+    with expect_gate_failure(statistics="rel_l2") as caught:
+        assert_t1(e * 1.1, e, component="c", feature="f")
+    assert "rel_l2" in caught.failed
+    with pytest.raises(ValueError, match="unknown statistic name.*rel_L2"):
+        with expect_gate_failure(statistics="rel_L2"):
+            assert_t1(e * 1.1, e, component="c", feature="f")
+
+
+def test_signature_hashes_slices_exactly_and_cheaply():
+    """review R: under --vgct-repeat the signature turned every per-slice value into float.hex (42-130 ms per
+    gate on (4, 4096), dim=1). Now the arrays are hashed by their bytes; a one-ulp change in one slice shows."""
+    import vgct_ext
+    from vgct_ext.gates import signature
+
+    a = np.random.default_rng(0).standard_normal((4, 4096))
+    s1 = vgct_ext.compare(a, a + 1e-9, dim=1)
+    b = a + 1e-9
+    b[2, 4000] = np.nextafter(b[2, 4000], np.inf)
+    s2 = vgct_ext.compare(a, b, dim=1)
+    assert signature(s1) == signature(vgct_ext.compare(a, a + 1e-9, dim=1))
+    assert signature(s1)["#"] != signature(s2)["#"]
+    assert len(signature(s1)) <= 24
