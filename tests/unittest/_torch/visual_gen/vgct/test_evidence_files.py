@@ -66,7 +66,7 @@ def test_cpu_stratum_names_the_instruction_set_from_py_cpuinfo():
     info = cpuinfo.get_cpu_info()
     flags = set(info.get("flags", []))
     arch = info.get("arch", "")
-    if arch.startswith("X86"):  # the levels csrc/cpu_engine.c dispatches on (cpu_level)
+    if arch.startswith("X86"):  # the levels the CPU engine dispatches on (csrc/cpu_tiles.inc, cpu_level)
         want = ("avx512" if {"avx512f", "avx512dq", "avx512vl", "avx512bw"} <= flags else
                 "avx2" if "avx2" in flags else "sse2")
         torch = __import__("sys").modules.get("torch")
