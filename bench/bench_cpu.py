@@ -42,8 +42,6 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
-import platform
-import subprocess  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -113,15 +111,11 @@ def inputs(sizes, rng):
 
 
 def machine():
-    model = platform.processor() or "unknown"
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                model = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} CPUs"
+    """The CPU (model and instruction set, from py-cpuinfo through vgct_ext) and its logical CPU count."""
+    from vgct_ext.method._hardware import cpu_facts
+
+    f = cpu_facts()
+    return f"{f['model']} ({f['isa'] or 'ISA unknown'}), {os.cpu_count()} CPUs"
 
 
 def p99_shapes(lg, rng, absdiffs=True):

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 import vgct_ext
-from vgct_ext import _context
+from vgct_ext.method import _context
 from vgct_ext.gates import assert_t1
 
 

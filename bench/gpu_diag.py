@@ -14,7 +14,8 @@ import time
 import torch
 
 import vgct_ext
-from vgct_ext import _C, _dlpack
+from vgct_ext import _C
+from vgct_ext.core import _dlpack
 
 
 def wall_us(fn, reps=200):

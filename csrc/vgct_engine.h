@@ -152,7 +152,7 @@ struct vgct_cpu_presel *vgct_cpu_presel_new(const vgct_view *a, const vgct_view 
 void vgct_cpu_presel_free(struct vgct_cpu_presel *s);
 
 /* Histogram of selection keys, for the distributed radix selection of
- * compare_sharded ([E]; vgct_ext/sharded.py).  For every finite pair, its key
+ * compare_sharded ([E]; vgct_ext/core/sharded.py).  For every finite pair, its key
  * k (vgct_absdiff_key) is counted when its top `prefix_bits` bits equal one
  * of the `nprefix` prefixes (prefix_bits == 0: every key, prefixes == {0}),
  * in bin (k >> (64 - prefix_bits - width)) & (2^width - 1) of that prefix's

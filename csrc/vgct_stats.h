@@ -11,8 +11,9 @@
  * repeated calls are bitwise identical).  Finalisation (norms, ratios,
  * quantile interpolation) is also here, so CPU and GPU results mean the same
  * thing.  docs/metrics.md states the definitions in prose; the method they
- * serve is ../shared/method (relative L2, cosine, max abs, p99 abs, per-channel
- * mean shift, "handle a zero-norm reference explicitly").
+ * serve is the VisualGen component-test method, stated in docs/method.md
+ * (relative L2, cosine, max abs, p99 abs, per-channel mean shift, "handle a
+ * zero-norm reference explicitly").
  *
  * Definitions (i runs over the flat row-major logical index of the tensors):
  *   finite pair   a_i and e_i both finite.  Only finite pairs enter sums,

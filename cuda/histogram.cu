@@ -3,7 +3,7 @@
  * twin of vgct_cpu_histogram): one radix digit of the selection keys
  * (vgct_absdiff_key, vgct_stats.h) of the finite pairs whose top prefix_bits
  * bits equal one of the given prefixes, for the distributed radix selection
- * of compare_sharded ([E], vgct_ext/sharded.py).
+ * of compare_sharded ([E], vgct_ext/core/sharded.py).
  *
  * The same iteration model and loaders as k_sel_data (select.cu); one data
  * pass per batch of prefixes; block-private 32-bit shared-memory counters with

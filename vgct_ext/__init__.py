@@ -8,18 +8,21 @@ received zero-copy through DLPack (PyTorch, NumPy, CuPy, JAX), any dtype, any st
 ``import vgct_ext`` does not import torch.
 
 Public API: :func:`compare` -> :class:`PairedStats` (with :class:`SliceStats`),
-:func:`fingerprint`, :func:`build_info`. The method layer (gates, probes, experiment helpers, skips) lives in
-submodules; its public names are also reachable as ``vgct_ext.<name>`` (loaded on first use).
+:func:`fingerprint`, :func:`build_info`, :func:`compare_sharded` -- the engine's face, in :mod:`vgct_ext.core`.
+The method layer (gates, evidence, probes, experiment helpers, skips, the pytest plugin) lives in
+:mod:`vgct_ext.method`; its public names are also reachable as ``vgct_ext.<name>`` (loaded on first use), its
+modules under the stable paths ``vgct_ext.gates``, ``vgct_ext.probes``, ... (docs/architecture.md).
 """
 
-from ._api import build_info, compare, fingerprint
-from ._stats import PairedStats, SliceStats
+from .core._api import build_info, compare, fingerprint
+from .core._stats import PairedStats, SliceStats
 
 __version__ = "0.1.0"
 
 # Method-layer modules whose __all__ names are forwarded lazily (PEP 562), so that a plain
 # `import vgct_ext` stays light and never imports torch.
-_LAZY_MODULES = ("gates", "probes", "experiment", "skips", "sharded")
+# (module paths relative to this package; their files are <path with / for .>.py)
+_LAZY_MODULES = ("method.gates", "method.probes", "method.experiment", "method.skips", "core.sharded")
 
 __all__ = ["compare", "PairedStats", "SliceStats", "fingerprint", "build_info", "__version__"]
 
@@ -34,7 +37,7 @@ def _lazy_all() -> list:
     here = os.path.dirname(os.path.abspath(__file__))
     for mod in _LAZY_MODULES:
         try:
-            with open(os.path.join(here, f"{mod}.py"), encoding="utf-8") as f:
+            with open(os.path.join(here, *mod.split(".")) + ".py", encoding="utf-8") as f:
                 tree = ast.parse(f.read())
         except OSError:
             continue

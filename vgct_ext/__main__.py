@@ -51,7 +51,7 @@ def _dtype(t: Any) -> str:
 def cmd_compare(args: argparse.Namespace) -> int:
     from vgct_ext import compare
 
-    from .gates import GateFailure, TransparencyFinding, assert_t1, fmt_value, resolve_t1_bars
+    from .method.gates import GateFailure, TransparencyFinding, assert_t1, fmt_value, resolve_t1_bars
 
     bar_kw = {k: getattr(args, k) for k in ("rel_l2", "cosine", "rtol", "atol") if getattr(args, k) is not None}
     if args.gate == "t1":
@@ -138,10 +138,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         header = ("tensor", "dtype (A/B)", "shape", "rel_l2", "cosine", "max_abs_err", "p99", "mismatches",
                   "verdict")
-        table = [header] + rows
-        w = [max(len(r[i]) for r in table) for i in range(len(header))]
-        for r in table:
-            print("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip())
+        from ._table import render_grouped, terminal_width
+
+        # a terminal: fitted to its width (each tensor over its statistics when the row does not fit); a pipe or
+        # file: whole lines
+        for line in render_grouped(header, rows, terminal_width(sys.stdout), key=3, heading=_tensor_heading,
+                                   priority=(8, 3, 4, 5, 6, 7)):
+            print(line)
         for m in messages:
             print()
             print(m)
@@ -151,6 +154,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _tensor_heading(head: Sequence[str]) -> List[str]:
+    """The heading lines of one tensor in the narrow compare table: its name, then ``  dtypes  shape``."""
+    name, dtype, shape = head
+    return [name, f"  {dtype}  {shape}"]
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     try:  # a GPU described through torch when it is installed; info must work without it
         import torch  # noqa: F401
@@ -158,7 +167,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         pass
     import vgct_ext
 
-    from ._hardware import hardware_info, versions
+    from .method._hardware import hardware_info, versions
 
     info = {"build": vgct_ext.build_info(), "hardware": hardware_info(), "versions": versions()}
     info["hardware"].pop("vgct_build", None)
@@ -186,7 +195,8 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_evidence(args: argparse.Namespace) -> int:
-    from . import evidence as ev
+    from ._table import terminal_width
+    from .method import evidence as ev
 
     try:
         if args.action == "show":
@@ -208,7 +218,7 @@ def cmd_evidence(args: argparse.Namespace) -> int:
             for k in keys:
                 for stratum in sorted(entries[k]):
                     if args.stratum is None or stratum == args.stratum:
-                        print("\n".join(ev.format_entry(k, stratum, entries[k][stratum])))
+                        print("\n".join(ev.format_entry(k, stratum, entries[k][stratum], terminal_width(sys.stdout))))
             return 0
         if args.action == "annotate":
             text = None if args.clear else args.investigation
@@ -236,7 +246,7 @@ def cmd_evidence(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .gates import Relax
+    from .method.gates import Relax
 
     p = argparse.ArgumentParser(prog="python -m vgct_ext", description="vgct_ext: paired statistics and gates")
     sub = p.add_subparsers(dest="command", required=True)

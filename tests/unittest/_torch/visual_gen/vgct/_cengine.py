@@ -211,8 +211,10 @@ def load() -> Optional[Engine]:
     cc = _compiler()
     if cc is None:
         return None
-    srcs = [os.path.join(CSRC, f) for f in ("cpu_engine.c", "cpu_fold.inc", "cpu_fold32.inc", "vgct_engine.h", "vgct_stats.h",
-                                            "vgct_dtypes.h")]
+    # cpu_engine.c first (the one file compiled: it includes its parts, cpu_*.inc), then every part and header it
+    # may include, for the cache key
+    srcs = [os.path.join(CSRC, "cpu_engine.c")] + sorted(
+        os.path.join(CSRC, f) for f in os.listdir(CSRC) if f.endswith((".inc", ".h")))
     extra = shlex.split(os.environ.get("VGCT_TEST_CFLAGS", ""))  # scripts/sanitize.sh: -fsanitize=...
     h = hashlib.sha256(" ".join([cc] + extra).encode())
     for s in srcs:

@@ -193,3 +193,49 @@ def test_slice_worst_rules():
     s2 = vgct_ext.compare(np.full((2, 2), np.nan), np.zeros((2, 2)), dim=0)
     assert s2.slices.worst() is None and list(s2.slices.count) == [0, 0]
     assert np.isnan(s2.slices.mean_shift).all() and np.isnan(s2.slices.max_abs_err).all()
+
+
+def test_layout_core_and_method_with_stable_module_paths():
+    """The engine face lives in vgct_ext.core, the method in vgct_ext.method; the documented module paths
+    vgct_ext.gates, ... are the very same module objects (a monkeypatch through one is seen through the other),
+    every name of __all__ resolves, and neither the package, core nor method imports torch or the method layer
+    before it is used."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, importlib, vgct_ext, vgct_ext.core, vgct_ext.method\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+        "assert not [m for m in sys.modules if m.startswith('vgct_ext.method.')], 'method layer loaded'\n"
+        "assert vgct_ext.compare is vgct_ext.core.compare and vgct_ext.PairedStats is vgct_ext.core.PairedStats\n"
+        "for old, new in [('gates', 'method.gates'), ('probes', 'method.probes'), ('evidence', 'method.evidence'),\n"
+        "                 ('experiment', 'method.experiment'), ('skips', 'method.skips'), ('plugin', 'method.plugin'),\n"
+        "                 ('sharded', 'core.sharded')]:\n"
+        "    a = importlib.import_module('vgct_ext.' + old)\n"
+        "    b = importlib.import_module('vgct_ext.' + new)\n"
+        "    assert a is b and getattr(vgct_ext, old) is b and sys.modules['vgct_ext.' + old] is b, old\n"
+        "import vgct_ext.gates as g\n"
+        "from vgct_ext.gates import _hard_gates\n"
+        "assert _hard_gates is vgct_ext.method.gates._hard_gates\n"
+        "assert all(hasattr(vgct_ext, n) for n in vgct_ext.__all__)\n"
+        "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+def test_core_never_imports_the_method_layer():
+    """vgct_ext/core/*.py import nothing from vgct_ext.method (the method builds on the core, not the reverse)."""
+    import ast
+
+    core = ROOT / "vgct_ext" / "core"
+    files = sorted(core.glob("*.py"))
+    assert {f.name for f in files} >= {"__init__.py", "_api.py", "_dlpack.py", "_stats.py", "sharded.py"}
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                mod = ("." * node.level) + (node.module or "")
+                names = [a.name for a in node.names]
+                assert "method" not in mod.split(".") and not (mod == ".." and "method" in names), (f.name, mod)
+                assert not (node.level == 0 and (node.module or "").startswith("vgct_ext.method")), f.name
+            elif isinstance(node, ast.Import):
+                assert not any(a.name.startswith("vgct_ext.method") for a in node.names), f.name

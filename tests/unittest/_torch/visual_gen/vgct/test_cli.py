@@ -151,3 +151,26 @@ def test_compare_dim_out_of_range_is_a_usage_error(tmp_path, capsys):
     assert "--dim 1 is out of range for tensor 'v'" in err and "ndim 1" in err
     assert main(args + ["--dim", "-1"]) == 0  # fits every tensor
     capsys.readouterr()
+
+
+def test_compare_table_fits_a_narrow_terminal_without_cutting_numbers(files, capsys, monkeypatch):
+    from vgct_ext import _table
+
+    a, b, x, y = files
+    assert main(["compare", str(a), str(b)]) == 1
+    wide = capsys.readouterr().out  # not a terminal: whole lines
+    row = _rows(wide)["x"].split()
+    monkeypatch.setattr(_table, "terminal_width", lambda stream=None: 60)
+    assert main(["compare", str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(ln) for ln in wide.splitlines()) > 60 and all(len(ln) <= 60 for ln in lines), lines
+    # tensor x: its name, then its dtypes and shape, then its statistics, every number whole
+    i = lines.index("x")
+    assert lines[i + 1].split() == row[1:3]
+    sub = [ln.split() for ln in lines if ln.split()[:1] == ["rel_l2"]]
+    assert len(sub) == 1  # the statistics' header, once
+    shown = lines[i + 2].split()
+    assert len(shown) == len(sub[0]) >= 2 and set(shown) <= set(row[3:]) and shown[0] == row[3]  # rel_l2 whole
+    left_out = [h for h in ("rel_l2", "cosine", "max_abs_err", "p99", "mismatches", "verdict") if h not in sub[0]]
+    assert left_out and lines[-3] == f"(not shown at this width: {', '.join(left_out)})", lines[-3:]

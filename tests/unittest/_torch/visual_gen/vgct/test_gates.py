@@ -265,7 +265,7 @@ def test_t1_on_gpu_names_architecture():
 # T2
 
 
-CPU_STRATUM = __import__("vgct_ext._hardware", fromlist=["stratum_of"]).stratum_of("cpu")  # "cpu-avx512", ...
+CPU_STRATUM = __import__("vgct_ext.method._hardware", fromlist=["stratum_of"]).stratum_of("cpu")  # "cpu-avx512", ...
 
 
 def _write_evidence(path, key, stratum, entry):
@@ -380,7 +380,7 @@ def test_evidence_default_path_is_next_to_the_calling_module():
 @pytest.fixture(autouse=True)
 def _gate_not_calibrate(monkeypatch):
     """These tests check gating; keep them gating even under ``pytest --vgct-calibrate``."""
-    from vgct_ext import _context
+    from vgct_ext.method import _context
 
     s = _context.current_session()
     if s is not None:
@@ -396,7 +396,7 @@ def test_method_layer_does_not_import_torch():
             "assert 'torch' not in sys.modules, 'torch imported'; print(vgct_ext.assert_t1.__module__)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "vgct_ext.gates"
+    assert r.stdout.strip() == "vgct_ext.method.gates"
 
 
 # --- regression: T2 evidence must carry every gated bar; calibration refuses runs it cannot derive bars from
@@ -635,7 +635,7 @@ def test_first_line_names_failing_statistics_with_measured_and_bar():
 
 
 def test_slack_is_the_smallest_bar_over_measured_ratio():
-    from vgct_ext import _context
+    from vgct_ext.method import _context
     from vgct_ext.gates import slack
 
     e = _ref()

@@ -17,7 +17,7 @@ try:  # the Student's t oracle, imported once for the same reason (pytester's sy
 except ImportError:
     pass
 
-from vgct_ext._hardware import stratum_of
+from vgct_ext.method._hardware import stratum_of
 
 STRATUM = stratum_of("cpu")  # "cpu-avx512" on an AVX-512 machine, "cpu-neon" on ARM, ...
 

@@ -141,7 +141,7 @@ def _bf16_round(x):
                                    "outliers", "offset", "nonfinite", "subnormal", "wide_range"])
 def test_data_shapes_large_n_windows(shape):
     """n >= 2^18: the quantiles come from key windows read in the reduction's pass (csrc/
-    cpu_engine.c, "vgct_cpu_presel"); bitwise numpy on the data users have: bf16 rounding
+    cpu_windows.inc, "vgct_cpu_presel"); bitwise numpy on the data users have: bf16 rounding
     noise against an fp32 and a bf16 reference (many ties), fp32 noise, an identical pair
     (every key 0), heavy tails, a few large outliers, a constant offset, NaN/Inf pairs,
     subnormal differences, a huge key range; one quantile and many at once."""

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import vgct_ext
-from vgct_ext import _dlpack
+from vgct_ext.core import _dlpack
 
 
 def _torch():
@@ -380,7 +380,7 @@ def test_from_c_equals_the_constructor_and_refuses_a_disagreeing_dict():
     import pickle
 
     from vgct_ext import _C
-    from vgct_ext._stats import PairedStats, _unravel
+    from vgct_ext.core._stats import PairedStats, _unravel
 
     a = np.arange(24.0).reshape(2, 3, 4)
     e = a.copy()

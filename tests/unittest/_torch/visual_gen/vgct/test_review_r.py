@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from vgct_ext import _hardware
+from vgct_ext.method import _hardware
 from vgct_ext import evidence as ev
 from vgct_ext.gates import EvidenceMissing, assert_t2
 

@@ -1,4 +1,4 @@
-"""compare_sharded (vgct_ext/sharded.py): the PairedStats of compare() on the gathered tensors.
+"""compare_sharded (vgct_ext/core/sharded.py): the PairedStats of compare() on the gathered tensors.
 
 Every case of _sharded_cases.py runs on 2 and on 4 gloo CPU ranks (one launch of
 vgct_ext.testing.distributed.run_ranks per world size, all cases inside it, to keep CI short);

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numbers
 from typing import Any, Dict, Iterable, Optional, Union
 
-from . import _C, _dlpack
+from .. import _C
+from . import _dlpack
 from ._stats import PairedStats
 
 

@@ -345,8 +345,9 @@ class PairedStats:
                 f"; worst index {w}: rel_l2 {self.slices.rel_l2[w]:.4e}, max |a-e| "
                 f"{self.slices.max_abs_err[w]:.4e}, mean shift {self.slices.mean_shift[w]:.4e}"
                 if w is not None else "")))
-        width = max(len(k) for k, _ in rows)
-        return "PairedStats\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+        from .._table import render, terminal_width  # rich, imported on the first str()
+
+        return "PairedStats\n" + "\n".join(render(("", ""), rows, terminal_width(), show_header=False, indent=2))
 
 
 def _pct(p: float) -> str:

@@ -1,0 +1,901 @@
+"""Calibration evidence: a JSON file next to the test module, keyed by gate and hardware stratum.
+
+Source: the method, "T2, lossy: measure the same statistics, calibrate the bar from the feature's observed
+drift plus headroom on supported GPU architectures, and record that evidence. [...] Cosine 0.99 is a floor
+that requires investigation", "For T2, test every supported GPU-architecture stratum used to justify the
+bar", and for T1 "set the threshold above the measured deterministic floor with modest headroom". A stratum
+is ``"cpu-<isa>"`` or ``"sm_<major><minor>"`` (:func:`vgct_ext.method._hardware.stratum_of`).
+
+File ``<test module stem>.vgct-evidence.json`` (format ``vgct-evidence/2``; ``vgct-evidence/1`` files are
+read, and upgraded when next written)::
+
+    {"format": "vgct-evidence/2",
+     "entries": {"<component> | <feature>[ | <label>]": {"<stratum>": {          # a T2 gate
+         "kind": "t2", "component", "feature", "case", "dtype_actual", "dtype_expected", "shape", "dim",
+         "device", "recorded" (UTC ISO 8601), "command", "tests", "versions", "precision",
+         "runs": [{"rel_l2", "cosine", "p99", "max_abs_err", ["channel_mean_shift"], "test", "seed"}, ...],
+         "observed_worst", "observed_log_mean", "observed_log_std": {...},  # cosine: of 1 - cosine
+         "headroom": h, "confidence": 0.99, "headroom_rule": "...",  # the rule below, in words
+         "bars": {...}, "warnings": [...],
+         "investigation": null | "note"}},                            # required when bars.cosine < 0.99
+      "T1 floor | <component> | <feature>[ | <label>]": {"<stratum>": {  # the floor of a tightened T1 gate
+         "kind": "t1_floor", ..., "runs": [{"rel_l2", "cosine", "max_abs_err", "test", "seed"}],
+         "floor": {"rel_l2", "one_minus_cosine", "max_abs_err"}}}}}
+
+**Bar rule** (one run per seed; ``--vgct-calibrate`` runs each paired test with seeds 0..N-1, N =
+``--vgct-calibrate-runs``, default 5). For each upper-bounded statistic x (relative L2, p99, max abs error,
+per-channel mean shift) and for the cosine distance x = 1 - cosine, over the n runs, with m and s the mean and
+sample standard deviation of ln x::
+
+    bar(x) = max( worst(x) * (1 + h),  min( exp(m + t(0.99, n-1) * s * sqrt(1 + 1/n)),  4 * worst(x) ) )
+
+and the cosine bar is ``1 - bar(1 - cosine)``. The first term is the headroom over the worst run
+(``--vgct-headroom``, default 0.5); the second is the one-sided 99 % prediction bound for one new run of a
+log-normal statistic (Student's t with n-1 degrees of freedom): error magnitudes are positive and
+right-skewed (a maximum over channels, a cache that hits on some inputs more often), so their spread is
+modelled on the log scale. A statistic that varies across inputs gets a bar that covers that variation, not
+only the seeds that happened to be calibrated (measured on this suite's CPU stratum: calibrated on seeds 0..4,
+seeds 5..9 pass; the normal bound on x failed 4 of 35 gates there). If a run has x = 0 the bound is taken on x
+itself (normal). With n = 1 only the first term exists. The spread term is capped at ``SPREAD_CAP`` = 4 times
+the worst run (16 times for 1 - cosine, which scales like relative L2 squared): a seed that measured far less
+drift than the others (a cache that did not hit, a feature inactive on that input) widens the log-scale spread
+without bound, and an uncapped bar would then pass any bug (a 50 % scale error passed one). A capped entry
+gets a warning to investigate, and a cosine bar is never below -1. When all runs are bitwise identical (the test ignores
+``vgct.seed``) the entry gets a warning.
+
+**Merging.** A recalibration replaces the runs of the tests it ran (all their seeds) and keeps the runs other
+tests recorded for the same entry; the bars are derived from all of them. Runs of one entry must be one
+experiment (dtype, shape, dim): a mismatch with kept runs is refused (nothing written for that entry) with a
+message. One test gating one key twice in one run is refused at the gate (:class:`AmbiguousGate`).
+
+**Files** are read, merged and written under an inter-process lock (``<file>.lock``, the ``filelock``
+library) and replaced atomically (unique temporary file, fsync, rename): concurrent writers keep every entry.
+
+Every T2 entry must carry a finite bar for rel_l2, cosine, p99 and max_abs_err (and channel_mean_shift when the
+entry has a ``dim``): :func:`lookup` refuses an entry that lacks one (recalibrate), except that relative L2 and
+cosine are not required when the gated run's reference has zero norm (the gate then uses absolute error).
+Calibration refuses a run with a non-finite pair (``n_finite < n``), a zero-norm reference, or an undefined or
+non-finite statistic, and :func:`derive_bars` never produces a missing or non-finite bar. A malformed file
+(bad JSON, a field of the wrong type) raises ``ValueError`` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import inspect
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from . import _context
+from ._files import atomic_write_text, locked
+from ._hardware import LEGACY_CPU_STRATUM, describe_device, precision_settings, versions
+
+__all__ = [
+    "FORMAT",
+    "READ_FORMATS",
+    "SUFFIX",
+    "CONFIDENCE",
+    "AmbiguousGate",
+    "evidence_path",
+    "evidence_key",
+    "t1_floor_key",
+    "t2_statistics",
+    "derive_bars",
+    "prediction_factor",
+    "lookup",
+    "load",
+    "validate",
+    "write_calibration",
+    "annotate",
+    "remove",
+    "format_entry",
+    "fmt_exact",
+]
+
+FORMAT = "vgct-evidence/2"
+READ_FORMATS = ("vgct-evidence/1", FORMAT)
+SUFFIX = ".vgct-evidence.json"
+UPPER = ("rel_l2", "p99", "max_abs_err", "channel_mean_shift")
+#: The most the spread term of the bar rule may reach, as a multiple of the worst run (of 1 - cosine: its square).
+SPREAD_CAP = 4.0
+REQUIRED = ("rel_l2", "cosine", "p99", "max_abs_err")  # plus channel_mean_shift when dim is set
+RELATIVE = ("rel_l2", "cosine")  # undefined for a zero-norm reference
+FLOOR_STATS = ("rel_l2", "cosine", "max_abs_err")
+T1_FLOOR_PREFIX = "T1 floor | "
+#: One-sided confidence of the prediction bound in the bar rule.
+CONFIDENCE = 0.99
+HEADROOM_RULE = ("per statistic x (cosine: x = 1 - cosine) over n runs (one per seed): bar = max(worst x (1 + "
+                 "headroom), min(exp(mean(ln x) + t(0.99, n-1) * std(ln x) * sqrt(1 + 1/n)), 4 worst x (1 - cosine: 16 "
+                 "worst x))); cosine bar = 1 - bar(1 - cosine)")
+
+# Student's t quantiles t(0.99, df): one-sided 99 % (standard tables, e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2)
+_T99 = {1: 31.821, 2: 6.965, 3: 4.541, 4: 3.747, 5: 3.365, 6: 3.143, 7: 2.998, 8: 2.896, 9: 2.821, 10: 2.764,
+        11: 2.718, 12: 2.681, 13: 2.650, 14: 2.624, 15: 2.602, 16: 2.583, 17: 2.567, 18: 2.552, 19: 2.539,
+        20: 2.528, 21: 2.518, 22: 2.508, 23: 2.500, 24: 2.492, 25: 2.485, 26: 2.479, 27: 2.473, 28: 2.467,
+        29: 2.462, 30: 2.457, 40: 2.423, 50: 2.403, 60: 2.390, 80: 2.374, 100: 2.364, 120: 2.358}
+
+
+class AmbiguousGate(ValueError):
+    """Two gates would share one evidence entry without saying so: one test gated the same
+    ``component | feature[ | label]`` twice in one run (give each its own ``case=``/``name=``), or calibration
+    runs of one key disagree on the experiment (dtype, shape, dim)."""
+
+
+def evidence_key(component: str, feature: str, case: Optional[str] = None) -> str:
+    """``"component | feature"`` or ``"component | feature | case"``."""
+    return " | ".join([component, feature] + ([str(case)] if case is not None else []))
+
+
+def t1_floor_key(component: str, feature: str, label: Optional[str] = None) -> str:
+    """The key of a tightened T1 gate's floor: ``"T1 floor | component | feature[ | label]"``."""
+    return T1_FLOOR_PREFIX + evidence_key(component, feature, label)
+
+
+def _caller_file() -> Optional[Path]:
+    pkg = os.path.dirname(os.path.abspath(__file__))
+    f = inspect.currentframe()
+    while f is not None:
+        name = os.path.abspath(f.f_code.co_filename)
+        if not name.startswith(pkg + os.sep) and not f.f_code.co_filename.startswith("<"):
+            return Path(name)
+        f = f.f_back
+    return None
+
+
+def evidence_path(explicit: Union[str, "os.PathLike[str]", None] = None) -> Path:
+    """The evidence file: ``explicit``, else ``<module stem>.vgct-evidence.json`` next to the running test's
+    module (from the pytest plugin), else next to the calling file. Raises ``RuntimeError`` if none is known."""
+    if explicit is not None:
+        return Path(explicit)
+    t = _context.current_test()
+    module = t.path if t is not None and t.path is not None else _caller_file()
+    if module is None:
+        raise RuntimeError("assert_t2: cannot tell which test module this is; pass evidence=PATH")
+    module = Path(module)
+    return module.with_name(module.stem + SUFFIX)
+
+
+def t2_statistics(stats: Any) -> Dict[str, Any]:
+    """The statistics a T2 gate records and gates: rel_l2, cosine, p99, max_abs_err, and with ``dim`` the
+    per-channel mean shift ``max_c |mean(a-e)[c]|`` (plus its channel index, not gated)."""
+    out: Dict[str, Any] = {"rel_l2": stats.rel_l2, "cosine": stats.cosine, "p99": stats.quantiles.get(0.99),
+                           "max_abs_err": stats.max_abs_err}
+    sl = getattr(stats, "slices", None)
+    if sl is not None:
+        best, idx = None, None
+        for i, v in enumerate(sl.mean_shift):
+            v = abs(float(v))
+            if not math.isnan(v) and (best is None or v > best):
+                best, idx = v, i
+        out["channel_mean_shift"] = best
+        out["channel_mean_shift_index"] = idx
+    return out
+
+
+def required_bars(dim: Optional[int], zero_reference: bool = False) -> Tuple[str, ...]:
+    """The bars an entry must carry: rel_l2, cosine, p99, max_abs_err, plus channel_mean_shift with ``dim``;
+    without rel_l2 and cosine when the gated run's reference has zero norm (they are undefined there)."""
+    names = REQUIRED + (("channel_mean_shift",) if dim is not None else ())
+    return tuple(n for n in names if not (zero_reference and n in RELATIVE))
+
+
+def _finite_number(v: Any) -> bool:
+    return (not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(float(v)))
+
+
+def check_calibration_run(stats: Any, observed: Mapping[str, Any], dim: Optional[int]) -> Optional[str]:
+    """Why a run cannot calibrate bars (``None`` when it can): a non-finite pair, a zero-norm reference, or a
+    required statistic that is undefined or non-finite."""
+    if stats.n == 0 or stats.n_finite == 0:
+        return "no finite pair was compared (an empty or all-non-finite comparison proves nothing)"
+    if stats.n_finite < stats.n:
+        return (f"{stats.n - stats.n_finite} of {stats.n} pairs are non-finite (NaN/Inf); a T2 bar must be "
+                f"calibrated from finite output only")
+    if stats.zero_reference:
+        return ("the reference has zero norm, so relative L2 and cosine are undefined and no bar could be recorded "
+                "for them; calibrate on an experiment with a nonzero reference")
+    bad = [f"{k}={observed.get(k)!r}" for k in required_bars(dim) if not _finite_number(observed.get(k))]
+    if bad:
+        return ("undefined or non-finite statistic(s) " + ", ".join(bad)
+                + " (cosine is undefined when ||actual||_2 = 0); no bar can be derived from them")
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The bar rule
+
+
+def prediction_factor(n: int) -> float:
+    """``t(0.99, n-1) * sqrt(1 + 1/n)``: the one-sided 99 % normal prediction bound for one new observation is
+    ``mean + prediction_factor(n) * s`` (s the sample standard deviation of n observations). ``n >= 2``."""
+    if n < 2:
+        raise ValueError(f"a prediction bound needs at least 2 runs, got {n}")
+    df = n - 1
+    if df in _T99:
+        t = _T99[df]
+    else:  # between or beyond the tabulated points: the next smaller tabulated df (a larger t: conservative)
+        t = _T99[max(d for d in _T99 if d < df)]
+    return t * math.sqrt(1.0 + 1.0 / n)
+
+
+def _spread(values: Sequence[float]) -> Tuple[float, float]:
+    n = len(values)
+    mean = math.fsum(values) / n
+    if n < 2:
+        return mean, 0.0
+    var = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(var)
+
+
+def bar_summary(runs: Sequence[Mapping[str, Any]], headroom: float,
+                dim: Optional[int] = None) -> Dict[str, Dict[str, float]]:
+    """``{"worst", "log_mean", "log_std", "bars"}`` from raw runs by the module's bar rule (the cosine's log mean
+    and std are of ``ln(1 - cosine)``; its worst and bar are cosines). Raises ``ValueError`` as
+    :func:`derive_bars`."""
+    if headroom < 0 or not math.isfinite(headroom):
+        raise ValueError(f"headroom must be a finite number >= 0, got {headroom!r}")
+    if not runs:
+        raise ValueError("derive_bars: no calibration run")
+    need = required_bars(dim)
+    for i, r in enumerate(runs):
+        bad = [f"{k}={r.get(k)!r}" for k in need if not _finite_number(r.get(k))]
+        bad += [f"{k}={r.get(k)!r}" for k in UPPER + ("cosine",)
+                if k not in need and r.get(k) is not None and not _finite_number(r.get(k))]
+        if bad:
+            raise ValueError(f"calibration run {i} has undefined or non-finite statistic(s) {', '.join(bad)}; "
+                             f"refusing to derive bars from it (a zero-norm reference or non-finite output "
+                             f"cannot calibrate a T2 bar)")
+    out: Dict[str, Dict[str, float]] = {"worst": {}, "log_mean": {}, "log_std": {}, "bars": {}, "capped": {}}
+    for k in UPPER + ("cosine",):
+        vals = [float(r[k]) for r in runs if r.get(k) is not None]
+        if not vals:
+            continue
+        if k in need and len(vals) != len(runs):
+            raise ValueError(f"derive_bars: {k} is missing from some runs")
+        x = [1.0 - v for v in vals] if k == "cosine" else vals
+        worst = max(x)
+        bar = worst * (1.0 + headroom)
+        # the spread term may add at most SPREAD_CAP x the worst run (1 - cosine: its square, since it scales
+        # like relative L2 squared): a seed that measured far less drift must not open the bar to any bug
+        cap = worst * (SPREAD_CAP ** 2 if k == "cosine" else SPREAD_CAP)
+        spread = None
+        if min(x) > 0.0:
+            mean, std = _spread([math.log(v) for v in x])
+            out["log_mean"][k], out["log_std"][k] = mean, std
+            if len(x) >= 2:
+                z = mean + prediction_factor(len(x)) * std
+                spread = math.inf if z > min(709.0, math.log(cap) + 1.0) else math.exp(z)  # no overflow in exp
+        elif len(x) >= 2:  # a zero run: no log scale; the normal bound on x itself
+            mean, std = _spread(x)
+            spread = mean + prediction_factor(len(x)) * std
+        if spread is not None and spread > cap:
+            out["capped"][k] = spread
+            spread = cap
+        if spread is not None:
+            bar = max(bar, spread)
+        if k == "cosine":
+            bar = min(bar, 2.0)  # a cosine bar is never below -1
+        out["worst"][k] = 1.0 - worst if k == "cosine" else worst
+        out["bars"][k] = 1.0 - bar if k == "cosine" else bar
+    bad = [f"{k}={v!r}" for k, v in out["bars"].items() if not math.isfinite(v)]
+    if bad:
+        raise ValueError(f"derive_bars: non-finite bar(s) {', '.join(bad)}; not written")
+    return out
+
+
+def derive_bars(runs: Sequence[Mapping[str, Any]], headroom: float,
+                dim: Optional[int] = None) -> Tuple[Dict[str, float], Dict[str, float]]:
+    """``(observed_worst, bars)`` from raw runs by the bar rule of this module's docstring.
+
+    Raises ``ValueError`` when there is no run, when a run lacks a required statistic (rel_l2, cosine, p99,
+    max_abs_err; channel_mean_shift with ``dim``) or has a non-finite one, or when a bar would be non-finite:
+    an entry is never written with a missing or non-finite bar."""
+    s = bar_summary(runs, headroom, dim)
+    return s["worst"], s["bars"]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Reading and validating
+
+
+def _bad(path: Any, field: str, want: str, got: Any) -> ValueError:
+    g = repr(got)
+    if len(g) > 80:
+        g = g[:77] + "..."
+    return ValueError(f"{path}: evidence field {field}: expected {want}, got {g}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+_ENTRY_FIELDS: Dict[str, Tuple[str, Any]] = {
+    "kind": ("'t2' or 't1_floor'", lambda v: v in ("t2", "t1_floor")),
+    "component": ("a string", lambda v: isinstance(v, str)),
+    "feature": ("a string", lambda v: isinstance(v, str)),
+    "case": ("a string or null", lambda v: v is None or isinstance(v, str)),
+    "dtype_actual": ("a dtype name (string)", lambda v: isinstance(v, str)),
+    "dtype_expected": ("a dtype name (string)", lambda v: isinstance(v, str)),
+    "shape": ("a list of non-negative integers", lambda v: isinstance(v, list) and all(_is_int(d) and d >= 0
+                                                                                      for d in v)),
+    "dim": ("an integer or null", lambda v: v is None or _is_int(v)),
+    "investigation": ("a string or null", lambda v: v is None or isinstance(v, str)),
+    "tests": ("a list of test ids (strings)", lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v)),
+    "headroom": ("a number", _is_num),
+    "warnings": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v)),
+}
+_NUMBER_MAPS = ("bars", "floor", "observed_worst", "observed_log_mean", "observed_log_std")
+
+
+def _finite_float(v: Any) -> bool:
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:  # an integer beyond float (10**400)
+        return False
+
+
+#: Statistics whose value may be negative or is bounded: their allowed range in words (all others: >= 0).
+_RANGE_TEXT = {"cosine": "a cosine in [-1, 1]", "mean_diff": "a number", "mean_shift": "a number",
+               "one_minus_cosine": "a number in [0, 2]"}
+
+
+def _in_range(k: str, v: Any) -> bool:
+    """A statistic's value in its definition's range (docs/metrics.md): cosines in [-1, 1], 1 - cosine in
+    [0, 2], signed means anything, every error magnitude, count and index >= 0."""
+    if k == "cosine":
+        return -1.0 <= v <= 1.0
+    if k == "one_minus_cosine":
+        return 0.0 <= v <= 2.0
+    if k in ("mean_diff", "mean_shift") or k.startswith("log") or k.endswith("_log_mean"):
+        return True
+    return v >= 0
+
+
+def validate(data: Any, path: Any = "<evidence>") -> Dict[str, Any]:
+    """Check the structure and field types of an evidence document; return it. Raises ``ValueError`` naming
+    ``path`` and the first bad field (e.g. ``entries["c | f"]["cpu-avx512"].bars.rel_l2``)."""
+    if not isinstance(data, dict):
+        raise _bad(path, "(top level)", "a JSON object", type(data).__name__)
+    if data.get("format") not in READ_FORMATS:
+        raise _bad(path, "format", " or ".join(repr(f) for f in READ_FORMATS), data.get("format"))
+    entries = data.get("entries")
+    if not isinstance(entries, dict):
+        raise _bad(path, "entries", "an object of keys", entries)
+    for key, strata in entries.items():
+        where = f"entries[{key!r}]"
+        if not isinstance(strata, dict):
+            raise _bad(path, where, "an object of strata", strata)
+        for stratum, entry in strata.items():
+            w = f"{where}[{stratum!r}]"
+            if not isinstance(entry, dict):
+                raise _bad(path, w, "an object (one stratum's evidence)", entry)
+            for name, (want, ok) in _ENTRY_FIELDS.items():
+                if name in entry and not ok(entry[name]):
+                    raise _bad(path, f"{w}.{name}", want, entry[name])
+            for name in _NUMBER_MAPS:
+                if name not in entry:
+                    continue
+                m = entry[name]
+                if not isinstance(m, dict):
+                    raise _bad(path, f"{w}.{name}", "an object of numbers", m)
+                for k, v in m.items():
+                    if not _is_num(v):
+                        raise _bad(path, f"{w}.{name}.{k}", "a number", v)
+                    if not _finite_float(v):
+                        raise _bad(path, f"{w}.{name}.{k}", "a number (finite)", v)
+                    if name in ("bars", "floor", "observed_worst") and not _in_range(k, v):
+                        raise _bad(path, f"{w}.{name}.{k}", _RANGE_TEXT.get(k, "a number >= 0"), v)
+            if "runs" in entry:
+                runs = entry["runs"]
+                if not isinstance(runs, list):
+                    raise _bad(path, f"{w}.runs", "a list of runs", runs)
+                for i, r in enumerate(runs):
+                    if not isinstance(r, dict):
+                        raise _bad(path, f"{w}.runs[{i}]", "an object of statistics", r)
+                    for k, v in r.items():
+                        if k == "test":
+                            ok = v is None or isinstance(v, str)
+                        elif k in ("seed", "channel_mean_shift_index"):
+                            ok = v is None or _is_int(v)
+                        else:
+                            ok = v is None or (_is_num(v) and (not _finite_float(v) or _in_range(k, v)))
+                        if not ok:
+                            raise _bad(path, f"{w}.runs[{i}].{k}", _RANGE_TEXT.get(k, "a number >= 0") + " (or null)",
+                                       v)
+    return data
+
+
+def load(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
+    """Read and :func:`validate` an evidence file (``{"format", "entries": {}}`` when absent).
+    Raises ``ValueError`` naming the file (and the field) for a file that is not valid evidence."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {"format": FORMAT, "entries": {}}
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{p}: not UTF-8 text ({exc})") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{p}: not valid JSON ({exc})") from exc
+    except RecursionError as exc:  # nesting deeper than the parser's stack: no evidence file is built so
+        raise ValueError(f"{p}: not an evidence file (JSON nested too deeply)") from exc
+    return validate(data, p)
+
+
+def _calibrate_hint(stratum: str) -> str:
+    t = _context.current_test()
+    tid = t.nodeid if t is not None else "<test id>"
+    where = "on this machine" if stratum.startswith("cpu") else f"on a {stratum} GPU"
+    return f"Record it {where} (and commit the JSON file):\n    pytest --vgct-calibrate \"{tid}\""
+
+
+def _find_entry(path: Path, key: str, stratum: str, what: str) -> Tuple[Optional[dict], Optional[str]]:
+    try:
+        data = load(path)
+    except (OSError, ValueError) as exc:
+        return None, f"evidence file unreadable: {exc}. {_calibrate_hint(stratum)}"
+    strata = data["entries"].get(key)
+    if not strata:
+        return None, (f"no {what} evidence for {key!r} in {path}. {what} bars come only from recorded calibration "
+                      f"evidence, never from a default. {_calibrate_hint(stratum)}")
+    entry = strata.get(stratum)
+    if entry is None:
+        if stratum.startswith("cpu-") and LEGACY_CPU_STRATUM in strata:
+            return None, (f"no {what} evidence for stratum {stratum} under {key!r} in {path}: it has evidence for "
+                          f"the plain stratum {LEGACY_CPU_STRATUM!r}, recorded before strata named the CPU "
+                          f"instruction set that decides the kernels; it is not used. Recalibrate on a "
+                          f"{stratum} machine. {_calibrate_hint(stratum)}")
+        return None, (f"no {what} evidence for stratum {stratum} under {key!r} in {path} (recorded strata: "
+                      f"{', '.join(sorted(strata))}). A bar from another stratum does not apply. "
+                      f"{_calibrate_hint(stratum)}")
+    missing = [k for k in ("dtype_actual", "dtype_expected", "shape", "dim") if k not in entry]
+    if missing:
+        return None, (f"{what} evidence for {key!r} on {stratum} in {path} lacks the field(s) "
+                      f"{', '.join(missing)}. Recalibrate. {_calibrate_hint(stratum)}")
+    return entry, None
+
+
+def _same_experiment(entry: Mapping[str, Any], stats: Any, dim: Optional[int]) -> List[str]:
+    want = {"dtype_actual": stats.dtype_actual, "dtype_expected": stats.dtype_expected,
+            "shape": list(stats.shape), "dim": dim}
+    return [f"{k}: evidence {entry.get(k)!r}, now {v!r}" for k, v in want.items() if entry.get(k) != v]
+
+
+def lookup(path: Path, key: str, stratum: str, stats: Any, dim: Optional[int]) -> Tuple[Optional[dict], Optional[str]]:
+    """``(entry, None)`` when usable T2 evidence exists for ``key`` on ``stratum``, else ``(None, why)``."""
+    entry, why = _find_entry(path, key, stratum, "T2")
+    if entry is None:
+        return None, why
+    if entry.get("kind", "t2") != "t2":
+        return None, f"evidence {key!r} on {stratum} in {path} is a {entry.get('kind')} entry, not T2 evidence"
+    diff = _same_experiment(entry, stats, dim)
+    if diff:
+        return None, (f"T2 evidence for {key!r} on {stratum} in {path} was recorded for a different experiment ("
+                      + "; ".join(diff) + f"). Recalibrate. {_calibrate_hint(stratum)}")
+    bars = entry.get("bars")
+    if not isinstance(bars, dict) or not bars:
+        return None, f"T2 evidence for {key!r} on {stratum} in {path} has no bars. {_calibrate_hint(stratum)}"
+    zero = bool(stats.zero_reference)
+    need = required_bars(dim, zero_reference=zero)
+    missing = [k for k in need if k not in bars]
+    bad = [f"{k}={v!r}" for k, v in bars.items() if not _finite_number(v)]
+    if missing or bad:
+        what = []
+        if missing:
+            what.append("no bar for " + ", ".join(missing))
+        if bad:
+            what.append("non-finite or non-numeric bar(s) " + ", ".join(bad))
+        return None, (f"T2 evidence for {key!r} on {stratum} in {path} is incomplete: {'; '.join(what)}. A T2 gate "
+                      f"needs a calibrated bar for each of {', '.join(need)}"
+                      + (" (relative L2 and cosine are not required: the reference has zero norm)" if zero else "")
+                      + f"; a statistic is never left ungated. Recalibrate. {_calibrate_hint(stratum)}")
+    cos = bars.get("cosine")
+    note = entry.get("investigation")
+    if cos is not None and cos < 0.99 and not (isinstance(note, str) and note.strip()):
+        return None, (f"T2 evidence for {key!r} on {stratum} in {path} sets a cosine bar of {fmt_exact('cosine', cos)}, "
+                      f"under the 0.99 floor that requires investigation, and has no investigation note. "
+                      f"Investigate the drift, then record what was found:\n    python -m vgct_ext evidence "
+                      f"annotate {path} \"{key}\" --stratum {stratum} --investigation \"...\"")
+    return entry, None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Gate identity and calibration runs
+
+
+def claim(path: Path, key: str, *, gate: str, label_hint: str = "case=") -> None:
+    """Within one run of a paired test, each evidence key may be gated once. Raises :class:`AmbiguousGate`
+    when ``key`` in ``path`` was already gated in this run (two outputs would share one bar)."""
+    t = _context.current_test()
+    if t is None or not getattr(t, "paired", False):
+        return
+    ident = (str(path), key)
+    if ident in t.claims:
+        raise AmbiguousGate(
+            f"{gate} gated {key!r} twice in one run of {t.nodeid}: each gate needs its own identity, otherwise "
+            f"both outputs share one calibrated bar (the worst one's). Give each {gate} of this test its own "
+            f"label: {label_hint}'...' (or name='...').")
+    t.claims.add(ident)
+
+
+def add_calibration_run(session: Any, path: Path, key: str, stratum: str, stats: Any,
+                        observed: Mapping[str, Any], *, component: str, feature: str, case: Optional[str],
+                        dim: Optional[int], kind: str = "t2") -> None:
+    """Queue one calibration run (written by :func:`write_calibration` at the end of the session).
+
+    Raises ``ValueError`` (the run is refused, nothing queued) for a run :func:`check_calibration_run` rejects
+    (T2 only): a non-finite pair, a zero-norm reference, or an undefined/non-finite statistic; and
+    :class:`AmbiguousGate` when the runs queued for one key disagree on dtype, shape or dim."""
+    what = "calibration" if kind == "t2" else "T1 floor calibration"
+    if kind == "t2":
+        why = check_calibration_run(stats, observed, dim)
+    else:
+        why = None if stats.n_finite == stats.n and stats.n > 0 and not stats.zero_reference and all(
+            _finite_number(observed.get(k)) for k in FLOOR_STATS) else (
+            "a floor needs a finite comparison with a nonzero reference and defined statistics")
+    if why is not None:
+        raise ValueError(f"{what} of {key!r} on {stratum} refused: {why}. No evidence is recorded from this "
+                         f"run; fix the experiment and rerun pytest --vgct-calibrate.")
+    t = _context.current_test()
+    if t is not None and t.repetition > 0:
+        return  # --vgct-repeat: a repetition of a seed already recorded (identical, or the test fails anyway)
+    slot = session.calibration.setdefault((str(path), key, stratum),
+                                          {"kind": kind, "runs": [], "meta": None, "tests": []})
+    run = {k: v for k, v in observed.items()}
+    run["test"] = t.nodeid if t is not None else None
+    run["seed"] = int(getattr(t, "seed", 0)) if t is not None else 0
+    meta = {"kind": kind, "component": component, "feature": feature, "case": case,
+            "dtype_actual": stats.dtype_actual, "dtype_expected": stats.dtype_expected, "shape": list(stats.shape),
+            "dim": dim, "device": describe_device(stats.device)}
+    if slot["meta"] is None:
+        slot["meta"] = meta
+    else:
+        diff = _meta_diff(slot["meta"], meta)
+        if diff:
+            raise AmbiguousGate(f"{what} of {key!r} on {stratum}: runs disagree on the experiment ({diff}); one key "
+                                f"names one experiment: give each its own case= (or name=)")
+    slot["runs"].append(run)
+    if run["test"] is not None and run["test"] not in slot["tests"]:
+        slot["tests"].append(run["test"])
+
+
+_EXPERIMENT = ("dtype_actual", "dtype_expected", "shape", "dim")
+
+
+def _meta_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+    return "; ".join(f"{k} {a.get(k)!r} vs {b.get(k)!r}" for k in _EXPERIMENT if a.get(k) != b.get(k))
+
+
+def floor_statistics(stats: Any) -> Dict[str, Any]:
+    """What a tightened T1 gate records as its floor: relative L2, cosine, max abs error."""
+    return {"rel_l2": stats.rel_l2, "cosine": stats.cosine, "max_abs_err": stats.max_abs_err}
+
+
+# unit roundoff of each dtype (2^-p, p the significand precision); a floor below it is the dtype's resolution
+_UNIT_ROUNDOFF = {"float64": 2.0 ** -53, "float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8,
+                  "float8_e4m3fn": 2.0 ** -4, "float8_e4m3fnuz": 2.0 ** -4, "float8_e5m2": 2.0 ** -3,
+                  "float8_e5m2fnuz": 2.0 ** -3}
+
+
+def tighten_t1(bars: Any, tighten: Optional[float], stats: Any, *, component: str, feature: str,
+               label: Optional[str], evidence: Union[str, "os.PathLike[str]", None] = None) -> Tuple[Any, Dict]:
+    """``(bars, extra_record_fields)`` for ``assert_t1(..., tighten=k)``.
+
+    Without ``tighten``: ``(bars, {})``. Under ``--vgct-calibrate``: the gate's relative L2, cosine and max abs
+    error are queued as a floor run for ``"T1 floor | component | feature[ | label]"`` and ``bars`` are returned
+    unchanged. Otherwise the floor recorded for this stratum sets
+    ``rel_l2 bar = min(bar, k * max(floor rel L2, u))`` and ``cosine bar = max(bar, 1 - k * max(floor of
+    1 - cosine, u^2 / 2))``, u the unit roundoff of the less precise dtype of the pair (a floor below the
+    dtype's resolution is not a floor: bit-exactness is never required). Raises ``ValueError`` for ``k``
+    outside [1, 1e6] and :class:`vgct_ext.gates.EvidenceMissing` when no usable floor is recorded.
+    """
+    if tighten is None:
+        return bars, {}
+    if isinstance(tighten, bool) or not isinstance(tighten, (int, float)) or not 1.0 <= float(tighten) <= 1e6:
+        raise ValueError(f"assert_t1: tighten must be a number in [1, 1e6] (bar = measured floor x tighten), "
+                         f"got {tighten!r}")
+    from ._hardware import stratum_of
+
+    k = float(tighten)
+    path = evidence_path(evidence)
+    key = t1_floor_key(component, feature, label)
+    stratum = stratum_of(stats.device)
+    session = _context.current_session()
+    extra: Dict[str, Any] = {"tighten": k, "evidence": str(path), "evidence_key": key}
+    if session is not None and session.calibrate:
+        add_calibration_run(session, path, key, stratum, stats, floor_statistics(stats), component=component,
+                            feature=feature, case=label, dim=None, kind="t1_floor")
+        extra["calibrating"] = True
+        return bars, extra
+    entry, why = _find_entry(path, key, stratum, "T1 floor")
+    if entry is not None:
+        if entry.get("kind") != "t1_floor" or not isinstance(entry.get("floor"), dict):
+            entry, why = None, f"evidence {key!r} on {stratum} in {path} is not a T1 floor entry. Recalibrate."
+        else:
+            diff = _same_experiment(entry, stats, None)
+            miss = [f for f in ("rel_l2", "one_minus_cosine") if not _finite_number(entry["floor"].get(f))]
+            if diff or miss:
+                why = (f"T1 floor evidence for {key!r} on {stratum} in {path} does not fit: "
+                       + "; ".join(diff + [f"no floor for {m}" for m in miss]) + f". Recalibrate. "
+                       + _calibrate_hint(stratum))
+                entry = None
+    if entry is None:
+        from .gates import EvidenceMissing
+
+        raise EvidenceMissing(f"T1 gate with tighten={k:g} cannot run: component {component!r}, feature "
+                              f"{feature!r}: {why}", stats, [])
+    u = max(_UNIT_ROUNDOFF.get(stats.dtype_actual, 2.0 ** -24), _UNIT_ROUNDOFF.get(stats.dtype_expected, 2.0 ** -24))
+    f_rel = max(float(entry["floor"]["rel_l2"]), u)
+    f_cos = max(float(entry["floor"]["one_minus_cosine"]), u * u / 2.0)
+    new = dataclasses.replace(bars, rel_l2=min(bars.rel_l2, k * f_rel), cosine=max(bars.cosine, 1.0 - k * f_cos))
+    extra["floor"] = dict(entry["floor"])
+    return new, extra
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Writing
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def _legacy_test(old: Mapping[str, Any]) -> Optional[str]:
+    tests = old.get("tests") or []
+    return tests[0] if len(tests) == 1 else None
+
+
+def _runs_identical(runs: Sequence[Mapping[str, Any]]) -> bool:
+    if len(runs) < 2:
+        return False
+    strip = [{k: v for k, v in r.items() if k not in ("test", "seed")} for r in runs]
+    return all(s == strip[0] for s in strip[1:])
+
+
+def _floor_of(runs: Sequence[Mapping[str, Any]]) -> Dict[str, float]:
+    return {"rel_l2": max(float(r["rel_l2"]) for r in runs),
+            "one_minus_cosine": max(1.0 - float(r["cosine"]) for r in runs),
+            "max_abs_err": max(float(r["max_abs_err"]) for r in runs)}
+
+
+def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_runs: List[Dict[str, Any]],
+                *, headroom: float, command: str, now: str, key: str, stratum: str,
+                path: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """``(entry, change)``: ``old`` with the runs of the tests in ``new_runs`` replaced by them, the runs of
+    other tests kept, and the bars re-derived. Raises :class:`AmbiguousGate` when kept runs belong to another
+    experiment (dtype, shape or dim)."""
+    meta = dict(slot["meta"])
+    kind = meta.pop("kind", "t2")
+    rerun = {r.get("test") for r in new_runs}
+    kept: List[Dict[str, Any]] = []
+    replaced: List[Dict[str, Any]] = []
+    if old:
+        legacy = _legacy_test(old)
+        for r in old.get("runs") or []:
+            r = dict(r)
+            if "test" not in r:
+                r["test"] = legacy
+            (replaced if r.get("test") in rerun else kept).append(r)
+        if kept:
+            diff = _meta_diff(old, meta)
+            if diff:
+                others = sorted({str(r.get("test")) for r in kept})
+                raise AmbiguousGate(
+                    f"{path} [{key}] {stratum}: not merged: the recorded runs of {', '.join(others)} are another "
+                    f"experiment ({diff}); one key names one experiment. Give the gates distinct case=/name= "
+                    f"labels, or remove the old entry: python -m vgct_ext evidence remove {path} \"{key}\" "
+                    f"--stratum {stratum}")
+    runs = kept + new_runs
+    entry: Dict[str, Any] = {"kind": kind, **meta}
+    tests: List[str] = []
+    for r in runs:
+        if r.get("test") and r["test"] not in tests:
+            tests.append(r["test"])
+    entry.update({"recorded": now, "command": command, "tests": tests, "versions": versions(),
+                  "precision": precision_settings(), "runs": runs,
+                  "investigation": (old or {}).get("investigation")})
+    warnings: List[str] = []
+    if _runs_identical(new_runs):
+        warnings.append(f"all {len(new_runs)} calibration runs were bitwise identical: the test does not vary its "
+                        f"inputs with vgct.seed, so the bars rest on a single input")
+    change: Dict[str, Any] = {"file": path, "key": key, "stratum": stratum, "kind": kind,
+                              "status": "updated" if old else "new", "added": len(new_runs),
+                              "replaced": len(replaced), "kept": len(kept),
+                              "kept_tests": sorted({str(r.get("test")) for r in kept}),
+                              "seeds": sorted({r.get("seed") for r in new_runs if r.get("seed") is not None}),
+                              "runs": len(runs), "identical_runs": bool(warnings), "warnings": warnings}
+    if kind == "t1_floor":
+        entry["floor"] = _floor_of(runs)
+        old_vals = dict((old or {}).get("floor") or {})
+        change["values"] = [(k, old_vals.get(k), v) for k, v in entry["floor"].items()]
+        change["bars"] = entry["floor"]
+        change["needs_investigation"] = False
+    else:
+        summ = bar_summary(runs, headroom, meta.get("dim"))
+        entry.update({"observed_worst": summ["worst"], "observed_log_mean": summ["log_mean"],
+                      "observed_log_std": summ["log_std"],
+                      "headroom": headroom, "confidence": CONFIDENCE, "headroom_rule": HEADROOM_RULE,
+                      "bars": summ["bars"]})
+        old_vals = dict((old or {}).get("bars") or {})
+        change["values"] = [(k, old_vals.get(k), v) for k, v in sorted(summ["bars"].items())]
+        change["bars"] = summ["bars"]
+        cos = summ["bars"].get("cosine")
+        change["needs_investigation"] = cos is not None and cos < 0.99 and not entry["investigation"]
+        for k in sorted(summ["capped"]):
+            warnings.append(f"{k}: the runs spread so widely (a seed measured far less drift than the worst: is "
+                            f"the feature inactive on some inputs?) that the spread term was capped at "
+                            f"{SPREAD_CAP:g}x the worst run{' squared' if k == 'cosine' else ''}; investigate")
+        change["warnings"] = warnings
+    if warnings:
+        entry["warnings"] = warnings
+    return entry, change
+
+
+def dump(data: Mapping[str, Any]) -> str:
+    return json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n"
+
+
+def write_calibration(session: Any, command: str) -> List[Dict[str, Any]]:
+    """Merge every queued calibration into its evidence file (runs of failed tests are dropped) under the
+    file's lock, write each file atomically, and return what changed (one dict per entry, see
+    :func:`merge_entry`). Entries that cannot be merged (:class:`AmbiguousGate`) and files that cannot be read
+    or written are reported in ``session.evidence_errors`` (nothing is written for them). For each touched file,
+    ``session.evidence_unused`` lists its entries of the strata written here that this session did not
+    record: stale ones (their tests ran and did not gate them) and ones whose tests did not run."""
+    written: List[Dict[str, Any]] = []
+    errors = getattr(session, "evidence_errors", None)
+    if errors is None:
+        errors = []
+    unused = getattr(session, "evidence_unused", None)
+    if unused is None:
+        unused = []
+    by_file: Dict[str, List[Tuple[str, str, Dict[str, Any]]]] = {}
+    for (path, key, stratum), slot in session.calibration.items():
+        by_file.setdefault(path, []).append((key, stratum, slot))
+    now = _now()
+    ran = set(getattr(session, "tests", {}) or {})
+    for path, items in sorted(by_file.items()):
+        try:
+            with locked(path):
+                data = load(path)
+                data["format"] = FORMAT
+                changes = []
+                for key, stratum, slot in items:
+                    runs = [dict(r) for r in slot["runs"] if r.get("test") not in session.failed_tests]
+                    if not runs:
+                        continue
+                    old = data["entries"].get(key, {}).get(stratum)
+                    try:
+                        entry, change = merge_entry(old, slot, runs, headroom=session.headroom, command=command,
+                                                    now=now, key=key, stratum=stratum, path=path)
+                    except (AmbiguousGate, ValueError) as exc:
+                        errors.append(str(exc))
+                        continue
+                    data["entries"].setdefault(key, {})[stratum] = entry
+                    changes.append(change)
+                if changes:
+                    atomic_write_text(path, dump(data))
+                    written += changes
+                    touched = {(c["key"], c["stratum"]) for c in changes}
+                    strata = {c["stratum"] for c in changes}
+                    for key, st in sorted(data["entries"].items()):
+                        for stratum, entry in sorted(st.items()):
+                            if stratum not in strata or (key, stratum) in touched:
+                                continue
+                            tests = list(entry.get("tests") or [])
+                            stale = bool(tests) and all(t in ran and t not in session.failed_tests for t in tests)
+                            unused.append({"file": path, "key": key, "stratum": stratum, "tests": tests,
+                                           "stale": stale})
+        except (OSError, ValueError) as exc:
+            errors.append(f"evidence not written to {path}: {exc}")
+    session.evidence_errors = errors
+    session.evidence_unused = unused
+    return written
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    return str(o)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Command-line helpers (python -m vgct_ext evidence ...)
+
+
+def fmt_exact(stat: str, v: Any) -> str:
+    """A bar or statistic with every digit (``repr``); a cosine also as ``1 - d`` so 0.99999989 never reads 1."""
+    if v is None:
+        return "undefined"
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if stat.startswith("cosine"):
+        return f"{float(v)!r} (1 - {1.0 - float(v):.6g})"
+    return repr(float(v)) if isinstance(v, float) else str(v)
+
+
+def format_entry(key: str, stratum: str, entry: Mapping[str, Any], width: Optional[int] = None) -> List[str]:
+    """Human-readable lines describing one entry (for ``evidence show``): the experiment, the runs, then the bars
+    (or the T1 floor) as a table (:func:`vgct_ext._table.render`) with every digit, at most ``width`` columns wide
+    (None: unlimited; a cell too wide folds onto the next line, nothing is cut)."""
+    from .._table import render
+
+    kind = entry.get("kind", "t2")
+    lines = [f"[{key}] {stratum} ({kind})"]
+    lines.append(f"  experiment: {entry.get('dtype_actual')} vs {entry.get('dtype_expected')}, shape "
+                 f"{entry.get('shape')}, dim {entry.get('dim')}; device {entry.get('device')}")
+    lines.append(f"  recorded: {entry.get('recorded')} by {entry.get('command')}")
+    runs = entry.get("runs") or []
+    seeds = sorted({r.get("seed") for r in runs if r.get("seed") is not None})
+    lines.append(f"  runs: {len(runs)}" + (f" (seeds {', '.join(map(str, seeds))})" if seeds else "")
+                 + f"; tests: {', '.join(entry.get('tests') or []) or '-'}")
+    if kind == "t1_floor":
+        floor = sorted((entry.get("floor") or {}).items())
+        if floor:
+            lines += render(("floor", "value"), [(k, fmt_exact(k, v)) for k, v in floor], width, indent=2)
+    else:
+        worst, mean, std = (entry.get(n) or {} for n in ("observed_worst", "observed_log_mean", "observed_log_std"))
+        rows = []
+        for k, v in sorted((entry.get("bars") or {}).items()):
+            op = ">=" if k == "cosine" else "<="
+            fit = "-"
+            if k in mean:
+                what = "ln(1 - cosine)" if k == "cosine" else f"ln {k}"
+                fit = f"{what}: mean {mean[k]:.10g}, std {std.get(k, 0.0):.10g}"
+            rows.append((f"{k} {op} {fmt_exact(k, v)}", fmt_exact(k, worst[k]) if k in worst else "-", fit))
+        if rows:
+            lines += render(("bar", "worst observed", "log-normal fit"), rows, width, indent=2)
+        if "headroom_rule" in entry:
+            lines.append(f"  rule: {entry['headroom_rule']} (headroom {entry.get('headroom')})")
+    for w in entry.get("warnings") or []:
+        lines.append(f"  warning: {w}")
+    lines.append(f"  investigation: {entry.get('investigation') or '-'}")
+    return lines
+
+
+def _locate(data: Mapping[str, Any], path: Any, key: str, stratum: Optional[str]) -> Dict[str, Any]:
+    strata = data["entries"].get(key)
+    if strata is None:
+        keys = ", ".join(repr(k) for k in sorted(data["entries"])) or "none"
+        raise KeyError(f"{path}: no entry {key!r} (entries: {keys})")
+    if stratum is not None and stratum not in strata:
+        raise KeyError(f"{path}: entry {key!r} has no stratum {stratum!r} (strata: {', '.join(sorted(strata))})")
+    return strata
+
+
+def annotate(path: Union[str, "os.PathLike[str]"], key: str, stratum: str, investigation: Optional[str]) -> None:
+    """Set (or with ``None`` clear) the investigation note of one entry, under the file's lock, atomically.
+    Raises ``KeyError`` for an unknown key or stratum, ``ValueError`` for a malformed file."""
+    with locked(path):
+        data = load(path)
+        if not Path(path).exists():
+            raise KeyError(f"{path}: no such evidence file")
+        strata = _locate(data, path, key, stratum)
+        strata[stratum]["investigation"] = investigation
+        atomic_write_text(path, dump(data))
+
+
+def remove(path: Union[str, "os.PathLike[str]"], key: str, stratum: Optional[str] = None) -> List[str]:
+    """Remove one stratum of an entry (or, without ``stratum``, the whole entry); return the strata removed."""
+    with locked(path):
+        data = load(path)
+        if not Path(path).exists():
+            raise KeyError(f"{path}: no such evidence file")
+        strata = _locate(data, path, key, stratum)
+        gone = [stratum] if stratum is not None else sorted(strata)
+        for s in gone:
+            del strata[s]
+        if not strata:
+            del data["entries"][key]
+        atomic_write_text(path, dump(data))
+    return gone

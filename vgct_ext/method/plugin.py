@@ -1,0 +1,698 @@
+"""The vgct pytest plugin (entry point ``pytest11: vgct = "vgct_ext.plugin"``, the stable path of this module).
+
+* Markers ``gpu``, ``t1``, ``t2``, ``component(name)``, ``feature(name)`` (component and feature names are also
+  keywords, so ``pytest -k wan`` selects a test marked ``component("wan.transformer_block")``), and
+  ``vgct_requires`` (written by :mod:`vgct_ext.skips`).
+* The ``vgct`` fixture: the gates and probes bound to the test's component and feature markers.
+* A terminal summary table (rich, fitted to the terminal width) of the comparisons: test, gate label,
+  component, feature, gate, dtypes, shape, each statistic, its bar, the margin, the slack, pass/fail.
+  ``--vgct-summary=failures`` (default: the failed gates and probes only), ``all`` or ``none``; passing gates
+  whose bars are more than 100x their measurement are counted (and listed under ``all``).
+* junit XML: each gate's statistics, bars and slack as ``record_property`` entries (``item.user_properties``).
+* A ``pytest_report_header`` line with vgct_ext's build (``build_info``).
+* ``--vgct-report=FILE.json``: command line, hardware, precision, statistics, bars, skips with reasons.
+* ``--vgct-calibrate`` (with ``--vgct-calibrate-runs=N``, ``--vgct-headroom=H``): run each paired test with
+  seeds 0..N-1 (``vgct.seed``) and merge every T2 run (and every ``tighten=`` T1 floor) into the evidence of
+  the current stratum; a diff of the bars and the unused entries of the touched files are printed.
+* ``--vgct-seed=S``: the input seed of a normal (gating) run (default 0), e.g. to check a calibrated gate on
+  seeds it was not calibrated on.
+* ``--vgct-repeat=N``: run each paired test N times; any statistic that differs bitwise fails the test.
+* Under pytest-xdist each worker sends its records and calibration runs to the controller
+  (``workeroutput``), which writes the one report and merges the evidence once.
+* Evidence files are merged under a file lock and written atomically; the report too, and its path is checked
+  at startup (a usage error names it); a write error at the end still prints the summary and one error line.
+* ``--vgct-strict`` (or ``VGCT_STRICT=1``): a missing checkpoint or reference fails instead of skipping.
+
+Source of the policy: the method ("Execute and calibrate": run the reference-paired test twice to detect
+nondeterminism; report exact commands, hardware, precision, observed statistics, thresholds, skips).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+from . import _context, _files, skips
+from ._hardware import hardware_info, precision_settings, versions
+
+__all__ = ["VgctFixture"]
+
+STATE = pytest.StashKey[_context.Session]()
+SKIPPED_BY_REQUIREMENT = pytest.StashKey[bool]()
+PAIRED_MARKERS = ("t1", "t2", "component", "feature")
+MARKERS = (
+    "gpu: needs a CUDA GPU (vgct: added by requires_gpu/requires_gpus; skipped without one)",
+    "t1: vgct T1 gate: a transparent feature against its reference (tolerance bars from the method)",
+    "t2: vgct T2 gate: a lossy feature against bars calibrated from recorded evidence",
+    "component(name): vgct: the component under test (also a -k keyword)",
+    "feature(name): vgct: the feature under test (also a -k keyword)",
+    "vgct_requires(kind, **kw): vgct skip policy (written by vgct_ext.requires_*)",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("vgct", "vgct_ext component-test method")
+    g.addoption("--vgct-report", metavar="FILE.json", default=None,
+                help="write the evidence report (command, hardware, precision, statistics, bars, skips) as JSON")
+    g.addoption("--vgct-calibrate", action="store_true", default=False,
+                help="record T2 evidence for this hardware stratum next to each test module instead of gating")
+    g.addoption("--vgct-calibrate-runs", type=int, default=5, metavar="N",
+                help="--vgct-calibrate runs each paired test with seeds S..S+N-1 (vgct.seed; default 5, at least 3)")
+    g.addoption("--vgct-seed", type=int, default=0, metavar="S",
+                help="input seed of the runs (vgct.seed; default 0); the first seed under --vgct-calibrate")
+    g.addoption("--vgct-headroom", type=float, default=0.5, metavar="H",
+                help="headroom for --vgct-calibrate: bar = max(worst x (1+H), 99%% prediction bound of the runs); "
+                     "cosine on 1 - cosine (default 0.5)")
+    g.addoption("--vgct-repeat", type=int, default=1, metavar="N",
+                help="run each paired test N times and fail any whose statistics differ bitwise")
+    g.addoption("--vgct-strict", action="store_true", default=False,
+                help="a missing checkpoint or reference fails instead of skipping (also VGCT_STRICT=1)")
+    g.addoption("--vgct-summary", choices=("failures", "all", "none"), default="failures",
+                help="the vgct comparisons table at the end: failed gates/probes only (default), all, or none")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+    repeat = int(config.getoption("--vgct-repeat"))
+    if repeat < 1:
+        raise pytest.UsageError("--vgct-repeat must be >= 1")
+    headroom = float(config.getoption("--vgct-headroom"))
+    if not headroom >= 0:
+        raise pytest.UsageError("--vgct-headroom must be >= 0")
+    runs = int(config.getoption("--vgct-calibrate-runs"))
+    if runs < 3:
+        raise pytest.UsageError(f"--vgct-calibrate-runs must be >= 3 (a spread needs several seeds), got {runs}")
+    seed = int(config.getoption("--vgct-seed"))
+    if seed < 0:
+        raise pytest.UsageError(f"--vgct-seed must be >= 0, got {seed}")
+    report = config.getoption("--vgct-report")
+    if report and not _is_xdist_worker(config):
+        p = _report_path(config, report)
+        try:
+            _files.check_writable(p)
+        except OSError as exc:
+            raise pytest.UsageError(f"--vgct-report={report}: cannot write {p}: {exc}") from None
+    strict = bool(config.getoption("--vgct-strict")) or os.environ.get("VGCT_STRICT", "").strip().lower() in (
+        "1", "true", "yes", "on")
+    session = _context.Session(strict=strict, calibrate=bool(config.getoption("--vgct-calibrate")),
+                               headroom=headroom, repeat=repeat, calibrate_runs=runs, seed=seed)
+    session.started = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+    config.stash[STATE] = session
+    _context.push_session(session)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """One line: vgct_ext's version and build (CUDA compiled for which architectures, CPU threads)."""
+    try:
+        from ..core._api import build_info
+
+        b = build_info()
+    except Exception as exc:  # noqa: BLE001 - the header must never stop a session
+        return f"vgct_ext: build info unavailable ({type(exc).__name__}: {exc})"
+    cuda = (f"CUDA {b.get('nvcc_version')} [{_archs(b.get('cuda_archs'))}], runtime {b.get('cuda_runtime_version')}, "
+            f"{b.get('cuda_device_count')} device(s)" if b.get("cuda_compiled") else "CPU only")
+    return (f"vgct_ext {b.get('version')}: {cuda}; compiler {b.get('compiler')}; DLPack {b.get('dlpack_version')}; "
+            f"{b.get('max_threads')} CPU threads; summary {config.getoption('--vgct-summary')}")
+
+
+def _archs(gencode: Optional[str]) -> str:
+    if not gencode:
+        return "-"
+    import re
+
+    return ",".join(dict.fromkeys(re.findall(r"code=(sm_\d+|compute_\d+)", gencode))) or gencode
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _report_path(config: pytest.Config, path: str) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else Path(str(config.invocation_params.dir)) / p
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    s = config.stash.get(STATE, None)
+    if s is not None:
+        _context.pop_session(s)
+
+
+def _marker_arg(item: pytest.Item, name: str) -> Optional[str]:
+    m = item.get_closest_marker(name)
+    if m is None:
+        return None
+    if m.args:
+        return str(m.args[0])
+    return str(m.kwargs["name"]) if "name" in m.kwargs else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    for item in items:
+        for name in ("component", "feature"):
+            v = _marker_arg(item, name)
+            if v:
+                item.extra_keyword_matches.add(v)
+        if any(m.args and m.args[0] in ("gpu", "gpus") for m in item.iter_markers(name=skips.MARK)):
+            if item.get_closest_marker("gpu") is None:
+                item.add_marker("gpu")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    unmet = skips.unmet_requirement(item)
+    if unmet is None:
+        return
+    reason, hard = unmet
+    if hard:
+        pytest.fail(f"vgct strict mode: {reason} (a missing checkpoint or reference must not turn a parity test "
+                    f"into a smoke test; run without --vgct-strict/VGCT_STRICT=1 to skip)", pytrace=False)
+    item.stash[SKIPPED_BY_REQUIREMENT] = True
+    pytest.skip(reason)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    rep = yield
+    if rep.skipped and item.stash.get(SKIPPED_BY_REQUIREMENT, False) and isinstance(rep.longrepr, tuple):
+        path, line = item.reportinfo()[:2]
+        rep.longrepr = (str(path), (line or 0) + 1, rep.longrepr[2])  # report the test, not this plugin
+    return rep
+
+
+def _is_paired(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(m) is not None for m in PAIRED_MARKERS) or \
+        "vgct" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    session = item.config.stash[STATE]
+    paired = _is_paired(item)
+    ctx = _context.TestContext(nodeid=item.nodeid, path=Path(str(item.path)),
+                               component=_marker_arg(item, "component"), feature=_marker_arg(item, "feature"),
+                               paired=paired)
+    session.test_stack.append(ctx)
+    n = session.repeat if paired else 1
+    n_seeds = session.calibrate_runs if session.calibrate and paired else 1
+    plan = [(session.seed + k, i) for k in range(n_seeds) for i in range(n)]
+    try:
+        for seed, i in plan[:-1]:
+            ctx.seed, ctx.repetition = seed, i
+            ctx.claims.clear()
+            item.runtest()
+        ctx.seed, ctx.repetition = plan[-1]
+        ctx.claims.clear()
+        result = yield
+    finally:
+        session.test_stack.remove(ctx)
+        _record_properties(item, ctx.records)
+    if n > 1:
+        _check_repeats(session, ctx, n)
+    return result
+
+
+def _record_properties(item: pytest.Item, records: List[Dict[str, Any]]) -> None:
+    """Each gate's statistics, bars, slack and verdict as junit ``record_property`` entries
+    ``vgct.<k>.<field>`` (``k`` counts the test's gates from 1), like the ``record_property`` fixture."""
+    k = 0
+    for r in records:
+        if r.get("kind") not in ("t1", "t2"):
+            continue
+        k += 1
+        pre = f"vgct.{k}"
+        props = [("gate", r.get("gate")), ("name", r.get("name")), ("component", r.get("component")),
+                 ("feature", r.get("feature")), ("relax", r.get("relax")),
+                 ("dtypes", f"{r.get('dtype_actual')}/{r.get('dtype_expected')}"),
+                 ("shape", "x".join(str(d) for d in r.get("shape", ()))), ("passed", r.get("passed")),
+                 ("slack", r.get("slack"))]
+        for c in r.get("checks", ()):
+            props.append((c["statistic"], c["value"]))
+            if c.get("gating"):
+                props.append((f"{c['statistic']}.bar", f"{c['op']} {c['bar']}"))
+        if r.get("expected_failure"):
+            props.append(("expected_failure", True))
+        item.user_properties.extend((f"{pre}.{key}", v) for key, v in props if v is not None)
+
+
+def _check_repeats(session: _context.Session, ctx: _context.TestContext, n: int) -> None:
+    """Compare the i-th record of every repetition with the first one's (of the same seed), bitwise."""
+    problems: List[str] = []
+    for seed in sorted({r.get("seed", 0) for r in ctx.records}):
+        recs = [r for r in ctx.records if r.get("seed", 0) == seed]
+        _compare_repetitions(recs, n, problems, f" (seed {seed})" if seed else "")
+    if problems:
+        session.nondeterminism.append({"test": ctx.nodeid, "repeat": n, "differences": problems})
+        pytest.fail(f"nondeterminism (--vgct-repeat={n}) in {ctx.nodeid}: statistics differ bitwise between runs "
+                    f"on the same inputs\n  " + "\n  ".join(problems), pytrace=False)
+
+
+def _compare_repetitions(records: List[Dict[str, Any]], n: int, problems: List[str], seed: str) -> None:
+    runs: List[List[Dict[str, Any]]] = [[r for r in records if r.get("repetition") == i] for i in range(n)]
+    base = runs[0]
+    for i in range(1, n):
+        if len(runs[i]) != len(base):
+            problems.append(f"repetition {i + 1} made {len(runs[i])} comparisons, the first made {len(base)}")
+            continue
+        for j, (a, b) in enumerate(zip(base, runs[i])):
+            sa, sb = a.get("signature") or {}, b.get("signature") or {}
+            diff = sorted((k for k in set(sa) | set(sb) if sa.get(k) != sb.get(k) and k != "#"), key=_priority)
+            if diff or sa.get("#") != sb.get("#"):
+                what = f"{a.get('kind')} #{j + 1} ({a.get('component')} / {a.get('feature')}){seed}"
+                shown = ", ".join(f"{k.lstrip('.')}: {_show(sa.get(k))} vs {_show(sb.get(k))}" for k in diff[:6])
+                if not diff:
+                    shown = "per-slice or other statistics (exact digest differs)"
+                problems.append(f"{what}: repetition {i + 1} differs from repetition 1 in {len(diff) or 'some'} "
+                                f"statistic(s): {shown}")
+
+
+_FIRST = (".rel_l2", ".cosine", ".max_abs_err", ".quantiles", ".mismatches", ".n_unequal", ".mean_diff")
+
+
+def _priority(key: str) -> tuple:
+    """Headline statistics first in a nondeterminism report, then the rest by name."""
+    for i, p in enumerate(_FIRST):
+        if key == p or key.startswith(p + ".") or key.startswith(p + "["):
+            return (i, key)
+    return (len(_FIRST), key)
+
+
+def _show(v: Optional[str]) -> str:
+    if v is None:
+        return "absent"
+    if v.lstrip("-").startswith("0x") or v in ("inf", "-inf", "nan"):
+        return repr(float.fromhex(v))
+    return v
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    s = _context.current_session()
+    if s is None:
+        return
+    t = s.tests.setdefault(report.nodeid, {"nodeid": report.nodeid, "outcome": "passed", "duration": 0.0})
+    t["duration"] += float(getattr(report, "duration", 0.0))
+    if report.failed:
+        t["outcome"] = "failed" if report.when == "call" else "error"
+        s.failed_tests.add(report.nodeid)
+    elif report.skipped and t["outcome"] == "passed":
+        t["outcome"] = "skipped"
+        lr = report.longrepr
+        t["reason"] = str(lr[2]) if isinstance(lr, tuple) and len(lr) == 3 else str(lr)
+        if getattr(report, "wasxfail", None) is not None:
+            t["outcome"] = "xfailed"
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The vgct fixture
+
+
+class VgctFixture:
+    """The gates and probes bound to one test: ``component``/``feature`` default to the test's markers."""
+
+    def __init__(self, item: pytest.Item):
+        self.nodeid = item.nodeid
+        self.component = _marker_arg(item, "component")
+        self.feature = _marker_arg(item, "feature")
+        self._session = item.config.stash[STATE]
+
+    def _names(self, kw: Dict[str, Any]) -> Dict[str, Any]:
+        for n in ("component", "feature"):
+            if kw.get(n) is None:
+                v = getattr(self, n)
+                if v is None:
+                    raise TypeError(f"{self.nodeid}: no {n} named: mark the test with @pytest.mark.{n}(\"...\") "
+                                    f"or pass {n}=")
+                kw[n] = v
+        return kw
+
+    def assert_t1(self, actual: Any, expected: Any, **kw: Any) -> Any:
+        """:func:`vgct_ext.gates.assert_t1` with this test's component and feature."""
+        __tracebackhide__ = True
+        from .gates import assert_t1
+
+        return assert_t1(actual, expected, **self._names(kw))
+
+    def assert_t2(self, actual: Any, expected: Any, **kw: Any) -> Any:
+        """:func:`vgct_ext.gates.assert_t2` with this test's component and feature."""
+        __tracebackhide__ = True
+        from .gates import assert_t2
+
+        return assert_t2(actual, expected, **self._names(kw))
+
+    def assert_feature_active(self, **kw: Any) -> Any:
+        """:func:`vgct_ext.probes.assert_feature_active` with this test's component and feature."""
+        __tracebackhide__ = True
+        from .probes import assert_feature_active
+
+        return assert_feature_active(**self._names(kw))
+
+    def soft(self) -> Any:
+        """:func:`vgct_ext.gates.soft_gates`: ``with vgct.soft(): ...`` runs every gate of the block and raises one
+        GateFailure listing all failed gates at its end."""
+        from .gates import soft_gates
+
+        return soft_gates()
+
+    def run_twice(self, fn: Any, *inputs: Any, **kwargs: Any) -> Any:
+        """:func:`vgct_ext.experiment.run_twice`."""
+        from .experiment import run_twice
+
+        return run_twice(fn, *inputs, **kwargs)
+
+    @property
+    def records(self) -> List[Dict[str, Any]]:
+        """Everything recorded so far by this test (gates, probes, run_twice)."""
+        return [r for r in self._session.records if r.get("test") == self.nodeid]
+
+    @property
+    def calibrating(self) -> bool:
+        return self._session.calibrate
+
+    @property
+    def seed(self) -> int:
+        """The input seed of this run: ``--vgct-seed`` (default 0) in a normal run; under ``--vgct-calibrate``
+        the test runs once per seed (``--vgct-seed`` .. ``+ --vgct-calibrate-runs - 1``). Derive every noise
+        tensor / input of the experiment from it (``make_noise(shape, seed=1000 * vgct.seed + k)``), inside the
+        test body, so the calibration measures the spread over inputs, not one input."""
+        t = _context.current_test()
+        if t is not None and t.nodeid == self.nodeid:
+            return t.seed
+        return self._session.seed
+
+
+@pytest.fixture
+def vgct(request: pytest.FixtureRequest) -> VgctFixture:
+    """Ties each comparison to the test id, component and feature (from ``@pytest.mark.component`` /
+    ``@pytest.mark.feature``): ``vgct.assert_t1(a, e)``, ``vgct.assert_t2(a, e)``,
+    ``vgct.assert_feature_active(on=..., off=...)``, ``vgct.run_twice(fn, *inputs)``."""
+    return VgctFixture(request.node)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# End of session: evidence, report, summary
+
+
+def _command(config: pytest.Config) -> str:
+    args = list(config.invocation_params.args)
+    return "pytest " + " ".join(shlex.quote(str(a)) for a in args)
+
+
+WORKER_KEY = "vgct"
+
+
+def _worker_payload(s: _context.Session) -> str:
+    """What an xdist worker hands the controller (JSON text: execnet carries only plain types)."""
+    return json.dumps({"records": s.records, "nondeterminism": s.nondeterminism,
+                       "calibration": [[p, k, st, slot] for (p, k, st), slot in s.calibration.items()]},
+                      default=_json_default)
+
+
+def merge_worker_payload(s: _context.Session, text: str, worker: str = "worker") -> None:
+    """Merge an xdist worker's records, nondeterminism findings and calibration runs into the controller's
+    session. Calibration runs of one key that disagree on the experiment are refused (an evidence error)."""
+    from .evidence import _meta_diff
+
+    data = json.loads(text)
+    s.records.extend(data.get("records", []))
+    s.nondeterminism.extend(data.get("nondeterminism", []))
+    for path, key, stratum, slot in data.get("calibration", []):
+        mine = s.calibration.get((path, key, stratum))
+        if mine is None:
+            s.calibration[(path, key, stratum)] = slot
+            continue
+        diff = _meta_diff(mine["meta"], slot["meta"])
+        if diff:
+            s.evidence_errors.append(f"{path} [{key}] {stratum}: not merged: runs from {worker} are another "
+                                     f"experiment ({diff}); give each gate its own case=/name=")
+            continue
+        mine["runs"].extend(slot["runs"])
+        mine["tests"].extend(t for t in slot["tests"] if t not in mine["tests"])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist (controller): a worker finished; merge what it recorded."""
+    s = node.config.stash.get(STATE, None)
+    text = getattr(node, "workeroutput", {}).get(WORKER_KEY)
+    if s is not None and text:
+        merge_worker_payload(s, text, worker=str(getattr(node, "gateway", None) and node.gateway.id))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    s = config.stash.get(STATE, None)
+    if s is None:
+        return
+    if _is_xdist_worker(config):  # the controller writes evidence and report once, for every worker
+        config.workeroutput[WORKER_KEY] = _worker_payload(s)  # type: ignore[attr-defined]
+        return
+    if s.calibrate and s.calibration:
+        from .evidence import write_calibration
+
+        s.evidence_written = write_calibration(s, _command(config))
+    path = config.getoption("--vgct-report")
+    if path:
+        p = _report_path(config, path)
+        try:
+            report = build_report(config, s, int(exitstatus))
+            _files.atomic_write_text(p, json.dumps(report, indent=2, default=_json_default) + "\n")
+            s.report_path = str(p)
+        except (OSError, TypeError, ValueError) as exc:
+            s.report_error = f"vgct: the report was not written to {p}: {exc}"
+    if (s.report_error or s.evidence_errors) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    return str(o)
+
+
+def build_report(config: pytest.Config, s: _context.Session, exitstatus: int) -> Dict[str, Any]:
+    """The ``--vgct-report`` document (format ``vgct-report/1``)."""
+    tests = list(s.tests.values())
+    comparisons = [{k: v for k, v in r.items() if k != "signature"} for r in s.records]
+    return {
+        "format": "vgct-report/1",
+        "command": _command(config),
+        "argv": list(sys.argv),
+        "cwd": str(config.invocation_params.dir),
+        "started": s.started,
+        "finished": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
+        "exitstatus": exitstatus,
+        "hardware": hardware_info(),
+        "software": versions(),
+        "precision": {"torch": precision_settings(),
+                      "dtypes": sorted({f"{r['dtype_actual']} vs {r['dtype_expected']}" for r in s.records
+                                        if "dtype_actual" in r})},
+        "options": {"strict": s.strict, "calibrate": s.calibrate, "headroom": s.headroom, "repeat": s.repeat,
+                    "calibrate_runs": s.calibrate_runs, "seed": s.seed},
+        "summary": {o: sum(1 for t in tests if t["outcome"] == o)
+                    for o in ("passed", "failed", "error", "skipped", "xfailed")},
+        "comparisons": comparisons,
+        "tests": tests,
+        "skips": [{"test": t["nodeid"], "reason": t.get("reason", "")} for t in tests if t["outcome"] == "skipped"],
+        "nondeterminism": s.nondeterminism,
+        "evidence_written": s.evidence_written,
+        "evidence_unused": s.evidence_unused,
+        "evidence_errors": s.evidence_errors,
+    }
+
+
+def _fmt(stat: str, v: Any) -> str:
+    from .gates import fmt_value
+
+    return fmt_value(stat, v)
+
+
+SUMMARY_HEADER = ("test", "name", "component", "feature", "gate", "dtype (a/e)", "shape", "statistic", "value",
+                  "bar", "margin", "slack", "result")
+
+
+def fmt_slack(r: Dict[str, Any]) -> str:
+    """A gate record's slack for the table: ``"42x"``, ``"1.8e+02x !"`` above 100x on a passing gate, ``"exact"``
+    when every gated statistic measured 0 (bitwise equal), ``""`` when undefined."""
+    from .gates import SLACK_WARNING
+
+    v = r.get("slack")
+    if v is None:
+        return "exact" if r.get("passed") and r.get("statistics", {}).get("n_unequal") == 0 else ""
+    txt = f"{v:.3g}x" if v < 1000 else f"{v:.1e}x"
+    return txt + (" !" if r.get("passed") and v > SLACK_WARNING else "")
+
+
+def _is_failure(r: Dict[str, Any]) -> bool:
+    if r.get("expected_failure"):
+        return False
+    if r.get("kind") == "run_twice":
+        return not r.get("identical", True)
+    return not r.get("passed", True)
+
+
+def slack_warnings(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The passing gate records whose slack exceeds :data:`vgct_ext.gates.SLACK_WARNING` (100x)."""
+    from .gates import SLACK_WARNING
+
+    return [r for r in records if r.get("kind") in ("t1", "t2") and r.get("passed") and not r.get("calibrating")
+            and not r.get("expected_failure") and r.get("slack") is not None and r["slack"] > SLACK_WARNING]
+
+
+def summary_rows(records: List[Dict[str, Any]], *, which: str = "all",
+                 failed_tests: Optional[set] = None) -> List[tuple]:
+    """Rows in :data:`SUMMARY_HEADER` order (test, name, component, feature, gate, dtype, shape, statistic, value,
+    bar, margin, slack, result) for the records; ``which="failures"`` keeps failed gates, probes and run_twice
+    comparisons only, and, given ``failed_tests`` (node ids), only those of tests that failed (a gate failure a
+    passing test expected, e.g. under ``pytest.raises``, is not one; a planted fault caught by
+    ``expect_gate_failure`` reads ``caught``)."""
+    from .gates import fmt_margin
+
+    rows = []
+    for r in records:
+        kind = r.get("kind")
+        if kind not in ("t1", "t2", "probe", "run_twice"):
+            continue
+        if which == "failures" and (not _is_failure(r) or (failed_tests is not None and r.get("test") is not None
+                                                           and r.get("test") not in failed_tests)):
+            continue
+        rep = f" #{r['repetition'] + 1}" if r.get("repetition") else ""
+        test = (r.get("test") or "-") + rep
+        if kind == "probe":
+            for f in r["forms"]:
+                rows.append((test, "", r["component"], r["feature"], "active", "", "", f["form"], "", "", "", "",
+                             "pass" if f["passed"] else "FAIL"))
+            continue
+        if kind == "run_twice":
+            rows.append((test, "", "", "", "twice", "", "", f"{len(r['outputs'])} outputs", "identical" if
+                         r["identical"] else "DIFFER", "", "", "", "pass" if r["identical"] else "FAIL"))
+            continue
+        gate = r.get("gate", kind.upper())
+        if r.get("relax"):
+            gate += f" ({r['relax']})"
+        if r.get("calibrating"):
+            gate += " calibrating"
+        dtype = f"{r['dtype_actual']}/{r['dtype_expected']}"
+        shape = "x".join(str(d) for d in r["shape"]) or "()"
+        fail_word = "caught" if r.get("expected_failure") else "FAIL"
+        first = True
+        for c in r["checks"]:
+            if c["statistic"] == "mean_diff":
+                continue
+            head = ((test, r.get("name") or "", r["component"], r["feature"], gate, dtype, shape) if first
+                    else ("",) * 7)
+            sl = fmt_slack(r) if first else ""
+            first = False
+            if c["gating"]:
+                bar = f"{c['op']} {_fmt(c['statistic'], c['bar'])}"
+                margin = fmt_margin(c["margin"])
+                res = "pass" if c["passed"] else fail_word
+            else:
+                bar, margin, res = "-", "", ("recorded" if r.get("calibrating") else "-")
+            rows.append(head + (c["statistic"], _fmt(c["statistic"], c["value"]), bar, margin, sl, res))
+        if r.get("problem"):
+            rows.append(("",) * 7 + ("evidence", "missing", "", "", "", fail_word))
+    return rows
+
+
+def render_table(rows: List[tuple], width: int) -> List[str]:
+    """The rows as text lines at most ``width`` columns wide (:func:`vgct_ext._table.render_grouped`, rich).
+
+    When every column fits, one table with a row per statistic. Otherwise each gate gets heading lines (test and
+    label; component, feature, gate, dtypes, shape; cut with "..." to the width) over a table of its statistics
+    (statistic, value, bar, result, then margin and slack as far as they fit), so numbers are never cut.
+    """
+    from .._table import render_grouped
+
+    return render_grouped(SUMMARY_HEADER, rows, width, key=7, heading=_gate_heading, priority=(7, 8, 9, 12, 10, 11))
+
+
+def _gate_heading(head: Any) -> List[str]:
+    """The heading lines of one gate in the narrow summary: ``test [name]``, then ``  component / feature  gate
+    dtypes  shape``."""
+    test, name, comp, feat, gate, dtype, shape = head
+    lines = [f"{test}{f' [{name}]' if name else ''}"]
+    what = "  ".join(x for x in (f"{comp} / {feat}" if comp else "", gate, dtype, shape) if x)
+    if what:
+        lines.append("  " + what)
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    s = config.stash.get(STATE, None)
+    if s is None:
+        return
+    which = config.getoption("--vgct-summary", "failures") or "failures"
+    if which != "none":
+        rows = summary_rows(s.records, which=which, failed_tests=set(s.failed_tests))
+        if rows:
+            width = int(getattr(getattr(terminalreporter, "_tw", None), "fullwidth", 0) or 120)
+            title = "vgct comparisons" + (" (failed only; --vgct-summary=all lists every one)"
+                                          if which == "failures" else "")
+            terminalreporter.write_sep("=", title)
+            for line in render_table(rows, width):
+                terminalreporter.write_line(line, red=" FAIL" in line)
+        slack = slack_warnings(s.records)
+        if slack:
+            terminalreporter.write_line(
+                f"vgct: {len(slack)} passing gate(s) have bars more than 100x looser than their measurement "
+                f"(slack column; tighten with explicit bars a modest factor above the measured floor, "
+                f"docs/method.md)" + ("; --vgct-summary=all lists them" if which != "all" else ""), yellow=True)
+            if which == "all":
+                for r in slack:
+                    label = f" [{r['name']}]" if r.get("name") else ""
+                    terminalreporter.write_line(f"  {r.get('test')}{label}: {r['component']} / {r['feature']}: "
+                                                f"slack {r['slack']:.3g}x", yellow=True)
+    for n in s.nondeterminism:
+        terminalreporter.write_line(f"vgct NONDETERMINISM in {n['test']} (--vgct-repeat={n['repeat']}): "
+                                    f"{len(n['differences'])} difference(s)", red=True)
+    terminal_files(terminalreporter, s)
+
+
+def terminal_files(tr: Any, s: _context.Session) -> None:
+    """The files part of the summary: each evidence entry written (a diff: runs added/replaced/kept, each
+    bar old -> new, with every digit), warnings, unused entries of the touched files, errors, the report."""
+    from .evidence import fmt_exact
+
+    for w in s.evidence_written:
+        what = "T1 floor" if w.get("kind") == "t1_floor" else "bars"
+        seeds = w.get("seeds") or []
+        seed_txt = f", seeds {seeds[0]}..{seeds[-1]}" if seeds else ""
+        tr.write_line(f"vgct evidence written: {w['file']} [{w['key']}] stratum {w['stratum']}: {w['status']}, "
+                      f"{w['runs']} run(s): +{w['added']} added{seed_txt}, {w['replaced']} replaced, {w['kept']} "
+                      f"kept" + (f" (from {', '.join(w['kept_tests'])})" if w["kept"] else ""))
+        for k, old, new in w.get("values", []):
+            change = "(new)" if old is None else ("(unchanged)" if old == new else f"(was {fmt_exact(k, old)})")
+            tr.write_line(f"    {what} {k}: {fmt_exact(k, new)} {change}")
+        for warning in w.get("warnings", []):
+            tr.write_line(f"vgct WARNING [{w['key']}] {w['stratum']}: {warning}", yellow=True)
+        if w.get("needs_investigation"):
+            tr.write_line(f"vgct: cosine bar {fmt_exact('cosine', w['bars']['cosine'])} < 0.99 for {w['key']}: the "
+                          f"gate will fail until an investigation note is recorded: python -m vgct_ext evidence "
+                          f"annotate {w['file']} \"{w['key']}\" --stratum {w['stratum']} --investigation \"...\"",
+                          yellow=True)
+    for u in s.evidence_unused:
+        why = ("stale? its test(s) ran in this session and did not gate it; remove with: python -m vgct_ext "
+               f"evidence remove {u['file']} \"{u['key']}\" --stratum {u['stratum']}" if u["stale"]
+               else "not recalibrated here (its tests did not run)")
+        tr.write_line(f"vgct evidence unused: {u['file']} [{u['key']}] stratum {u['stratum']}: {why}")
+    if s.calibrate and not s.evidence_written and not s.evidence_errors:
+        tr.write_line("vgct: --vgct-calibrate recorded no evidence (no passing assert_t2 or tighten= T1 gate ran)",
+                      yellow=True)
+    for e in s.evidence_errors:
+        tr.write_line(f"vgct ERROR: {e}", red=True)
+    if s.report_path:
+        tr.write_line(f"vgct report: {s.report_path}")
+    if s.report_error:
+        tr.write_line(s.report_error, red=True)
