@@ -36,3 +36,15 @@ def engine(cengine):
     cengine.configure()
     yield cengine
     cengine.configure()
+
+
+@pytest.fixture
+def run(pytester, request):
+    """Run pytest in-process on pytester's directory, loading the plugin explicitly if it is not autoloaded
+    (for the modules that enable ``pytester``: test_plugin.py, test_evidence_files.py)."""
+    extra = [] if request.config.pluginmanager.has_plugin("vgct") else ["-p", "vgct_ext.plugin"]
+
+    def _run(*args):
+        return pytester.runpytest(*extra, "-p", "no:cacheprovider", *args)
+
+    return _run

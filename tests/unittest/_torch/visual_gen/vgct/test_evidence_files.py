@@ -43,16 +43,6 @@ def drift(seed, k=1.0):
 """
 
 
-@pytest.fixture
-def run(pytester, request):
-    extra = [] if request.config.pluginmanager.has_plugin("vgct") else ["-p", "vgct_ext.plugin"]
-
-    def _run(*args):
-        return pytester.runpytest(*extra, "-p", "no:cacheprovider", *args)
-
-    return _run
-
-
 def _evidence(pytester, name="test_x"):
     return json.loads((pytester.path / f"{name}.vgct-evidence.json").read_text())
 

@@ -35,17 +35,6 @@ E = np.linspace(-1.0, 1.0, 64).reshape(4, 16)
 """
 
 
-@pytest.fixture
-def run(pytester, request):
-    """Run pytest in-process on pytester's directory, loading the plugin explicitly if it is not autoloaded."""
-    extra = [] if request.config.pluginmanager.has_plugin("vgct") else ["-p", "vgct_ext.plugin"]
-
-    def _run(*args):
-        return pytester.runpytest(*extra, "-p", "no:cacheprovider", *args)
-
-    return _run
-
-
 def _evidence(pytester, name="test_x"):
     return json.loads((pytester.path / f"{name}.vgct-evidence.json").read_text())
 
