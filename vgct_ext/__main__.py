@@ -198,6 +198,10 @@ def cmd_evidence(args: argparse.Namespace) -> int:
     from ._table import terminal_width
     from .method import evidence as ev
 
+    if args.action in ("annotate", "remove") and not os.path.isfile(args.file):
+        # before the file lock: a lock file would be left beside a file that does not exist
+        print(f"error: {args.file}: no such evidence file", file=sys.stderr)
+        return 2
     try:
         if args.action == "show":
             data = ev.load(args.file)

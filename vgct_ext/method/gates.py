@@ -584,6 +584,8 @@ def paired_leaves(actual: Any, expected: Any, name: Optional[str] = None) -> Lis
                 same = bool(a == e)
             except Exception:  # noqa: BLE001 - an object without a truthful ==
                 same = False
+            if not same and isinstance(a, float) and isinstance(e, float) and math.isnan(a) and math.isnan(e):
+                same = True  # a NaN scalar leaf on both sides is the same leaf, not a structure difference
             if not same:
                 raise ValueError(f"actual and expected differ at {path} (not tensors): actual {a!r}, "
                                  f"expected {e!r}")

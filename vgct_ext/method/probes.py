@@ -269,7 +269,14 @@ def assert_feature_active(*, component: str, feature: str, on: Any = None, off: 
         forms.append(("call count", ok, f"{calls.name} called {calls.count} time(s) (>= {min_calls} required)"))
     if flag is not None:
         if isinstance(flag, tuple):
+            if len(flag) != 2 or not isinstance(flag[1], str):
+                raise TypeError(f"assert_feature_active({component!r}, {feature!r}): flag= takes True/False or "
+                                f"(obj, \"attribute\"), got {flag!r}")
             obj, attr = flag
+            if not hasattr(obj, attr):
+                raise AttributeError(f"assert_feature_active({component!r}, {feature!r}): the path flag "
+                                     f"{_describe(obj)}.{attr} does not exist (a misspelt flag would prove "
+                                     f"nothing): name an attribute that the feature's path sets")
             value = getattr(obj, attr)
             forms.append(("path flag", bool(value), f"{_describe(obj)}.{attr} = {value!r} (truthy required)"))
         else:

@@ -123,3 +123,41 @@ def test_signature_hashes_slices_exactly_and_cheaply():
     assert signature(s1) == signature(vgct_ext.compare(a, a + 1e-9, dim=1))
     assert signature(s1)["#"] != signature(s2)["#"]
     assert len(signature(s1)) <= 24
+
+
+def test_a_missing_path_flag_names_the_probe_not_a_raw_attribute_error():
+    """review R: flag=(obj, "nope") raised a bare AttributeError naming neither the probe nor the component."""
+    from vgct_ext.probes import assert_feature_active
+
+    class Block:
+        fused = True
+
+    with pytest.raises(AttributeError, match=r"assert_feature_active\('c', 'f'\).*Block.*nope.*does not exist"):
+        assert_feature_active(component="c", feature="f", flag=(Block(), "nope"))
+    with pytest.raises(TypeError, match="flag= takes"):
+        assert_feature_active(component="c", feature="f", flag=(Block(),))
+    assert assert_feature_active(component="c", feature="f", flag=(Block(), "fused")).passed
+
+
+def test_nan_scalar_leaves_on_both_sides_are_the_same_leaf():
+    """review R: (t, nan) against (t, nan) raised "differ at out[1]: actual nan, expected nan"; a NaN scalar on
+    one side only is still a difference."""
+    from vgct_ext.gates import assert_t1
+
+    e = np.linspace(-1.0, 1.0, 16)
+    res = assert_t1((e, float("nan")), (e.copy(), float("nan")), component="c", feature="f")
+    assert list(res) == ["out[0]"] and res["out[0]"].max_abs_err == 0.0
+    with pytest.raises(ValueError, match=r"differ at out\[1\]"):
+        assert_t1((e, float("nan")), (e.copy(), 1.0), component="c", feature="f")
+
+
+@pytest.mark.parametrize("action", [["annotate", "--stratum", "cpu-avx2", "--investigation", "note"],
+                                    ["remove"]])
+def test_evidence_command_on_a_missing_file_leaves_no_lock(tmp_path, capsys, action):
+    """review R: `evidence annotate` on a file that does not exist left `<file>.lock` behind."""
+    from vgct_ext.__main__ import main
+
+    path = tmp_path / "missing.vgct-evidence.json"
+    rc = main(["evidence", action[0], str(path), "c | f", *action[1:]])
+    assert rc == 2 and "no such evidence file" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
