@@ -556,7 +556,7 @@ static int fill_view(const DLTensor *t, const char *argname, const vgct_device *
   return 0;
 range: {
   /* name the offending layout: which producer sent what is the first question
-   * (at most the first 8 axes; snprintf's return is clamped to the room left) */
+   * (every axis, in vgct_format_tuple's one format; "..." only past 256 bytes) */
   char sh[256], st[256];
   vgct_format_tuple(v->shape, v->ndim, sh, sizeof sh);
   vgct_format_tuple(v->strides, v->ndim, st, sizeof st);

@@ -102,6 +102,14 @@ def _wrap(fn: Any, counter: CallCounter) -> Any:
     return counted
 
 
+def _restore(obj: Any, name: str, own: bool, old: Any) -> None:
+    """Undo count_calls' wrapper: put back the attribute ``obj`` itself held, or drop the one it added."""
+    if own:
+        setattr(obj, name, old)
+    else:
+        delattr(obj, name)
+
+
 @contextlib.contextmanager
 def count_calls(obj: Any, name: str) -> Iterator[CallCounter]:
     """Count calls of ``obj.name`` inside the ``with`` block; yields a :class:`CallCounter`.
@@ -152,10 +160,7 @@ def count_calls(obj: Any, name: str) -> Iterator[CallCounter]:
         try:
             yield counter
         finally:
-            if own:
-                setattr(obj, name, old)
-            else:
-                delattr(obj, name)
+            _restore(obj, name, own, old)
         return
     original = getattr(obj, name)
     if not callable(original):
@@ -171,10 +176,7 @@ def count_calls(obj: Any, name: str) -> Iterator[CallCounter]:
     try:
         yield counter
     finally:
-        if own:
-            setattr(obj, name, old)
-        else:
-            delattr(obj, name)
+        _restore(obj, name, own, old)
 
 
 def _world_size(group: Any = None) -> Optional[int]:
