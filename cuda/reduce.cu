@@ -53,6 +53,7 @@
  * the same vgct_load.  Measured speed and its limits: docs/performance.md.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "vgct_cuda_internal.cuh"
 
@@ -90,16 +91,16 @@ struct VChunk {
  * sm: the block's per-thread accumulators (thread t's at sm[t]). */
 template <int SC>
 __device__ __forceinline__ void vg_reduce_finish(const RArgs &A, VAcc *sm) {
-  vg_block_merge<RT>(sm);
+  vg_block_merge<RT, SC>(sm);
   if (threadIdx.x == 0) A.part[blockIdx.x] = sm[0].a;
   if (!vg_last_block(A.counter)) return;
   vgct_acc *m = &sm[threadIdx.x].a;
-  vgct_acc_init(m, SC);
+  vgct_acc_init(m, VG_SCALED(SC));
   for (unsigned i = threadIdx.x; i < gridDim.x; i += RT) {
     vgct_acc p = vg_ldcg(&A.part[i]);
     vgct_acc_merge(m, &p);
   }
-  vg_block_merge<RT>(sm);
+  vg_block_merge<RT, SC>(sm);
   if (threadIdx.x == 0) {
     *A.res = sm[0].a;
     *A.counter = 0;
@@ -108,7 +109,7 @@ __device__ __forceinline__ void vg_reduce_finish(const RArgs &A, VAcc *sm) {
   if (A.slice_mode == 1) {
     for (int64_t j = threadIdx.x; j < A.it.S; j += RT) {
       vgct_slice_acc s;
-      vgct_slice_init(&s, SC);
+      vgct_slice_init(&s, VG_SCALED(SC));
       for (int64_t g = 0; g < A.bpj; ++g) {
         vgct_acc p = vg_ldcg(&A.part[j * A.bpj + g]);
         vgct_slice_acc ps;
@@ -169,7 +170,7 @@ __device__ __noinline__ void vg_fold_tail(vgct_acc *acc, const char *qa, const c
 #pragma unroll 1
   for (int q = 0; q < cnt; ++q)
     vgct_acc_update(acc, vgct_load(qa + q * G::ISA, DA), vgct_load(qe + q * G::ISE, DE),
-                    f + q * sf, rtol, atol, SC);
+                    f + q * sf, rtol, atol, VG_SCALED(SC));
 }
 
 /* The fast path's gate of this warp: thresholds in registers, the held
@@ -221,7 +222,7 @@ __device__ __forceinline__ void vg_gate_exchange(HotGate &g, unsigned *glob, boo
 template <int DA, int DE, int SC>
 __device__ __forceinline__ void vg_gate_start(FastGate &fg, GateHeld *warp_held, unsigned *glob,
                                               double rtol) {
-  if constexpr (!SC && vg_fast<DA, DE>::ok) {
+  if constexpr (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok) {
     GateHeld none;
     vg_gate_init(fg.g, none, rtol);
     fg.held = warp_held;
@@ -240,7 +241,7 @@ __device__ __forceinline__ void vg_gate_start(FastGate &fg, GateHeld *warp_held,
  * mask is exact. */
 template <int DA, int DE, int SC>
 __device__ __forceinline__ void vg_gate_refresh(FastGate &fg, const vgct_acc *acc, bool slow) {
-  if constexpr (!SC && vg_fast<DA, DE>::ok) {
+  if constexpr (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok) {
     if (__any_sync(0xffffffffu, slow)) {
       GateHeld m;
       vg_held_from_acc(m, acc);
@@ -278,7 +279,7 @@ __device__ __forceinline__ bool vg_fold_vec(HotAcc &h, const FastGate &g, vgct_a
   typedef vg_chunk<DA, DE> G;
   const char *ba = reinterpret_cast<const char *>(c.va);
   const char *be = reinterpret_cast<const char *>(c.ve);
-  if constexpr (!SC && vg_fast<DA, DE>::ok) {
+  if constexpr (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok) {
     vg_f32chunk<G::CH> x;
 #pragma unroll
     for (int q = 0; q < G::CH; ++q) {
@@ -306,7 +307,7 @@ __device__ __forceinline__ bool vg_fold_scalar(HotAcc &h, const FastGate &g, vgc
   const int64_t ba = sa * (G::TYPED ? (int64_t)G::ISA : (int64_t)it.isa);
   const int64_t be = se * (G::TYPED ? (int64_t)G::ISE : (int64_t)it.ise);
   const int da = it.da, de = it.de;
-  if constexpr (!SC && vg_fast<DA, DE>::ok) {
+  if constexpr (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok) {
     vg_f32chunk<G::CH> x;
 #pragma unroll
     for (int q = 0; q < G::CH; ++q) {
@@ -351,16 +352,16 @@ __device__ __forceinline__ vgct_acc *vg_thread_start(VAcc *vsm, HotAcc &h, FastG
                                                      GateHeld *warp_held, unsigned *glob,
                                                      double rtol, vgct_acc &part) {
   vgct_acc *acc = &vsm[threadIdx.x].a;
-  vgct_acc_init(acc, SC);
+  vgct_acc_init(acc, VG_SCALED(SC));
   vg_hot_init(h);
   vg_gate_start<DA, DE, SC>(gate, warp_held, glob, rtol);
-  vgct_acc_init(&part, SC);
+  vgct_acc_init(&part, VG_SCALED(SC));
   return acc;
 }
 
 template <int SC>
 __device__ __forceinline__ void vg_thread_flush(HotAcc &h, vgct_acc &part, vgct_acc *acc) {
-  if (SC) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
+  if (VG_SCALED(SC)) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
 }
 
 template <int DA, int DE, int SC>
@@ -384,7 +385,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
   vgct_acc part; /* scaled path only (local memory) */
   vgct_acc *acc =
       vg_thread_start<DA, DE, SC>(vsm, h, gate, &held[threadIdx.x >> 5], A.gate, A.rtol, part);
-  vgct_acc *cold = SC ? &part : acc; /* where vg_pair sends the definition path */
+  vgct_acc *cold = VG_SCALED(SC) ? &part : acc; /* where vg_pair sends the definition path */
   int since = 0;                     /* pairs since the last flush */
   const int64_t c0 = (int64_t)blockIdx.x * A.cpb;
   const int64_t c1 = min(c0 + A.cpb, A.nchunk);
@@ -460,7 +461,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
   FastGate gate;
   vgct_acc part; /* scaled path only (local memory) */
   vgct_acc *acc = vg_thread_start<DA, DE, SC>(vsm, h, gate, &held[w], A.gate, A.rtol, part);
-  vgct_acc *cold = SC ? &part : acc; /* where vg_pair sends the definition path */
+  vgct_acc *cold = VG_SCALED(SC) ? &part : acc; /* where vg_pair sends the definition path */
   int since = 0;                     /* pairs since the last flush */
   const int64_t c0 = (int64_t)blockIdx.x * A.cpb;
   const int64_t c1 = min(c0 + A.cpb, A.nchunk);
@@ -540,7 +541,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RA
   vgct_acc *acc = vg_thread_start<DA, DE, SC>(
       vsm, h, gate, &held[threadIdx.x >> 5],
       A.slice_mode == 1 ? (A.sgate ? A.sgate + 3 * j : NULL) : A.gate, A.rtol, part);
-  vgct_acc *cold = SC ? &part : acc; /* where vg_pair sends the definition path */
+  vgct_acc *cold = VG_SCALED(SC) ? &part : acc; /* where vg_pair sends the definition path */
   int since = 0;                     /* pairs since the last flush */
   const int64_t c0 = g * A.cpb;
   const int64_t c1 = min(c0 + A.cpb, A.nchunk);
@@ -606,7 +607,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_col(const __grid_constant__ RA
   FastGate gate; /* unused: column mode runs the generic dtypes only (no fast path) */
   vgct_acc part; /* scaled path only (local memory) */
   vgct_acc *acc = vg_thread_start<DA, DE, SC>(vsm, h, gate, NULL, NULL, A.rtol, part);
-  vgct_acc *cold = SC ? &part : acc; /* where vg_pair sends the definition path */
+  vgct_acc *cold = VG_SCALED(SC) ? &part : acc; /* where vg_pair sends the definition path */
   int since = 0;                     /* pairs since the last flush */
   const int64_t j = (int64_t)blockIdx.x * RT + threadIdx.x;
   if (j < it.S) {
@@ -633,6 +634,69 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_col(const __grid_constant__ RA
   }
   vg_thread_flush<SC>(h, part, acc);
   if (j < it.S) vgct_slice_from_acc(acc, &A.sres[j]);
+  vg_reduce_finish<SC>(A, vsm);
+}
+
+/* vg_hot_flush out of line: one copy of vgct_acc_merge for k_reduce_lean's two
+ * flush sites (code size; the fast kernels keep theirs inline, see vg_merge). */
+__device__ __noinline__ void vg_lean_flush(HotAcc &h, vgct_acc *s) { vg_hot_flush(h, s); }
+
+/* k_reduce_lean: VG_MODE_LEAN, small unscaled inputs of any layout (the
+ * flat, general and row-mode iterations of k_reduce_gen, chunk by chunk):
+ * every pair through vg_pair (the register update, vgct_acc_update's finite
+ * branch) or, for integer pairs with a 64-bit side, vgct_acc_update_at; no
+ * gate, no vector loads, nothing unrolled.  Trade-off: ~70 instructions a
+ * pair against the fast path's ~50, but no warm-up (the fast path's first
+ * chunks of every warp fall back to the definition until its gate holds
+ * maxima) and about a tenth of the code, which a short launch fetches cold. */
+template <int DA, int DE>
+__global__ void __launch_bounds__(RT, 2) k_reduce_lean(const __grid_constant__ RArgs A) {
+  typedef vg_chunk<DA, DE> G;
+  constexpr int SC = VG_MODE_LEAN;
+  extern __shared__ __align__(16) VAcc vsm[];
+  const IterSpec &it = A.it;
+  /* row mode: block = slice j's g-th; otherwise one slice (A.bpj is 1 in the flat iteration) */
+  const int64_t j = A.slice_mode == 1 ? (int64_t)blockIdx.x / A.bpj : 0;
+  const int64_t g = (int64_t)blockIdx.x - j * (A.slice_mode == 1 ? A.bpj : 0);
+  HotAcc h;
+  FastGate gate; /* unused in this mode */
+  vgct_acc part; /* unused in this mode */
+  vgct_acc *acc = vg_thread_start<DA, DE, SC>(vsm, h, gate, NULL, NULL, A.rtol, part);
+  int since = 0; /* pairs since the last flush */
+  const int64_t c0 = g * A.cpb;
+  const int64_t c1 = min(c0 + A.cpb, A.nchunk);
+  const int K = it.k;
+  const int64_t L = it.sh[K - 1], sai = it.sa[K - 1], sei = it.se[K - 1], sfi = it.sf[K - 1];
+  const int64_t isa = G::TYPED ? G::ISA : it.isa, ise = G::TYPED ? G::ISE : it.ise;
+  const int64_t ja = j * it.ssa, je = j * it.sse, jf = it.f0 + j * it.ssf;
+  const int da = it.da, de = it.de;
+  const bool ints = !G::TYPED && vgct_pair_is_int64(da, de);
+#pragma unroll 1
+  for (int64_t c = c0 + threadIdx.x; c < c1; c += RT) {
+    const uint64_t row = vg_div((uint64_t)c, A.cprd);
+    const int64_t col0 = (c - (int64_t)row * A.cpr) * G::CH;
+    int64_t oa, oe, of;
+    vg_row_offsets(it, row, oa, oe, of);
+    const char *qa = it.pa + (oa + ja + col0 * sai) * isa;
+    const char *qe = it.pe + (oe + je + col0 * sei) * ise;
+    const int64_t f = jf + of + col0 * sfi;
+    const int cnt = (int)min((int64_t)G::CH, L - col0);
+    if (ints) {
+      for (int q = 0; q < cnt; ++q)
+        vg_cold_update_int(acc, qa + q * sai * isa, da, qe + q * sei * ise, de, f + q * sfi,
+                           A.rtol, A.atol);
+    } else {
+#pragma unroll 1
+      for (int q = 0; q < cnt; ++q)
+        vg_pair<SC>(h, acc, vg_ld<DA>(qa + q * sai * isa, da), vg_ld<DE>(qe + q * sei * ise, de),
+                    f + q * sfi, A.rtol, A.atol);
+    }
+    if ((since += cnt) >= VG_FLUSH) {
+      since = 0;
+      vg_lean_flush(h, acc);
+    }
+  }
+  vg_lean_flush(h, acc);
   vg_reduce_finish<SC>(A, vsm);
 }
 
@@ -683,8 +747,32 @@ static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_
   return cudaGetLastError();
 }
 
-static cudaError_t dispatch_reduce(int da, int de, int scaled, int kind, int grid, const RArgs &A,
-                                   cudaStream_t s, int *typed) {
+template <int DA, int DE>
+static cudaError_t launch_lean(int grid, const RArgs &A, cudaStream_t s) {
+  static int done[64];
+  cudaError_t e = vg_smem_optin(k_reduce_lean<DA, DE>, done, RSMEM);
+  if (e != cudaSuccess) return e;
+  k_reduce_lean<DA, DE><<<grid, RT, RSMEM, s>>>(A);
+  return cudaGetLastError();
+}
+
+/* lean: k_reduce_lean (VG_MODE_LEAN) for an unscaled pair in the flat or general
+ * iteration (kind 0, 1, 3); column mode (kind 2) and the scaled update keep
+ * their kernels. */
+static cudaError_t dispatch_reduce(int da, int de, int scaled, int lean, int kind, int grid,
+                                   const RArgs &A, cudaStream_t s, int *typed) {
+  if (lean && !scaled && kind != 2) {
+#define VG_CASE(X, Y)                                                                \
+    if constexpr (X != VGCT_FLOAT64 && Y != VGCT_FLOAT64)                            \
+      if (da == X && de == Y) {                                                      \
+        *typed = 1;                                                                  \
+        return launch_lean<X, Y>(grid, A, s);                                        \
+      }
+    VG_TYPED_PAIRS(VG_CASE)
+#undef VG_CASE
+    *typed = 0;
+    return launch_lean<-1, -1>(grid, A, s);
+  }
 #define VG_CASE(X, Y)                                                                \
   if (da == X && de == Y) {                                                          \
     *typed = 1;                                                                      \
@@ -706,6 +794,22 @@ static int bulk_smem(int da, int de) {
 }
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* The largest input (pairs) reduced in VG_MODE_LEAN: VG_LEAN_MAX, or the
+ * environment variable VGCT_CUDA_LEAN_MAX (read once; a tuning and test knob:
+ * 0 never, a huge value always).  The crossover was measured on an H200
+ * (docs/performance.md). */
+#define VG_LEAN_MAX (INT64_C(1) << 22)
+static int64_t vg_lean_max(void) {
+  static int64_t v = -1;
+  if (v < 0) {
+    const char *s = getenv("VGCT_CUDA_LEAN_MAX");
+    char *end = NULL;
+    long long x = s && *s ? strtoll(s, &end, 0) : -1;
+    v = (s && *s && end && *end == '\0' && x >= 0) ? (int64_t)x : VG_LEAN_MAX;
+  }
+  return v;
+}
 static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 /* workspace layout (bytes from d_ws) */
@@ -751,7 +855,13 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
      (vg_fast_chunk) settles early -- but at least VG_MIN_CHUNKS chunks per
      thread (small inputs: the per-block merge would dominate) */
   const int64_t target = (int64_t)ws->sms * 2;
+  /* small inputs (at most vg_lean_max() pairs, unscaled): VG_MODE_LEAN, at least
+     VG_LEAN_CHUNKS chunks a thread (more blocks: the register update needs
+     more warps to hide its float64 latencies than the fast path does) */
+  const int lean = !scaled && vgct_numel(a) <= vg_lean_max();
 #define VG_MIN_CHUNKS 4
+#define VG_LEAN_CHUNKS 2
+  const int64_t minch = lean ? VG_LEAN_CHUNKS : VG_MIN_CHUNKS;
 
   const int64_t S = it.S;
   int kind;
@@ -787,11 +897,13 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
       A.slice_mode = 0;
       A.nchunk = ceil_div(it.m, CH);
       {
-        int64_t blocks = ceil_div(A.nchunk, (int64_t)RT * VG_MIN_CHUNKS);
+        int64_t blocks = ceil_div(A.nchunk, (int64_t)RT * minch);
         if (blocks > target) blocks = target;
         A.cpb = round_up(ceil_div(A.nchunk, blocks), RT);
       }
       A.bpj = 1;
+      A.cpr = A.nchunk; /* one row: k_reduce_lean's chunk -> position decomposition */
+      A.cprd = vg_make_div((uint64_t)A.cpr);
       grid = ceil_div(A.nchunk, A.cpb);
       A.vec = ((uintptr_t)it.pa % 16 == 0) && ((uintptr_t)it.pe % 16 == 0);
       const int bs = bulk_smem(it.da, it.de);
@@ -805,7 +917,7 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
       A.nchunk = (it.m / L) * A.cpr;
       int64_t bpj = target / Sc; /* Sc * bpj <= one resident wave when Sc <= target */
       if (bpj < 1) bpj = 1;
-      const int64_t work = ceil_div(A.nchunk, (int64_t)RT * VG_MIN_CHUNKS);
+      const int64_t work = ceil_div(A.nchunk, (int64_t)RT * minch);
       if (bpj > work) bpj = work;
       if (bpj * Sc > VG_MAX_PARTS) bpj = VG_MAX_PARTS / Sc;
       if (bpj < 1) bpj = 1;
@@ -822,14 +934,14 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
     A.sgate = NULL;
     /* row mode with a narrow typed pair (the only kernels with a gate);
        Sc <= VG_MAX_PARTS in row mode (per_launch) */
-    if (A.slice_mode == 1 && !scaled && vg_is_typed_pair(it.da, it.de)) {
+    if (A.slice_mode == 1 && !scaled && !lean && vg_is_typed_pair(it.da, it.de)) {
       A.sgate = (unsigned *)(ws->d_ws + WS_SGATE);
       if (!cx.check(cudaMemsetAsync(A.sgate, 0, 12u * (size_t)Sc, cx.stream),
                     "cudaMemsetAsync (per-slice gate thresholds)"))
         return cx.rc;
     }
     int typed = 0;
-    if (!cx.check(dispatch_reduce(it.da, it.de, scaled, kind, (int)grid, A, cx.stream, &typed),
+    if (!cx.check(dispatch_reduce(it.da, it.de, scaled, lean, kind, (int)grid, A, cx.stream, &typed),
                   kind == 0 ? "k_reduce_flat launch"
                   : kind == 1 ? "k_reduce_gen launch"
                   : kind == 2 ? "k_reduce_col launch" : "k_reduce_bulk launch"))

@@ -229,6 +229,24 @@ __host__ __device__ __forceinline__ void vg_part_flush(vgct_acc *part, vgct_acc 
   vgct_acc_init(part, 1);
 }
 
+/* The kernels' mode, a template parameter SC of every reduce kernel:
+ *   VG_MODE_FAST   0  unscaled; float16/bfloat16/float32 pairs through the
+ *                     chunk fast path (vg_fast_chunk, below), others pair by pair
+ *   VG_MODE_SCALED 1  the scaled update (a float64 input, vgct_needs_scaling)
+ *   VG_MODE_LEAN   2  unscaled, every pair through vg_pair (the register
+ *                     update, no gate): for small inputs, where the fast
+ *                     path's warm-up (every warp's first chunks fall back to
+ *                     the definition until its gate holds maxima) and its code
+ *                     size cost more than the ~70 instructions a pair of the
+ *                     register update (ncu, 2026-12-01, 2^20 bf16: 42% of the
+ *                     executed instructions in the fallbacks).
+ * The results are the same definition in every mode: maxima, indices and
+ * counters exact, sums two-level (within rounding). */
+#define VG_MODE_FAST 0
+#define VG_MODE_SCALED 1
+#define VG_MODE_LEAN 2
+#define VG_SCALED(SC) ((SC) == VG_MODE_SCALED)
+
 /* One pair: the register path when finite and unscaled, else the definition
  * on the thread's vgct_acc (out of line: rare, and it must not cost the hot
  * loop registers). */
@@ -238,13 +256,13 @@ __device__ __noinline__ void vg_cold_update(vgct_acc *s, double a, double e, int
 template <int SC>
 __host__ __device__ __forceinline__ void vg_pair(HotAcc &h, vgct_acc *s, double a, double e,
                                                  int64_t idx, double rtol, double atol) {
-  if (!SC && vg_finite(a) && vg_finite(e)) {
+  if (!VG_SCALED(SC) && vg_finite(a) && vg_finite(e)) {
     vg_hot_update(h, a, e, idx, rtol, atol);
   } else {
 #ifdef __CUDA_ARCH__
-    vg_cold_update(s, a, e, idx, rtol, atol, SC);
+    vg_cold_update(s, a, e, idx, rtol, atol, VG_SCALED(SC));
 #else
-    vgct_acc_update(s, a, e, idx, rtol, atol, SC);
+    vgct_acc_update(s, a, e, idx, rtol, atol, VG_SCALED(SC));
 #endif
   }
 }
@@ -664,8 +682,7 @@ __device__ __forceinline__ void vg_chunk_keys(const IterSpec &it, const char *qa
   vg_chunk_keys_of<DA, DE>(it, r, sai, sei, isa, ise, keys);
 }
 
-/* Shuffle a POD struct word by word (a warp-tree merge; unused since the
- * accumulators moved to shared memory, kept for experiments). */
+/* Shuffle a POD struct word by word (vg_block_merge's warp tree). */
 template <typename T>
 __device__ __forceinline__ T vg_shfl_down(const T &v, int off) {
   static_assert(sizeof(T) % 4 == 0, "POD of 32-bit words");
@@ -689,17 +706,141 @@ __device__ __forceinline__ T vg_ldcg(const T *p) {
   return r;
 }
 
-/* Fixed-shape block reduction of the threads' accumulators (in shared
- * memory, one VAcc per thread): a binary tree over thread ids, the same for
- * every launch, so the result (in sm[0]) is deterministic. */
+/* Fixed-shape block reductions of the threads' accumulators (one VAcc per
+ * thread in shared memory, thread t's at sm[t]; the result in sm[0]).  Both
+ * have a fixed shape, so results are deterministic (bitwise repeatable).
+ *
+ * vg_block_merge_tree: a binary tree over thread ids, each level one
+ * vgct_acc_merge by half the threads of the level before.  Any accumulator
+ * (the scaled ones too).  Trade-off: log2(NT) merges in a row while the
+ * block waits at a barrier (ncu, 2026-12-01, 2^20 bf16: 32% of the kernel's
+ * stall samples at those barriers; a one-block launch ~30 us).
+ *
+ * vg_block_merge_fields: for UNSCALED accumulators (every scale 1, as the
+ * unscaled update leaves them): vgct_acc_merge then adds the sums and the
+ * counters, keeps the better (value, index) of each maximum by vgct_better,
+ * the larger max |e| and the lower first_class_diff, field by field, so the
+ * merge of NT records is done field-parallel: each warp takes some of the 21
+ * field groups, each lane folds NT/32 records (lane, lane + 32, ...) and a
+ * 5-level shuffle tree folds the lanes.  The maxima, indices and counters are
+ * exactly those of any order of vgct_acc_merge (a maximum with the lowest-
+ * index tie rule, and integer sums, do not depend on the order); the sums are
+ * grouped another way than the tree's (within rounding, fixed).  Trade-off:
+ * unscaled only, about 10x shorter. */
 template <int NT>
-__device__ __forceinline__ void vg_block_merge(VAcc *sm) {
+__device__ __forceinline__ void vg_block_merge_tree(VAcc *sm) {
   __syncthreads();
 #pragma unroll 1
   for (int st = NT / 2; st > 0; st >>= 1) {
     if ((int)threadIdx.x < st) vg_merge(&sm[threadIdx.x].a, &sm[threadIdx.x + st].a);
     __syncthreads();
   }
+}
+
+#define VG_FIELD(f) ((int)(offsetof(vgct_acc, f) / 8))
+__device__ __forceinline__ double vg_fd(const VAcc *sm, int r, int f) {
+  return reinterpret_cast<const double *>(&sm[r].a)[f];
+}
+__device__ __forceinline__ long long vg_fi(const VAcc *sm, int r, int f) {
+  return reinterpret_cast<const long long *>(&sm[r].a)[f];
+}
+
+/* the better (value, index) under vgct_better, with max |d|'s a and e */
+struct VgArg {
+  double v, x, y;
+  long long i;
+};
+__device__ __forceinline__ void vg_arg_fold(VgArg &s, const VgArg &o) {
+  if (vgct_better(o.v, o.i, s.v, s.i)) s = o;
+}
+
+template <int NT>
+__device__ __noinline__ void vg_block_merge_fields(VAcc *sm) {
+  static_assert(NT % 32 == 0 && NT >= 32 && NT <= 1024, "whole warps");
+  constexpr int NW = NT / 32, PER = NT / 32, NTASK = 21;
+  __shared__ vgct_acc out;
+  const int lane = (int)(threadIdx.x & 31u), w = (int)(threadIdx.x >> 5);
+  __syncthreads(); /* every thread's record is written */
+#pragma unroll 1
+  for (int k = w; k < NTASK; k += NW) {
+    double *od = reinterpret_cast<double *>(&out);
+    long long *oi = reinterpret_cast<long long *>(&out);
+    if (k < 5) { /* the five float64 sums */
+      const int f = VG_FIELD(s_aa) + k; /* s_aa, s_ee, s_ae, s_dd, s_d: consecutive */
+      double t = vg_fd(sm, lane, f);
+      for (int j = 1; j < PER; ++j) t += vg_fd(sm, lane + 32 * j, f);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o);
+      if (lane == 0) od[f] = t;
+    } else if (k < 16) { /* the eleven counters n .. n_class_diff: consecutive */
+      const int f = VG_FIELD(n) + (k - 5);
+      long long t = vg_fi(sm, lane, f);
+      for (int j = 1; j < PER; ++j) t += vg_fi(sm, lane + 32 * j, f);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o);
+      if (lane == 0) oi[f] = t;
+    } else if (k == 16) { /* max |e| (-1: none) */
+      const int f = VG_FIELD(max_abs_ref);
+      double t = vg_fd(sm, lane, f);
+      for (int j = 1; j < PER; ++j) t = fmax(t, vg_fd(sm, lane + 32 * j, f));
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) t = fmax(t, __shfl_down_sync(0xffffffffu, t, o));
+      if (lane == 0) od[f] = t;
+    } else if (k == 17) { /* the lowest first_class_diff (-1: none) */
+      const int f = VG_FIELD(first_class_diff);
+      unsigned long long t = (unsigned long long)vg_fi(sm, lane, f); /* -1 -> the largest */
+      for (int j = 1; j < PER; ++j) t = min(t, (unsigned long long)vg_fi(sm, lane + 32 * j, f));
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) t = min(t, __shfl_down_sync(0xffffffffu, t, o));
+      if (lane == 0) oi[f] = (long long)t;
+    } else { /* the three maxima with their indices (and max |d|'s a, e) */
+      int fv, fi, fx = -1, fy = -1;
+      if (k == 18) { fv = VG_FIELD(max_abs); fi = VG_FIELD(max_abs_i); fx = VG_FIELD(max_abs_a); fy = VG_FIELD(max_abs_e); }
+      else if (k == 19) { fv = VG_FIELD(max_rel); fi = VG_FIELD(max_rel_i); }
+      else { fv = VG_FIELD(worst_excess); fi = VG_FIELD(worst_i); }
+      VgArg t;
+      for (int j = 0; j < PER; ++j) {
+        const int r = lane + 32 * j;
+        VgArg o;
+        o.v = vg_fd(sm, r, fv);
+        o.i = vg_fi(sm, r, fi);
+        o.x = fx >= 0 ? vg_fd(sm, r, fx) : 0.0;
+        o.y = fy >= 0 ? vg_fd(sm, r, fy) : 0.0;
+        if (j == 0) t = o; else vg_arg_fold(t, o);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        VgArg u;
+        u.v = __shfl_down_sync(0xffffffffu, t.v, o);
+        u.i = __shfl_down_sync(0xffffffffu, t.i, o);
+        u.x = __shfl_down_sync(0xffffffffu, t.x, o);
+        u.y = __shfl_down_sync(0xffffffffu, t.y, o);
+        if (lane + o < 32) vg_arg_fold(t, u);
+      }
+      if (lane == 0) {
+        od[fv] = t.v;
+        oi[fi] = t.i;
+        if (fx >= 0) { od[fx] = t.x; od[fy] = t.y; }
+      }
+    }
+  }
+  if (threadIdx.x == 0) { /* the scales: 1 in every unscaled record */
+    out.scale_a = sm[0].a.scale_a;
+    out.scale_e = sm[0].a.scale_e;
+    out.scale_d = sm[0].a.scale_d;
+  }
+  __syncthreads(); /* every record is read, `out` complete */
+  if ((int)threadIdx.x < (int)(sizeof(vgct_acc) / 8))
+    reinterpret_cast<long long *>(&sm[0].a)[threadIdx.x] = reinterpret_cast<const long long *>(&out)[threadIdx.x];
+  __syncthreads();
+}
+#undef VG_FIELD
+
+/* The block reduction for a kernel of mode SC (VG_MODE_*, above). */
+template <int NT, int SC>
+__device__ __forceinline__ void vg_block_merge(VAcc *sm) {
+  if constexpr (SC == VG_MODE_SCALED) vg_block_merge_tree<NT>(sm);
+  else vg_block_merge_fields<NT>(sm);
 }
 
 /* "Last block done" detection (the threadFenceReduction pattern of the CUDA
