@@ -1,41 +1,80 @@
 /*
  * select.cu -- vgct_cuda_select: exact order statistics of |a_i - e_i| over
- * the finite pairs, by radix selection over the uint64 keys of
- * vgct_absdiff_key (vgct_stats.h; bit 63 is always 0).  No sort of the data,
- * extra memory bounded (the 16 MiB workspace): histograms and a candidate
- * buffer of at most SEL_CAP keys.
+ * the finite pairs, over the uint64 keys of vgct_absdiff_key (vgct_stats.h;
+ * bit 63 is always 0; the integer order is the numeric order).  No sort of
+ * the data, extra memory bounded (the 16 MiB workspace): histograms and a
+ * candidate buffer of at most SEL_CAP keys.  Order statistics do not depend
+ * on order, so every plan below gives the same, exact values (equal to the
+ * CPU engine's), whatever order the atomics store keys in.
  *
- * Digits: level 0 = key bits 62..48 (15 bits: the exponent and 4 mantissa
- * bits, a 1/16-octave bucket), levels 1..4 = 12 bits each (47..36, 35..24,
- * 23..12, 11..0).  After level L every wanted rank knows the bucket (key
- * prefix) holding it and its rank inside that bucket; after level 4 the
+ * Three plans, by n (pairs) -- the window plan answers what it can, the ranks
+ * it does not cover go to the radix path:
+ *
+ * 1. Window plan (n >= SEL_WIN_MIN; the GPU form of the CPU engine's key
+ *    windows, csrc/cpu_windows.inc).  Its cost does not depend on how the
+ *    differences are distributed: one read of the inputs, and ties are
+ *    counted in registers, never histogrammed.
+ *    a. k_sel_sample: K = n/256 keys (clamped to [2^14, 2^20]) from runs of
+ *       WIN_RUN consecutive chunks evenly spaced over the iteration (fixed by
+ *       the shape: deterministic), into the candidate buffer.
+ *    b. k_sel_buf x 5 over the sample: its exact order statistics at the
+ *       windows' sample ranks, which the level-0 scan computes on the device
+ *       from the sample's finite count ns (no host round trip): for the ranks
+ *       of a window, at fraction ph of the n_finite keys, sample ranks
+ *       floor(ph (ns-1) - mg) .. ceil(ph (ns-1) + 1 + mg), mg = z sqrt(ns ph
+ *       (1-ph)) + 16 + ns/2048 (the CPU engine's margin; z = 6 sigmas, fewer,
+ *       down to 3, only when the windows would not fit the buffer); windows
+ *       that overlap merge, at most WIN_MAXW (4), 2 sample ranks each.
+ *    c. k_sel_window<DA,DE,NW>: one pass over the inputs on every SM (several
+ *       blocks each, no shared histogram): per key and window g, lt += key <
+ *       lo, eql += key == lo, eqh += key == hi, keys strictly inside appended
+ *       to window g's region of the candidate buffer (bounded: past its cap
+ *       the window is marked overflowed); lo = 0 / hi = +Inf when the window
+ *       reaches the sample's ends.  Also the finite count, checked against
+ *       the reduction's (VGCT_ECHANGED).  Counters in registers, one 64-bit
+ *       atomic per block and counter.  One host round trip reads the counts.
+ *    d. On the host: a rank r with lt <= r < lt + eql is lo, one past the
+ *       stored keys (up to + eqh) is hi, one in between is rank r - lt - eql
+ *       of the window's stored keys: k_sel_buf x 5 over that region (up to
+ *       NSLOT_WSEL batches of SEL_NS ranks before one host round trip).  The
+ *       stored keys are bounded by the window's rank width whatever the
+ *       data: ties at lo and hi are counted, not stored.
+ *    A rank in no window (the sample misled, a window overflowed) goes to the
+ *    radix path -- slower, never inexact.
+ * 2. Store-all (n < SEL_WIN_MIN, or ranks left by the windows, n <= SEL_CAP):
+ *    k_sel_data stores every key at its position while it builds the level-0
+ *    histogram (on every SM), then 4 k_sel_buf passes, one copy to the host.
+ * 3. Radix over the data (n > SEL_CAP): k_sel_data level 0, then a compaction
+ *    pass when the wanted buckets hold <= SEL_CAP keys (the usual case: a
+ *    1/16-octave bucket), else one more data histogram level first (heavy
+ *    ties); then the buffer passes.  2 passes over the inputs normally, at
+ *    most 6, and batches of SEL_NS ranks.
+ *
+ * Radix digits: level 0 = key bits 62..48 (15 bits: the exponent and 4
+ * mantissa bits, a 1/16-octave bucket), levels 1..4 = 12 bits each (47..36,
+ * 35..24, 23..12, 11..0).  After level L every wanted rank knows the bucket
+ * (key prefix) holding it and its rank inside that bucket; after level 4 the
  * prefix is the key.  Ranks sharing a prefix share a histogram ("group").
  *
- * Kernels:
- *   k_sel_data<DA,DE,MODE>  one pass over the inputs (same iteration model
- *                      and loaders as the reduce; float16/bfloat16/float32
- *                      keys by vg_key_narrow): per key, by MODE, one of
- *                      - histogram of the level's digit for keys in a group
- *                        (block-private shared-memory counters, flushed to
- *                        global with integer atomics; a run-length cache
- *                        absorbs the common runs of equal digits, e.g. |d|=0),
- *                      - store every key in place (n <= SEL_CAP: the inputs
- *                        are read once, later levels read the buffer),
- *                      - append keys of the wanted buckets to the candidate
- *                        buffer (warp-aggregated integer atomic).
- *   k_sel_buf          the same histogram over the candidate buffer (L2-
- *                      resident, small).
- *   Each kernel's last block (integer counter) scans the histogram and moves
- *   every rank one level down (vg_sel_scan), so consecutive levels need no
- *   host round trip.
- * Plan: n <= SEL_CAP: data pass (level 0 + store keys), 4 buffer passes, one
- * copy to the host.  Larger n: data pass (level 0), then a compaction pass
- * when the wanted buckets hold <= SEL_CAP keys (the usual case: a 1/16-octave
- * bucket), else one more data histogram level first (heavy ties); then the
- * buffer passes.  So 2 passes over the inputs normally, at most 6.
- * Trade-off: integer atomics make the candidate order nondeterministic, but
- * an order statistic does not depend on order: results are exact and
- * repeatable.
+ * Kernels (trade-offs):
+ *   k_sel_data<DA,DE,MODE>  one pass over the inputs (the reduce's iteration
+ *                      model and loaders; float16/bfloat16/float32 keys by
+ *                      vg_key_narrow), per key by MODE: the level's digit
+ *                      histogram (block-private shared-memory counters, 128
+ *                      KiB: one 1024-thread block per SM; a run-length cache
+ *                      absorbs runs of equal digits, but many ties still
+ *                      contend on one counter), that plus every key stored
+ *                      (store-all), or the wanted keys appended (compaction).
+ *   k_sel_buf          the same histogram over a buffer (L2-resident, small):
+ *                      the store-all / compacted keys, the sample, a window.
+ *   k_sel_sample       K keys at fixed positions (one small launch).
+ *   k_sel_window       the window pass: 3 compares per key and window in
+ *                      registers instead of a histogram (no contention from
+ *                      ties; more instructions per key as windows are added,
+ *                      so NW = 1 has its own instantiation).
+ *   Each histogram kernel's last block (integer counter) scans the histogram
+ *   and moves every rank one level down (vg_sel_scan), so consecutive levels
+ *   need no host round trip.
  */
 #include <stdio.h>
 #include <string.h>
