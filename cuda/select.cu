@@ -27,12 +27,13 @@
  *       that overlap merge, at most WIN_MAXW (4), 2 sample ranks each.
  *    c. k_sel_window<DA,DE,NW>: one pass over the inputs on every SM (several
  *       blocks each, no shared histogram): per key and window g, lt += key <
- *       lo, eql += key == lo, eqh += key == hi, keys strictly inside appended
- *       to window g's region of the candidate buffer (bounded: past its cap
- *       the window is marked overflowed); lo = 0 / hi = +Inf when the window
- *       reaches the sample's ends.  Also the finite count, checked against
- *       the reduction's (VGCT_ECHANGED).  Counters in registers, one 64-bit
- *       atomic per block and counter.  One host round trip reads the counts.
+ *       lo, eql += key == lo, eqh += key == hi, keys strictly inside staged
+ *       per warp and appended to window g's region of the candidate buffer
+ *       (bounded: past its cap the window is marked overflowed); lo = 0 /
+ *       hi = +Inf when the window reaches the sample's ends.  Also the
+ *       finite count, checked against the reduction's (VGCT_ECHANGED).
+ *       Counters in registers, one 64-bit atomic per block and counter.
+ *       One host round trip reads the counts.
  *    d. On the host: a rank r with lt <= r < lt + eql is lo, one past the
  *       stored keys (up to + eqh) is hi, one in between is rank r - lt - eql
  *       of the window's stored keys: k_sel_buf x 5 over that region (up to
@@ -118,21 +119,27 @@ namespace cg = cooperative_groups;
 /* ---- the window plan's constants ----------------------------------------
  * SEL_WIN_MIN: the window plan from this many pairs on; below it the store-
  * all plan (every key stored by the data pass, 4 buffer passes).  Why 2^20:
- * the window plan costs a fixed ~12 launches (sample, 5 sample passes, the
- * window pass, usually 5 passes over the stored keys) and 2 host round trips
- * on top of its one read of the inputs; store-all costs 5 launches, 1 round
- * trip, and per key an 8-byte store plus 4 histogram reads of 8 bytes from L2
- * and their shared-memory atomics (which contend when |d| has many ties).  At
- * 2^18 keys (2 MiB of keys) the buffer passes are launch-bound and store-all
- * is clearly cheaper; at 2^20 (8 MiB of keys, 40 MiB of L2 traffic and ~5M
- * atomics) the per-key work of store-all has grown past the window plan's
- * fixed launches, and store-all cannot go past SEL_CAP (1.5M) anyway. */
+ * the window plan costs a fixed ~12 launches (the sample, 5 passes over the
+ * sample's 2^14 keys, the window pass, usually 5 passes over a window's few
+ * thousand stored keys: each small pass launch- and scan-bound, a few us)
+ * and 2 host round trips on top of its one read of the inputs; store-all
+ * costs 1 round trip, but per key an 8-byte store and 4 buffer passes over
+ * 8 bytes a key, whose shared-memory atomics contend when |d| has ties
+ * (H200, 2^20 bf16 pairs, before this plan: each buffer pass ~15 us, the
+ * data pass 97 us on 16 blocks -- now on every SM).  So at 2^20 both cost
+ * about the same, below it store-all's per-key work is smaller than the
+ * window plan's fixed launches, above it the window plan wins (and store-all
+ * ends at SEL_CAP = 1.5M keys anyway). */
 #define SEL_WIN_MIN (INT64_C(1) << 20)
 #define WIN_MAXW 4                       /* windows in one pass              */
 #define WIN_SMIN (INT64_C(1) << 14)      /* sample keys: n/256 within these  */
 #define WIN_SMAX (INT64_C(1) << 20)
 #define WIN_RUN 32                       /* chunks of one sample run (a warp) */
 #define WT 256                           /* threads of the sample/window kernels */
+/* window-pass blocks per SM (and its launch bound): 85 registers a thread
+   for one window (at 4 blocks, 64, the bf16/fp16 loops spilled), 128 for
+   up to four */
+#define WIN_BPM(nw) ((nw) == 1 ? 3 : 2)
 #define INF_KEY 0x7ff0000000000000ull    /* +Inf: the largest finite-pair key */
 #define WIN_SENT 0x7ff0000000000001ull   /* above every finite key, below KEY_NONE */
 
@@ -538,7 +545,8 @@ __global__ void __launch_bounds__(WT) k_sel_sample(const __grid_constant__ SArgs
  * key gives no window (WIN_SENT: nothing counted at it, nothing stored).
  * Per key and window: lt += key < lo, eql += key == lo, eqh += key == hi
  * (hi != lo), and a key with lo < key < hi is appended to the window's region
- * cand[off[g] .. off[g] + cap[g]) (warp-aggregated integer atomic; a position
+ * cand[off[g] .. off[g] + cap[g]) (staged per warp in shared memory by a
+ * ballot, flushed 33..64 keys at a time with one integer atomic; a position
  * past cap is not written: pos > cap marks the overflow); nfin += finite.
  * Counters: 32-bit per thread (the host bounds the keys of one thread below
  * 2^32), 64-bit warp and block sums, one atomicAdd per block and counter.
@@ -568,25 +576,36 @@ __device__ __forceinline__ void win_bounds(const WArgs &A, int g, unsigned long 
   hq = hi == lo ? WIN_SENT : hi; /* ties at lo == hi are counted once, in eql */
 }
 
-__device__ __forceinline__ void win_append(const WArgs &A, int g, unsigned long long key) {
-  cg::coalesced_group cgp = cg::coalesced_threads();
+/* Window g's keys staged by one warp (shared memory) go to its region: one
+ * atomicAdd a flush (the same-address atomics of one append per key would
+ * serialize in L2: a p99 window stores ~n/500 keys). */
+#define WSTAGE 64 /* staged keys per warp and window (a flush at > 32) */
+__device__ __forceinline__ void win_flush(const WArgs &A, int g, const unsigned long long *stage,
+                                          unsigned cnt, int lane) {
+  __syncwarp(); /* the warp's staged keys visible to every lane */
   unsigned long long base = 0;
-  if (cgp.thread_rank() == 0) base = atomicAdd(&A.w->pos[g], (unsigned long long)cgp.size());
-  base = cgp.shfl(base, 0);
-  const unsigned long long pos = base + cgp.thread_rank();
-  if (pos < (unsigned long long)A.cap[g]) A.cand[A.off[g] + (long long)pos] = key;
+  if (lane == 0) base = atomicAdd(&A.w->pos[g], (unsigned long long)cnt);
+  base = __shfl_sync(0xffffffffu, base, 0);
+  for (unsigned i = lane; i < cnt; i += 32) {
+    const unsigned long long pos = base + i;
+    if (pos < (unsigned long long)A.cap[g]) A.cand[A.off[g] + (long long)pos] = stage[i];
+  }
+  __syncwarp(); /* read before the stage is reused */
 }
 
 template <int DA, int DE, int NW>
-__global__ void __launch_bounds__(WT, NW == 1 ? 4 : 2) k_sel_window(const __grid_constant__ WArgs A) {
+__global__ void __launch_bounds__(WT, WIN_BPM(NW)) k_sel_window(const __grid_constant__ WArgs A) {
   typedef vg_chunk<DA, DE> G;
   const IterSpec &it = A.it;
+  __shared__ unsigned long long s_stage[WT / 32][NW][WSTAGE];
+  const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+  const unsigned below = (1u << lane) - 1u;
   unsigned long long lo[NW], hi[NW], hq[NW];
-  unsigned lt[NW], el[NW], eh[NW], nfin = 0;
+  unsigned lt[NW], el[NW], eh[NW], wc[NW], nfin = 0; /* wc: staged keys (warp-uniform) */
 #pragma unroll
   for (int g = 0; g < NW; ++g) {
     win_bounds(A, g, lo[g], hi[g], hq[g]);
-    lt[g] = el[g] = eh[g] = 0;
+    lt[g] = el[g] = eh[g] = wc[g] = 0;
   }
   if (blockIdx.x == 0 && threadIdx.x == 0)
     for (int g = 0; g < NW; ++g) {
@@ -599,7 +618,10 @@ __global__ void __launch_bounds__(WT, NW == 1 ? 4 : 2) k_sel_window(const __grid
   const bool unit = G::TYPED && sai == 1 && sei == 1;
   constexpr int RU = G::NVA + G::NVE > 2 ? 1 : 2; /* as k_sel_data */
   const int64_t stride = (int64_t)gridDim.x * WT;
-  for (int64_t c0 = (int64_t)blockIdx.x * WT + threadIdx.x; c0 < A.nchunk; c0 += RU * stride) {
+  /* warp-uniform trips (the ballots below need every lane): a lane past the
+     end reads nothing and its keys are KEY_NONE, which no counter counts */
+  for (int64_t c0 = (int64_t)blockIdx.x * WT + threadIdx.x;
+       __any_sync(0xffffffffu, c0 < A.nchunk); c0 += RU * stride) {
     vg_raw_chunk<DA, DE> r[RU];
 #pragma unroll
     for (int u = 0; u < RU; ++u) {
@@ -613,25 +635,39 @@ __global__ void __launch_bounds__(WT, NW == 1 ? 4 : 2) k_sel_window(const __grid
     }
 #pragma unroll
     for (int u = 0; u < RU; ++u) {
-      if (r[u].cnt == 0) continue;
       unsigned long long keys[G::CH];
-      vg_chunk_keys_of<DA, DE>(it, r[u], sai, sei, isa, ise, keys);
+      if (r[u].cnt > 0) {
+        vg_chunk_keys_of<DA, DE>(it, r[u], sai, sei, isa, ise, keys); /* KEY_NONE past cnt */
+      } else {
+#pragma unroll
+        for (int q = 0; q < G::CH; ++q) keys[q] = KEY_NONE;
+      }
 #pragma unroll
       for (int q = 0; q < G::CH; ++q) {
-        if (q < r[u].cnt) {
-          const unsigned long long key = keys[q]; /* KEY_NONE: above every bound */
-          nfin += (unsigned)(key >> 63) ^ 1u;
+        const unsigned long long key = keys[q]; /* KEY_NONE: above every bound */
+        nfin += (unsigned)(key >> 63) ^ 1u;
 #pragma unroll
-          for (int g = 0; g < NW; ++g) {
-            lt[g] += key < lo[g];
-            el[g] += key == lo[g];
-            eh[g] += key == hq[g];
-            if (key > lo[g] && key < hi[g]) win_append(A, g, key);
+        for (int g = 0; g < NW; ++g) {
+          lt[g] += key < lo[g];
+          el[g] += key == lo[g];
+          eh[g] += key == hq[g];
+          const bool in = key > lo[g] && key < hi[g];
+          const unsigned b = __ballot_sync(0xffffffffu, in);
+          if (b) { /* warp-uniform */
+            if (in) s_stage[wp][g][wc[g] + __popc(b & below)] = key;
+            wc[g] += __popc(b);
+            if (wc[g] > WSTAGE - 32) { /* room for the next 32 */
+              win_flush(A, g, s_stage[wp][g], wc[g], lane);
+              wc[g] = 0;
+            }
           }
         }
       }
     }
   }
+#pragma unroll
+  for (int g = 0; g < NW; ++g)
+    if (wc[g]) win_flush(A, g, s_stage[wp][g], wc[g], lane);
   /* block sums: warp shuffles, then one atomicAdd per counter */
   constexpr int NC = 1 + 3 * NW;
   __shared__ unsigned long long s_c[WT / 32][NC];
@@ -647,7 +683,6 @@ __global__ void __launch_bounds__(WT, NW == 1 ? 4 : 2) k_sel_window(const __grid
   for (int i = 0; i < NC; ++i)
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v[i] += __shfl_down_sync(0xffffffffu, v[i], o);
-  const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
   if (lane == 0)
 #pragma unroll
     for (int i = 0; i < NC; ++i) s_c[wp][i] = v[i];
@@ -920,7 +955,7 @@ static int sel_windows(CallCtx &cx, const KArgs &B, const vgct_params *p, const 
   }
   /* the grid: every SM, several blocks each; a thread's 32-bit counters must
      not wrap (keys per thread < 2^32) */
-  const int bpm = W.nw == 1 ? 4 : 2;
+  const int bpm = WIN_BPM(W.nw);
   int64_t gw = cdiv(B.nchunk, (int64_t)WT * 2);
   if (gw > (int64_t)ws->sms * bpm) gw = (int64_t)ws->sms * bpm;
   if (gw < 1) gw = 1;
