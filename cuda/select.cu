@@ -1,41 +1,81 @@
 /*
  * select.cu -- vgct_cuda_select: exact order statistics of |a_i - e_i| over
- * the finite pairs, by radix selection over the uint64 keys of
- * vgct_absdiff_key (vgct_stats.h; bit 63 is always 0).  No sort of the data,
- * extra memory bounded (the 16 MiB workspace): histograms and a candidate
- * buffer of at most SEL_CAP keys.
+ * the finite pairs, over the uint64 keys of vgct_absdiff_key (vgct_stats.h;
+ * bit 63 is always 0; the integer order is the numeric order).  No sort of
+ * the data, extra memory bounded (the 16 MiB workspace): histograms and a
+ * candidate buffer of at most SEL_CAP keys.  Order statistics do not depend
+ * on order, so every plan below gives the same, exact values (equal to the
+ * CPU engine's), whatever order the atomics store keys in.
  *
- * Digits: level 0 = key bits 62..48 (15 bits: the exponent and 4 mantissa
- * bits, a 1/16-octave bucket), levels 1..4 = 12 bits each (47..36, 35..24,
- * 23..12, 11..0).  After level L every wanted rank knows the bucket (key
- * prefix) holding it and its rank inside that bucket; after level 4 the
+ * Three plans, by n (pairs) -- the window plan answers what it can, the ranks
+ * it does not cover go to the radix path:
+ *
+ * 1. Window plan (n >= SEL_WIN_MIN; the GPU form of the CPU engine's key
+ *    windows, csrc/cpu_windows.inc).  Its cost does not depend on how the
+ *    differences are distributed: one read of the inputs, and ties are
+ *    counted in registers, never histogrammed.
+ *    a. k_sel_sample: K = n/256 keys (clamped to [2^14, 2^20]) from runs of
+ *       WIN_RUN consecutive chunks evenly spaced over the iteration (fixed by
+ *       the shape: deterministic), into the candidate buffer.
+ *    b. k_sel_buf x 5 over the sample: its exact order statistics at the
+ *       windows' sample ranks, which the level-0 scan computes on the device
+ *       from the sample's finite count ns (no host round trip): for the ranks
+ *       of a window, at fraction ph of the n_finite keys, sample ranks
+ *       floor(ph (ns-1) - mg) .. ceil(ph (ns-1) + 1 + mg), mg = z sqrt(ns ph
+ *       (1-ph)) + 16 + ns/2048 (the CPU engine's margin; z = 6 sigmas, fewer,
+ *       down to 3, only when the windows would not fit the buffer); windows
+ *       that overlap merge, at most WIN_MAXW (4), 2 sample ranks each.
+ *    c. k_sel_window<DA,DE,NW>: one pass over the inputs on every SM (several
+ *       blocks each, no shared histogram): per key and window g, lt += key <
+ *       lo, eql += key == lo, eqh += key == hi, keys strictly inside staged
+ *       per warp and appended to window g's region of the candidate buffer
+ *       (bounded: past its cap the window is marked overflowed); lo = 0 /
+ *       hi = +Inf when the window reaches the sample's ends.  Also the
+ *       finite count, checked against the reduction's (VGCT_ECHANGED).
+ *       Counters in registers, one 64-bit atomic per block and counter.
+ *       One host round trip reads the counts.
+ *    d. On the host: a rank r with lt <= r < lt + eql is lo, one past the
+ *       stored keys (up to + eqh) is hi, one in between is rank r - lt - eql
+ *       of the window's stored keys: k_sel_buf x 5 over that region (up to
+ *       NSLOT_WSEL batches of SEL_NS ranks before one host round trip).  The
+ *       stored keys are bounded by the window's rank width whatever the
+ *       data: ties at lo and hi are counted, not stored.
+ *    A rank in no window (the sample misled, a window overflowed) goes to the
+ *    radix path -- slower, never inexact.
+ * 2. Store-all (n < SEL_WIN_MIN, or ranks left by the windows, n <= SEL_CAP):
+ *    k_sel_data stores every key at its position while it builds the level-0
+ *    histogram (on every SM), then 4 k_sel_buf passes, one copy to the host.
+ * 3. Radix over the data (n > SEL_CAP): k_sel_data level 0, then a compaction
+ *    pass when the wanted buckets hold <= SEL_CAP keys (the usual case: a
+ *    1/16-octave bucket), else one more data histogram level first (heavy
+ *    ties); then the buffer passes.  2 passes over the inputs normally, at
+ *    most 6, and batches of SEL_NS ranks.
+ *
+ * Radix digits: level 0 = key bits 62..48 (15 bits: the exponent and 4
+ * mantissa bits, a 1/16-octave bucket), levels 1..4 = 12 bits each (47..36,
+ * 35..24, 23..12, 11..0).  After level L every wanted rank knows the bucket
+ * (key prefix) holding it and its rank inside that bucket; after level 4 the
  * prefix is the key.  Ranks sharing a prefix share a histogram ("group").
  *
- * Kernels:
- *   k_sel_data<DA,DE,MODE>  one pass over the inputs (same iteration model
- *                      and loaders as the reduce; float16/bfloat16/float32
- *                      keys by vg_key_narrow): per key, by MODE, one of
- *                      - histogram of the level's digit for keys in a group
- *                        (block-private shared-memory counters, flushed to
- *                        global with integer atomics; a run-length cache
- *                        absorbs the common runs of equal digits, e.g. |d|=0),
- *                      - store every key in place (n <= SEL_CAP: the inputs
- *                        are read once, later levels read the buffer),
- *                      - append keys of the wanted buckets to the candidate
- *                        buffer (warp-aggregated integer atomic).
- *   k_sel_buf          the same histogram over the candidate buffer (L2-
- *                      resident, small).
- *   Each kernel's last block (integer counter) scans the histogram and moves
- *   every rank one level down (vg_sel_scan), so consecutive levels need no
- *   host round trip.
- * Plan: n <= SEL_CAP: data pass (level 0 + store keys), 4 buffer passes, one
- * copy to the host.  Larger n: data pass (level 0), then a compaction pass
- * when the wanted buckets hold <= SEL_CAP keys (the usual case: a 1/16-octave
- * bucket), else one more data histogram level first (heavy ties); then the
- * buffer passes.  So 2 passes over the inputs normally, at most 6.
- * Trade-off: integer atomics make the candidate order nondeterministic, but
- * an order statistic does not depend on order: results are exact and
- * repeatable.
+ * Kernels (trade-offs):
+ *   k_sel_data<DA,DE,MODE>  one pass over the inputs (the reduce's iteration
+ *                      model and loaders; float16/bfloat16/float32 keys by
+ *                      vg_key_narrow), per key by MODE: the level's digit
+ *                      histogram (block-private shared-memory counters, 128
+ *                      KiB: one 1024-thread block per SM; a run-length cache
+ *                      absorbs runs of equal digits, but many ties still
+ *                      contend on one counter), that plus every key stored
+ *                      (store-all), or the wanted keys appended (compaction).
+ *   k_sel_buf          the same histogram over a buffer (L2-resident, small):
+ *                      the store-all / compacted keys, the sample, a window.
+ *   k_sel_sample       K keys at fixed positions (one small launch).
+ *   k_sel_window       the window pass: 3 compares per key and window in
+ *                      registers instead of a histogram (no contention from
+ *                      ties; more instructions per key as windows are added,
+ *                      so NW = 1 has its own instantiation).
+ *   Each histogram kernel's last block (integer counter) scans the histogram
+ *   and moves every rank one level down (vg_sel_scan), so consecutive levels
+ *   need no host round trip.
  */
 #include <stdio.h>
 #include <string.h>
@@ -52,12 +92,56 @@ namespace cg = cooperative_groups;
 #define KEY_NONE VG_KEY_NONE
 
 /* workspace layout (bytes from d_ws; shares the region with reduce.cu,
-   calls are serialised by the device lock) */
+   calls are serialised by the device lock):
+     [WS_SEL_CNT, +64)        last-block counters (5 levels)
+     [WS_SEL_STATE, +4096)    8 state slots of SEL_SLOT bytes: 0 the radix
+                              path's SelState, 1 the sample's, 2..6 the
+                              window selections', 7 the window pass's WinState
+     [WS_SEL_HIST, CLEAR_END) 5 levels x SEL_BINS x u64 histograms
+     [WS_SEL_CAND, +12 MiB)   the candidate buffer (SEL_CAP keys): the radix
+                              path's candidates or stored keys; in the window
+                              plan first the sample's keys, then the windows'
+                              regions (the window pass reads only the sample's
+                              state, never its keys)
+   The whole [WS_SEL_CNT, CLEAR_END) is zeroed before each plan. */
 #define WS_SEL_CNT 64                    /* 5 last-block counters             */
 #define WS_SEL_STATE 4096
+#define SEL_SLOT 512                     /* bytes of one state slot          */
 #define WS_SEL_HIST 8192                 /* 5 levels x SEL_BINS x u64        */
 #define WS_SEL_CAND (2u << 20)
 #define WS_SEL_CLEAR_END (WS_SEL_HIST + 5u * SEL_BINS * 8u)
+#define SLOT_RADIX 0
+#define SLOT_SAMPLE 1
+#define SLOT_WSEL 2                      /* first window-selection slot       */
+#define NSLOT_WSEL 5                     /* window selections per round       */
+#define SLOT_WIN 7
+
+/* ---- the window plan's constants ----------------------------------------
+ * SEL_WIN_MIN: the window plan from this many pairs on; below it the store-
+ * all plan (every key stored by the data pass, 4 buffer passes).  Why 2^20:
+ * the window plan costs a fixed ~12 launches (the sample, 5 passes over the
+ * sample's 2^14 keys, the window pass, usually 5 passes over a window's few
+ * thousand stored keys: each small pass launch- and scan-bound, a few us)
+ * and 2 host round trips on top of its one read of the inputs; store-all
+ * costs 1 round trip, but per key an 8-byte store and 4 buffer passes over
+ * 8 bytes a key, whose shared-memory atomics contend when |d| has ties
+ * (H200, 2^20 bf16 pairs, before this plan: each buffer pass ~15 us, the
+ * data pass 97 us on 16 blocks -- now on every SM).  So at 2^20 both cost
+ * about the same, below it store-all's per-key work is smaller than the
+ * window plan's fixed launches, above it the window plan wins (and store-all
+ * ends at SEL_CAP = 1.5M keys anyway). */
+#define SEL_WIN_MIN (INT64_C(1) << 20)
+#define WIN_MAXW 4                       /* windows in one pass              */
+#define WIN_SMIN (INT64_C(1) << 14)      /* sample keys: n/256 within these  */
+#define WIN_SMAX (INT64_C(1) << 20)
+#define WIN_RUN 32                       /* chunks of one sample run (a warp) */
+#define WT 256                           /* threads of the sample/window kernels */
+/* window-pass blocks per SM (and its launch bound): 85 registers a thread
+   for one window (at 4 blocks, 64, the bf16/fp16 loops spilled), 128 for
+   up to four */
+#define WIN_BPM(nw) ((nw) == 1 ? 3 : 2)
+#define INF_KEY 0x7ff0000000000000ull    /* +Inf: the largest finite-pair key */
+#define WIN_SENT 0x7ff0000000000001ull   /* above every finite key, below KEY_NONE */
 
 struct SelState {
   unsigned long long total;   /* finite keys (level-0 count)          */
@@ -68,6 +152,17 @@ struct SelState {
   unsigned long long prefix[SEL_NS];
   long long rank[SEL_NS];
   unsigned long long count[SEL_NS];
+  long long srank[SEL_NS];    /* sample passes: the sample ranks used  */
+};
+
+/* The window pass's result (slot SLOT_WIN): window g's bounds lo <= hi (keys)
+ * and counts: lt keys < lo, eql keys == lo, eqh keys == hi (0 when hi == lo),
+ * pos keys with lo < key < hi (stored; pos > the window's cap: overflowed);
+ * total: the finite keys the pass saw. */
+struct WinState {
+  unsigned long long lo[WIN_MAXW], hi[WIN_MAXW];
+  unsigned long long lt[WIN_MAXW], eql[WIN_MAXW], eqh[WIN_MAXW], pos[WIN_MAXW];
+  unsigned long long total;
 };
 
 __host__ __device__ __forceinline__ int sel_shift(int L) { return L == 0 ? 48 : 48 - 12 * L; }
@@ -84,6 +179,16 @@ struct KArgs {
   int clevel;
   int ns;
   long long rank0[SEL_NS];
+  long long nbuf;   /* k_sel_buf: keys in the buffer; < 0: st->ncand        */
+  /* the sample's passes (sample = 1): level 0 computes the ranks on the
+     device from the sample's finite count ns: slot 2g is window g's low end,
+     floor(wph*(ns-1) - mg), slot 2g+1 its high end, ceil(wph*(ns-1) + 1 + mg),
+     mg = wz sqrt(ns wph (1 - wph)) + 16 + ns/2048, plus wshift (test hook),
+     clamped to [0, ns) */
+  int sample;
+  double wph[SEL_NS];
+  double wz;
+  long long wshift;
   SelState *st;
   unsigned long long *hist; /* this level's histograms                  */
   unsigned long long *cand;
@@ -159,6 +264,21 @@ __device__ void hist_end(HistCtx &h, unsigned long long *gh) {
 
 /* ---- the last block's scan: move every rank one level down -------------- */
 
+/* The sample passes' rank of slot s (window s/2's low end when s is even, its
+ * high end when odd) among the sample's ns finite keys: the CPU engine's
+ * margin (csrc/cpu_select.inc, vgct_cpu_presel_new) with wz sigmas. */
+__device__ long long sel_sample_rank(const KArgs &A, int s, unsigned long long ns) {
+  if (ns == 0) return 0; /* no finite key in the sample: the scan marks it bad */
+  const double n = (double)ns, ph = A.wph[s];
+  const double at = ph * (n - 1.0);
+  const double mg = A.wz * sqrt(n * ph * (1.0 - ph)) + 16.0 + n / 2048.0;
+  double x = (s & 1) ? ceil(at + 1.0 + mg) : floor(at - mg);
+  x += (double)A.wshift;
+  if (!(x >= 0.0)) x = 0.0;
+  if (x > n - 1.0) x = n - 1.0;
+  return (long long)x;
+}
+
 __device__ void vg_sel_scan(const KArgs &A, int level) {
   SelState *st = A.st;
   const int nb = level == 0 ? SEL_BINS : 4096, bits = sel_bits(level);
@@ -171,7 +291,7 @@ __device__ void vg_sel_scan(const KArgs &A, int level) {
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   for (int s = 0; s < A.ns; ++s) {
     const int g = level == 0 ? 0 : st->slot_group[s];
-    const long long rank = level == 0 ? A.rank0[s] : st->rank[s];
+    long long rank = level == 0 ? A.rank0[s] : st->rank[s];
     const unsigned long long *h = A.hist + (size_t)g * nb;
     const int b0 = threadIdx.x * per;
     unsigned long long sum = 0;
@@ -198,6 +318,7 @@ __device__ void vg_sel_scan(const KArgs &A, int level) {
       if (lane == 31) s_tot = iv;
     }
     __syncthreads();
+    if (level == 0 && A.sample) rank = sel_sample_rank(A, s, s_tot); /* same in every thread */
     const unsigned long long excl = s_w[w] + inc - sum;
     if ((unsigned long long)rank >= excl && (unsigned long long)rank < excl + sum && rank >= 0) {
       /* no early exit: the loads are independent and issue together (a
@@ -222,6 +343,7 @@ __device__ void vg_sel_scan(const KArgs &A, int level) {
     __syncthreads();
     if (threadIdx.x == 0) {
       if (level == 0) st->total = s_tot;
+      if (level == 0 && A.sample) st->srank[s] = rank;
       const unsigned long long old = level == 0 ? 0ull : st->prefix[s];
       if (s_bin < 0) {
         st->bad = 1;
@@ -360,13 +482,223 @@ __global__ void __launch_bounds__(ST, 1) k_sel_buf(const __grid_constant__ KArgs
   SelState *st = A.st;
   HistCtx h;
   hist_begin(h, sel_sm, A.level, st);
-  unsigned long long n = A.store_all ? (unsigned long long)A.it.m : st->ncand;
+  unsigned long long n = A.nbuf >= 0 ? (unsigned long long)A.nbuf : st->ncand;
   if (n > SEL_CAP) n = SEL_CAP;
   for (unsigned long long i = (unsigned long long)blockIdx.x * ST + threadIdx.x; i < n;
        i += (unsigned long long)gridDim.x * ST)
     hist_key(h, __ldcg(A.cand + i));
   hist_end(h, A.hist);
   if (vg_last_block(A.counter)) vg_sel_scan(A, A.level);
+}
+
+/* ---- the window plan's kernels --------------------------------------------- */
+
+/* The sample: slot j (0 <= j < nsc) reads chunk c of the data pass's
+ * iteration and writes its CH keys to out[j*CH ..] (KEY_NONE for a non-finite
+ * pair and past a row's end).  full: every chunk (c = j); else nruns runs of
+ * WIN_RUN consecutive chunks (one warp's coalesced read), run r starting at
+ * floor(r * nchunk / nruns): evenly spaced, fixed by the shape (deterministic). */
+struct SArgs {
+  IterSpec it;
+  int64_t nchunk, cpr;
+  FastDiv cprd;
+  int64_t nsc, nruns, step, rem; /* step, rem: nchunk / nruns, nchunk % nruns */
+  int full;
+  unsigned long long *out;
+};
+
+template <int DA, int DE>
+__global__ void __launch_bounds__(WT) k_sel_sample(const __grid_constant__ SArgs A) {
+  typedef vg_chunk<DA, DE> G;
+  const IterSpec &it = A.it;
+  const int64_t j = (int64_t)blockIdx.x * WT + threadIdx.x;
+  if (j >= A.nsc) return;
+  int64_t c = j;
+  if (!A.full) {
+    const int64_t r = j / WIN_RUN;
+    c = r * A.step + (r * A.rem) / A.nruns + (j - r * WIN_RUN); /* r * rem < nruns^2: no overflow */
+  }
+  unsigned long long keys[G::CH];
+#pragma unroll
+  for (int q = 0; q < G::CH; ++q) keys[q] = KEY_NONE;
+  if (c < A.nchunk) {
+    const int K = it.k;
+    const int64_t L = it.sh[K - 1], sai = it.sa[K - 1], sei = it.se[K - 1];
+    const int64_t isa = G::TYPED ? G::ISA : it.isa, ise = G::TYPED ? G::ISE : it.ise;
+    const bool unit = G::TYPED && sai == 1 && sei == 1;
+    const VgChunkPos cp = vg_chunk_pos<G::CH>(it, c, A.cpr, A.cprd, L, sai, sei);
+    vg_raw_chunk<DA, DE> r;
+    vg_chunk_fetch<DA, DE>(r, it.pa + cp.oa * isa, it.pe + cp.oe * ise, unit, cp.cnt);
+    vg_chunk_keys_of<DA, DE>(it, r, sai, sei, isa, ise, keys);
+#pragma unroll
+    for (int q = 0; q < G::CH; ++q)
+      if (q >= cp.cnt) keys[q] = KEY_NONE;
+  }
+#pragma unroll
+  for (int q = 0; q < G::CH; ++q) A.out[j * G::CH + q] = keys[q];
+}
+
+/* The window pass: one read of the inputs.  Window g's bounds come from the
+ * sample's order statistics (slot SLOT_SAMPLE, ranks 2g and 2g+1): lo = 0
+ * when its sample rank is 0, hi = +Inf's key when its sample rank is the
+ * sample's last (the window then reaches the end); a sample with no finite
+ * key gives no window (WIN_SENT: nothing counted at it, nothing stored).
+ * Per key and window: lt += key < lo, eql += key == lo, eqh += key == hi
+ * (hi != lo), and a key with lo < key < hi is appended to the window's region
+ * cand[off[g] .. off[g] + cap[g]) (staged per warp in shared memory by a
+ * ballot, flushed 33..64 keys at a time with one integer atomic; a position
+ * past cap is not written: pos > cap marks the overflow); nfin += finite.
+ * Counters: 32-bit per thread (the host bounds the keys of one thread below
+ * 2^32), 64-bit warp and block sums, one atomicAdd per block and counter.
+ * NW: 1 (the common single window: fewer registers) or WIN_MAXW (unused
+ * windows get WIN_SENT bounds). */
+struct WArgs {
+  IterSpec it;
+  int64_t nchunk, cpr;
+  FastDiv cprd;
+  int nw;
+  long long off[WIN_MAXW], cap[WIN_MAXW];
+  const SelState *sst;
+  WinState *w;
+  unsigned long long *cand;
+};
+
+__device__ __forceinline__ void win_bounds(const WArgs &A, int g, unsigned long long &lo,
+                                           unsigned long long &hi, unsigned long long &hq) {
+  const SelState *s = A.sst;
+  if (g >= A.nw || s->bad) {
+    lo = hi = hq = WIN_SENT;
+    return;
+  }
+  const long long ns = (long long)s->total;
+  lo = s->srank[2 * g] <= 0 ? 0ull : s->prefix[2 * g];
+  hi = s->srank[2 * g + 1] >= ns - 1 ? INF_KEY : s->prefix[2 * g + 1];
+  hq = hi == lo ? WIN_SENT : hi; /* ties at lo == hi are counted once, in eql */
+}
+
+/* Window g's keys staged by one warp (shared memory) go to its region: one
+ * atomicAdd a flush (the same-address atomics of one append per key would
+ * serialize in L2: a p99 window stores ~n/500 keys). */
+#define WSTAGE 64 /* staged keys per warp and window (a flush at > 32) */
+__device__ __forceinline__ void win_flush(const WArgs &A, int g, const unsigned long long *stage,
+                                          unsigned cnt, int lane) {
+  __syncwarp(); /* the warp's staged keys visible to every lane */
+  unsigned long long base = 0;
+  if (lane == 0) base = atomicAdd(&A.w->pos[g], (unsigned long long)cnt);
+  base = __shfl_sync(0xffffffffu, base, 0);
+  for (unsigned i = lane; i < cnt; i += 32) {
+    const unsigned long long pos = base + i;
+    if (pos < (unsigned long long)A.cap[g]) A.cand[A.off[g] + (long long)pos] = stage[i];
+  }
+  __syncwarp(); /* read before the stage is reused */
+}
+
+template <int DA, int DE, int NW>
+__global__ void __launch_bounds__(WT, WIN_BPM(NW)) k_sel_window(const __grid_constant__ WArgs A) {
+  typedef vg_chunk<DA, DE> G;
+  const IterSpec &it = A.it;
+  __shared__ unsigned long long s_stage[WT / 32][NW][WSTAGE];
+  const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+  const unsigned below = (1u << lane) - 1u;
+  unsigned long long lo[NW], hi[NW], hq[NW];
+  unsigned lt[NW], el[NW], eh[NW], wc[NW], nfin = 0; /* wc: staged keys (warp-uniform) */
+#pragma unroll
+  for (int g = 0; g < NW; ++g) {
+    win_bounds(A, g, lo[g], hi[g], hq[g]);
+    lt[g] = el[g] = eh[g] = wc[g] = 0;
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0)
+    for (int g = 0; g < NW; ++g) {
+      A.w->lo[g] = lo[g];
+      A.w->hi[g] = hi[g];
+    }
+  const int K = it.k;
+  const int64_t L = it.sh[K - 1], sai = it.sa[K - 1], sei = it.se[K - 1];
+  const int64_t isa = G::TYPED ? G::ISA : it.isa, ise = G::TYPED ? G::ISE : it.ise;
+  const bool unit = G::TYPED && sai == 1 && sei == 1;
+  constexpr int RU = G::NVA + G::NVE > 2 ? 1 : 2; /* as k_sel_data */
+  const int64_t stride = (int64_t)gridDim.x * WT;
+  /* warp-uniform trips (the ballots below need every lane): a lane past the
+     end reads nothing and its keys are KEY_NONE, which no counter counts */
+  for (int64_t c0 = (int64_t)blockIdx.x * WT + threadIdx.x;
+       __any_sync(0xffffffffu, c0 < A.nchunk); c0 += RU * stride) {
+    vg_raw_chunk<DA, DE> r[RU];
+#pragma unroll
+    for (int u = 0; u < RU; ++u) {
+      const int64_t c = c0 + u * stride;
+      r[u].cnt = 0;
+      r[u].v = false;
+      if (c < A.nchunk) {
+        const VgChunkPos cp = vg_chunk_pos<G::CH>(it, c, A.cpr, A.cprd, L, sai, sei);
+        vg_chunk_fetch<DA, DE>(r[u], it.pa + cp.oa * isa, it.pe + cp.oe * ise, unit, cp.cnt);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < RU; ++u) {
+      unsigned long long keys[G::CH];
+      if (r[u].cnt > 0) {
+        vg_chunk_keys_of<DA, DE>(it, r[u], sai, sei, isa, ise, keys); /* KEY_NONE past cnt */
+      } else {
+#pragma unroll
+        for (int q = 0; q < G::CH; ++q) keys[q] = KEY_NONE;
+      }
+#pragma unroll
+      for (int q = 0; q < G::CH; ++q) {
+        const unsigned long long key = keys[q]; /* KEY_NONE: above every bound */
+        nfin += (unsigned)(key >> 63) ^ 1u;
+#pragma unroll
+        for (int g = 0; g < NW; ++g) {
+          lt[g] += key < lo[g];
+          el[g] += key == lo[g];
+          eh[g] += key == hq[g];
+          const bool in = key > lo[g] && key < hi[g];
+          const unsigned b = __ballot_sync(0xffffffffu, in);
+          if (b) { /* warp-uniform */
+            if (in) s_stage[wp][g][wc[g] + __popc(b & below)] = key;
+            wc[g] += __popc(b);
+            if (wc[g] > WSTAGE - 32) { /* room for the next 32 */
+              win_flush(A, g, s_stage[wp][g], wc[g], lane);
+              wc[g] = 0;
+            }
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < NW; ++g)
+    if (wc[g]) win_flush(A, g, s_stage[wp][g], wc[g], lane);
+  /* block sums: warp shuffles, then one atomicAdd per counter */
+  constexpr int NC = 1 + 3 * NW;
+  __shared__ unsigned long long s_c[WT / 32][NC];
+  unsigned long long v[NC];
+  v[0] = nfin;
+#pragma unroll
+  for (int g = 0; g < NW; ++g) {
+    v[1 + 3 * g] = lt[g];
+    v[2 + 3 * g] = el[g];
+    v[3 + 3 * g] = eh[g];
+  }
+#pragma unroll
+  for (int i = 0; i < NC; ++i)
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v[i] += __shfl_down_sync(0xffffffffu, v[i], o);
+  if (lane == 0)
+#pragma unroll
+    for (int i = 0; i < NC; ++i) s_c[wp][i] = v[i];
+  __syncthreads();
+  if (threadIdx.x < NC) {
+    unsigned long long t = 0;
+    for (int k = 0; k < WT / 32; ++k) t += s_c[k][threadIdx.x];
+    const int i = threadIdx.x;
+    if (t) {
+      unsigned long long *dst = i == 0 ? &A.w->total
+                                : (i - 1) % 3 == 0 ? &A.w->lt[(i - 1) / 3]
+                                : (i - 1) % 3 == 1 ? &A.w->eql[(i - 1) / 3]
+                                                   : &A.w->eqh[(i - 1) / 3];
+      atomicAdd(dst, t);
+    }
+  }
 }
 
 /* ---- launchers ---------------------------------------------------------- */
@@ -408,14 +740,379 @@ static cudaError_t launch_sel_buf(int grid, const KArgs &A, cudaStream_t s) {
   return cudaGetLastError();
 }
 
+template <int DA, int DE>
+static cudaError_t launch_sel_sample(int grid, const SArgs &A, cudaStream_t s) {
+  k_sel_sample<DA, DE><<<grid, WT, 0, s>>>(A);
+  return cudaGetLastError();
+}
+
+static cudaError_t dispatch_sel_sample(int grid, const SArgs &A, cudaStream_t s) {
+  const int da = A.it.da, de = A.it.de;
+#define VG_CASE(X, Y) \
+  if (da == X && de == Y) return launch_sel_sample<X, Y>(grid, A, s);
+  VG_TYPED_PAIRS(VG_CASE)
+#undef VG_CASE
+  return launch_sel_sample<-1, -1>(grid, A, s);
+}
+
+template <int DA, int DE>
+static cudaError_t launch_sel_window(int grid, const WArgs &A, cudaStream_t s) {
+  if (A.nw == 1)
+    k_sel_window<DA, DE, 1><<<grid, WT, 0, s>>>(A);
+  else
+    k_sel_window<DA, DE, WIN_MAXW><<<grid, WT, 0, s>>>(A);
+  return cudaGetLastError();
+}
+
+static cudaError_t dispatch_sel_window(int grid, const WArgs &A, cudaStream_t s) {
+  const int da = A.it.da, de = A.it.de;
+#define VG_CASE(X, Y) \
+  if (da == X && de == Y) return launch_sel_window<X, Y>(grid, A, s);
+  VG_TYPED_PAIRS(VG_CASE)
+#undef VG_CASE
+  return launch_sel_window<-1, -1>(grid, A, s);
+}
+
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* ---- test hooks -------------------------------------------------------------
+ * Not an API: the GPU tests (tests/unittest/_torch/visual_gen/vgct/test_gpu.py)
+ * reach them through ctypes on vgct_ext._C (exported despite
+ * -fvisibility=hidden) to force each plan at small n and to see which one ran.
+ * Zero (the default) leaves every decision to the code above.
+ *   vgct_cuda_test_sel[0]  plan: 0 automatic; 1 the window plan at any n;
+ *                          2 no window plan (store-all for n <= SEL_CAP, else
+ *                          the radix path); 3 the radix path only
+ *   vgct_cuda_test_sel[1]  > 0: sample keys (instead of n/256 in [2^14, 2^20])
+ *   vgct_cuda_test_sel[2]  > 0: each window's region holds at most this many
+ *                          keys (forces an overflow)
+ *   vgct_cuda_test_sel[3]  added to every window's sample ranks on the device
+ *                          (a planted misprediction)
+ * vgct_cuda_test_sel_last (the last call's plan, written by every call):
+ *   [0] windows read by the window pass (0: no window pass)
+ *   [1] ranks answered by a window's pivot counts (lo, hi)
+ *   [2] ranks answered by a selection over a window's stored keys
+ *   [3] windows that overflowed their region
+ *   [4] ranks left to the radix path (store-all or the data histograms)
+ *   [5] the radix path's plan: 0 not run, 1 store-all, 2 data histograms */
+extern "C" {
+__attribute__((visibility("default"))) long long vgct_cuda_test_sel[4] = {0, 0, 0, 0};
+__attribute__((visibility("default"))) long long vgct_cuda_test_sel_last[6] = {0, 0, 0, 0, 0, 0};
+}
+
+/* ---- the window plan, host side ------------------------------------------ */
+
+struct WinPlan {
+  int nw;
+  double z;                   /* margin in standard deviations of a sample rank */
+  double phl[WIN_MAXW], phh[WIN_MAXW]; /* the lowest and highest rank's fraction */
+  double pred[WIN_MAXW];      /* predicted keys inside (ranks of the data)       */
+};
+
+/* Windows for the distinct ascending ranks ub[0..nu) of nf finite pairs,
+ * from an expected ns finite sample keys: rank r is at fraction ph = r/(nf-1)
+ * of the sorted keys, its sample ranks [floor(at - mg), ceil(at + 1 + mg)]
+ * (at = ph (ns-1), the CPU engine's margin with z sigmas); windows that
+ * overlap merge; at most WIN_MAXW (later ranks get none). */
+static void win_build(const int64_t *ub, int nu, int64_t nf, double ns, double z, WinPlan *W) {
+  W->nw = 0;
+  W->z = z;
+  double ilo[WIN_MAXW], ihi[WIN_MAXW];
+  for (int j = 0; j < nu; ++j) {
+    if (ub[j] >= nf) break; /* out of range (ascending): the radix path reports it */
+    const double ph = nf > 1 ? (double)ub[j] / (double)(nf - 1) : 0.0;
+    const double at = ph * (ns - 1.0), mg = z * sqrt(ns * ph * (1.0 - ph)) + 16.0 + ns / 2048.0;
+    double lo = floor(at - mg), hi = ceil(at + 1.0 + mg);
+    if (lo < 0.0) lo = 0.0;
+    if (hi > ns - 1.0) hi = ns - 1.0;
+    const int k = W->nw;
+    if (k > 0 && lo <= ihi[k - 1]) {
+      W->phh[k - 1] = ph;
+      if (hi > ihi[k - 1]) ihi[k - 1] = hi;
+      continue;
+    }
+    if (k == WIN_MAXW) break;
+    W->phl[k] = W->phh[k] = ph;
+    ilo[k] = lo;
+    ihi[k] = hi;
+    W->nw = k + 1;
+  }
+  for (int g = 0; g < W->nw; ++g) W->pred[g] = (ihi[g] - ilo[g] + 1.0) / ns * (double)nf;
+}
+
+/* candidate keys the first k windows ask for: 1.25 x predicted + 4096 each */
+static double win_need(const WinPlan *W, int k) {
+  double t = 0.0;
+  for (int g = 0; g < k; ++g) t += 1.25 * W->pred[g] + 4096.0;
+  return t;
+}
+
+#define WIN_CK(call, what)                  \
+  do {                                      \
+    if (!cx.check((call), what)) {          \
+      rc = cx.rc;                           \
+      goto wout;                            \
+    }                                       \
+  } while (0)
+
+/* Levels 0..4 of k_sel_buf over A's buffer (A.cand, A.nbuf keys, A.st,
+ * A.rank0 or the sample ranks): afterwards A.st->prefix[s] is the key of
+ * rank s.  The histograms must be zero. */
+static cudaError_t buf_levels(DevWS *ws, KArgs &A, cudaStream_t s) {
+  const int64_t gb = cdiv(A.nbuf > 0 ? A.nbuf : 1, (int64_t)ST * 8);
+  const int grid = (int)(gb < ws->sms ? gb : ws->sms);
+  for (int lv = 0; lv <= 4; ++lv) {
+    A.level = lv;
+    A.hist = (unsigned long long *)(ws->d_ws + WS_SEL_HIST + (size_t)lv * SEL_BINS * 8);
+    A.counter = (unsigned *)(ws->d_ws + WS_SEL_CNT) + lv;
+    const cudaError_t e = launch_sel_buf(grid, A, s);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+/* The window plan (the header comment): answers the ranks ub[j] (distinct,
+ * ascending) that fall inside a window, setting vals[j] and done[j]; the
+ * others are left to the radix path.  B: the call's KArgs (iteration). */
+static int sel_windows(CallCtx &cx, const KArgs &B, const vgct_params *p, const int64_t *ub, int nu,
+                       double *vals, unsigned char *done, char *err, size_t errlen) {
+  DevWS *ws = cx.ws;
+  const long long *T = vgct_cuda_test_sel;
+  long long *R = vgct_cuda_test_sel_last;
+  const IterSpec &it = B.it;
+  const int64_t m = it.m;
+  const int64_t nf = p->expect_finite >= 0 ? p->expect_finite : m; /* else: all finite, a guess */
+  if (nf <= 0 || nu <= 0) return VGCT_OK;
+  const int CH = vg_chunk_elems(it.da, it.de);
+  char *d = ws->d_ws;
+  unsigned long long *cand = (unsigned long long *)(d + WS_SEL_CAND);
+  SelState *sst = (SelState *)(d + WS_SEL_STATE + SLOT_SAMPLE * SEL_SLOT);
+  WinState *wst = (WinState *)(d + WS_SEL_STATE + SLOT_WIN * SEL_SLOT);
+  int rc = VGCT_OK;
+  int64_t *irk = NULL;
+
+  /* the sample: nruns runs of WIN_RUN chunks, or every chunk */
+  int64_t K = T[1] > 0 ? T[1] : m / 256;
+  K = K < (T[1] > 0 ? 1 : WIN_SMIN) ? (T[1] > 0 ? 1 : WIN_SMIN) : (K > WIN_SMAX ? WIN_SMAX : K);
+  SArgs S;
+  memset(&S, 0, sizeof S);
+  S.it = it;
+  S.nchunk = B.nchunk;
+  S.cpr = B.cpr;
+  S.cprd = B.cprd;
+  S.nruns = cdiv(K, (int64_t)WIN_RUN * CH);
+  S.nsc = S.nruns * WIN_RUN;
+  S.full = S.nsc >= S.nchunk;
+  if (S.full) {
+    S.nsc = S.nchunk;
+    S.nruns = 1;
+  }
+  S.step = S.nchunk / S.nruns;
+  S.rem = S.nchunk % S.nruns;
+  S.out = cand;
+  const int64_t skeys = S.nsc * CH;
+  if (skeys > (int64_t)SEL_CAP) return VGCT_OK; /* not reached: K <= 2^20 */
+  /* expected finite keys in the sample (a chunk at a row's end may hold fewer
+     pairs: only the margins depend on it, never a result) */
+  double ns = (S.full ? (double)m : (double)skeys) * (double)nf / (double)m;
+  if (ns < 1.0) ns = 1.0;
+
+  /* the windows: the widest margin whose windows all fit the buffer, else 3
+     sigmas and as many windows as fit (a misprediction costs the fallback) */
+  WinPlan W;
+  {
+    static const double zs[4] = {6.0, 5.0, 4.0, 3.0};
+    int fit = 0;
+    for (int i = 0; i < 4 && !fit; ++i) {
+      win_build(ub, nu, nf, ns, zs[i], &W);
+      fit = win_need(&W, W.nw) <= (double)SEL_CAP;
+    }
+    while (W.nw > 0 && win_need(&W, W.nw) > (double)SEL_CAP) --W.nw;
+  }
+  if (W.nw == 0) return VGCT_OK;
+  WArgs WA;
+  memset(&WA, 0, sizeof WA);
+  WA.it = it;
+  WA.nchunk = B.nchunk;
+  WA.cpr = B.cpr;
+  WA.cprd = B.cprd;
+  WA.nw = W.nw;
+  WA.sst = sst;
+  WA.w = wst;
+  WA.cand = cand;
+  {
+    double sw = 0.0;
+    for (int g = 0; g < W.nw; ++g) sw += W.pred[g] + 4096.0;
+    long long off = 0;
+    for (int g = 0; g < W.nw; ++g) { /* the buffer shared in proportion: sum <= SEL_CAP */
+      long long cap = (long long)floor((double)SEL_CAP * ((W.pred[g] + 4096.0) / sw));
+      if (T[2] > 0 && cap > T[2]) cap = T[2];
+      if (off + cap > (long long)SEL_CAP) cap = (long long)SEL_CAP - off;
+      WA.off[g] = off;
+      WA.cap[g] = cap;
+      off += cap;
+    }
+  }
+  /* the grid: every SM, several blocks each; a thread's 32-bit counters must
+     not wrap (keys per thread < 2^32) */
+  const int bpm = WIN_BPM(W.nw);
+  int64_t gw = cdiv(B.nchunk, (int64_t)WT * 2);
+  if (gw > (int64_t)ws->sms * bpm) gw = (int64_t)ws->sms * bpm;
+  if (gw < 1) gw = 1;
+  if (cdiv(B.nchunk, gw * WT) * CH >= (INT64_C(1) << 32)) return VGCT_OK;
+
+  WIN_CK(cudaMemsetAsync(d + WS_SEL_CNT, 0, WS_SEL_CLEAR_END - WS_SEL_CNT, cx.stream),
+         "cudaMemsetAsync (select workspace)");
+  WIN_CK(dispatch_sel_sample((int)cdiv(S.nsc, WT), S, cx.stream), "k_sel_sample launch");
+  {
+    KArgs A = B;
+    A.store_all = 0;
+    A.compact = 0;
+    A.nbuf = skeys;
+    A.cand = cand;
+    A.st = sst;
+    A.ns = 2 * W.nw;
+    A.sample = 1;
+    for (int g = 0; g < W.nw; ++g) {
+      A.wph[2 * g] = W.phl[g];
+      A.wph[2 * g + 1] = W.phh[g];
+    }
+    A.wz = W.z;
+    A.wshift = T[3];
+    WIN_CK(buf_levels(ws, A, cx.stream), "k_sel_buf launch (sample)");
+  }
+  WIN_CK(dispatch_sel_window((int)gw, WA, cx.stream), "k_sel_window launch");
+  WIN_CK(cudaMemcpyAsync(ws->h_pin, wst, sizeof(WinState), cudaMemcpyDeviceToHost, cx.stream),
+         "cudaMemcpyAsync (window counts)");
+  WIN_CK(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (select windows)");
+  cx.mark("window pass");
+  {
+    WinState h;
+    memcpy(&h, ws->h_pin, sizeof h);
+    R[0] = W.nw;
+    if (p->expect_finite >= 0 && h.total != (unsigned long long)p->expect_finite) {
+      snprintf(err, errlen,
+               "input changed during compare: %lld finite pairs in the reduction, %llu in the "
+               "quantile window pass (do not write into the inputs while compare() reads them)",
+               (long long)p->expect_finite, h.total);
+      rc = VGCT_ECHANGED;
+      goto wout;
+    }
+    if (vgct_interrupted(p)) { /* Ctrl-C after the pass over the data */
+      snprintf(err, errlen, "vgct_cuda_select: interrupted after the quantile window pass");
+      rc = VGCT_EINTR;
+      goto wout;
+    }
+    for (int g = 0; g < W.nw; ++g) R[3] += h.pos[g] > (unsigned long long)WA.cap[g];
+    /* each rank: a pivot's value, a rank among the window's stored keys, or
+       not covered (left to the radix path) */
+    irk = (int64_t *)malloc((sizeof(int64_t) + 2 * sizeof(int)) * (size_t)nu);
+    if (!irk) {
+      snprintf(err, errlen, "vgct_cuda_select: out of host memory");
+      rc = VGCT_ENOMEM;
+      goto wout;
+    }
+    int *iix = (int *)(irk + nu), *iwin = iix + nu;
+    int nin = 0;
+    for (int j = 0; j < nu; ++j) {
+      if (done[j]) continue;
+      const unsigned long long r = (unsigned long long)ub[j];
+      for (int g = 0; g < W.nw; ++g) {
+        const unsigned long long st = h.pos[g];
+        if (st > (unsigned long long)WA.cap[g]) continue; /* overflowed */
+        if (h.lo[g] > h.hi[g]) continue;                  /* not reached: lo <= hi */
+        const unsigned long long a = h.lt[g], b = a + h.eql[g], c = b + st, e = c + h.eqh[g];
+        if (r < a || r >= e) continue;
+        if (r < b || r >= c) {
+          vals[j] = vgct_f64_from_bits(r < b ? h.lo[g] : h.hi[g]);
+          done[j] = 1;
+          ++R[1];
+        } else {
+          irk[nin] = (int64_t)(r - b);
+          iix[nin] = j;
+          iwin[nin] = g;
+          ++nin;
+        }
+        break;
+      }
+    }
+    /* the stored ranks: per window, batches of SEL_NS ranks (one state slot
+       each), NSLOT_WSEL batches a round, one host round trip a round */
+    int g = 0, at = 0; /* the next entry: window g, scanning from entry `at` */
+    while (g < W.nw) {
+      int bg[NSLOT_WSEL], bn[NSLOT_WSEL], bix[NSLOT_WSEL][SEL_NS];
+      int nb = 0;
+      while (nb < NSLOT_WSEL && g < W.nw) {
+        int cnt = 0;
+        for (; at < nin && cnt < SEL_NS; ++at)
+          if (iwin[at] == g) bix[nb][cnt++] = at;
+        if (cnt > 0) {
+          bg[nb] = g;
+          bn[nb] = cnt;
+          ++nb;
+        }
+        if (at >= nin) {
+          ++g;
+          at = 0;
+        }
+      }
+      if (nb == 0) break;
+      WIN_CK(cudaMemsetAsync(d + WS_SEL_STATE + SLOT_WSEL * SEL_SLOT, 0, NSLOT_WSEL * SEL_SLOT,
+                             cx.stream),
+             "cudaMemsetAsync (select states)");
+      for (int k = 0; k < nb; ++k) {
+        WIN_CK(cudaMemsetAsync(d + WS_SEL_HIST, 0, WS_SEL_CLEAR_END - WS_SEL_HIST, cx.stream),
+               "cudaMemsetAsync (select histograms)");
+        KArgs A = B;
+        A.store_all = 0;
+        A.compact = 0;
+        A.sample = 0;
+        A.cand = cand + WA.off[bg[k]];
+        A.nbuf = (long long)h.pos[bg[k]];
+        A.st = (SelState *)(d + WS_SEL_STATE + (SLOT_WSEL + k) * SEL_SLOT);
+        A.ns = bn[k];
+        for (int s = 0; s < SEL_NS; ++s) A.rank0[s] = s < bn[k] ? (long long)irk[bix[k][s]] : 0;
+        WIN_CK(buf_levels(ws, A, cx.stream), "k_sel_buf launch (window)");
+      }
+      WIN_CK(cudaMemcpyAsync(ws->h_pin, d + WS_SEL_STATE + SLOT_WSEL * SEL_SLOT,
+                             (size_t)nb * SEL_SLOT, cudaMemcpyDeviceToHost, cx.stream),
+             "cudaMemcpyAsync (window selections)");
+      WIN_CK(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (select windows)");
+      cx.mark("window selections");
+      for (int k = 0; k < nb; ++k) {
+        SelState hs;
+        memcpy(&hs, ws->h_pin + (size_t)k * SEL_SLOT, sizeof hs);
+        if (hs.bad) continue; /* not reached (ranks < stored): left to the radix path */
+        for (int s = 0; s < bn[k]; ++s) {
+          const int j = iix[bix[k][s]];
+          vals[j] = vgct_f64_from_bits(hs.prefix[s]);
+          done[j] = 1;
+          ++R[2];
+        }
+      }
+      if (g < W.nw && vgct_interrupted(p)) { /* Ctrl-C between rounds */
+        snprintf(err, errlen, "vgct_cuda_select: interrupted between quantile window selections");
+        rc = VGCT_EINTR;
+        goto wout;
+      }
+    }
+  }
+wout:
+  free(irk);
+  return rc;
+}
+#undef WIN_CK
 
 extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vgct_params *p,
                                 uintptr_t stream, const int64_t *ranks, int nranks,
                                 double *values, char *err, size_t errlen) {
   static_assert(WS_SEL_CLEAR_END <= WS_SEL_CAND, "select workspace layout");
   static_assert(WS_SEL_CAND + (size_t)SEL_CAP * 8 <= VG_WS_BYTES, "select workspace size");
-  static_assert(sizeof(SelState) <= 4096, "state");
+  static_assert(sizeof(SelState) <= SEL_SLOT && sizeof(WinState) <= SEL_SLOT, "state slot");
+  static_assert(WS_SEL_STATE + 8 * SEL_SLOT <= WS_SEL_HIST && SLOT_WSEL + NSLOT_WSEL <= SLOT_WIN,
+                "state slots");
+  static_assert(2 * WIN_MAXW <= SEL_NS, "sample ranks");
+  static_assert(WIN_SMAX + (int64_t)WIN_RUN * 16 <= (int64_t)SEL_CAP, "sample size");
   if (nranks <= 0) return VGCT_OK;
   for (int r = 0; r < nranks; ++r)
     if (ranks[r] < 0) {
@@ -438,6 +1135,9 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
              "%d needed", cx.dev, ws->smem_optin, SEL_SMEM);
     return VGCT_ECUDA;
   }
+  const long long plan = vgct_cuda_test_sel[0];
+  long long *R = vgct_cuda_test_sel_last;
+  for (int i = 0; i < 6; ++i) R[i] = 0;
 
   /* distinct ranks, ascending */
   int64_t uniq[2 * 64];
@@ -470,29 +1170,50 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
   A.cpr = cdiv(L, CH);
   A.cprd = vg_make_div((uint64_t)A.cpr);
   A.nchunk = (it.m / L) * A.cpr;
-  A.st = (SelState *)(ws->d_ws + WS_SEL_STATE);
+  A.st = (SelState *)(ws->d_ws + WS_SEL_STATE + SLOT_RADIX * SEL_SLOT);
   A.cand = (unsigned long long *)(ws->d_ws + WS_SEL_CAND);
-  /* at least 8 chunks per thread: each block zeroes and flushes 128 KiB of
-     counters, which must not dominate small inputs */
-  const int gdata = (int)(cdiv(A.nchunk, ST * 8) < ws->sms ? cdiv(A.nchunk, ST * 8) : ws->sms);
-  const bool small = (uint64_t)it.m <= SEL_CAP;
+  A.nbuf = -1;
+  /* the data passes: one block per SM (128 KiB of shared counters each), on
+     every SM as soon as each thread has a chunk (zeroing and flushing a
+     block's counters costs about as much as a few chunks a thread) */
+  const int gdata = (int)(cdiv(A.nchunk, ST) < ws->sms ? cdiv(A.nchunk, ST) : ws->sms);
+  const bool small = (uint64_t)it.m <= SEL_CAP && plan != 3;
   SelState hs;
-  double *vals = (double *)malloc(sizeof(double) * (size_t)nu);
+  memset(&hs, 0, sizeof hs);
+  /* vals[j], done[j] for ubuf[j]; rem/remi: the ranks left to the radix path */
+  double *vals = (double *)malloc((sizeof(double) + 1 + sizeof(int64_t) + sizeof(int)) * (size_t)nu);
   if (!vals) {
     if (ubuf != uniq) free(ubuf);
     snprintf(err, errlen, "vgct_cuda_select: out of host memory");
     return VGCT_ENOMEM;
   }
+  int64_t *rem = (int64_t *)(vals + nu);
+  int *remi = (int *)(rem + nu);
+  unsigned char *done = (unsigned char *)(remi + nu);
+  memset(done, 0, (size_t)nu);
+  int nrem = 0;
+
+  if (plan == 1 || (plan == 0 && it.m >= SEL_WIN_MIN)) {
+    rc = sel_windows(cx, A, p, ubuf, nu, vals, done, err, errlen);
+    if (rc != VGCT_OK) goto out;
+  }
+  for (int j = 0; j < nu; ++j)
+    if (!done[j]) {
+      rem[nrem] = ubuf[j];
+      remi[nrem++] = j;
+    }
+  R[4] = nrem;
+  if (nrem > 0) R[5] = small ? 1 : 2;
 
 #define SEL_CK(call, what)        \
   if (!cx.check((call), what)) {  \
     rc = cx.rc;                   \
     goto out;                     \
   }
-  for (int b0 = 0; b0 < nu; b0 += SEL_NS) {
-    const int ns = nu - b0 < SEL_NS ? nu - b0 : SEL_NS;
+  for (int b0 = 0; b0 < nrem; b0 += SEL_NS) {
+    const int ns = nrem - b0 < SEL_NS ? nrem - b0 : SEL_NS;
     A.ns = ns;
-    for (int s = 0; s < SEL_NS; ++s) A.rank0[s] = s < ns ? (long long)ubuf[b0 + s] : 0;
+    for (int s = 0; s < SEL_NS; ++s) A.rank0[s] = s < ns ? (long long)rem[b0 + s] : 0;
     SEL_CK(cudaMemsetAsync(ws->d_ws + WS_SEL_CNT, 0, WS_SEL_CLEAR_END - WS_SEL_CNT, cx.stream),
            "cudaMemsetAsync (select workspace)");
     int level = 0;
@@ -500,6 +1221,7 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
     A.level = 0;
     A.store_all = small;
     A.compact = 0;
+    A.nbuf = -1;
     A.hist = (unsigned long long *)(ws->d_ws + WS_SEL_HIST);
     A.counter = (unsigned *)(ws->d_ws + WS_SEL_CNT);
     SEL_CK(dispatch_sel_data(gdata, A, cx.stream), "k_sel_data launch (level 0)");
@@ -547,6 +1269,7 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
     if (!(level == 4 || (!small && hs.bad))) {
       const int64_t gb = cdiv(nbuf > 0 ? nbuf : 1, (int64_t)ST * 8);
       const int gbuf = (int)(gb < ws->sms ? gb : ws->sms);
+      A.nbuf = small ? it.m : -1; /* store-all: every key; else the compaction's count */
       for (int lv = level + 1; lv <= 4; ++lv) {
         A.level = lv;
         A.compact = 0;
@@ -571,15 +1294,16 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
       goto out;
     }
     if (hs.bad) {
-      int64_t worst = ubuf[b0 + ns - 1];
+      int64_t worst = rem[b0 + ns - 1];
       snprintf(err, errlen, "vgct_cuda_select: rank %lld out of range [0, %llu)", (long long)worst,
                hs.total);
       rc = VGCT_EVALUE;
       goto out;
     }
-    for (int s = 0; s < ns; ++s) vals[b0 + s] = vgct_f64_from_bits(hs.prefix[s]);
-    if (b0 + SEL_NS < nu && vgct_interrupted(p)) { /* Ctrl-C between rank batches */
-      snprintf(err, errlen, "vgct_cuda_select: interrupted after %d of %d ranks", b0 + ns, nu);
+    for (int s = 0; s < ns; ++s) vals[remi[b0 + s]] = vgct_f64_from_bits(hs.prefix[s]);
+    if (b0 + SEL_NS < nrem && vgct_interrupted(p)) { /* Ctrl-C between rank batches */
+      snprintf(err, errlen, "vgct_cuda_select: interrupted after %d of %d ranks", nu - nrem + b0 + ns,
+               nu);
       rc = VGCT_EINTR;
       goto out;
     }

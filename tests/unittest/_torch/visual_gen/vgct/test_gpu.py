@@ -312,8 +312,11 @@ def test_zero_size():
     assert_same_stats(s, c)
 
 
-def test_large_quantiles_compaction_and_ties():
-    # n > the select buffer (1.5M keys): level-0 histogram, then compaction
+@pytest.mark.parametrize("plan", [0, 2])
+def test_large_quantiles_compaction_and_ties(plan, sel_hooks):
+    # plan 2 (no window plan): n > the select buffer (1.5M keys): level-0 histogram, then
+    # compaction; plan 0: the window plan (issue #13)
+    sel_hooks.set(plan=plan)
     a, e = pair((3_000_017,), torch.float32, seed=5)
     check3(a, e, quantiles=QS + (0.999, 0.1234))
     # heavy ties: most |d| identical, so a 1/16-octave bucket exceeds the buffer
@@ -556,3 +559,194 @@ def test_ctrl_c_between_gpu_launches(mode):
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert "delay" in out, out
     assert out["delay"] < 0.5 and out["again_ok"], out
+
+
+# ---- issue #13: the window plan of the exact selection (cuda/select.cu) ----------------------
+#
+# The plan is chosen by n (windows from 2^20 pairs, store-all below); the test hooks of
+# cuda/select.cu (ctypes on vgct_ext._C: vgct_cuda_test_sel, vgct_cuda_test_sel_last) force each
+# plan at small n and report which ran, so every path is checked on small, fast inputs against
+# the CPU engine and the float64 np.quantile oracle (check3).
+
+QW = (0.0, 0.001, 0.5, 0.501, 0.99, 0.999, 1.0)  # 0.0/0.001, 0.5/0.501, 0.99/0.999: overlapping windows
+SEL_LAST = ("windows", "at_pivots", "in_stored", "overflowed", "radix_ranks", "radix_plan")
+
+
+def _sel_hooks():
+    import ctypes
+
+    from vgct_ext import _C
+
+    lib = ctypes.CDLL(_C.__file__)
+    return ((ctypes.c_longlong * 4).in_dll(lib, "vgct_cuda_test_sel"),
+            (ctypes.c_longlong * 6).in_dll(lib, "vgct_cuda_test_sel_last"))
+
+
+@pytest.fixture
+def sel_hooks():
+    """The selection's test hooks: set(plan, sample, cap, shift) and last() -> dict; zeroed after."""
+    knobs, last = _sel_hooks()
+
+    class Hooks:
+        @staticmethod
+        def set(plan=0, sample=0, cap=0, shift=0):
+            knobs[0], knobs[1], knobs[2], knobs[3] = plan, sample, cap, shift
+
+        @staticmethod
+        def last():
+            return dict(zip(SEL_LAST, list(last)))
+
+    yield Hooks
+    for i in range(4):
+        knobs[i] = 0
+
+
+def _window_case(kind, n, seed=0):
+    """GPU tensors (actual, expected) of n pairs with the |d| distribution `kind`."""
+    g = _gen(GEN_SEED + 100 + seed)
+    e32 = torch.randn(n, generator=g, device=DEV)
+    noise = torch.randn(n, generator=g, device=DEV)
+    if kind == "bf16_rounding":  # |d|: 0 or a few bf16 ulps: a handful of values, huge ties
+        return (e32 + 1e-3 * noise).to(torch.bfloat16), e32.to(torch.bfloat16)
+    if kind == "identical":
+        return e32.clone(), e32
+    if kind == "offset":  # fp32 e + 0.25: |d| 0.25 up to float32 rounding, few distinct values
+        return e32 + 0.25, e32
+    if kind == "cauchy":
+        u = torch.rand(n, generator=g, device=DEV, dtype=torch.float64)
+        return (e32.double() + 1e-3 * torch.tan(math.pi * (u - 0.5))).float(), e32
+    if kind == "outliers":
+        a = e32 + 1e-3 * noise
+        a[torch.tensor([3, n // 2, n - 1], device=DEV)] = torch.tensor([1e30, -3e38, 7e20], device=DEV)
+        return a, e32
+    if kind == "nan_inf":
+        a = e32 + 1e-3 * noise
+        k = torch.rand(n, generator=g, device=DEV)
+        a[k < 0.02] = float("nan")
+        a[(k >= 0.02) & (k < 0.03)] = float("inf")
+        e = e32.clone()
+        e[(k >= 0.03) & (k < 0.035)] = float("-inf")
+        return a, e
+    if kind == "noise_fp32":
+        return e32 + 1e-3 * noise, e32
+    raise ValueError(kind)
+
+
+WINDOW_KINDS = ["bf16_rounding", "identical", "offset", "cauchy", "outliers", "nan_inf", "noise_fp32"]
+
+
+@pytest.mark.parametrize("kind", WINDOW_KINDS)
+def test_window_plan_every_distribution(kind, sel_hooks):
+    """The window plan forced at 2^17 pairs (sample of 2^14 keys in evenly spaced runs) answers
+    every rank from its windows -- ties at the pivots, the rest from the stored keys -- exactly:
+    GPU == CPU engine == np.quantile on float64."""
+    a, e = _window_case(kind, 1 << 17)
+    sel_hooks.set(plan=1)
+    check3(a, e, quantiles=QW)
+    last = sel_hooks.last()
+    assert last["windows"] >= 3 and last["overflowed"] == 0, last
+    assert last["radix_ranks"] == 0 and last["at_pivots"] + last["in_stored"] >= 1, last
+    if kind in ("identical", "offset", "bf16_rounding"):  # ties: the pivots answer
+        assert last["at_pivots"] >= 1, last
+
+
+@pytest.mark.parametrize("layout", ["transposed", "strided", "mixed_bf16_fp32", "full_sample"])
+def test_window_plan_layouts_and_dtypes(layout, sel_hooks):
+    """Non-contiguous inputs (element loads, the generic chunk walk), bf16 against fp32, and an
+    input smaller than the sample (every chunk sampled) through the window plan."""
+    a, e = _window_case("noise_fp32", 1 << 17, seed=1)
+    if layout == "transposed":  # a's memory order differs from e's: no unit inner stride for both
+        a, e = a.view(-1, 512).t(), e.view(512, -1)
+    elif layout == "strided":
+        a, e = a.view(256, -1)[:, ::3], e.view(256, -1)[:, 1::3]
+    elif layout == "mixed_bf16_fp32":
+        a = a.to(torch.bfloat16)
+    else:
+        a, e = a[:3001], e[:3001]
+    sel_hooks.set(plan=1)
+    check3(a, e, quantiles=QW)
+    last = sel_hooks.last()
+    assert last["windows"] >= 3 and last["radix_ranks"] == 0, last
+
+
+def test_window_plan_int64_pairs_exact(sel_hooks):
+    """int64 pairs (exact integer keys, vgct_absdiff_key_at) through the window plan: the
+    quantiles equal the exact integer oracle and the CPU engine."""
+    from test_stats_oracle import _int_oracle
+
+    n = 5 * 4099
+    a = _int_edges("int64", n, 3)
+    e = _int_edges("int64", n, 4)
+    near = np.arange(0, n, 2)
+    k = np.arange(near.size, dtype=np.int64) % 7  # many small |d| and ties, plus the huge edges
+    e[near] = np.where(a[near] > 0, a[near] - k, a[near] + k)
+    qs = (0.0, 0.25, 0.5, 0.99, 1.0)
+    sel_hooks.set(plan=1, sample=1024)
+    g = vgct_ext.compare(torch.from_numpy(a).to(DEV), torch.from_numpy(e).to(DEV), quantiles=qs)
+    last = sel_hooks.last()
+    assert last["windows"] >= 1, last
+    assert dict(g.quantiles) == _int_oracle(a, e, 1e-3, 1e-3, qs)["quantiles"]
+    assert_same_stats(g, vgct_ext.compare(a, e, quantiles=qs))
+
+
+@pytest.mark.parametrize("shift", [1 << 12, -(1 << 12), 1 << 30])
+def test_window_plan_planted_misprediction_falls_back(shift, sel_hooks):
+    """Planted fault: every window's sample ranks moved by `shift` (above or below the true
+    quantiles, or to the very top).  Ranks no window covers go to the radix path: the values are
+    still exact, and the hooks show the fallback ran."""
+    a, e = _window_case("noise_fp32", 1 << 17, seed=2)
+    sel_hooks.set(plan=1, shift=shift)
+    check3(a, e, quantiles=(0.25, 0.5, 0.99))
+    last = sel_hooks.last()
+    assert last["windows"] >= 1 and last["radix_ranks"] >= 2, last
+    assert last["radix_plan"] == 1, last  # n <= the buffer: the fallback is store-all
+
+
+def test_window_plan_overflow_falls_back(sel_hooks):
+    """Planted fault: windows of 8 keys (far fewer than the keys inside them): every window
+    overflows, and every rank is answered exactly by the radix path -- the data-histogram one, n
+    being above the store-all buffer (1.6M pairs > 1.5M keys)."""
+    a, e = _window_case("noise_fp32", 1_600_000, seed=3)
+    sel_hooks.set(plan=1, cap=8)
+    check3(a, e, quantiles=(0.5, 0.99), oracle=False)
+    last = sel_hooks.last()
+    assert last["windows"] >= 1 and last["overflowed"] == last["windows"], last
+    assert last["radix_ranks"] == 4 and last["radix_plan"] == 2, last
+    # the same inputs with the windows intact: nothing left to the radix path
+    sel_hooks.set(plan=1)
+    check3(a, e, quantiles=(0.5, 0.99), oracle=False)
+    assert sel_hooks.last()["radix_ranks"] == 0
+
+
+def test_window_plan_tiny_sample_still_exact(sel_hooks):
+    """A 256-key sample (one run of 32 chunks): its windows are wide or wrong; whatever they
+    cover is exact and the rest falls back."""
+    a, e = _window_case("cauchy", 1 << 17, seed=4)
+    sel_hooks.set(plan=1, sample=256)
+    check3(a, e, quantiles=QW)
+    assert sel_hooks.last()["windows"] >= 1
+
+
+@pytest.mark.parametrize("plan,expect", [(0, 1), (2, 1), (3, 2)])
+def test_small_n_plans(plan, expect, sel_hooks):
+    """Below 2^20 pairs the automatic plan is store-all (no window pass, the data pass on every
+    SM); plan 3 forces the data-histogram path at small n.  Both exact."""
+    from vgct_ext import _C
+
+    n = 1 << 16
+    a, e = _window_case("bf16_rounding", n, seed=5)
+    sel_hooks.set(plan=plan)
+    check3(a, e, quantiles=QW)
+    last = sel_hooks.last()
+    distinct = len({r for lo_hi in _C.quantile_ranks(n, QW) for r in lo_hi})
+    assert last["windows"] == 0 and last["radix_plan"] == expect, last
+    assert last["radix_ranks"] == distinct, (last, distinct)
+
+
+@pytest.mark.parametrize("kind", ["bf16_rounding", "noise_fp32"])
+def test_window_plan_is_automatic_from_2_20(kind, sel_hooks):
+    """From 2^20 pairs the window plan runs without any hook, and answers p99 by itself."""
+    a, e = _window_case(kind, (1 << 20) + 12345, seed=6)
+    check3(a, e, quantiles=(0.5, 0.99, 0.999))
+    last = sel_hooks.last()
+    assert last["windows"] >= 1 and last["radix_ranks"] == 0, last
