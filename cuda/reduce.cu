@@ -53,7 +53,6 @@
  * the same vgct_load.  Measured speed and its limits: docs/performance.md.
  */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include "vgct_cuda_internal.cuh"
 
@@ -795,20 +794,20 @@ static int bulk_smem(int da, int de) {
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* The largest input (pairs) reduced in VG_MODE_LEAN: VG_LEAN_MAX, or the
- * environment variable VGCT_CUDA_LEAN_MAX (read once; a tuning and test knob:
- * 0 never, a huge value always).  The crossover was measured on an H200
- * (docs/performance.md). */
+/* The largest input (pairs) reduced in VG_MODE_LEAN: VG_LEAN_MAX (the
+ * crossover measured on an H200, docs/performance.md: at 2^20 bf16 pairs the
+ * lean launch is 30.6 us of GPU time against 38.6 us for the fast path, at
+ * 2^24 and above the fast path wins), unless the test/bench hook
+ * vgct_cuda_test_lean_max (not an API: tests/.../test_gpu.py and
+ * bench/bench_lean.py set it through ctypes on vgct_ext._C, like select.cu's
+ * hooks) is >= 0: then that (0 never, a huge value always). */
 #define VG_LEAN_MAX (INT64_C(1) << 22)
+extern "C" {
+__attribute__((visibility("default"))) long long vgct_cuda_test_lean_max = -1;
+}
 static int64_t vg_lean_max(void) {
-  static int64_t v = -1;
-  if (v < 0) {
-    const char *s = getenv("VGCT_CUDA_LEAN_MAX");
-    char *end = NULL;
-    long long x = s && *s ? strtoll(s, &end, 0) : -1;
-    v = (s && *s && end && *end == '\0' && x >= 0) ? (int64_t)x : VG_LEAN_MAX;
-  }
-  return v;
+  const long long h = vgct_cuda_test_lean_max;
+  return h >= 0 ? (int64_t)h : VG_LEAN_MAX;
 }
 static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 

@@ -118,19 +118,16 @@ namespace cg = cooperative_groups;
 
 /* ---- the window plan's constants ----------------------------------------
  * SEL_WIN_MIN: the window plan from this many pairs on; below it the store-
- * all plan (every key stored by the data pass, 4 buffer passes).  Why 2^20:
- * the window plan costs a fixed ~12 launches (the sample, 5 passes over the
- * sample's 2^14 keys, the window pass, usually 5 passes over a window's few
- * thousand stored keys: each small pass launch- and scan-bound, a few us)
- * and 2 host round trips on top of its one read of the inputs; store-all
- * costs 1 round trip, but per key an 8-byte store and 4 buffer passes over
- * 8 bytes a key, whose shared-memory atomics contend when |d| has ties
- * (H200, 2^20 bf16 pairs, before this plan: each buffer pass ~15 us, the
- * data pass 97 us on 16 blocks -- now on every SM).  So at 2^20 both cost
- * about the same, below it store-all's per-key work is smaller than the
- * window plan's fixed launches, above it the window plan wins (and store-all
- * ends at SEL_CAP = 1.5M keys anyway). */
-#define SEL_WIN_MIN (INT64_C(1) << 20)
+ * all plan (every key stored by the data pass, 4 buffer passes).  The window
+ * plan costs a fixed ~12 launches (the sample, 5 passes over the sample's
+ * keys, the window pass, usually 5 passes over a window's few thousand stored
+ * keys: each small pass launch- and scan-bound) and 2 host round trips on top
+ * of its one read of the inputs; store-all costs 1 round trip, an 8-byte
+ * store and 4 buffer passes a key.  Measured on an H200 (2026-12-01, bf16,
+ * p99, VGCT_CUDA_TRACE): at 2^20 pairs the window plan took 256 us against
+ * ~170 us for store-all, at 2^24 308 us against ~610 us for the radix plan.
+ * So store-all as long as it can (n <= SEL_CAP), the window plan above. */
+#define SEL_WIN_MIN ((int64_t)SEL_CAP + 1)
 #define WIN_MAXW 4                       /* windows in one pass              */
 #define WIN_SMIN (INT64_C(1) << 14)      /* sample keys: n/256 within these  */
 #define WIN_SMAX (INT64_C(1) << 20)

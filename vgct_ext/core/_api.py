@@ -124,7 +124,8 @@ def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-
         a, da = _dlpack.prepare(actual, argname="actual")
         e, de = _dlpack.prepare(expected, argname="expected")
         keep = _dlpack.pin(a, e)  # noqa: F841 - NumPy arrays cannot be resized until the call returns
-        d = _dlpack.call_on_stream((a, e), lambda s: _C.compare(a, e, rtol, atol, qs, dim, s, da, de))
+        d = _dlpack.call_on_stream(
+            (a, e), lambda s, xa, xe: _C.compare(xa, xe, rtol, atol, qs, dim, s, da, de))
     except Exception as exc:  # a refusal: named by _dlpack.explain, else as raised
         better = _dlpack.explain(exc, (("actual", actual, a), ("expected", expected, e)))
         if better is None:
@@ -146,7 +147,7 @@ def fingerprint(x: Any) -> int:
     try:
         obj, override = _dlpack.prepare(x, argname="x")
         keep = _dlpack.pin(obj)  # noqa: F841 - see compare
-        return _dlpack.call_on_stream((obj,), lambda s: _C.fingerprint(obj, s, override))
+        return _dlpack.call_on_stream((obj,), lambda s, xo: _C.fingerprint(xo, s, override))
     except Exception as exc:  # see compare
         better = _dlpack.explain(exc, (("x", x, obj),))
         if better is None:

@@ -234,28 +234,86 @@ def _torch_stream(torch: Any, x: Any) -> int:
     return int(torch.cuda.current_stream(x.device).cuda_stream)
 
 
-def call_on_stream(xs: Tuple[Any, ...], fn: Callable[[Optional[int]], Any]) -> Any:
-    """``fn(stream)`` for a ``_C`` entry point reading ``xs``: under :func:`device_guard`
-    with :func:`consumer_stream` when an input is on a CUDA device, else ``fn(None)`` at
+def call_on_stream(xs: Tuple[Any, ...], fn: Callable[..., Any]) -> Any:
+    """``fn(stream, *xs)`` for a ``_C`` entry point reading ``xs``: under :func:`device_guard`
+    with :func:`consumer_stream` when an input is on a CUDA device, else ``fn(None, *xs)`` at
     once (no device to make current, no stream: the CPU path skips both look-ups).  When
     the first CUDA input is a torch tensor on the current device the guard is skipped: it
     would make current the device that already is (the common case; the guard's enter and
-    exit cost more than the engine's work on small tensors).  An input that cannot say
+    exit cost more than the engine's work on small tensors).  A plain torch CUDA tensor whose
+    current stream IS the consumer stream is passed as a :class:`_SameStreamExport` (see
+    there: no cross-stream synchronisation to ask torch for).  An input that cannot say
     where it lives is left to ``_C``, which names what is wrong."""
     for x in xs:
         if type(x) is not _ndarray:
             break
     else:
-        return fn(None)  # NumPy arrays: host memory
+        return fn(None, *xs)  # NumPy arrays: host memory
     devs = [_device(x) for x in xs]
     for x, d in zip(xs, devs):
         if d is not None and d[0] in _CUDA_DEVICE_TYPES:
             torch = _torch_of(x)
             if torch is not None and _torch_current_device(torch) == d[1]:
-                return fn(_stream_of(xs, devs))
+                s = _stream_of(xs, devs)
+                return fn(s, *_same_stream_exports(xs, devs, s))
             with device_guard(*xs):
-                return fn(_stream_of(xs, devs))
-    return fn(None)
+                s = _stream_of(xs, devs)
+                return fn(s, *_same_stream_exports(xs, devs, s))
+    return fn(None, *xs)
+
+
+class _SameStreamExport:
+    """A plain torch CUDA tensor whose current stream is the stream ``_C`` computes on,
+    exported with ``__dlpack__(stream=-1)``.
+
+    The DLPack / array-API ``__dlpack__(stream=...)`` convention: the consumer names the
+    stream it will read on, and the producer makes the data ready on it -- for torch, an
+    event recorded on its current stream and waited for on the consumer's (a new
+    ``torch.cuda.ExternalStream`` and ``current_stream`` object, ~10-30 us of Python each
+    call).  When the consumer's stream IS torch's current stream on that device, the work
+    that wrote the tensor is already ordered before the read, so there is nothing to
+    synchronise, and the spec's ``stream=-1`` ("the producer must not perform any
+    synchronization"; torch: "If -1 is passed then no synchronization is performed") says
+    exactly that.  Everything else -- the checks of torch's ``__dlpack__``, the capsule,
+    its ``max_version`` / ``copy`` keywords -- is torch's own.  ``__dlpack_device__`` is the
+    tensor's.  Made only by :func:`_same_stream_exports`."""
+
+    __slots__ = ("x", "dev")
+
+    def __init__(self, x: Any, dev: Tuple[int, int]) -> None:
+        self.x, self.dev = x, dev
+
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        return self.dev
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, copy: Any = None) -> Any:
+        kw = {}
+        if max_version is not None:
+            kw["max_version"] = max_version
+        if copy is not None:
+            kw["copy"] = copy
+        return self.x.__dlpack__(stream=-1, **kw)
+
+
+def _same_stream_exports(xs: Tuple[Any, ...], devs: Any, stream: Optional[int]) -> Tuple[Any, ...]:
+    """``xs`` with each plain torch CUDA tensor whose current stream on its device is
+    ``stream`` (0 counted as 1, the legacy default) wrapped in :class:`_SameStreamExport`;
+    every other input unchanged (CuPy arrays, torch subclasses, tensors on another stream:
+    their producers synchronise as the spec says)."""
+    if stream is None:
+        return xs
+    out = []
+    for x, d in zip(xs, devs):
+        torch = sys.modules.get("torch") if d is not None and d[0] == 2 else None
+        if torch is not None and type(x) is getattr(torch, "Tensor", None):
+            try:
+                h = _torch_stream(torch, x)
+            except Exception:  # noqa: BLE001 - leave the export to torch's own path
+                h = None
+            if h is not None and (h if h != 0 else 1) == stream:
+                x = _SameStreamExport(x, d)
+        out.append(x)
+    return tuple(out)
 
 
 def consumer_stream(*xs: Any) -> Optional[int]:

@@ -729,7 +729,7 @@ def test_window_plan_tiny_sample_still_exact(sel_hooks):
 
 @pytest.mark.parametrize("plan,expect", [(0, 1), (2, 1), (3, 2)])
 def test_small_n_plans(plan, expect, sel_hooks):
-    """Below 2^20 pairs the automatic plan is store-all (no window pass, the data pass on every
+    """Up to SEL_CAP (1.5M) pairs the automatic plan is store-all (no window pass, the data pass on every
     SM); plan 3 forces the data-histogram path at small n.  Both exact."""
     from vgct_ext import _C
 
@@ -744,9 +744,60 @@ def test_small_n_plans(plan, expect, sel_hooks):
 
 
 @pytest.mark.parametrize("kind", ["bf16_rounding", "noise_fp32"])
-def test_window_plan_is_automatic_from_2_20(kind, sel_hooks):
-    """From 2^20 pairs the window plan runs without any hook, and answers p99 by itself."""
-    a, e = _window_case(kind, (1 << 20) + 12345, seed=6)
+def test_window_plan_is_automatic_above_sel_cap(kind, sel_hooks):
+    """Above SEL_CAP (1.5M) pairs the window plan runs without any hook, and answers p99 by
+    itself."""
+    a, e = _window_case(kind, (3 << 19) + 12345, seed=6)
     check3(a, e, quantiles=(0.5, 0.99, 0.999))
     last = sel_hooks.last()
     assert last["windows"] >= 1 and last["radix_ranks"] == 0, last
+
+
+# ---- issue #13: the small-input reduce (VG_MODE_LEAN) against the fast path ------------------
+
+
+@pytest.fixture
+def lean_max():
+    """The reduce's lean threshold hook (cuda/reduce.cu vgct_cuda_test_lean_max): set(n) forces
+    k_reduce_lean for inputs of at most n pairs (0: never); reset to the default after."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    h = ctypes.c_longlong.in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_lean_max")
+    yield h
+    h.value = -1
+
+
+LEAN_CASES = [
+    ("bfloat16", None, (1000,), "contiguous"), ("bfloat16", None, (257, 129), "transposed"),
+    ("float16", None, (64, 33, 40), "strided"), ("float32", None, (3 << 16,), "contiguous"),
+    ("bfloat16", "float32", (1 << 18,), "contiguous"), ("float8_e4m3fn", None, (4099,), "contiguous"),
+    ("int32", "int64", (5000,), "contiguous"), ("bfloat16", None, (2, 16, 32, 8, 16), "dim1"),
+]
+
+
+@pytest.mark.parametrize("dt_a,dt_e,shape,layout", LEAN_CASES)
+def test_lean_and_fast_reduce_agree(dt_a, dt_e, shape, layout, lean_max):
+    """The lean kernel (every pair through the register update) and the fast-path kernels
+    give the definition's maxima, indices and counters exactly and the sums within rounding,
+    on every layout and dtype family; each checked against the CPU engine and the float64
+    oracle (check3), and the two against each other field by field."""
+    a, e = pair(shape, getattr(torch, dt_a), getattr(torch, dt_e) if dt_e else None, seed=31)
+    dim = None
+    if layout == "transposed":
+        a, e = a.t(), e.t()
+    elif layout == "strided":
+        a, e = a[:, ::2, 1:], e[:, ::2, 1:]
+    elif layout == "dim1":
+        dim = 1
+    # a planted record at the last index and a tie at a lower one: the index rule must hold
+    flat_a = a.reshape(-1) if a.is_contiguous() else None
+    if flat_a is not None and a.dtype in (torch.bfloat16, torch.float16, torch.float32):
+        flat_a[-1] = flat_a[-1] + 64
+        flat_a[len(flat_a) // 3] = e.reshape(-1)[len(flat_a) // 3] + (flat_a[-1] - e.reshape(-1)[-1])
+    out = {}
+    for mode, n in (("lean", 1 << 62), ("fast", 0)):
+        lean_max.value = n
+        out[mode] = check3(a, e, quantiles=(0.5, 0.99), dim=dim)
+    assert_same_stats(out["lean"], out["fast"])

@@ -361,10 +361,10 @@ def test_torch_stream_and_device_read_through_the_cached_functions_at_every_call
         return handle[0]
 
     monkeypatch.setattr(_dlpack, "_torch_cuda_fns", (torch, lambda: current[0], raw_stream))
-    assert _dlpack.call_on_stream((x, x), lambda s: s) == 0x5678
+    assert _dlpack.call_on_stream((x, x), lambda s, *xs: s) == 0x5678
     assert asked == [x.get_device()]
     handle[0] = 0x9abc  # another current stream: seen by the next call (only the functions are cached)
-    assert _dlpack.call_on_stream((x, x), lambda s: s) == 0x9abc
+    assert _dlpack.call_on_stream((x, x), lambda s, *xs: s) == 0x9abc
     handle[0] = 0  # the default stream's handle 0 is the spec's legacy default, 1
     assert _dlpack.consumer_stream(x) == 1
     # another torch module (a reload) finds its own functions again
@@ -407,3 +407,37 @@ def test_from_c_equals_the_constructor_and_refuses_a_disagreeing_dict():
     bad = dict(d, n_unequal=0, surprise=1)
     with pytest.raises(TypeError, match=r"unknown fields \['surprise'\]"):
         PairedStats._from_c(bad)
+
+
+def test_same_stream_export_asks_torch_for_no_synchronisation_only_on_its_own_stream(monkeypatch):
+    """A plain torch tensor on CUDA whose current stream is the consumer stream is exported with
+    __dlpack__(stream=-1) (nothing to synchronise: the DLPack spec's -1); on another stream, a
+    subclass, or a CPU tensor, the input is passed unchanged (torch's own synchronising path)."""
+    torch = _torch()
+    x = torch.arange(4.0)
+    calls = []
+    real = torch.Tensor.__dlpack__
+
+    def spy(self, **kw):
+        calls.append(kw)
+        return real(self, **kw)
+
+    monkeypatch.setattr(torch.Tensor, "__dlpack__", spy)
+    monkeypatch.setattr(_dlpack, "_torch_cuda_fns", (torch, lambda: 0, lambda index: 0x77))
+    (w,) = _dlpack._same_stream_exports((x,), [(2, 0)], 0x77)
+    assert isinstance(w, _dlpack._SameStreamExport) and w.__dlpack_device__() == (2, 0)
+    cap = w.__dlpack__(stream=0x77, max_version=(1, 0), copy=False)
+    assert calls == [{"stream": -1, "max_version": (1, 0), "copy": False}]
+    assert type(cap).__name__ == "PycapsuleType" or "capsule" in type(cap).__name__.lower()
+    # another stream current, the default stream against the legacy 1, a subclass, the CPU
+    assert _dlpack._same_stream_exports((x,), [(2, 0)], 0x78) == (x,)
+    monkeypatch.setattr(_dlpack, "_torch_cuda_fns", (torch, lambda: 0, lambda index: 0))
+    assert isinstance(_dlpack._same_stream_exports((x,), [(2, 0)], 1)[0], _dlpack._SameStreamExport)
+
+    class Sub(torch.Tensor):
+        pass
+
+    y = x.as_subclass(Sub)
+    assert _dlpack._same_stream_exports((y,), [(2, 0)], 1)[0] is y
+    assert _dlpack._same_stream_exports((x,), [(1, 0)], 1)[0] is x
+    assert _dlpack._same_stream_exports((x,), [(2, 0)], None)[0] is x
