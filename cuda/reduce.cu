@@ -48,9 +48,21 @@
  *                  channel axis innermost): one thread per slice, loads
  *                  coalesced across neighbouring slices.  Trade-off: only as
  *                  much parallelism as there are slices.
+ *   k_reduce_lean  small unscaled inputs (at most VG_LEAN_MAX pairs, any
+ *                  layout but column mode): every pair through the register
+ *                  update (vg_pair), scalar loads, nothing unrolled, no gate.
+ *                  Trade-off: ~70 instructions a pair, but no warm-up (the fast
+ *                  path's first chunks of every warp fall back to the definition
+ *                  until its gate holds maxima: 42% of the instructions of a
+ *                  2^20 bf16 call, ncu 2026-12-01) and a smaller code path;
+ *                  1.05-1.2x faster up to 2^20 pairs, slower from 2^22
+ *                  (bench/bench_lean.py).
  * Dtype pairs outside the typed list (fp8, ints, bool, mixed rare pairs) run
  * the same kernels with run-time dtypes (DA = DE = -1): scalar loads through
- * the same vgct_load.  Measured speed and its limits: docs/performance.md.
+ * the same vgct_load.  The block reduction: vg_block_merge (the field-parallel
+ * merge for unscaled accumulators, the vgct_acc_merge tree for scaled ones;
+ * cuda/vgct_cuda_internal.cuh).  Measured speed and its limits:
+ * docs/performance.md.
  */
 #include <stdio.h>
 #include <string.h>
@@ -795,13 +807,13 @@ static int bulk_smem(int da, int de) {
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* The largest input (pairs) reduced in VG_MODE_LEAN: VG_LEAN_MAX (the
- * crossover measured on an H200, docs/performance.md: at 2^20 bf16 pairs the
- * lean launch is 30.6 us of GPU time against 38.6 us for the fast path, at
- * 2^24 and above the fast path wins), unless the test/bench hook
+ * crossover measured on an H200 by bench/bench_lean.py, docs/performance.md:
+ * the lean kernel 1.05-1.2x faster up to 2^20 bf16/fp32 pairs, 0.84-0.93x at
+ * 2^22, 0.4-0.7x from 2^24), unless the test/bench hook
  * vgct_cuda_test_lean_max (not an API: tests/.../test_gpu.py and
  * bench/bench_lean.py set it through ctypes on vgct_ext._C, like select.cu's
  * hooks) is >= 0: then that (0 never, a huge value always). */
-#define VG_LEAN_MAX (INT64_C(1) << 22)
+#define VG_LEAN_MAX (INT64_C(1) << 21)
 extern "C" {
 __attribute__((visibility("default"))) long long vgct_cuda_test_lean_max = -1;
 }
