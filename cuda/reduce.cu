@@ -55,8 +55,8 @@
  *                  path's first chunks of every warp fall back to the definition
  *                  until its gate holds maxima: 42% of the instructions of a
  *                  2^20 bf16 call, ncu 2026-12-01) and a smaller code path;
- *                  1.05-1.2x faster up to 2^20 pairs, slower from 2^22
- *                  (bench/bench_lean.py).
+ *                  0.97-1.23x the fast path's speed up to 2^20 pairs (1.06 at
+ *                  2^20), 0.84-0.93x at 2^22 (bench/bench_lean.py).
  * Dtype pairs outside the typed list (fp8, ints, bool, mixed rare pairs) run
  * the same kernels with run-time dtypes (DA = DE = -1): scalar loads through
  * the same vgct_load.  The block reduction: vg_block_merge (the field-parallel
@@ -808,8 +808,9 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* The largest input (pairs) reduced in VG_MODE_LEAN: VG_LEAN_MAX (the
  * crossover measured on an H200 by bench/bench_lean.py, docs/performance.md:
- * the lean kernel 1.05-1.2x faster up to 2^20 bf16/fp32 pairs, 0.84-0.93x at
- * 2^22, 0.4-0.7x from 2^24), unless the test/bench hook
+ * the lean kernel 0.97-1.23x the fast path's speed up to 2^20 bf16/fp32 pairs
+ * (1.05-1.06x at 2^20), 0.84-0.93x at 2^22, 0.4-0.7x from 2^24; 2^21 itself
+ * not measured), unless the test/bench hook
  * vgct_cuda_test_lean_max (not an API: tests/.../test_gpu.py and
  * bench/bench_lean.py set it through ctypes on vgct_ext._C, like select.cu's
  * hooks) is >= 0: then that (0 never, a huge value always). */

@@ -682,7 +682,8 @@ __device__ __forceinline__ void vg_chunk_keys(const IterSpec &it, const char *qa
   vg_chunk_keys_of<DA, DE>(it, r, sai, sei, isa, ise, keys);
 }
 
-/* Shuffle a POD struct word by word (vg_block_merge's warp tree). */
+/* Shuffle a POD struct word by word (unused: a whole-record warp tree was
+ * measured slower than the field-parallel merge below; kept for experiments). */
 template <typename T>
 __device__ __forceinline__ T vg_shfl_down(const T &v, int off) {
   static_assert(sizeof(T) % 4 == 0, "POD of 32-bit words");
@@ -754,9 +755,18 @@ __device__ __forceinline__ void vg_arg_fold(VgArg &s, const VgArg &o) {
   if (vgct_better(o.v, o.i, s.v, s.i)) s = o;
 }
 
+/* The record layout vg_block_merge_fields relies on (csrc/vgct_stats.h): the
+ * five sums and the eleven counters consecutive, 29 words in all -- a field
+ * added to vgct_acc must be added to the merge's groups too. */
+static_assert(offsetof(vgct_acc, s_d) == offsetof(vgct_acc, s_aa) + 4 * 8, "s_aa..s_d consecutive");
+static_assert(offsetof(vgct_acc, n_class_diff) == offsetof(vgct_acc, n) + 10 * 8,
+              "n..n_class_diff consecutive");
+static_assert(sizeof(vgct_acc) == 29 * 8, "vgct_acc: 29 words, each in one of the merge's groups");
+
 template <int NT>
 __device__ __noinline__ void vg_block_merge_fields(VAcc *sm) {
   static_assert(NT % 32 == 0 && NT >= 32 && NT <= 1024, "whole warps");
+  static_assert(NT >= (int)(sizeof(vgct_acc) / 8), "one thread a word for the copy-back");
   constexpr int NW = NT / 32, PER = NT / 32, NTASK = 21;
   __shared__ vgct_acc out;
   const int lane = (int)(threadIdx.x & 31u), w = (int)(threadIdx.x >> 5);

@@ -6,11 +6,15 @@
 Covers: k_reduce_bulk (aligned contiguous typed pairs: the shared-memory ring), k_reduce_flat
 (misaligned scalar path, generic dtypes), k_reduce_gen
 (transposed, stride 0, per-slice row mode), k_reduce_col (per-slice column mode),
-k_sel_data + k_sel_buf (in-place keys for small n; level-0 histogram + compaction
-for n above the candidate buffer), k_fingerprint.  Prints one line per call and
+k_reduce_lean (small inputs: every call below runs twice, once with the lean kernel and once
+with the fast-path kernels, switched through the reduce's test hook vgct_cuda_test_lean_max),
+k_sel_data + k_sel_buf (in-place keys for small n; level-0 histogram + compaction above the
+candidate buffer, forced through select.cu's plan hook), k_sel_sample + k_sel_window (the
+window plan, above the candidate buffer), k_fingerprint.  Prints one line per call and
 "sanitize script: done" at the end; exits non-zero on any exception.
 """
 
+import ctypes
 import sys
 
 import torch
@@ -42,12 +46,25 @@ def main():
     calls.append(("row slices", a3, e3, 1))
     calls.append(("col slices", a3, e3, 4))
     calls.append(("generic dtypes", a3.to(torch.float8_e4m3fn), e3.to(torch.int32), 2))
-    big_a, big_e = pair((1_700_000,), torch.float16)  # above the select buffer: compaction
-    calls.append(("select compaction", big_a, big_e, None))
-    for name, x, y, dim in calls:
-        s = vgct_ext.compare(x, y, quantiles=(0.5, 0.99), dim=dim)
-        print(f"{name}: n={s.n} rel_l2={s.rel_l2:.3e} p99={s.quantiles[0.99]:.3e}", flush=True)
-        print(f"  fingerprint {vgct_ext.fingerprint(x):016x}", flush=True)
+    big_a, big_e = pair((1_700_000,), torch.float16)  # above the select buffer (1.5M keys)
+    calls.append(("select windows", big_a, big_e, None))
+    lib = ctypes.CDLL(vgct_ext._C.__file__)
+    lean = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_lean_max")
+    sel = (ctypes.c_longlong * 4).in_dll(lib, "vgct_cuda_test_sel")
+    try:
+        for mode, lean_max in (("lean", 1 << 62), ("fast", 0)):
+            lean.value = lean_max
+            for name, x, y, dim in calls:
+                s = vgct_ext.compare(x, y, quantiles=(0.5, 0.99), dim=dim)
+                print(f"[{mode}] {name}: n={s.n} rel_l2={s.rel_l2:.3e} p99={s.quantiles[0.99]:.3e}",
+                      flush=True)
+        sel[0] = 2  # no window plan: the data histograms and the compaction
+        s = vgct_ext.compare(big_a, big_e, quantiles=(0.5, 0.99))
+        print(f"select compaction: n={s.n} p99={s.quantiles[0.99]:.3e}", flush=True)
+    finally:
+        lean.value, sel[0] = -1, 0
+    for name, x, _, _ in calls:
+        print(f"fingerprint {name}: {vgct_ext.fingerprint(x):016x}", flush=True)
     torch.cuda.synchronize()
     print("sanitize script: done")
     return 0

@@ -61,7 +61,8 @@ from typing import Any, Callable, ContextManager, Optional, Sequence, Tuple
 import numpy as np
 
 _FP8 = ("float8_e4m3fn", "float8_e5m2")
-_CUDA_DEVICE_TYPES = (2, 13)  # kDLCUDA, kDLCUDAManaged
+_KDLCUDA = 2  # DLPack's kDLCUDA (torch's and CuPy's CUDA tensors)
+_CUDA_DEVICE_TYPES = (_KDLCUDA, 13)  # kDLCUDA, kDLCUDAManaged
 _torch_fp8_export: Optional[bool] = None  # probed once per process
 _torch_fp8: Optional[Tuple[Any, Tuple[Any, ...]]] = None  # (torch, its float8 dtypes)
 _ndarray = np.ndarray
@@ -286,13 +287,9 @@ class _SameStreamExport:
     def __dlpack_device__(self) -> Tuple[int, int]:
         return self.dev
 
-    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, copy: Any = None) -> Any:
-        kw = {}
-        if max_version is not None:
-            kw["max_version"] = max_version
-        if copy is not None:
-            kw["copy"] = copy
-        return self.x.__dlpack__(stream=-1, **kw)
+    def __dlpack__(self, *, stream: Any = None, **kw: Any) -> Any:
+        # max_version, copy, dl_device: passed on as given (None: torch's own default)
+        return self.x.__dlpack__(stream=-1, **{k: v for k, v in kw.items() if v is not None})
 
 
 def _same_stream_exports(xs: Tuple[Any, ...], devs: Any, stream: Optional[int]) -> Tuple[Any, ...]:
@@ -304,7 +301,7 @@ def _same_stream_exports(xs: Tuple[Any, ...], devs: Any, stream: Optional[int]) 
         return xs
     out = []
     for x, d in zip(xs, devs):
-        torch = sys.modules.get("torch") if d is not None and d[0] == 2 else None
+        torch = sys.modules.get("torch") if d is not None and d[0] == _KDLCUDA else None
         if torch is not None and type(x) is getattr(torch, "Tensor", None):
             try:
                 h = _torch_stream(torch, x)

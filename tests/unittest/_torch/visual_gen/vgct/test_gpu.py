@@ -127,12 +127,34 @@ def check3(a, e, rtol=1e-3, atol=1e-3, quantiles=QS, dim=None, oracle=True):
 
 # ---- dtypes -----------------------------------------------------------------------
 
+@pytest.fixture
+def lean_max():
+    """The reduce's lean threshold hook (cuda/reduce.cu vgct_cuda_test_lean_max): .value = n
+    forces k_reduce_lean for inputs of at most n pairs (0: never); reset to the default after."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    h = ctypes.c_longlong.in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_lean_max")
+    yield h
+    h.value = -1
+
+
+@pytest.fixture(params=["lean", "fast"])
+def reduce_mode(request, lean_max):
+    """The test once with every input reduced by k_reduce_lean and once by the fast-path kernels
+    (gate, vector loads, bulk-copy ring, non-finite fallbacks): by default inputs of up to
+    VG_LEAN_MAX pairs take the lean kernel, which would leave the fast path untested on them."""
+    lean_max.value = (1 << 62) if request.param == "lean" else 0
+    return request.param
+
+
 ALL_DTYPES = ["bfloat16", "float16", "float32", "float64", "float8_e4m3fn", "float8_e5m2",
               "int8", "int16", "int32", "int64", "uint8", "bool"]
 
 
 @pytest.mark.parametrize("dt", ALL_DTYPES)
-def test_each_dtype(dt):
+def test_each_dtype(dt, reduce_mode):
     t = getattr(torch, dt)
     a, e = pair((37, 61), t)
     check3(a, e)
@@ -147,7 +169,7 @@ def test_each_dtype(dt):
                                        ("float8_e4m3fn", "float32"), ("float8_e5m2", "bfloat16"),
                                        ("int32", "float64"), ("bool", "float16"),
                                        ("float32", "bfloat16"), ("uint8", "int8")])
-def test_mixed_dtypes(dt_a, dt_e):
+def test_mixed_dtypes(dt_a, dt_e, reduce_mode):
     a, e = pair((5, 4099), getattr(torch, dt_a), getattr(torch, dt_e))
     check3(a, e)
     check3(a, e, dim=0)
@@ -159,7 +181,7 @@ def test_mixed_dtypes(dt_a, dt_e):
 @pytest.mark.parametrize("layout", ["transposed", "permuted", "stepped", "misaligned",
                                     "misaligned_one_side", "stride0", "mixed_orders",
                                     "channels_last", "size1_dims"])
-def test_layouts(layout, dt):
+def test_layouts(layout, dt, reduce_mode):
     t = getattr(torch, dt)
     a, e = pair((24, 17, 130), t)
     if layout == "transposed":
@@ -225,7 +247,8 @@ def test_latent_slices_every_axis():
 
 
 @pytest.mark.parametrize("dt", ["bfloat16", "float32"])
-def test_row_mode_slices_of_different_scales(dt):
+def test_row_mode_slices_of_different_scales(dt, lean_max):
+    lean_max.value = 0  # the per-slice gate thresholds live in the fast-path kernels only
     # Row mode (>= 4096 elements per slice): each slice's warps share gate
     # thresholds with that slice's blocks only.  Slices whose differences differ
     # by powers of ten, largest first and largest last: a threshold leaking from
@@ -241,7 +264,8 @@ def test_row_mode_slices_of_different_scales(dt):
 
 
 @pytest.mark.parametrize("dt", ["bfloat16", "float32"])
-def test_shared_thresholds_reset_between_calls(dt):
+def test_shared_thresholds_reset_between_calls(dt, lean_max):
+    lean_max.value = 0  # the shared thresholds live in the fast-path kernels only
     # The gate thresholds a reduce's warps share through the workspace are reset by its
     # last block: a compare with large differences, then one with small differences
     # (other tensors, same device), must give the second its own maxima -- a stale
@@ -267,7 +291,7 @@ def test_many_slices_column_and_row_modes():
 # ---- values -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("dt", ["bfloat16", "float16", "float32", "float64", "float8_e5m2"])
-def test_nan_inf(dt):
+def test_nan_inf(dt, reduce_mode):
     t = getattr(torch, dt)
     a, e = pair((4096 + 13,), torch.float32)  # plant in fp32, then convert
     a[5], e[5] = float("nan"), float("nan")
@@ -563,7 +587,7 @@ def test_ctrl_c_between_gpu_launches(mode):
 
 # ---- issue #13: the window plan of the exact selection (cuda/select.cu) ----------------------
 #
-# The plan is chosen by n (windows from 2^20 pairs, store-all below); the test hooks of
+# The plan is chosen by n (windows above SEL_CAP = 1.5M pairs, store-all up to it); the test hooks of
 # cuda/select.cu (ctypes on vgct_ext._C: vgct_cuda_test_sel, vgct_cuda_test_sel_last) force each
 # plan at small n and report which ran, so every path is checked on small, fast inputs against
 # the CPU engine and the float64 np.quantile oracle (check3).
@@ -754,20 +778,7 @@ def test_window_plan_is_automatic_above_sel_cap(kind, sel_hooks):
 
 
 # ---- issue #13: the small-input reduce (VG_MODE_LEAN) against the fast path ------------------
-
-
-@pytest.fixture
-def lean_max():
-    """The reduce's lean threshold hook (cuda/reduce.cu vgct_cuda_test_lean_max): set(n) forces
-    k_reduce_lean for inputs of at most n pairs (0: never); reset to the default after."""
-    import ctypes
-
-    from vgct_ext import _C
-
-    h = ctypes.c_longlong.in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_lean_max")
-    yield h
-    h.value = -1
-
+# (fixtures lean_max and reduce_mode: near the top)
 
 LEAN_CASES = [
     ("bfloat16", None, (1000,), "contiguous"), ("bfloat16", None, (257, 129), "transposed"),
@@ -791,13 +802,19 @@ def test_lean_and_fast_reduce_agree(dt_a, dt_e, shape, layout, lean_max):
         a, e = a[:, ::2, 1:], e[:, ::2, 1:]
     elif layout == "dim1":
         dim = 1
-    # a planted record at the last index and a tie at a lower one: the index rule must hold
-    flat_a = a.reshape(-1) if a.is_contiguous() else None
-    if flat_a is not None and a.dtype in (torch.bfloat16, torch.float16, torch.float32):
-        flat_a[-1] = flat_a[-1] + 64
-        flat_a[len(flat_a) // 3] = e.reshape(-1)[len(flat_a) // 3] + (flat_a[-1] - e.reshape(-1)[-1])
+    # a planted record at the last index and an exact tie of it at a lower index k: both
+    # kernels must report k (the lowest index among equal maxima)
+    k = None
+    if a.is_contiguous() and e.is_contiguous() and a.dtype in (torch.bfloat16, torch.float16,
+                                                               torch.float32):
+        fa, fe = a.view(-1), e.view(-1)
+        k = fa.numel() // 3
+        fa[-1] = fe[-1] + 64
+        fa[k], fe[k] = fa[-1], fe[-1]
     out = {}
     for mode, n in (("lean", 1 << 62), ("fast", 0)):
         lean_max.value = n
         out[mode] = check3(a, e, quantiles=(0.5, 0.99), dim=dim)
+        if k is not None:
+            assert out[mode].max_abs_err_index == tuple(int(i) for i in np.unravel_index(k, a.shape)), mode
     assert_same_stats(out["lean"], out["fast"])

@@ -441,3 +441,8 @@ def test_same_stream_export_asks_torch_for_no_synchronisation_only_on_its_own_st
     assert _dlpack._same_stream_exports((y,), [(2, 0)], 1)[0] is y
     assert _dlpack._same_stream_exports((x,), [(1, 0)], 1)[0] is x
     assert _dlpack._same_stream_exports((x,), [(2, 0)], None)[0] is x
+    # through call_on_stream, as compare() calls it: fn gets the consumer stream and the wrappers
+    monkeypatch.setattr(_dlpack, "_torch_cuda_fns", (torch, lambda: 0, lambda index: 0x77))
+    monkeypatch.setattr(_dlpack, "_device", lambda obj: (2, 0))
+    s, xs = _dlpack.call_on_stream((x, x), lambda s, *xs: (s, xs))
+    assert s == 0x77 and all(isinstance(w, _dlpack._SameStreamExport) and w.x is x for w in xs)
