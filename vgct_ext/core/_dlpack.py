@@ -36,7 +36,10 @@ can only exist once torch is imported):
   device are read through torch's C functions (``torch._C._cuda_getDevice``,
   ``torch._C._cuda_getCurrentRawStream``, looked up once per process; the
   public ``torch.cuda`` functions when a torch lacks them), never cached
-  themselves: the current stream can change between calls;
+  themselves: the current stream can change between calls.  A plain torch
+  tensor whose current stream IS that consumer stream is exported with
+  ``__dlpack__(stream=-1)`` (:class:`_SameStreamExport`: nothing to
+  synchronise, so torch is not asked to);
 * a refusal -- by the producer (``__dlpack__`` raising) or by ``_C`` -- is
   re-raised by :func:`explain` naming the argument (``actual`` /
   ``expected``), what is wrong and what to pass instead, the original chained.
