@@ -276,87 +276,121 @@ __device__ long long sel_sample_rank(const KArgs &A, int s, unsigned long long n
   return (long long)x;
 }
 
-__device__ void vg_sel_scan(const KArgs &A, int level) {
+/* vg_sel_scan: the last block of a histogram pass (ST threads, NW = 32
+ * warps) finds, for every slot s, the bin of its group's histogram holding
+ * its rank, and moves the slot one level down (prefix, rank in the bin, the
+ * bin's count).  Warp w owns a run of nb/NW bins of each group, read as
+ * `per` rounds of 32 consecutive bins (one coalesced load a round):
+ *   1. warp w sums each of its rounds (butterfly shuffles, the rounds
+ *      independent of each other) into a round table in `scratch` (the
+ *      kernel's shared histogram, free once flushed) and its run's total;
+ *   2. one warp a group scans the NW run totals (exclusive);
+ *   3. the one warp whose run holds a slot's rank finds the round (a scan
+ *      of the round table and a ballot), then the bin (one load, a scan and
+ *      a ballot).
+ * Trade-off against the first form (a thread per run of 32 consecutive bins,
+ * one pass of the block per slot): two barriers for all slots instead of
+ * three per slot, and 8 sectors per warp load instead of 32 (ncu, 2^10 bf16
+ * p99 on an H200: that scan held the level-0 kernel at 46 us, 75% of its
+ * sectors excessive). */
+__device__ void vg_sel_scan(const KArgs &A, int level, unsigned long long *scratch) {
+  static_assert(ST == 1024, "vg_sel_scan: one warp per 1/32 of the bins");
+  constexpr int NW = ST / 32;
+  static_assert(NW * (SEL_BINS / ST) * 8 <= SEL_SMEM && SEL_NS * NW * (4096 / ST) * 8 <= SEL_SMEM,
+                "round table in the shared histogram");
   SelState *st = A.st;
   const int nb = level == 0 ? SEL_BINS : 4096, bits = sel_bits(level);
-  const int per = nb / ST;
-  __shared__ unsigned long long s_w[ST / 32];
-  __shared__ unsigned long long s_below, s_cnt, s_tot;
-  __shared__ int s_bin;
-  __shared__ unsigned long long n_prefix[SEL_NS], n_count[SEL_NS];
-  __shared__ long long n_rank[SEL_NS];
+  const int wb = nb / NW, per = wb / 32; /* bins per warp's run; rounds (<= 32) */
+  const int ngrp = level == 0 ? 1 : st->ng;
+  __shared__ unsigned long long s_wsum[SEL_NS][NW], s_wex[SEL_NS][NW], s_tot[SEL_NS];
+  __shared__ int s_bin[SEL_NS];
+  __shared__ unsigned long long s_below[SEL_NS], s_cnt[SEL_NS];
+  __shared__ long long s_rank[SEL_NS];
+  __shared__ unsigned long long s_pref[SEL_NS];
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  /* 1. warp w's rounds of each group: bins w*wb + 32 j + lane, j < per */
+  for (int g = 0; g < ngrp; ++g) {
+    const unsigned long long *h = A.hist + (size_t)g * nb + (size_t)w * wb;
+    unsigned long long *rt = scratch + ((size_t)g * NW + w) * per;
+    unsigned long long sum = 0;
+#pragma unroll 8
+    for (int j = 0; j < per; ++j) {
+      unsigned long long t = __ldcg(h + 32 * j + lane);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+      if (lane == 0) rt[j] = t;
+      sum += t;
+    }
+    if (lane == 0) s_wsum[g][w] = sum;
+  }
+  if (threadIdx.x < SEL_NS) s_bin[threadIdx.x] = -1;
+  __syncthreads();
+  /* 2. warp g: the exclusive scan of group g's NW run sums */
+  if (w < ngrp) {
+    const unsigned long long v = s_wsum[w][lane];
+    unsigned long long iv = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const unsigned long long y = __shfl_up_sync(0xffffffffu, iv, o);
+      if (lane >= o) iv += y;
+    }
+    s_wex[w][lane] = iv - v;
+    if (lane == 31) s_tot[w] = iv;
+  }
+  __syncthreads();
+  /* 3. each slot's rank, in the one warp whose run holds it */
   for (int s = 0; s < A.ns; ++s) {
     const int g = level == 0 ? 0 : st->slot_group[s];
     long long rank = level == 0 ? A.rank0[s] : st->rank[s];
-    const unsigned long long *h = A.hist + (size_t)g * nb;
-    const int b0 = threadIdx.x * per;
-    unsigned long long sum = 0;
-#pragma unroll 8
-    for (int b = 0; b < per; ++b) sum += __ldcg(h + b0 + b);
-    /* block exclusive scan of the per-thread sums */
-    unsigned long long inc = sum;
+    if (level == 0 && A.sample) rank = sel_sample_rank(A, s, s_tot[0]); /* same in every thread */
+    if (threadIdx.x == 0) s_rank[s] = rank;
+    const unsigned long long lo = s_wex[g][w], cnt = s_wsum[g][w];
+    if (rank < 0 || (unsigned long long)rank < lo || (unsigned long long)rank >= lo + cnt) continue;
+    const unsigned long long r = (unsigned long long)rank;
+    /* the round: lane j holds round j's total */
+    const unsigned long long t = lane < per ? scratch[((size_t)g * NW + w) * per + lane] : 0ull;
+    unsigned long long it = t;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-      unsigned long long y = __shfl_up_sync(0xffffffffu, inc, o);
+      const unsigned long long y = __shfl_up_sync(0xffffffffu, it, o);
+      if (lane >= o) it += y;
+    }
+    const int jr = __ffs(__ballot_sync(0xffffffffu, r < lo + it)) - 1; /* >= 0: r < lo + cnt */
+    const unsigned long long c = lo + __shfl_sync(0xffffffffu, it - t, jr);
+    /* the bin inside round jr */
+    const unsigned long long hb = __ldcg(A.hist + (size_t)g * nb + (size_t)w * wb + 32 * jr + lane);
+    unsigned long long inc = hb;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const unsigned long long y = __shfl_up_sync(0xffffffffu, inc, o);
       if (lane >= o) inc += y;
     }
-    if (lane == 31) s_w[w] = inc;
-    if (threadIdx.x == 0) s_bin = -1;
-    __syncthreads();
-    if (w == 0) {
-      unsigned long long v = s_w[lane], iv = v;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        unsigned long long y = __shfl_up_sync(0xffffffffu, iv, o);
-        if (lane >= o) iv += y;
-      }
-      s_w[lane] = iv - v; /* exclusive over warps */
-      if (lane == 31) s_tot = iv;
+    const int fl = __ffs(__ballot_sync(0xffffffffu, r < c + inc)) - 1;
+    if (lane == fl) {
+      s_bin[s] = w * wb + 32 * jr + fl;
+      s_below[s] = c + inc - hb;
+      s_cnt[s] = hb;
     }
-    __syncthreads();
-    if (level == 0 && A.sample) rank = sel_sample_rank(A, s, s_tot); /* same in every thread */
-    const unsigned long long excl = s_w[w] + inc - sum;
-    if ((unsigned long long)rank >= excl && (unsigned long long)rank < excl + sum && rank >= 0) {
-      /* no early exit: the loads are independent and issue together (a
-         break after each would make `per` L2 round trips in a row) */
-      unsigned long long c = excl;
-      int fb = -1;
-      unsigned long long fbelow = 0, fcnt = 0;
-#pragma unroll 8
-      for (int b = 0; b < per; ++b) {
-        const unsigned long long hb = __ldcg(h + b0 + b);
-        if (fb < 0 && (unsigned long long)rank < c + hb) {
-          fb = b;
-          fbelow = c;
-          fcnt = hb;
-        }
-        c += hb;
-      }
-      s_bin = b0 + fb;
-      s_below = fbelow;
-      s_cnt = fcnt;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      if (level == 0) st->total = s_tot;
-      if (level == 0 && A.sample) st->srank[s] = rank;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (level == 0) st->total = s_tot[0];
+    int ng = 0;
+    unsigned long long *n_prefix = s_pref;
+    for (int s = 0; s < A.ns; ++s) {
+      if (level == 0 && A.sample) st->srank[s] = s_rank[s];
       const unsigned long long old = level == 0 ? 0ull : st->prefix[s];
-      if (s_bin < 0) {
+      if (s_bin[s] < 0) {
         st->bad = 1;
         n_prefix[s] = old << bits;
-        n_rank[s] = 0;
-        n_count[s] = 0;
+        st->rank[s] = 0;
+        st->count[s] = 0;
       } else {
-        n_prefix[s] = (old << bits) | (unsigned long long)s_bin;
-        n_rank[s] = rank - (long long)s_below;
-        n_count[s] = s_cnt;
+        n_prefix[s] = (old << bits) | (unsigned long long)s_bin[s];
+        st->rank[s] = s_rank[s] - (long long)s_below[s];
+        st->count[s] = s_cnt[s];
       }
     }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    int ng = 0;
     for (int s = 0; s < A.ns; ++s) {
       int g = -1;
       for (int i = 0; i < ng; ++i)
@@ -367,8 +401,6 @@ __device__ void vg_sel_scan(const KArgs &A, int level) {
       }
       st->slot_group[s] = g;
       st->prefix[s] = n_prefix[s];
-      st->rank[s] = n_rank[s];
-      st->count[s] = n_count[s];
     }
     st->ng = ng;
     *A.counter = 0;
@@ -407,7 +439,7 @@ enum { SEL_HIST = 0, SEL_HIST_STORE = 1, SEL_COMPACT = 2 };
 template <int DA, int DE, int MODE>
 __global__ void __launch_bounds__(ST, 1) k_sel_data(const __grid_constant__ KArgs A) {
   typedef vg_chunk<DA, DE> G;
-  extern __shared__ unsigned sel_sm[];
+  extern __shared__ __align__(16) unsigned sel_sm[];
   const IterSpec &it = A.it;
   SelState *st = A.st;
   HistCtx h;
@@ -470,12 +502,13 @@ __global__ void __launch_bounds__(ST, 1) k_sel_data(const __grid_constant__ KArg
   }
   if (MODE != SEL_COMPACT) {
     hist_end(h, A.hist);
-    if (vg_last_block(A.counter)) vg_sel_scan(A, A.level);
+    if (vg_last_block(A.counter))
+      vg_sel_scan(A, A.level, reinterpret_cast<unsigned long long *>(sel_sm));
   }
 }
 
 __global__ void __launch_bounds__(ST, 1) k_sel_buf(const __grid_constant__ KArgs A) {
-  extern __shared__ unsigned sel_sm[];
+  extern __shared__ __align__(16) unsigned sel_sm[];
   SelState *st = A.st;
   HistCtx h;
   hist_begin(h, sel_sm, A.level, st);
@@ -485,7 +518,8 @@ __global__ void __launch_bounds__(ST, 1) k_sel_buf(const __grid_constant__ KArgs
        i += (unsigned long long)gridDim.x * ST)
     hist_key(h, __ldcg(A.cand + i));
   hist_end(h, A.hist);
-  if (vg_last_block(A.counter)) vg_sel_scan(A, A.level);
+  if (vg_last_block(A.counter))
+      vg_sel_scan(A, A.level, reinterpret_cast<unsigned long long *>(sel_sm));
 }
 
 /* ---- the window plan's kernels --------------------------------------------- */

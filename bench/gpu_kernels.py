@@ -1,0 +1,82 @@
+"""Where the device time of a small vgct_ext.compare goes: every kernel, memset and copy of a few
+calls, timed by the CUDA profiler (CUPTI through torch.profiler), per call.
+
+For each case (bf16 pairs of 2^10 / 2^16 / 2^20 / 2^22 elements, e = a + noise rounded to bf16, with and
+without the default p99) it prints the mean device duration of each activity name per call, the device
+span of one call (first activity start to last activity end) and the host wall time of the call. Not a
+test; a diagnostic for issue #13's small-call rows (docs/performance.md).
+
+    python bench/gpu_kernels.py [--sizes 10,20] [--reps 5]
+"""
+import argparse
+import collections
+import statistics
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import vgct_ext
+
+
+def short(name):
+    name = name.split("(")[0]
+    for pre in ("void ", "Memset", "Memcpy"):
+        if name.startswith(pre):
+            return name if pre != "void " else name[5:]
+    return name[:60]
+
+
+def one_case(a, e, q, reps):
+    for _ in range(10):
+        vgct_ext.compare(a, e, quantiles=q)
+    torch.cuda.synchronize()
+    walls = []
+    sep = torch.zeros(1, device="cuda", dtype=torch.int64)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            sep.bitwise_not_()  # a marker kernel between calls
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            vgct_ext.compare(a, e, quantiles=q)
+            walls.append((time.perf_counter() - t) * 1e6)
+        sep.bitwise_not_()
+        torch.cuda.synchronize()
+    evs = [ev for ev in prof.events() if ev.device_type == torch.autograd.DeviceType.CUDA]
+    evs.sort(key=lambda ev: ev.time_range.start)
+    per = collections.defaultdict(list)
+    spans, cur = [], []
+    for ev in evs:
+        if "bitwise_not" in ev.name:
+            if cur:
+                spans.append(max(x.time_range.end for x in cur) - cur[0].time_range.start)
+            cur = []
+            continue
+        cur.append(ev)
+        per[short(ev.name)].append(ev.time_range.end - ev.time_range.start)
+    span = statistics.median(spans) if spans else 0.0
+    return per, span, statistics.median(walls)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="10,16,20,22")
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args()
+    print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}")
+    for lg in [int(s) for s in args.sizes.split(",")]:
+        e32 = torch.randn(1 << lg, device="cuda")
+        a = (e32 + 1e-3 * torch.randn_like(e32)).to(torch.bfloat16)
+        e = e32.to(torch.bfloat16)
+        for q in (None, (0.99,)):
+            per, span, wall = one_case(a, e, q, args.reps)
+            tot = sum(sum(v) for v in per.values()) / args.reps
+            print(f"== 2^{lg} bf16 quantiles={q}: host wall {wall:.1f} us (median), device busy {tot:.1f} "
+                  f"us a call, device span of a call {span:.1f} us (first start to last end)")
+            for k, v in sorted(per.items(), key=lambda kv: -sum(kv[1])):
+                print(f"   {sum(v) / args.reps:8.1f} us  x{len(v) / args.reps:4.1f}  "
+                      f"mean {statistics.mean(v):7.1f}  {k}")
+
+
+if __name__ == "__main__":
+    main()
