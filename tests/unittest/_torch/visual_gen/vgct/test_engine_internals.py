@@ -414,6 +414,31 @@ def test_select_windows_exact_every_rank_near_the_quantiles(engine, kind, qs):
         assert engine.last_select_passes == 0, kind
 
 
+@pytest.mark.parametrize("level", [0, 1, 2], ids=["sse2", "avx2", "avx512"])
+@pytest.mark.parametrize("kind", ["fp32", "bf16_vs_fp32", "cauchy", "offset", "wide", "subnormal"])
+def test_select_windows_fused_loop_every_code_level(engine, kind, level):
+    """The fused window loop (one window without tie pivots: ps_fused, which returns the keys
+    inside packed) in its portable, AVX2 and AVX-512 forms: every rank around the p99 --
+    below, at and inside the window, at its upper edge and past it -- equals the float64
+    NumPy order statistic, on float32 tiles and float64 ones ("wide"), with a partial last
+    tile (n % 512 != 0, n % 8 != 0).  A window counting one key too many or too few, or one
+    inside key lost or stored twice, moves some rank by one and fails here."""
+    rng = np.random.default_rng(37)
+    n = (1 << 18) + 4099
+    a, e = _window_data(kind, n, rng)
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = np.abs(a.astype(np.float64) - e.astype(np.float64))
+    keys = np.sort(d[np.isfinite(a) & np.isfinite(e)])
+    m = keys.size
+    w = int(0.04 * m)
+    at = int(0.99 * (m - 1))
+    ranks = sorted({r for r in range(at - w, at + w) if 0 <= r < m} | {0, m - 1})
+    engine.configure(level=level)  # before presel_new: it picks the loop's code level
+    ps, acc, got = _windows_select(engine, a, e, [0.99], ranks, 2)
+    assert ps and acc.n_finite == m
+    assert got.tobytes() == keys[ranks].tobytes(), (kind, level)
+
+
 @given(n=st.integers(1100, 6000), nv=st.integers(1, 12), tie=st.floats(0.0, 0.9),
        qs=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=5), seed=st.integers(0, 2 ** 31),
        nthreads=st.sampled_from([1, 2]))
