@@ -28,6 +28,42 @@
 #define NAME_USED_VERSIONED "used_dltensor_versioned"
 #define NAME_USED_LEGACY "used_dltensor"
 
+/* Made once by vgct_bridge_init (immortal for the process): the protocol
+ * method names, max_version=(DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION), and
+ * the keyword names of call_dlpack's three attempts.  Building them per call
+ * (creating, decoding, hashing and interning each string, a keyword dict per
+ * export) was a large part of a small compare's C time. */
+static PyObject *str_dlpack, *str_dlpack_device, *max_version;
+static PyObject *kwnames[3]; /* (stream, max_version, copy), (stream, max_version), (stream,) */
+
+int vgct_bridge_init(void) {
+  if (kwnames[2] != NULL) return 0;
+  PyObject *s_stream = NULL, *s_max_version = NULL, *s_copy = NULL;
+  if ((str_dlpack = PyUnicode_InternFromString("__dlpack__")) == NULL ||
+      (str_dlpack_device = PyUnicode_InternFromString("__dlpack_device__")) == NULL ||
+      (max_version = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION)) == NULL ||
+      (s_stream = PyUnicode_InternFromString("stream")) == NULL ||
+      (s_max_version = PyUnicode_InternFromString("max_version")) == NULL ||
+      (s_copy = PyUnicode_InternFromString("copy")) == NULL ||
+      (kwnames[0] = PyTuple_Pack(3, s_stream, s_max_version, s_copy)) == NULL ||
+      (kwnames[1] = PyTuple_Pack(2, s_stream, s_max_version)) == NULL ||
+      (kwnames[2] = PyTuple_Pack(1, s_stream)) == NULL) {
+    Py_CLEAR(str_dlpack);
+    Py_CLEAR(str_dlpack_device);
+    Py_CLEAR(max_version);
+    Py_CLEAR(kwnames[0]);
+    Py_CLEAR(kwnames[1]);
+    Py_XDECREF(s_stream);
+    Py_XDECREF(s_max_version);
+    Py_XDECREF(s_copy);
+    return -1;
+  }
+  Py_DECREF(s_stream); /* held by the tuples */
+  Py_DECREF(s_max_version);
+  Py_DECREF(s_copy);
+  return 0;
+}
+
 /* Lower-case name of a DLDeviceType for messages, or NULL when unknown. */
 static const char *device_type_name(int t) {
   switch (t) {
@@ -110,15 +146,17 @@ int vgct_dtype_from_name(const char *name) {
 }
 
 /*
- * protocol_method -- obj.<name> as a new reference, or NULL.
+ * protocol_method -- obj.<name> as a new reference, or NULL (name_obj: the
+ * interned str of name, which the messages spell).
  *
  * Only an AttributeError means "not implemented" (TypeError naming the
  * argument and its type); anything else raised while looking the attribute
  * up (a __getattr__ or property that fails) propagates unchanged.  An
  * attribute that is not callable (`__dlpack__ = None`) is a TypeError too.
  */
-static PyObject *protocol_method(PyObject *obj, const char *argname, const char *name) {
-  PyObject *m = PyObject_GetAttrString(obj, name);
+static PyObject *protocol_method(PyObject *obj, const char *argname, PyObject *name_obj,
+                                 const char *name) {
+  PyObject *m = PyObject_GetAttr(obj, name_obj);
   if (m == NULL) {
     if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
     PyErr_Clear();
@@ -174,10 +212,10 @@ static int device_field(PyObject *o, const char *argname, const char *what, long
  * attribute look-up or __dlpack_device__() itself raised.
  */
 int vgct_bridge_device(PyObject *obj, const char *argname, vgct_device *dev) {
-  PyObject *m = protocol_method(obj, argname, "__dlpack__");
+  PyObject *m = protocol_method(obj, argname, str_dlpack, "__dlpack__");
   if (m == NULL) return -1;
   Py_DECREF(m);
-  m = protocol_method(obj, argname, "__dlpack_device__");
+  m = protocol_method(obj, argname, str_dlpack_device, "__dlpack_device__");
   if (m == NULL) return -1;
   PyObject *res = PyObject_CallNoArgs(m);
   Py_DECREF(m);
@@ -337,49 +375,40 @@ static int in_context_chain(PyObject *head, PyObject *exc) {
  * Returns a new reference, or NULL with an exception set.
  */
 static PyObject *call_dlpack(PyObject *obj, PyObject *stream) {
-  PyObject *meth = PyObject_GetAttrString(obj, "__dlpack__");
+  PyObject *meth = PyObject_GetAttr(obj, str_dlpack);
   if (meth == NULL) return NULL;
   PyObject *cap = NULL, *prev = NULL;
-  PyObject *noargs = PyTuple_New(0);
-  PyObject *kw = Py_BuildValue("{s:O,s:(ii),s:O}", "stream", stream, "max_version",
-                               DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, "copy", Py_False);
-  static const char *const drop[] = {"copy", "max_version"};
-  if (noargs != NULL && kw != NULL) {
-    for (int attempt = 0;; ++attempt) {
-      cap = PyObject_Call(meth, noargs, kw);
-      if (cap != NULL) break;
-      PyObject *exc = take_exception();
-      if (prev != NULL && exc != NULL && !in_context_chain(prev, exc))
-        PyException_SetContext(exc, prev); /* steals prev */
-      else
-        Py_XDECREF(prev); /* e.g. a producer re-raising one instance: no cycle */
-      prev = exc;
-      int retry = exc != NULL && attempt < 2 &&
-                  (PyErr_GivenExceptionMatches(exc, PyExc_TypeError) ||
-                   PyErr_GivenExceptionMatches(exc, PyExc_NotImplementedError));
-      if (!retry || PyDict_DelItemString(kw, drop[attempt]) < 0) break;
-    }
-    if (cap == NULL && prev != NULL) {
-      /* re-raise the last attempt's exception (its chain holds the others),
-       * unless the dict deletion itself failed and set a newer one */
-      if (PyErr_Occurred()) {
-        Py_DECREF(prev);
-      } else {
-#if PY_VERSION_HEX >= 0x030C0000
-        PyErr_SetRaisedException(prev);
-#else
-        PyObject *tb = PyException_GetTraceback(prev);
-        PyObject *type = (PyObject *)Py_TYPE(prev);
-        Py_INCREF(type);
-        PyErr_Restore(type, prev, tb);
-#endif
-      }
-      prev = NULL;
-    }
-    Py_XDECREF(prev);
+  /* args[0]: the slot PY_VECTORCALL_ARGUMENTS_OFFSET lends the callee; then the
+   * keyword values, kwnames[attempt] naming the first 3 - attempt of them */
+  PyObject *args[4] = {NULL, stream, max_version, Py_False};
+  for (int attempt = 0;; ++attempt) {
+    cap = PyObject_Vectorcall(meth, args + 1, 0 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                              kwnames[attempt]);
+    if (cap != NULL) break;
+    PyObject *exc = take_exception();
+    if (prev != NULL && exc != NULL && !in_context_chain(prev, exc))
+      PyException_SetContext(exc, prev); /* steals prev */
+    else
+      Py_XDECREF(prev); /* e.g. a producer re-raising one instance: no cycle */
+    prev = exc;
+    int retry = exc != NULL && attempt < 2 &&
+                (PyErr_GivenExceptionMatches(exc, PyExc_TypeError) ||
+                 PyErr_GivenExceptionMatches(exc, PyExc_NotImplementedError));
+    if (!retry) break;
   }
-  Py_XDECREF(kw);
-  Py_XDECREF(noargs);
+  if (cap == NULL && prev != NULL) {
+    /* re-raise the last attempt's exception (its chain holds the others) */
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(prev);
+#else
+    PyObject *tb = PyException_GetTraceback(prev);
+    PyObject *type = (PyObject *)Py_TYPE(prev);
+    Py_INCREF(type);
+    PyErr_Restore(type, prev, tb);
+#endif
+  } else {
+    Py_XDECREF(prev); /* an earlier attempt's exception, a later one exported */
+  }
   Py_DECREF(meth);
   return cap;
 }

@@ -49,6 +49,11 @@ typedef struct {
 
 #define VGCT_IMPORT_INIT {NULL, 0, {0}}
 
+/* Make the strings and tuples the bridge passes to every producer (the protocol
+ * method names, __dlpack__'s keyword names and max_version), once, before any
+ * other bridge call (PyInit__C); 0, or -1 with an exception set. */
+int vgct_bridge_init(void);
+
 /* Check that `obj` implements the DLPack protocol and read its device with
  * __dlpack_device__(); `argname` ("actual", "expected", "x") prefixes every
  * error message.  TypeError: no (callable) __dlpack__/__dlpack_device__, or

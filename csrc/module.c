@@ -883,6 +883,7 @@ static int init_threads(void) {
 PyMODINIT_FUNC PyInit__C(void) {
   import_array();
   if (init_threads() < 0) return NULL;
+  if (vgpy_init_keys() < 0 || vgct_bridge_init() < 0) return NULL;
   PyObject *m = PyModule_Create(&moduledef);
   if (m == NULL) return NULL;
   if (PyModule_AddIntConstant(m, "MAX_NDIM", VGCT_MAX_NDIM) < 0 ||

@@ -131,6 +131,111 @@ int vgpy_put(PyObject *d, const char *key, PyObject *val) {
   return rc;
 }
 
+/* ---- the keys of the result dicts, interned once ------------------------ */
+
+/* Every key of vgpy_result_dict and slices_dict, in the order they are inserted.
+ * PyDict_SetItemString would create, decode, hash and intern each key string on
+ * every call (a third of a small compare's C time); vgpy_init_keys makes them
+ * once, at import.  The strings are immortal for the process (never freed: the
+ * module is single-phase, its statics outlive any module object). */
+#define VGPY_RESULT_KEYS(X)                                                              \
+  X(N, "n") X(SHAPE, "shape") X(DTYPE_ACTUAL, "dtype_actual")                            \
+  X(DTYPE_EXPECTED, "dtype_expected") X(DEVICE, "device") X(N_FINITE, "n_finite")        \
+  X(REL_L2, "rel_l2") X(COSINE, "cosine") X(ZERO_REFERENCE, "zero_reference")            \
+  X(NORM_ACTUAL, "norm_actual") X(NORM_EXPECTED, "norm_expected")                        \
+  X(NORM_DIFF, "norm_diff") X(MEAN_DIFF, "mean_diff") X(MAX_ABS_ERR, "max_abs_err")      \
+  X(MAX_ABS_ERR_INDEX, "max_abs_err_index") X(MAX_ABS_ERR_ACTUAL, "max_abs_err_actual")  \
+  X(MAX_ABS_ERR_EXPECTED, "max_abs_err_expected") X(MAX_REL_ERR, "max_rel_err")          \
+  X(MAX_REL_ERR_INDEX, "max_rel_err_index") X(MAX_ABS_EXPECTED, "max_abs_expected")      \
+  X(RTOL, "rtol") X(ATOL, "atol") X(MISMATCHES, "mismatches")                            \
+  X(MISMATCH_FRACTION, "mismatch_fraction") X(WORST_MISMATCH_INDEX, "worst_mismatch_index") \
+  X(WORST_MISMATCH_EXCESS, "worst_mismatch_excess") X(N_UNEQUAL, "n_unequal")            \
+  X(NAN_ACTUAL, "nan_actual") X(POSINF_ACTUAL, "posinf_actual")                          \
+  X(NEGINF_ACTUAL, "neginf_actual") X(NAN_EXPECTED, "nan_expected")                      \
+  X(POSINF_EXPECTED, "posinf_expected") X(NEGINF_EXPECTED, "neginf_expected")            \
+  X(N_CLASS_MISMATCH, "n_class_mismatch")                                                \
+  X(FIRST_CLASS_MISMATCH_INDEX, "first_class_mismatch_index") X(QUANTILES, "quantiles")  \
+  X(DIM, "dim") X(SLICES, "slices") X(MEAN_SHIFT, "mean_shift") X(REF_RMS, "ref_rms")    \
+  X(COUNT, "count")
+
+#define VGPY_KEY_ENUM(id, name) K_##id,
+enum { VGPY_RESULT_KEYS(VGPY_KEY_ENUM) K_NUM_KEYS };
+#undef VGPY_KEY_ENUM
+#define VGPY_KEY_NAME(id, name) name,
+static const char *const key_names[K_NUM_KEYS] = {VGPY_RESULT_KEYS(VGPY_KEY_NAME)};
+#undef VGPY_KEY_NAME
+static PyObject *keys[K_NUM_KEYS];
+
+/* The dtype names (vgct_dtype_names) and "cpu" as str, for the same reason. */
+static PyObject *dtype_strs[VGCT_NUM_DTYPES];
+static PyObject *cpu_str;
+
+/* Templates: every key of a result dict (keys[0..K_SLICES]) / of a slices dict
+ * (dim, mean_shift, rel_l2, max_abs_err, ref_rms, count) mapped to None, in
+ * insertion order.  A result starts as a PyDict_Copy of its template (one
+ * allocation of the final size, the keys in the same order) and every value is
+ * then replaced: growing a new dict to 40 keys would resize it four times. */
+static PyObject *result_template, *slices_template;
+static const int slice_keys[] = {K_DIM, K_MEAN_SHIFT, K_REL_L2, K_MAX_ABS_ERR, K_REF_RMS, K_COUNT};
+
+/* A dict of keys[ks[0..n)] -> None (new reference), or NULL with an exception set. */
+static PyObject *template_dict(const int *ks, int n) {
+  PyObject *d = PyDict_New();
+  if (d == NULL) return NULL;
+  for (int i = 0; i < n; ++i)
+    if (PyDict_SetItem(d, keys[ks[i]], Py_None) < 0) {
+      Py_DECREF(d);
+      return NULL;
+    }
+  return d;
+}
+
+int vgpy_init_keys(void) {
+  for (int i = 0; i < K_NUM_KEYS; ++i)
+    if (keys[i] == NULL && (keys[i] = PyUnicode_InternFromString(key_names[i])) == NULL)
+      return -1;
+  for (int i = 0; i < VGCT_NUM_DTYPES; ++i)
+    if (dtype_strs[i] == NULL &&
+        (dtype_strs[i] = PyUnicode_InternFromString(vgct_dtype_names[i])) == NULL)
+      return -1;
+  if (cpu_str == NULL && (cpu_str = PyUnicode_InternFromString("cpu")) == NULL) return -1;
+  if (result_template == NULL) {
+    int ks[K_SLICES + 1];
+    for (int i = 0; i <= K_SLICES; ++i) ks[i] = i;
+    if ((result_template = template_dict(ks, K_SLICES + 1)) == NULL) return -1;
+  }
+  if (slices_template == NULL &&
+      (slices_template = template_dict(slice_keys, (int)(sizeof slice_keys / sizeof *slice_keys))) == NULL)
+    return -1;
+  return 0;
+}
+
+/* vgpy_put with the interned key keys[k]: d[key] = val, stealing val; -1 on
+ * failure (val may be NULL: failure). */
+static int put_k(PyObject *d, int k, PyObject *val) {
+  if (val == NULL) return -1;
+  int rc = PyDict_SetItem(d, keys[k], val);
+  Py_DECREF(val);
+  return rc;
+}
+
+/* A new reference to a cached str. */
+static PyObject *new_ref(PyObject *o) {
+  Py_INCREF(o);
+  return o;
+}
+
+/* The name of vgct dtype dt as a str (new reference). */
+static PyObject *dtype_str(int dt) { return new_ref(dtype_strs[dt]); }
+
+/* "cpu" or "cuda:K" as a str (new reference). */
+static PyObject *device_str(int type, int id) {
+  if (type != kDLCUDA) return new_ref(cpu_str);
+  char dev[32];
+  vgct_format_device(type, id, dev, sizeof dev);
+  return PyUnicode_FromString(dev);
+}
+
 PyObject *vgpy_shape_tuple(const vgct_view *v) {
   PyObject *t = PyTuple_New(v->ndim);
   if (t == NULL) return NULL;
@@ -249,7 +354,7 @@ int vgpy_check_devices(const vgct_device *da, const vgct_device *de) {
 
 static PyObject *slices_dict(const vgct_slice_acc *sl, int64_t k, int dim) {
   npy_intp len = (npy_intp)k;
-  PyObject *d = PyDict_New();
+  PyObject *d = PyDict_Copy(slices_template); /* every key set below, in this order */
   PyArrayObject *ms = NULL, *rl = NULL, *mx = NULL, *rr = NULL, *ct = NULL;
   if (d == NULL) return NULL;
   ms = (PyArrayObject *)PyArray_SimpleNew(1, &len, NPY_FLOAT64);
@@ -270,16 +375,16 @@ static PyObject *slices_dict(const vgct_slice_acc *sl, int64_t k, int dim) {
     prr[j] = r.ref_rms;
     pct[j] = (npy_int64)sl[j].n_finite;
   }
-  if (vgpy_put(d, "dim", PyLong_FromLong(dim)) < 0) goto fail;
-  if (vgpy_put(d, "mean_shift", (PyObject *)ms) < 0) { ms = NULL; goto fail; }
+  if (put_k(d, K_DIM, PyLong_FromLong(dim)) < 0) goto fail;
+  if (put_k(d, K_MEAN_SHIFT, (PyObject *)ms) < 0) { ms = NULL; goto fail; }
   ms = NULL;
-  if (vgpy_put(d, "rel_l2", (PyObject *)rl) < 0) { rl = NULL; goto fail; }
+  if (put_k(d, K_REL_L2, (PyObject *)rl) < 0) { rl = NULL; goto fail; }
   rl = NULL;
-  if (vgpy_put(d, "max_abs_err", (PyObject *)mx) < 0) { mx = NULL; goto fail; }
+  if (put_k(d, K_MAX_ABS_ERR, (PyObject *)mx) < 0) { mx = NULL; goto fail; }
   mx = NULL;
-  if (vgpy_put(d, "ref_rms", (PyObject *)rr) < 0) { rr = NULL; goto fail; }
+  if (put_k(d, K_REF_RMS, (PyObject *)rr) < 0) { rr = NULL; goto fail; }
   rr = NULL;
-  if (vgpy_put(d, "count", (PyObject *)ct) < 0) { ct = NULL; goto fail; }
+  if (put_k(d, K_COUNT, (PyObject *)ct) < 0) { ct = NULL; goto fail; }
   return d;
 fail:
   Py_XDECREF(ms);
@@ -315,47 +420,45 @@ PyObject *vgpy_result_dict(const vgpy_result_meta *m, const vgct_params *p,
   const vgct_view *a = &m->v;
   vgct_derived r;
   vgct_acc_finalize(s, &r);
-  char dev[32];
-  vgct_format_device(a->device_type, a->device_id, dev, sizeof dev);
   int has = s->max_abs_i >= 0;
-  PyObject *d = PyDict_New(), *q = NULL;
+  PyObject *d = PyDict_Copy(result_template), *q = NULL; /* every key set below, in this order */
   if (d == NULL) return NULL;
-  if (vgpy_put(d, "n", PyLong_FromLongLong((long long)vgct_numel(a))) < 0 ||
-      vgpy_put(d, "shape", vgpy_shape_tuple(a)) < 0 ||
-      vgpy_put(d, "dtype_actual", PyUnicode_FromString(vgct_dtype_names[m->dta])) < 0 ||
-      vgpy_put(d, "dtype_expected", PyUnicode_FromString(vgct_dtype_names[m->dte])) < 0 ||
-      vgpy_put(d, "device", PyUnicode_FromString(dev)) < 0 ||
-      vgpy_put(d, "n_finite", PyLong_FromLongLong((long long)s->n_finite)) < 0 ||
-      vgpy_put(d, "rel_l2", float_or_none(r.rel_l2, !r.zero_reference)) < 0 ||
-      vgpy_put(d, "cosine", float_or_none(r.cosine, !isnan(r.cosine))) < 0 ||
-      vgpy_put(d, "zero_reference", PyBool_FromLong(r.zero_reference)) < 0 ||
-      vgpy_put(d, "norm_actual", PyFloat_FromDouble(r.norm_a)) < 0 ||
-      vgpy_put(d, "norm_expected", PyFloat_FromDouble(r.norm_e)) < 0 ||
-      vgpy_put(d, "norm_diff", PyFloat_FromDouble(r.norm_d)) < 0 ||
-      vgpy_put(d, "mean_diff", float_or_none(r.mean_diff, s->n_finite > 0)) < 0 ||
-      vgpy_put(d, "max_abs_err", float_or_none(s->max_abs, has)) < 0 ||
-      vgpy_put(d, "max_abs_err_index", index_or_none(s->max_abs_i)) < 0 ||
-      vgpy_put(d, "max_abs_err_actual", float_or_none(s->max_abs_a, has)) < 0 ||
-      vgpy_put(d, "max_abs_err_expected", float_or_none(s->max_abs_e, has)) < 0 ||
-      vgpy_put(d, "max_rel_err", float_or_none(s->max_rel, s->max_rel_i >= 0)) < 0 ||
-      vgpy_put(d, "max_rel_err_index", index_or_none(s->max_rel_i)) < 0 ||
-      vgpy_put(d, "max_abs_expected", float_or_none(s->max_abs_ref, s->n_finite > 0)) < 0 ||
-      vgpy_put(d, "rtol", PyFloat_FromDouble(p->rtol)) < 0 ||
-      vgpy_put(d, "atol", PyFloat_FromDouble(p->atol)) < 0 ||
-      vgpy_put(d, "mismatches", PyLong_FromLongLong((long long)s->n_mismatch)) < 0 ||
-      vgpy_put(d, "mismatch_fraction",
+  if (put_k(d, K_N, PyLong_FromLongLong((long long)vgct_numel(a))) < 0 ||
+      put_k(d, K_SHAPE, vgpy_shape_tuple(a)) < 0 ||
+      put_k(d, K_DTYPE_ACTUAL, dtype_str(m->dta)) < 0 ||
+      put_k(d, K_DTYPE_EXPECTED, dtype_str(m->dte)) < 0 ||
+      put_k(d, K_DEVICE, device_str(a->device_type, a->device_id)) < 0 ||
+      put_k(d, K_N_FINITE, PyLong_FromLongLong((long long)s->n_finite)) < 0 ||
+      put_k(d, K_REL_L2, float_or_none(r.rel_l2, !r.zero_reference)) < 0 ||
+      put_k(d, K_COSINE, float_or_none(r.cosine, !isnan(r.cosine))) < 0 ||
+      put_k(d, K_ZERO_REFERENCE, PyBool_FromLong(r.zero_reference)) < 0 ||
+      put_k(d, K_NORM_ACTUAL, PyFloat_FromDouble(r.norm_a)) < 0 ||
+      put_k(d, K_NORM_EXPECTED, PyFloat_FromDouble(r.norm_e)) < 0 ||
+      put_k(d, K_NORM_DIFF, PyFloat_FromDouble(r.norm_d)) < 0 ||
+      put_k(d, K_MEAN_DIFF, float_or_none(r.mean_diff, s->n_finite > 0)) < 0 ||
+      put_k(d, K_MAX_ABS_ERR, float_or_none(s->max_abs, has)) < 0 ||
+      put_k(d, K_MAX_ABS_ERR_INDEX, index_or_none(s->max_abs_i)) < 0 ||
+      put_k(d, K_MAX_ABS_ERR_ACTUAL, float_or_none(s->max_abs_a, has)) < 0 ||
+      put_k(d, K_MAX_ABS_ERR_EXPECTED, float_or_none(s->max_abs_e, has)) < 0 ||
+      put_k(d, K_MAX_REL_ERR, float_or_none(s->max_rel, s->max_rel_i >= 0)) < 0 ||
+      put_k(d, K_MAX_REL_ERR_INDEX, index_or_none(s->max_rel_i)) < 0 ||
+      put_k(d, K_MAX_ABS_EXPECTED, float_or_none(s->max_abs_ref, s->n_finite > 0)) < 0 ||
+      put_k(d, K_RTOL, PyFloat_FromDouble(p->rtol)) < 0 ||
+      put_k(d, K_ATOL, PyFloat_FromDouble(p->atol)) < 0 ||
+      put_k(d, K_MISMATCHES, PyLong_FromLongLong((long long)s->n_mismatch)) < 0 ||
+      put_k(d, K_MISMATCH_FRACTION,
           PyFloat_FromDouble(s->n_finite ? (double)s->n_mismatch / (double)s->n_finite : 0.0)) < 0 ||
-      vgpy_put(d, "worst_mismatch_index", index_or_none(s->worst_i)) < 0 ||
-      vgpy_put(d, "worst_mismatch_excess", float_or_none(s->worst_excess, s->worst_i >= 0)) < 0 ||
-      vgpy_put(d, "n_unequal", PyLong_FromLongLong((long long)s->n_unequal)) < 0 ||
-      vgpy_put(d, "nan_actual", PyLong_FromLongLong((long long)s->n_nan_a)) < 0 ||
-      vgpy_put(d, "posinf_actual", PyLong_FromLongLong((long long)s->n_posinf_a)) < 0 ||
-      vgpy_put(d, "neginf_actual", PyLong_FromLongLong((long long)s->n_neginf_a)) < 0 ||
-      vgpy_put(d, "nan_expected", PyLong_FromLongLong((long long)s->n_nan_e)) < 0 ||
-      vgpy_put(d, "posinf_expected", PyLong_FromLongLong((long long)s->n_posinf_e)) < 0 ||
-      vgpy_put(d, "neginf_expected", PyLong_FromLongLong((long long)s->n_neginf_e)) < 0 ||
-      vgpy_put(d, "n_class_mismatch", PyLong_FromLongLong((long long)s->n_class_diff)) < 0 ||
-      vgpy_put(d, "first_class_mismatch_index", index_or_none(s->first_class_diff)) < 0)
+      put_k(d, K_WORST_MISMATCH_INDEX, index_or_none(s->worst_i)) < 0 ||
+      put_k(d, K_WORST_MISMATCH_EXCESS, float_or_none(s->worst_excess, s->worst_i >= 0)) < 0 ||
+      put_k(d, K_N_UNEQUAL, PyLong_FromLongLong((long long)s->n_unequal)) < 0 ||
+      put_k(d, K_NAN_ACTUAL, PyLong_FromLongLong((long long)s->n_nan_a)) < 0 ||
+      put_k(d, K_POSINF_ACTUAL, PyLong_FromLongLong((long long)s->n_posinf_a)) < 0 ||
+      put_k(d, K_NEGINF_ACTUAL, PyLong_FromLongLong((long long)s->n_neginf_a)) < 0 ||
+      put_k(d, K_NAN_EXPECTED, PyLong_FromLongLong((long long)s->n_nan_e)) < 0 ||
+      put_k(d, K_POSINF_EXPECTED, PyLong_FromLongLong((long long)s->n_posinf_e)) < 0 ||
+      put_k(d, K_NEGINF_EXPECTED, PyLong_FromLongLong((long long)s->n_neginf_e)) < 0 ||
+      put_k(d, K_N_CLASS_MISMATCH, PyLong_FromLongLong((long long)s->n_class_diff)) < 0 ||
+      put_k(d, K_FIRST_CLASS_MISMATCH_INDEX, index_or_none(s->first_class_diff)) < 0)
     goto fail;
   q = PyDict_New();
   if (q == NULL) goto fail;
@@ -367,18 +470,18 @@ PyObject *vgpy_result_dict(const vgpy_result_meta *m, const vgct_params *p,
     Py_XDECREF(val);
     if (rc < 0) goto fail;
   }
-  if (vgpy_put(d, "quantiles", q) < 0) {
+  if (put_k(d, K_QUANTILES, q) < 0) {
     q = NULL;
     goto fail;
   }
   q = NULL;
   if (p->dim >= 0) {
-    if (vgpy_put(d, "dim", PyLong_FromLong(p->dim)) < 0 ||
-        vgpy_put(d, "slices", slices_dict(sl, a->shape[p->dim], p->dim)) < 0)
+    if (put_k(d, K_DIM, PyLong_FromLong(p->dim)) < 0 ||
+        put_k(d, K_SLICES, slices_dict(sl, a->shape[p->dim], p->dim)) < 0)
       goto fail;
   } else {
-    if (PyDict_SetItemString(d, "dim", Py_None) < 0 ||
-        PyDict_SetItemString(d, "slices", Py_None) < 0)
+    if (PyDict_SetItem(d, keys[K_DIM], Py_None) < 0 ||
+        PyDict_SetItem(d, keys[K_SLICES], Py_None) < 0)
       goto fail;
   }
   return d;

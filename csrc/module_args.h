@@ -66,6 +66,9 @@ typedef struct {
   int dta, dte;
 } vgpy_result_meta;
 
+/* The interned key strings of vgpy_result_dict (and the dtype/device names it puts):
+ * made once by PyInit__C, before any result is built; 0, or -1 with an exception set. */
+int vgpy_init_keys(void);
 int vgpy_put(PyObject *d, const char *key, PyObject *val);
 PyObject *vgpy_shape_tuple(const vgct_view *v);
 PyObject *vgpy_acc_bytes(const vgct_acc *s);
