@@ -192,6 +192,21 @@ struct KArgs {
   unsigned *counter;        /* this level's last-block counter          */
 };
 
+/* k_sel_buf's arguments: KArgs's selection fields without the iteration
+ * (k_sel_buf reads the candidate buffer, never the inputs), so a launch
+ * copies ~250 bytes of kernel parameters instead of KArgs's ~2.3 KB. */
+struct BArgs {
+  int level, ns, sample;
+  long long rank0[SEL_NS];
+  long long nbuf;
+  double wph[SEL_NS];
+  double wz;
+  long long wshift;
+  SelState *st;
+  unsigned long long *hist, *cand;
+  unsigned *counter;
+};
+
 /* ---- histogram helpers -------------------------------------------------- */
 
 struct HistCtx {
@@ -264,7 +279,8 @@ __device__ void hist_end(HistCtx &h, unsigned long long *gh) {
 /* The sample passes' rank of slot s (window s/2's low end when s is even, its
  * high end when odd) among the sample's ns finite keys: the CPU engine's
  * margin (csrc/cpu_select.inc, vgct_cpu_presel_new) with wz sigmas. */
-__device__ long long sel_sample_rank(const KArgs &A, int s, unsigned long long ns) {
+template <class AT> /* KArgs or BArgs */
+__device__ long long sel_sample_rank(const AT &A, int s, unsigned long long ns) {
   if (ns == 0) return 0; /* no finite key in the sample: the scan marks it bad */
   const double n = (double)ns, ph = A.wph[s];
   const double at = ph * (n - 1.0);
@@ -293,7 +309,8 @@ __device__ long long sel_sample_rank(const KArgs &A, int s, unsigned long long n
  * three per slot, and 8 sectors per warp load instead of 32 (ncu, 2^10 bf16
  * p99 on an H200: that scan held the level-0 kernel at 46 us, 75% of its
  * sectors excessive). */
-__device__ void vg_sel_scan(const KArgs &A, int level, unsigned long long *scratch) {
+template <class AT> /* KArgs or BArgs */
+__device__ void vg_sel_scan(const AT &A, int level, unsigned long long *scratch) {
   static_assert(ST == 1024, "vg_sel_scan: one warp per 1/32 of the bins");
   constexpr int NW = ST / 32;
   static_assert(NW * (SEL_BINS / ST) * 8 <= SEL_SMEM && SEL_NS * NW * (4096 / ST) * 8 <= SEL_SMEM,
@@ -507,7 +524,7 @@ __global__ void __launch_bounds__(ST, 1) k_sel_data(const __grid_constant__ KArg
   }
 }
 
-__global__ void __launch_bounds__(ST, 1) k_sel_buf(const __grid_constant__ KArgs A) {
+__global__ void __launch_bounds__(ST, 1) k_sel_buf(const __grid_constant__ BArgs A) {
   extern __shared__ __align__(16) unsigned sel_sm[];
   SelState *st = A.st;
   HistCtx h;
@@ -767,7 +784,21 @@ static cudaError_t launch_sel_buf(int grid, const KArgs &A, cudaStream_t s) {
   static int done[64];
   const cudaError_t e = vg_smem_optin(k_sel_buf, done, SEL_SMEM);
   if (e != cudaSuccess) return e;
-  k_sel_buf<<<grid, ST, SEL_SMEM, s>>>(A);
+  BArgs B;
+  memset(&B, 0, sizeof B);
+  B.level = A.level;
+  B.ns = A.ns;
+  B.sample = A.sample;
+  memcpy(B.rank0, A.rank0, sizeof B.rank0);
+  B.nbuf = A.nbuf;
+  memcpy(B.wph, A.wph, sizeof B.wph);
+  B.wz = A.wz;
+  B.wshift = A.wshift;
+  B.st = A.st;
+  B.hist = A.hist;
+  B.cand = A.cand;
+  B.counter = A.counter;
+  k_sel_buf<<<grid, ST, SEL_SMEM, s>>>(B);
   return cudaGetLastError();
 }
 
@@ -819,6 +850,8 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
  *                          keys (forces an overflow)
  *   vgct_cuda_test_sel[3]  added to every window's sample ranks on the device
  *                          (a planted misprediction)
+ *   vgct_cuda_test_sel_kpt > 0: keys per thread of the buffer passes' grids
+ *                          (instead of SEL_BUF_KPT; bench/bench_selbuf.py)
  * vgct_cuda_test_sel_last (the last call's plan, written by every call):
  *   [0] windows read by the window pass (0: no window pass)
  *   [1] ranks answered by a window's pivot counts (lo, hi)
@@ -829,6 +862,17 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 extern "C" {
 __attribute__((visibility("default"))) long long vgct_cuda_test_sel[4] = {0, 0, 0, 0};
 __attribute__((visibility("default"))) long long vgct_cuda_test_sel_last[6] = {0, 0, 0, 0, 0, 0};
+__attribute__((visibility("default"))) long long vgct_cuda_test_sel_kpt = 0;
+}
+
+/* k_sel_buf's grid over nbuf keys: SEL_BUF_KPT keys a thread (fewer blocks:
+ * fewer shared histograms to clear and flush into the global one), at most
+ * one block per SM. */
+#define SEL_BUF_KPT 8
+static int sel_buf_grid(const DevWS *ws, int64_t nbuf) {
+  const int64_t kpt = vgct_cuda_test_sel_kpt > 0 ? (int64_t)vgct_cuda_test_sel_kpt : SEL_BUF_KPT;
+  const int64_t gb = cdiv(nbuf > 0 ? nbuf : 1, (int64_t)ST * kpt);
+  return (int)(gb < ws->sms ? gb : ws->sms);
 }
 
 /* ---- the window plan, host side ------------------------------------------ */
@@ -890,8 +934,7 @@ static double win_need(const WinPlan *W, int k) {
  * A.rank0 or the sample ranks): afterwards A.st->prefix[s] is the key of
  * rank s.  The histograms must be zero. */
 static cudaError_t buf_levels(DevWS *ws, KArgs &A, cudaStream_t s) {
-  const int64_t gb = cdiv(A.nbuf > 0 ? A.nbuf : 1, (int64_t)ST * 8);
-  const int grid = (int)(gb < ws->sms ? gb : ws->sms);
+  const int grid = sel_buf_grid(ws, A.nbuf);
   for (int lv = 0; lv <= 4; ++lv) {
     A.level = lv;
     A.hist = (unsigned long long *)(ws->d_ws + WS_SEL_HIST + (size_t)lv * SEL_BINS * 8);
@@ -1298,8 +1341,7 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
       }
     }
     if (!(level == 4 || (!small && hs.bad))) {
-      const int64_t gb = cdiv(nbuf > 0 ? nbuf : 1, (int64_t)ST * 8);
-      const int gbuf = (int)(gb < ws->sms ? gb : ws->sms);
+      const int gbuf = sel_buf_grid(ws, nbuf);
       A.nbuf = small ? it.m : -1; /* store-all: every key; else the compaction's count */
       for (int lv = level + 1; lv <= 4; ++lv) {
         A.level = lv;
