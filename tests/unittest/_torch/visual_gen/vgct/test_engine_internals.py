@@ -374,6 +374,13 @@ WINDOW_KINDS = ["bf16_vs_fp32", "bf16_vs_bf16", "fp32", "identical", "cauchy", "
                 "nonfinite", "subnormal", "wide", "three_values"]
 
 
+def _sorted_finite_absdiff(a, e):
+    """The oracle: |a - e| in float64 over the finite pairs, sorted (order statistic r at [r])."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = np.abs(a.astype(np.float64) - e.astype(np.float64))
+    return np.sort(d[np.isfinite(a) & np.isfinite(e)])
+
+
 def _windows_select(engine, a, e, qs, ranks, nthreads):
     """presel -> reduce (fills the windows) -> select, as compare() runs them."""
     ps = engine.presel(a, e, qs)
@@ -395,9 +402,7 @@ def test_select_windows_exact_every_rank_near_the_quantiles(engine, kind, qs):
     rng = np.random.default_rng(21)
     n = (1 << 18) + 12345
     a, e = _window_data(kind, n, rng)
-    with np.errstate(over="ignore", invalid="ignore"):
-        d = np.abs(a.astype(np.float64) - e.astype(np.float64))
-    keys = np.sort(d[np.isfinite(a) & np.isfinite(e)])
+    keys = _sorted_finite_absdiff(a, e)
     m = keys.size
     w = int(0.03 * m)  # wider than every window (sample margins: < 2.7% of the ranks at this n)
     dense = [r for q in qs for r in range(int(q * (m - 1)) - w, int(q * (m - 1)) + w) if 0 <= r < m]
@@ -426,9 +431,7 @@ def test_select_windows_fused_loop_every_code_level(engine, kind, level):
     rng = np.random.default_rng(37)
     n = (1 << 18) + 4099
     a, e = _window_data(kind, n, rng)
-    with np.errstate(over="ignore", invalid="ignore"):
-        d = np.abs(a.astype(np.float64) - e.astype(np.float64))
-    keys = np.sort(d[np.isfinite(a) & np.isfinite(e)])
+    keys = _sorted_finite_absdiff(a, e)
     m = keys.size
     w = int(0.04 * m)
     at = int(0.99 * (m - 1))
