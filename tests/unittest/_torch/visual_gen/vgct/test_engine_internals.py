@@ -429,17 +429,25 @@ def test_select_windows_fused_loop_every_code_level(engine, kind, level):
     tile (n % 512 != 0, n % 8 != 0).  A window counting one key too many or too few, or one
     inside key lost or stored twice, moves some rank by one and fails here."""
     rng = np.random.default_rng(37)
-    n = (1 << 18) + 4099
-    a, e = _window_data(kind, n, rng)
+    a, e = _window_data(kind, (1 << 18) + 4099, rng)
+    check_ranks_around_p99(engine, a, e, level, want_windows=True)
+
+
+def check_ranks_around_p99(engine, a, e, level, want_windows):
+    """At CPU code level `level`: compare()'s p99 window (presel -> reduce -> select) gives,
+    for every rank within 4% of the p99's and a few far ones (the extremes, the median),
+    exactly the float64 NumPy order statistic; want_windows: a window was predicted."""
     keys = _sorted_finite_absdiff(a, e)
     m = keys.size
     w = int(0.04 * m)
     at = int(0.99 * (m - 1))
-    ranks = sorted({r for r in range(at - w, at + w) if 0 <= r < m} | {0, m - 1})
-    engine.configure(level=level)  # before presel_new: it picks the loop's code level
+    far = {r for r in (0, 1, m // 2, m - 2, m - 1) if 0 <= r < m}
+    ranks = sorted({r for r in range(at - w, at + w) if 0 <= r < m} | far)
+    engine.configure(level=level)  # before presel_new: it picks the fused loop's code level
     ps, acc, got = _windows_select(engine, a, e, [0.99], ranks, 2)
-    assert ps and acc.n_finite == m
-    assert got.tobytes() == keys[ranks].tobytes(), (kind, level)
+    assert acc.n_finite == m
+    assert bool(ps) or not want_windows
+    assert got.tobytes() == keys[ranks].tobytes(), level
 
 
 @given(n=st.integers(1100, 6000), nv=st.integers(1, 12), tie=st.floats(0.0, 0.9),

@@ -1,4 +1,4 @@
-"""Gaps found reviewing 5279901..c026eb9: edge cases of the fused window loop (every code level),
+"""Edge cases of the fused window loop (every code level),
 u64_mselect's branch-free partition (through the window selection), and the host-side fast
 path of compare() (the C bridge's vectorcall fall-backs, the interned result keys)."""
 
@@ -8,7 +8,7 @@ import gc
 import numpy as np
 import pytest
 
-from test_engine_internals import _sorted_finite_absdiff, _windows_select
+from test_engine_internals import check_ranks_around_p99
 
 
 def _edge_data(kind, n, rng):
@@ -50,17 +50,8 @@ def test_select_windows_edge_keys_every_code_level(engine, kind, level):
     values only, and keys already sorted / reverse-sorted along the data.  Every rank around the
     p99 and the extremes equals the float64 NumPy order statistic, at every code level."""
     rng = np.random.default_rng(101)
-    n = (1 << 18) + 4099
-    a, e = _edge_data(kind, n, rng)
-    keys = _sorted_finite_absdiff(a, e)
-    m = keys.size
-    w = int(0.04 * m)
-    at = int(0.99 * (m - 1))
-    ranks = sorted({r for r in range(at - w, at + w) if 0 <= r < m} | {0, 1, m // 2, m - 2, m - 1})
-    engine.configure(level=level)
-    ps, acc, got = _windows_select(engine, a, e, [0.99], ranks, 2)
-    assert acc.n_finite == m
-    assert got.tobytes() == keys[ranks].tobytes(), (kind, level)
+    a, e = _edge_data(kind, (1 << 18) + 4099, rng)
+    check_ranks_around_p99(engine, a, e, level, want_windows=False)
 
 
 # ---- the host-side fast path (25fadb5) ------------------------------------------------------
