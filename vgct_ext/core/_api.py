@@ -68,12 +68,8 @@ def _tolerance(name: str, x: Any) -> float:
     raise TypeError(f"{name} must be a real number >= 0 (a float), got {type(x).__name__}")
 
 
-# compare's default quantiles: passed to _C as they are (a tuple of floats, checked by _C)
-_DEFAULT_QUANTILES = (0.99,)
-
-
 def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-3,
-            quantiles: Union[float, Iterable[float], None] = _DEFAULT_QUANTILES,
+            quantiles: Union[float, Iterable[float], None] = (0.99,),
             dim: Optional[int] = None) -> PairedStats:
     """Paired statistics of ``actual`` against the reference ``expected``, in one pass, float64.
 
@@ -124,22 +120,15 @@ def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-
         RuntimeError: a CUDA input with a build without CUDA, or a CUDA failure.
         MemoryError: the engine could not allocate its work space.
     """
-    # the common cases inline (the default quantiles, float tolerances); the same checks
-    # in the same order otherwise
-    qs = quantiles if quantiles is _DEFAULT_QUANTILES else _quantile_tuple(quantiles)
-    if type(rtol) is not float:
-        rtol = _tolerance("rtol", rtol)
-    if type(atol) is not float:
-        atol = _tolerance("atol", atol)
+    qs = _quantile_tuple(quantiles)
+    rtol, atol = _tolerance("rtol", rtol), _tolerance("atol", atol)
     a, e = actual, expected
     try:
         a, da = _dlpack.prepare(actual, argname="actual")
         e, de = _dlpack.prepare(expected, argname="expected")
         keep = _dlpack.pin(a, e)  # noqa: F841 - NumPy arrays cannot be resized until the call returns
-        if _dlpack.in_host_memory(a, e):  # what call_on_stream does for them, without its look-ups
-            d = _C.compare(a, e, rtol, atol, qs, dim, None, da, de)
-        else:
-            d = _compare_on_stream(a, e, rtol, atol, qs, dim, da, de)
+        d = _dlpack.call_on_stream(
+            (a, e), lambda s, xa, xe: _C.compare(xa, xe, rtol, atol, qs, dim, s, da, de))
     except Exception as exc:  # a refusal: named by _dlpack.explain, else as raised
         better = _dlpack.explain(exc, (("actual", actual, a), ("expected", expected, e)))
         if better is None:
@@ -149,15 +138,6 @@ def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-
         finally:
             del better  # no frame <-> exception cycle (the inputs would live until a GC pass)
     return PairedStats._from_c(d)
-
-
-def _compare_on_stream(a: Any, e: Any, rtol: float, atol: float, qs: tuple, dim: Any,
-                       da: Optional[str], de: Optional[str]) -> Dict[str, Any]:
-    """``_C.compare`` of the prepared inputs through :func:`_dlpack.call_on_stream` (CUDA
-    inputs, other producers).  A function of its own: the closure's variables are not cells
-    of :func:`compare`."""
-    return _dlpack.call_on_stream(
-        (a, e), lambda s, xa, xe: _C.compare(xa, xe, rtol, atol, qs, dim, s, da, de))
 
 
 def fingerprint(x: Any) -> int:

@@ -139,8 +139,7 @@ def prepare(x: Any, force_fp8_view: bool = False, argname: str = "x") -> Tuple[A
     x = x.detach()  # the alias torch's export holds (never the caller's tensor object)
     if x.is_neg():
         x = x.resolve_neg()  # a copy with the sign applied (torch exports the storage unsigned)
-    c = _torch_fp8  # _torch_fp8_dtypes(torch), its cache read here
-    if x.dtype in (c[1] if c is not None and c[0] is torch else _torch_fp8_dtypes(torch)):
+    if x.dtype in _torch_fp8_dtypes(torch):
         if force_fp8_view or not _torch_exports_fp8(torch):
             return x.view(torch.uint8), str(x.dtype).rpartition(".")[2]
     return x, None
@@ -267,23 +266,6 @@ def call_on_stream(xs: Tuple[Any, ...], fn: Callable[..., Any]) -> Any:
     return fn(None, *xs)
 
 
-def in_host_memory(a: Any, b: Any) -> bool:
-    """Whether ``a`` and ``b`` are each a NumPy ``ndarray`` or a plain ``torch.Tensor`` on the
-    CPU: the inputs for which :func:`call_on_stream` calls ``fn(None, a, b)`` at once
-    (:func:`_device` gives ``(1, 0)`` for each: host memory, no device guard, no stream).
-    ``compare`` then calls ``_C`` directly.  Anything else (CUDA tensors, subclasses, other
-    producers) gives False and goes through :func:`call_on_stream`."""
-    ta, tb = type(a), type(b)
-    if ta is _ndarray and tb is _ndarray:
-        return True
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
-    tt = getattr(torch, "Tensor", None)
-    return ((ta is _ndarray or (ta is tt and a.is_cpu))
-            and (tb is _ndarray or (tb is tt and b.is_cpu)))
-
-
 class _SameStreamExport:
     """A plain torch CUDA tensor whose current stream is the stream ``_C`` computes on,
     exported with ``__dlpack__(stream=-1)``.
@@ -364,6 +346,8 @@ def _stream_of(xs: Tuple[Any, ...], devs: Any) -> Optional[int]:
         except Exception:  # noqa: BLE001 - fall back to the legacy default stream
             pass
     return 1
+
+
 def device_guard(*xs: Any) -> ContextManager[Any]:
     """A context that makes the inputs' CUDA device current for the export and the call.
 

@@ -21,7 +21,6 @@ _PAIRED_FIELDS: Dict[type, Tuple[str, ...]] = {}  # PairedStats._from_c: field n
 # the fields of PairedStats holding a flat index from _C (PairedStats._from_c unravels them)
 _INDEX_FIELDS = ("max_abs_err_index", "max_rel_err_index", "worst_mismatch_index",
                  "first_class_mismatch_index")
-_MappingProxy = types.MappingProxyType
 
 
 def _unravel(flat: Optional[int], shape: Tuple[int, ...]) -> Optional[Index]:
@@ -241,10 +240,8 @@ class PairedStats:
         obj = cls.__new__(cls)
         state = obj.__dict__  # filled in place: one copy of ``d``, not two
         state.update(d)
-        if "dim" not in state:
-            state["dim"] = None
-        if "slices" not in state:
-            state["slices"] = None
+        state.setdefault("dim", None)
+        state.setdefault("slices", None)
         if names is None or len(state) != len(names):
             full = tuple(f.name for f in dataclasses.fields(cls))
             missing = [k for k in full if k not in state]
@@ -255,16 +252,13 @@ class PairedStats:
                 raise TypeError(f"PairedStats: _C.compare gave unknown fields {extra}")
             _PAIRED_FIELDS[cls] = full
         shape = state["shape"] = tuple(state["shape"])
-        one_d = len(shape) == 1
         for k in _INDEX_FIELDS:
-            v = state[k]
-            if v is not None:  # _unravel(None, shape) is None
-                state[k] = (v,) if one_d else _unravel(v, shape)
+            state[k] = _unravel(state[k], shape)
         sl = state["slices"]
         if sl is not None:
             state["slices"] = SliceStats(**sl)
         # frozen all the way down (as __post_init__): a read-only copy of the quantiles
-        state["quantiles"] = _MappingProxy(dict(state["quantiles"]))
+        state["quantiles"] = types.MappingProxyType(dict(state["quantiles"]))
         return obj
 
     def quantile(self, p: float) -> Optional[float]:

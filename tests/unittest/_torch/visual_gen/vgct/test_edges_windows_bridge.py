@@ -1,5 +1,5 @@
 """Edge cases of the fused window loop (every code level),
-u64_mselect's branch-free partition (through the window selection), and the host-side fast
+u64_mselect's branch-free partition (through the window selection), and the host-side
 path of compare() (the C bridge's vectorcall fall-backs, the interned result keys)."""
 
 import gc
@@ -54,7 +54,7 @@ def test_select_windows_edge_keys_every_code_level(engine, kind, level):
     check_ranks_around_p99(engine, a, e, level, want_windows=False)
 
 
-# ---- the host-side fast path (25fadb5) ------------------------------------------------------
+# ---- the host-side call path ------------------------------------------------------
 
 def _stats_repr(s):
     return repr(s.as_dict())
@@ -134,10 +134,10 @@ def test_vectorcall_fallbacks_kwargs_and_positional_only_producers():
 
 
 @pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
-def test_fast_path_equals_the_stream_path_for_host_inputs():
-    """compare() calls _C directly for ndarray / plain CPU tensors (_dlpack.in_host_memory);
-    the oracle is the same call through _dlpack.call_on_stream (the 5279901 route) for
-    ndarray subclasses, torch subclasses, Parameters, tensors requiring grad, negative-bit views."""
+def test_compare_equals_the_stream_call_for_host_inputs():
+    """compare() (its inline tolerance and default-quantile checks, its prepared inputs) equals
+    the raw _C.compare call through _dlpack.call_on_stream for ndarray subclasses, torch
+    subclasses, Parameters, tensors requiring grad, negative-bit views and mixed inputs."""
     torch = pytest.importorskip("torch")
     from vgct_ext import _C, compare
     from vgct_ext.core import _dlpack
