@@ -6,7 +6,10 @@ without the default p99) it prints the mean device duration of each activity nam
 span of one call (first activity start to last activity end) and the host wall time of the call. Not a
 test; a diagnostic for issue #13's small-call rows (docs/performance.md).
 
-    python bench/gpu_kernels.py [--sizes 10,20] [--reps 5]
+With --timeline it also prints the last call's activities in order: start offset from the call's first
+activity, duration, and the idle gap before each (where the device waited for the host).
+
+    python bench/gpu_kernels.py [--sizes 10,20] [--reps 5] [--timeline]
 """
 import argparse
 import collections
@@ -45,23 +48,27 @@ def one_case(a, e, q, reps):
     evs = [ev for ev in prof.events() if ev.device_type == torch.autograd.DeviceType.CUDA]
     evs.sort(key=lambda ev: ev.time_range.start)
     per = collections.defaultdict(list)
-    spans, cur = [], []
+    spans, cur, last = [], [], []
     for ev in evs:
         if "bitwise_not" in ev.name:
             if cur:
                 spans.append(max(x.time_range.end for x in cur) - cur[0].time_range.start)
+                last = cur
             cur = []
             continue
         cur.append(ev)
         per[short(ev.name)].append(ev.time_range.end - ev.time_range.start)
     span = statistics.median(spans) if spans else 0.0
-    return per, span, statistics.median(walls)
+    return per, span, statistics.median(walls), last
+
+
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="10,16,20,22")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--timeline", action="store_true", help="the last call's activities in order")
     args = ap.parse_args()
     print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}")
     for lg in [int(s) for s in args.sizes.split(",")]:
@@ -69,13 +76,21 @@ def main():
         a = (e32 + 1e-3 * torch.randn_like(e32)).to(torch.bfloat16)
         e = e32.to(torch.bfloat16)
         for q in (None, (0.99,)):
-            per, span, wall = one_case(a, e, q, args.reps)
+            per, span, wall, last = one_case(a, e, q, args.reps)
             tot = sum(sum(v) for v in per.values()) / args.reps
             print(f"== 2^{lg} bf16 quantiles={q}: host wall {wall:.1f} us (median), device busy {tot:.1f} "
                   f"us a call, device span of a call {span:.1f} us (first start to last end)")
             for k, v in sorted(per.items(), key=lambda kv: -sum(kv[1])):
                 print(f"   {sum(v) / args.reps:8.1f} us  x{len(v) / args.reps:4.1f}  "
                       f"mean {statistics.mean(v):7.1f}  {k}")
+            if args.timeline and last:
+                t0, prev = last[0].time_range.start, last[0].time_range.start
+                print("   timeline of one call: start, duration, idle before (us)")
+                for ev in last:
+                    r = ev.time_range
+                    print(f"   {r.start - t0:8.1f} {r.end - r.start:8.1f} {max(0.0, r.start - prev):8.1f}  "
+                          f"{short(ev.name)}")
+                    prev = max(prev, r.end)
 
 
 if __name__ == "__main__":

@@ -853,17 +853,31 @@ __device__ __forceinline__ void vg_block_merge(VAcc *sm) {
   else vg_block_merge_fields<NT>(sm);
 }
 
-/* "Last block done" detection (the threadFenceReduction pattern of the CUDA
- * samples): every block publishes its partial, fences, and bumps an integer
+/* "Last block done" detection: every block publishes its partial (any
+ * thread, any number of global writes or atomics), then arrives on an integer
  * counter; the block that sees gridDim-1 merges all partials in a fixed order
- * and resets the counter for the next launch.  Integer atomics only. */
+ * and resets the counter for the next launch.  The arrival is the pattern of
+ * cooperative_groups' grid barrier (cooperative_groups/details/sync.h, sm_70
+ * and later): a block barrier, then one thread's atom.add.acq_rel.gpu -- its
+ * release half orders every write the block made before the barrier (PTX ISA,
+ * "Memory Consistency Model": causality order is transitive through bar.sync,
+ * and a release at gpu scope is cumulative), its acquire half makes the
+ * other blocks' writes visible to the last block, which reads them with
+ * ld.global.cg (L2) after the second barrier.  Trade-off against the CUDA
+ * samples' threadFenceReduction form (__threadfence(), a fence.sc.gpu, in
+ * every thread, then the atomic): the same guarantee with one acq_rel atomic
+ * a block; measured on an H200 (2026-12-01, bench/gpu_kernels.py): a one-block
+ * k_sel_buf 7.5 -> 7.2 us, k_sel_data 18.3 -> 17.6 us -- the fences were not
+ * what holds those kernels (their serial scan is; docs/performance.md). */
 __device__ __forceinline__ bool vg_last_block(unsigned *counter) {
   __shared__ bool last;
-  __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
+  if (threadIdx.x == 0) {
+    unsigned old;
+    asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(counter), "r"(1u) : "memory");
+    last = old == gridDim.x - 1;
+  }
   __syncthreads();
-  if (last) __threadfence();
   return last;
 }
 
