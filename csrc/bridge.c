@@ -33,7 +33,7 @@
  * the keyword names of call_dlpack's three attempts.  Building them per call
  * (creating, decoding, hashing and interning each string, a keyword dict per
  * export) was a large part of a small compare's C time. */
-static PyObject *str_dlpack, *str_dlpack_device, *max_version;
+static PyObject *str_dlpack, *str_dlpack_device, *str_exchange_api, *max_version;
 static PyObject *kwnames[3]; /* (stream, max_version, copy), (stream, max_version), (stream,) */
 
 int vgct_bridge_init(void) {
@@ -41,6 +41,7 @@ int vgct_bridge_init(void) {
   PyObject *s_stream = NULL, *s_max_version = NULL, *s_copy = NULL;
   if ((str_dlpack = PyUnicode_InternFromString("__dlpack__")) == NULL ||
       (str_dlpack_device = PyUnicode_InternFromString("__dlpack_device__")) == NULL ||
+      (str_exchange_api = PyUnicode_InternFromString("__dlpack_c_exchange_api__")) == NULL ||
       (max_version = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION)) == NULL ||
       (s_stream = PyUnicode_InternFromString("stream")) == NULL ||
       (s_max_version = PyUnicode_InternFromString("max_version")) == NULL ||
@@ -50,6 +51,7 @@ int vgct_bridge_init(void) {
       (kwnames[2] = PyTuple_Pack(1, s_stream)) == NULL) {
     Py_CLEAR(str_dlpack);
     Py_CLEAR(str_dlpack_device);
+    Py_CLEAR(str_exchange_api);
     Py_CLEAR(max_version);
     Py_CLEAR(kwnames[0]);
     Py_CLEAR(kwnames[1]);
@@ -211,6 +213,8 @@ static int device_field(PyObject *o, const char *argname, const char *what, long
  * replace the error); BufferError for any other device type; whatever the
  * attribute look-up or __dlpack_device__() itself raised.
  */
+static int device_from_dl(long type, long id, const char *argname, vgct_device *dev);
+
 int vgct_bridge_device(PyObject *obj, const char *argname, vgct_device *dev) {
   PyObject *m = protocol_method(obj, argname, str_dlpack, "__dlpack__");
   if (m == NULL) return -1;
@@ -257,6 +261,14 @@ int vgct_bridge_device(PyObject *obj, const char *argname, vgct_device *dev) {
                  type);
     return -1;
   }
+  return device_from_dl(type, id, argname, dev);
+}
+
+/* The vgct_device of DLPack device (type, id), as reported by the producer
+ * (__dlpack_device__, or a DLTensor's device): host memory (kDLCPU,
+ * kDLCUDAHost) or a CUDA ordinal (kDLCUDA, kDLCUDAManaged).  Returns 0, or -1
+ * with a BufferError naming the device. */
+static int device_from_dl(long type, long id, const char *argname, vgct_device *dev) {
   dev->dl_type = (int)type;
   dev->dl_id = (int)id;
   switch (type) {
@@ -693,6 +705,87 @@ int vgct_bridge_import(PyObject *obj, const char *argname, const vgct_device *de
   out->managed = ptr;
   out->versioned = versioned;
   Py_DECREF(cap); /* renamed: its destructor leaves the tensor to us */
+  return 0;
+}
+
+/*
+ * vgct_bridge_import_exchange -- vgct_bridge_import through the producer's C
+ * exchange API ([X]: dlpack.h 1.3, "DLPackExchangeAPI"; the Python
+ * specification's __dlpack_c_exchange_api__): the tensor is exported by a C
+ * call, with no Python call into the producer (no __dlpack_device__, no
+ * __dlpack__, no capsule).  For torch, whose Python __dlpack__ and
+ * __dlpack_device__ were ~4 us a tensor of a small call.
+ *
+ * Taken only when all of these hold; otherwise it returns 0 with nothing held
+ * and no exception, and the caller goes the __dlpack__ way, which reports the
+ * producer's own errors in the spec's form (torch: BufferError):
+ *  1. obj's own type -- not a base class: [X] "Must have the same type as the
+ *     one the DLPackExchangeAPI was discovered from", and a subclass may
+ *     override __dlpack__ -- has __dlpack_c_exchange_api__ in its dict, a
+ *     capsule named "dlpack_exchange_api" whose table has header major
+ *     version 1 and both functions used here;
+ *  2. the export succeeds (an exception it sets is cleared) and gives major
+ *     version 1 ([C]);
+ *  3. the streams need no synchronisation ([X]: the export "does not perform
+ *     any stream synchronization.  The consumer should query
+ *     DLPackCurrentWorkStream to get the current work stream and launch
+ *     kernels on it"): host memory (kDLCPU, kDLCUDAHost) read with stream
+ *     None, or kDLCUDA memory whose device's current work stream IS `stream`,
+ *     the one the engine computes on (0 and 1 both the legacy default).
+ *     Anything else -- another stream, managed memory -- is left to
+ *     __dlpack__(stream=...), which orders the producer's work first.
+ * The device comes from the DLTensor (dev is set); fill_view checks the rest
+ * exactly as for a capsule.  Returns 1 with *out holding the tensor, or -1
+ * with fill_view's exception set and nothing held.
+ */
+int vgct_bridge_import_exchange(PyObject *obj, const char *argname, PyObject *stream_obj,
+                                uintptr_t stream, int dtype_override, vgct_device *dev,
+                                vgct_import *out) {
+  out->managed = NULL;
+  out->versioned = 0;
+  PyObject *tdict = Py_TYPE(obj)->tp_dict; /* borrowed; the type's own attributes */
+  if (tdict == NULL || !PyDict_CheckExact(tdict)) return 0;
+  PyObject *cap = PyDict_GetItemWithError(tdict, str_exchange_api); /* borrowed */
+  if (cap == NULL) {
+    PyErr_Clear();
+    return 0;
+  }
+  if (!PyCapsule_IsValid(cap, "dlpack_exchange_api")) return 0;
+  const DLPackExchangeAPI *api = (const DLPackExchangeAPI *)PyCapsule_GetPointer(cap, "dlpack_exchange_api");
+  if (api == NULL || api->header.version.major != DLPACK_MAJOR_VERSION ||
+      api->managed_tensor_from_py_object_no_sync == NULL || api->current_work_stream == NULL) {
+    PyErr_Clear();
+    return 0;
+  }
+  DLManagedTensorVersioned *mv = NULL;
+  if (api->managed_tensor_from_py_object_no_sync((void *)obj, &mv) != 0 || mv == NULL) {
+    PyErr_Clear();
+    return 0;
+  }
+  vgct_import tmp = {mv, 1, {0}}; /* released on every path that does not keep it */
+  if (mv->version.major != DLPACK_MAJOR_VERSION) goto not_taken;
+  const DLDevice d = mv->dl_tensor.device;
+  if (d.device_type == kDLCPU || d.device_type == kDLCUDAHost) {
+    if (stream_obj != NULL && stream_obj != Py_None) goto not_taken; /* __dlpack__ path refuses it */
+  } else if (d.device_type == kDLCUDA) {
+    void *cur = NULL;
+    if (api->current_work_stream(kDLCUDA, d.device_id, &cur) != 0) goto not_taken;
+    const uintptr_t c = (uintptr_t)cur;
+    if (!(c == stream || (c <= 1 && stream <= 1))) goto not_taken;
+  } else {
+    goto not_taken;
+  }
+  if (device_from_dl((long)d.device_type, (long)d.device_id, argname, dev) < 0 ||
+      fill_view(&mv->dl_tensor, argname, dev, dtype_override, &out->view) < 0) {
+    vgct_import_release(&tmp); /* keeps fill_view's exception */
+    return -1;
+  }
+  out->managed = mv;
+  out->versioned = 1;
+  return 1;
+not_taken:
+  PyErr_Clear();
+  vgct_import_release(&tmp);
   return 0;
 }
 

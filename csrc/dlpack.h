@@ -5,7 +5,9 @@
  * "C API" and "Python specification for DLPack"), Apache-2.0 licensed spec.
  * Only what a consumer needs is declared: the device and dtype enums, DLTensor,
  * the legacy DLManagedTensor and the versioned DLManagedTensorVersioned with its
- * flags.  The layouts are ABI and must match the spec bit for bit.
+ * flags, and (DLPack 1.3, "DLPack __dlpack_c_exchange_api__ fast exchange
+ * protocol") the producer's function table DLPackExchangeAPI.  The layouts are
+ * ABI and must match the spec bit for bit.
  */
 #ifndef VGCT_DLPACK_H_
 #define VGCT_DLPACK_H_
@@ -104,6 +106,30 @@ typedef struct DLManagedTensorVersioned {
   uint64_t flags;
   DLTensor dl_tensor;
 } DLManagedTensorVersioned;
+
+/* The C exchange API (DLPack 1.3): a producer's type carries, as the
+ * attribute __dlpack_c_exchange_api__, a PyCapsule named "dlpack_exchange_api"
+ * holding a process-lifetime DLPackExchangeAPI.  Its functions take the
+ * Python object as void*, need the GIL, return 0 on success and -1 with a
+ * Python exception set, and never synchronise streams: the consumer asks
+ * current_work_stream for the producer's current stream and computes on it.
+ * The members a consumer does not call are declared as opaque pointers. */
+typedef struct DLPackExchangeAPIHeader {
+  DLPackVersion version;                   /* the consumer checks major      */
+  struct DLPackExchangeAPIHeader *prev_api; /* an older table, or NULL       */
+} DLPackExchangeAPIHeader;
+
+typedef struct DLPackExchangeAPI {
+  DLPackExchangeAPIHeader header;
+  void *managed_tensor_allocator;
+  /* obj (exactly the type the table came from) -> an owning
+     DLManagedTensorVersioned*, no stream synchronisation */
+  int (*managed_tensor_from_py_object_no_sync)(void *py_object, DLManagedTensorVersioned **out);
+  void *managed_tensor_to_py_object_no_sync;
+  void *dltensor_from_py_object_no_sync;
+  /* the producer's current stream on a device (NULL on the CPU) */
+  int (*current_work_stream)(int32_t device_type, int32_t device_id, void **out_current_stream);
+} DLPackExchangeAPI;
 
 #ifdef __cplusplus
 }

@@ -582,12 +582,18 @@ int vgpy_open_pair(PyObject *actual, PyObject *expected, PyObject *stream_obj,
   if (dta == -2) return -1;
   int dte = vgpy_parse_dtype_override("dtype_expected", dte_obj);
   if (dte == -2) return -1;
+  /* each input through its producer's C exchange API when it can be (no
+     Python call into the producer), else __dlpack_device__ + __dlpack__ */
   vgct_device da, de;
-  if (vgct_bridge_device(actual, "actual", &da) < 0) return -1;
-  if (vgct_bridge_device(expected, "expected", &de) < 0) return -1;
-  if (vgpy_check_devices(&da, &de) < 0) return -1;
-  if (vgct_bridge_import(actual, "actual", &da, stream_obj, dta, ia) < 0) goto fail;
-  if (vgct_bridge_import(expected, "expected", &de, stream_obj, dte, ie) < 0) goto fail;
+  const int xa = vgct_bridge_import_exchange(actual, "actual", stream_obj, *stream, dta, &da, ia);
+  if (xa < 0) return -1;
+  const int xe = vgct_bridge_import_exchange(expected, "expected", stream_obj, *stream, dte, &de, ie);
+  if (xe < 0) goto fail;
+  if (!xa && vgct_bridge_device(actual, "actual", &da) < 0) goto fail;
+  if (!xe && vgct_bridge_device(expected, "expected", &de) < 0) goto fail;
+  if (vgpy_check_devices(&da, &de) < 0) goto fail;
+  if (!xa && vgct_bridge_import(actual, "actual", &da, stream_obj, dta, ia) < 0) goto fail;
+  if (!xe && vgct_bridge_import(expected, "expected", &de, stream_obj, dte, ie) < 0) goto fail;
   const vgct_view *a = &ia->view, *e = &ie->view;
   int same = a->ndim == e->ndim;
   for (int k = 0; same && k < a->ndim; ++k) same = a->shape[k] == e->shape[k];

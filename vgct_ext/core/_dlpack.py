@@ -299,13 +299,14 @@ def _same_stream_exports(xs: Tuple[Any, ...], devs: Any, stream: Optional[int]) 
     """``xs`` with each plain torch CUDA tensor whose current stream on its device is
     ``stream`` (0 counted as 1, the legacy default) wrapped in :class:`_SameStreamExport`;
     every other input unchanged (CuPy arrays, torch subclasses, tensors on another stream:
-    their producers synchronise as the spec says)."""
+    their producers synchronise as the spec says; a torch whose Tensor type has the DLPack C
+    exchange API: ``_C`` takes that path, see :func:`_has_exchange_api`)."""
     if stream is None:
         return xs
     out = []
     for x, d in zip(xs, devs):
         torch = sys.modules.get("torch") if d is not None and d[0] == _KDLCUDA else None
-        if torch is not None and type(x) is getattr(torch, "Tensor", None):
+        if torch is not None and type(x) is getattr(torch, "Tensor", None) and not _has_exchange_api(type(x)):
             try:
                 h = _torch_stream(torch, x)
             except Exception:  # noqa: BLE001 - leave the export to torch's own path
@@ -314,6 +315,15 @@ def _same_stream_exports(xs: Tuple[Any, ...], devs: Any, stream: Optional[int]) 
                 x = _SameStreamExport(x, d)
         out.append(x)
     return tuple(out)
+
+
+def _has_exchange_api(tp: type) -> bool:
+    """Whether ``tp`` itself (not a base class) carries the DLPack C exchange API
+    (``__dlpack_c_exchange_api__``, DLPack 1.3; torch from 2.10): ``_C`` then exports its
+    tensors by a C call and checks itself that the producer's current stream is the one it
+    computes on (``vgct_bridge_import_exchange`` in csrc/bridge.c), so no
+    :class:`_SameStreamExport` is needed."""
+    return "__dlpack_c_exchange_api__" in tp.__dict__
 
 
 def consumer_stream(*xs: Any) -> Optional[int]:

@@ -818,3 +818,58 @@ def test_lean_and_fast_reduce_agree(dt_a, dt_e, shape, layout, lean_max):
         if k is not None:
             assert out[mode].max_abs_err_index == tuple(int(i) for i in np.unravel_index(k, a.shape)), mode
     assert_same_stats(out["lean"], out["fast"])
+
+
+# ---- the DLPack C exchange API on CUDA (csrc/bridge.c vgct_bridge_import_exchange) ----------
+
+def _torch_exchange_api():
+    if "__dlpack_c_exchange_api__" not in torch.Tensor.__dict__:
+        pytest.skip(f"torch {torch.__version__} has no DLPack C exchange API (torch < 2.10)")
+
+
+def test_exchange_api_on_the_current_stream_reads_what_the_stream_wrote(monkeypatch):
+    """A plain torch CUDA tensor whose device's current stream is the stream compare() computes on
+    is exported by the C table (torch's __dlpack__ / __dlpack_device__ never called: patched to
+    fail) with no synchronisation -- on the default stream and on a side stream made current,
+    the pair written by kernels queued just before on that stream, read right after."""
+    _torch_exchange_api()
+
+    def refuse(self, *a, **k):
+        raise AssertionError("__dlpack__/__dlpack_device__ called on the exchange path")
+
+    monkeypatch.setattr(torch.Tensor, "__dlpack__", refuse)
+    monkeypatch.setattr(torch.Tensor, "__dlpack_device__", refuse)
+    side = torch.cuda.Stream()
+    for stream in (torch.cuda.current_stream(), side):
+        with torch.cuda.stream(stream):
+            e = torch.randn(1 << 20, device="cuda", dtype=torch.float32)
+            torch.cuda._sleep(2_000_000)  # keep the stream busy: a missing order would read early
+            a = (e + 1e-3 * torch.randn_like(e)).to(torch.bfloat16)
+            g = check3(a, e, quantiles=(0.5, 0.99))
+        assert g.n == 1 << 20
+
+
+def test_exchange_api_on_another_stream_goes_through_dunder_dlpack(monkeypatch):
+    """compare() on a stream that is not the tensors' current stream (an explicit stream= to
+    _C.compare) must not take the no-synchronisation export: torch's __dlpack__(stream=...)
+    orders its work first.  The spy counts the calls; the values match the CPU engine."""
+    _torch_exchange_api()
+    from vgct_ext import _C
+
+    calls = []
+    real = torch.Tensor.__dlpack__
+
+    def spy(self, *a, **k):
+        calls.append(k.get("stream"))
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(torch.Tensor, "__dlpack__", spy)
+    e = torch.randn(4096, device="cuda", dtype=torch.float32)
+    a = e + 1e-3
+    other = torch.cuda.Stream()
+    got = _C.compare(a, e, quantiles=(), stream=other.cuda_stream)
+    torch.cuda.synchronize()
+    assert calls == [other.cuda_stream, other.cuda_stream]
+    ref = _C.compare(a.cpu(), e.cpu(), quantiles=())
+    assert got["max_abs_err"] == ref["max_abs_err"] and got["mismatches"] == ref["mismatches"]
+    assert got["rel_l2"] == pytest.approx(ref["rel_l2"], rel=1e-12)

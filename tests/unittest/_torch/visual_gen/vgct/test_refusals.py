@@ -424,6 +424,12 @@ def test_same_stream_export_asks_torch_for_no_synchronisation_only_on_its_own_st
 
     monkeypatch.setattr(torch.Tensor, "__dlpack__", spy)
     monkeypatch.setattr(_dlpack, "_torch_cuda_fns", (torch, lambda: 0, lambda index: 0x77))
+    # a torch whose Tensor has the DLPack C exchange API: the tensor itself goes to _C, which
+    # exports it by the C call and checks the stream itself (test_exchange_api.py)
+    monkeypatch.setattr(_dlpack, "_has_exchange_api", lambda tp: True)
+    assert _dlpack._same_stream_exports((x,), [(2, 0)], 0x77)[0] is x
+    # a torch without it: the wrapper
+    monkeypatch.setattr(_dlpack, "_has_exchange_api", lambda tp: False)
     (w,) = _dlpack._same_stream_exports((x,), [(2, 0)], 0x77)
     assert isinstance(w, _dlpack._SameStreamExport) and w.__dlpack_device__() == (2, 0)
     cap = w.__dlpack__(stream=0x77, max_version=(1, 0), copy=False)
