@@ -55,13 +55,14 @@ def _quantile_tuple(quantiles: Any) -> tuple:
 def _tolerance(name: str, x: Any) -> float:
     """``rtol`` / ``atol`` as a float for ``_C`` (which checks finite and >= 0): a real
     number -- Python or NumPy scalar, or a 0-d array/tensor -- never a bool or a string
-    (TypeError naming the argument)."""
+    (TypeError naming the argument).  ``-0.0`` becomes ``0.0`` (``x + 0.0``), the same
+    tolerance, so that the result reports it as the zero it is."""
     if type(x) is float:
-        return x
+        return x + 0.0
     if not _is_bool(x) and not isinstance(x, (str, bytes)) and (
             isinstance(x, numbers.Real) or getattr(x, "ndim", None) == 0):
         try:
-            return float(x)
+            return float(x) + 0.0
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{name} must be a real number >= 0 (a float), got "
                             f"{type(x).__name__}") from exc

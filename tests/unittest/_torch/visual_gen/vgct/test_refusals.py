@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -320,6 +321,17 @@ def test_tolerances_in_numpy_forms_are_the_same_tolerance(tol):
     t = float(tol)
     want = int(np.count_nonzero(np.abs(a - e) > t + t * np.abs(e)))
     assert s.rtol == s.atol == t and s.mismatches == want
+
+
+@pytest.mark.parametrize("zero", [-0.0, np.float64(-0.0), np.array(-0.0), 0.0])
+def test_a_negative_zero_tolerance_is_reported_as_zero(zero):
+    """rtol = atol = -0.0 is the tolerance 0 (every unequal pair mismatches) and is reported as
+    +0.0, not -0.0 (a report or a recorded bar must not carry the sign of a zero)."""
+    a = np.array([0.0, 1.0, 2.0, 3.0])
+    e = np.array([0.0, 1.0, 2.5, 3.0 + 2.0 ** -50])
+    s = vgct_ext.compare(a, e, rtol=zero, atol=zero)
+    assert s.mismatches == int(np.count_nonzero(a != e)) == 2
+    assert math.copysign(1.0, s.rtol) == math.copysign(1.0, s.atol) == 1.0 and s.rtol == s.atol == 0.0
 
 
 # -- 4. masked arrays: refused, never compared with the mask ignored ------------------------------
