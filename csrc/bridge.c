@@ -708,6 +708,21 @@ int vgct_bridge_import(PyObject *obj, const char *argname, const vgct_device *de
   return 0;
 }
 
+/* After a producer's exchange function failed (or left an exception set):
+ * 0 when the failure is a refusal that the __dlpack__ path will report in the
+ * producer's own words -- no exception, or an Exception other than
+ * MemoryError (cleared); -1 when the exception must propagate as it is
+ * (KeyboardInterrupt, SystemExit, MemoryError: the __dlpack__ path lets them
+ * through too). */
+static int exchange_refusal(void) {
+  if (!PyErr_Occurred()) return 0;
+  if (PyErr_ExceptionMatches(PyExc_Exception) && !PyErr_ExceptionMatches(PyExc_MemoryError)) {
+    PyErr_Clear();
+    return 0;
+  }
+  return -1;
+}
+
 /*
  * vgct_bridge_import_exchange -- vgct_bridge_import through the producer's C
  * exchange API ([X]: dlpack.h 1.3, "DLPackExchangeAPI"; the Python
@@ -724,8 +739,10 @@ int vgct_bridge_import(PyObject *obj, const char *argname, const vgct_device *de
  *     override __dlpack__ -- has __dlpack_c_exchange_api__ in its dict, a
  *     capsule named "dlpack_exchange_api" whose table has header major
  *     version 1 and both functions used here;
- *  2. the export succeeds (an exception it sets is cleared) and gives major
- *     version 1 ([C]);
+ *  2. the export succeeds -- returns 0 with a tensor and no exception set --
+ *     and gives major version 1 ([C]); a failure's Exception is cleared
+ *     (the fallback reports the producer's refusal), but KeyboardInterrupt,
+ *     SystemExit and MemoryError propagate (exchange_refusal);
  *  3. the streams need no synchronisation ([X]: the export "does not perform
  *     any stream synchronization.  The consumer should query
  *     DLPackCurrentWorkStream to get the current work stream and launch
@@ -736,7 +753,8 @@ int vgct_bridge_import(PyObject *obj, const char *argname, const vgct_device *de
  *     __dlpack__(stream=...), which orders the producer's work first.
  * The device comes from the DLTensor (dev is set); fill_view checks the rest
  * exactly as for a capsule.  Returns 1 with *out holding the tensor, or -1
- * with fill_view's exception set and nothing held.
+ * with an exception set and nothing held (fill_view's, or the producer's
+ * KeyboardInterrupt / SystemExit / MemoryError).
  */
 int vgct_bridge_import_exchange(PyObject *obj, const char *argname, PyObject *stream_obj,
                                 uintptr_t stream, int dtype_override, vgct_device *dev,
@@ -746,21 +764,25 @@ int vgct_bridge_import_exchange(PyObject *obj, const char *argname, PyObject *st
   PyObject *tdict = Py_TYPE(obj)->tp_dict; /* borrowed; the type's own attributes */
   if (tdict == NULL || !PyDict_CheckExact(tdict)) return 0;
   PyObject *cap = PyDict_GetItemWithError(tdict, str_exchange_api); /* borrowed */
-  if (cap == NULL) {
-    PyErr_Clear();
-    return 0;
-  }
+  if (cap == NULL) return PyErr_Occurred() ? -1 : 0;
   if (!PyCapsule_IsValid(cap, "dlpack_exchange_api")) return 0;
   const DLPackExchangeAPI *api = (const DLPackExchangeAPI *)PyCapsule_GetPointer(cap, "dlpack_exchange_api");
   if (api == NULL || api->header.version.major != DLPACK_MAJOR_VERSION ||
-      api->managed_tensor_from_py_object_no_sync == NULL || api->current_work_stream == NULL) {
-    PyErr_Clear();
+      api->managed_tensor_from_py_object_no_sync == NULL || api->current_work_stream == NULL)
     return 0;
-  }
+  /* The table is read here and never again: the capsule is only borrowed from
+     the type's dict, and an export that runs Python could drop it (a producer
+     breaking [X]'s process-lifetime rule must not make us read freed memory). */
+  int (*const export_fn)(void *, DLManagedTensorVersioned **) = api->managed_tensor_from_py_object_no_sync;
+  int (*const stream_fn)(int32_t, int32_t, void **) = api->current_work_stream;
   DLManagedTensorVersioned *mv = NULL;
-  if (api->managed_tensor_from_py_object_no_sync((void *)obj, &mv) != 0 || mv == NULL) {
-    PyErr_Clear();
-    return 0;
+  const int xrc = export_fn((void *)obj, &mv);
+  if (xrc != 0 || mv == NULL || PyErr_Occurred()) { /* failed, or "succeeded" with an exception set */
+    if (xrc == 0 && mv != NULL) {
+      vgct_import t = {mv, 1, {0}};
+      vgct_import_release(&t); /* keeps the pending exception */
+    }
+    return exchange_refusal() < 0 ? -1 : 0;
   }
   vgct_import tmp = {mv, 1, {0}}; /* released on every path that does not keep it */
   if (mv->version.major != DLPACK_MAJOR_VERSION) goto not_taken;
@@ -769,7 +791,7 @@ int vgct_bridge_import_exchange(PyObject *obj, const char *argname, PyObject *st
     if (stream_obj != NULL && stream_obj != Py_None) goto not_taken; /* __dlpack__ path refuses it */
   } else if (d.device_type == kDLCUDA) {
     void *cur = NULL;
-    if (api->current_work_stream(kDLCUDA, d.device_id, &cur) != 0) goto not_taken;
+    if (stream_fn(kDLCUDA, d.device_id, &cur) != 0 || PyErr_Occurred()) goto not_taken;
     const uintptr_t c = (uintptr_t)cur;
     if (!(c == stream || (c <= 1 && stream <= 1))) goto not_taken;
   } else {
@@ -784,9 +806,8 @@ int vgct_bridge_import_exchange(PyObject *obj, const char *argname, PyObject *st
   out->versioned = 1;
   return 1;
 not_taken:
-  PyErr_Clear();
-  vgct_import_release(&tmp);
-  return 0;
+  vgct_import_release(&tmp); /* keeps a pending exception for exchange_refusal */
+  return exchange_refusal() < 0 ? -1 : 0;
 }
 
 /*

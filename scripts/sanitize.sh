@@ -3,7 +3,7 @@
 # -fsanitize=address,undefined (UBSan fatal: -fno-sanitize-recover), and the ctypes engine harness
 # of the tests the same way (VGCT_TEST_CFLAGS), into a scratch folder, then runs the bridge and
 # engine tests against that build with the ASan runtime preloaded into python.
-#   bash scripts/sanitize.sh                 # test_bridge.py + test_engine_internals.py + test_quantiles.py
+#   bash scripts/sanitize.sh                 # test_bridge.py + test_exchange_*.py + test_engine_internals.py + test_quantiles.py
 #   bash scripts/sanitize.sh -k overflow     # extra pytest arguments
 # Leak detection is off (CPython's own allocations at exit are not ours); every use-after-free,
 # out-of-bounds access, double free and undefined behaviour in csrc/ fails the run.
@@ -46,5 +46,6 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 T="$PWD/tests/unittest/_torch/visual_gen/vgct"
 cd "$scratch" # not the tree's root: its vgct_ext/ (the unsanitized _C) would come first on sys.path
 LD_PRELOAD="$runtime" "$PY" -c "import vgct_ext, sys; f = vgct_ext._C.__file__; print('sanitized _C:', f); sys.exit(0 if f.startswith('$scratch') else 1)"
-LD_PRELOAD="$runtime" "$PY" -m pytest -q -p no:cacheprovider "$T/test_bridge.py" "$T/test_engine_internals.py" \
+LD_PRELOAD="$runtime" "$PY" -m pytest -q -p no:cacheprovider "$T/test_bridge.py" "$T/test_exchange_api.py" \
+  "$T/test_exchange_attacks.py" "$T/test_engine_internals.py" \
   "$T/test_quantiles.py" -k "not ctrl_c" "$@"
