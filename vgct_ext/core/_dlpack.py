@@ -37,8 +37,12 @@ can only exist once torch is imported):
   ``torch._C._cuda_getCurrentRawStream``, looked up once per process; the
   public ``torch.cuda`` functions when a torch lacks them), never cached
   themselves: the current stream can change between calls.  A plain torch
-  tensor whose current stream IS that consumer stream is exported with
-  ``__dlpack__(stream=-1)`` (:class:`_SameStreamExport`: nothing to
+  tensor is handed to ``_C`` as it is when torch's Tensor type has the DLPack
+  C exchange API (torch >= 2.10): ``_C`` exports it by a C call and takes
+  that path only when the tensor's current stream is the consumer stream
+  (csrc/bridge.c, ``vgct_bridge_import_exchange``).  With an older torch, a
+  plain torch tensor whose current stream IS that consumer stream is exported
+  with ``__dlpack__(stream=-1)`` (:class:`_SameStreamExport`: nothing to
   synchronise, so torch is not asked to);
 * a refusal -- by the producer (``__dlpack__`` raising) or by ``_C`` -- is
   re-raised by :func:`explain` naming the argument (``actual`` /
