@@ -613,8 +613,11 @@ def tighten_t1(bars: Any, tighten: Optional[float], stats: Any, *, component: st
     session = _context.current_session()
     extra: Dict[str, Any] = {"tighten": k, "evidence": str(path), "evidence_key": key}
     if session is not None and session.calibrate:
-        add_calibration_run(session, path, key, stratum, stats, floor_statistics(stats), component=component,
-                            feature=feature, case=label, dim=None, kind="t1_floor")
+        from .gates import _EXPECTING
+
+        if not _EXPECTING[0]:  # a planted fault's run (expect_gate_failure) is never a floor
+            add_calibration_run(session, path, key, stratum, stats, floor_statistics(stats), component=component,
+                                feature=feature, case=label, dim=None, kind="t1_floor")
         extra["calibrating"] = True
         return bars, extra
     entry, why = _find_entry(path, key, stratum, "T1 floor")

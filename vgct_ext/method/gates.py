@@ -291,6 +291,13 @@ class GateFailure(AssertionError):
         return [c.statistic for c in self.checks if c.gating and not c.passed]
 
 
+class PlantedFaultWhileCalibrating(Exception):
+    """A T2 gate inside :func:`vgct_ext.expect_gate_failure` under ``pytest --vgct-calibrate``: T2 gates record
+    instead of gating there, so a planted fault cannot be checked, and its (faulty) run must never become
+    evidence.  Raised by the gate before anything is recorded; ``expect_gate_failure`` ends its block quietly
+    on it (the fault is checked in the gating run).  Not raised outside such a block."""
+
+
 class EvidenceMissing(GateFailure):
     """A T2 gate found no usable calibration evidence for the current stratum (or evidence that does not fit)."""
 
@@ -1057,6 +1064,12 @@ def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
     base_extra = {"gate": "T2", "case": label, "evidence": str(path), "evidence_key": key, "name": name}
 
     if session is not None and session.calibrate:
+        if _EXPECTING[0]:
+            # a planted fault (expect_gate_failure) under --vgct-calibrate: T2 gates record instead of gating, so
+            # the fault cannot be checked here, and its run must never become evidence
+            raise PlantedFaultWhileCalibrating(
+                f"planted fault around the T2 gate of {component!r} | {feature!r}: not checked under "
+                f"--vgct-calibrate (T2 gates record instead of gating); nothing was recorded from it")
         ev.add_calibration_run(session, path, key, stratum, stats, observed, component=component,
                                feature=feature, case=label, dim=dim)
         checks = _t2_report_checks(stats, observed)

@@ -394,11 +394,14 @@ class CompileProbe:
 
 
 class ExpectedFailure:
-    """What :func:`expect_gate_failure` caught: ``.error`` (the GateFailure), ``.failed`` (failed statistics)."""
+    """What :func:`expect_gate_failure` caught: ``.error`` (the GateFailure), ``.failed`` (failed statistics),
+    ``.calibrating`` (the block ended at a T2 gate under ``--vgct-calibrate``: nothing was checked)."""
 
     def __init__(self) -> None:
         self.error: Any = None
         self.failed: List[str] = []
+        #: True when the block ended at a T2 gate under ``--vgct-calibrate`` (nothing checked, nothing recorded)
+        self.calibrating = False
 
 
 #: The statistic names a gate can fail on (the ``Check`` names of vgct_ext.gates).
@@ -437,10 +440,12 @@ def expect_gate_failure(*, statistics: Optional[Sequence[str]] = None, any_of: O
     Yields an :class:`ExpectedFailure` filled in on exit. Raises ``AssertionError`` (pytest reports it as a
     test failure) when the block passes -- the gate let the planted fault through -- or fails on other
     statistics; other exceptions propagate. :class:`EvidenceMissing` does not count: a T2 gate without evidence
-    proves nothing about the fault.
+    proves nothing about the fault. Under ``pytest --vgct-calibrate`` a T2 gate in the block records nothing and
+    ends the block quietly (``.calibrating`` is True): T2 gates record instead of gating there, so the fault is
+    checked in the gating run, and a faulty run never becomes evidence; the test's other gates still calibrate.
     """
     __tracebackhide__ = True
-    from .gates import EvidenceMissing, GateFailure, _hard_gates
+    from .gates import EvidenceMissing, GateFailure, PlantedFaultWhileCalibrating, _hard_gates
 
     want = _statistic_names(statistics, "statistics")
     anyof = _statistic_names(any_of, "any_of")
@@ -450,6 +455,9 @@ def expect_gate_failure(*, statistics: Optional[Sequence[str]] = None, any_of: O
             yield caught
     except EvidenceMissing:
         raise
+    except PlantedFaultWhileCalibrating:
+        caught.calibrating = True
+        return
     except GateFailure as exc:
         caught.error = exc
         caught.failed = exc.failed_statistics

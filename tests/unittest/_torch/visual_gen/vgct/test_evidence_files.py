@@ -533,6 +533,35 @@ def test_sum_order(vgct):
     assert rel < 5e-2
 
 
+def test_a_planted_faults_run_is_never_recorded_as_a_t1_floor(pytester, run):
+    """expect_gate_failure around a tightened T1 gate under --vgct-calibrate: the clean gate records its floor,
+    the planted fault (a 1e-2 scale error, which fails the default band too) records nothing -- else the
+    faulty run would become the floor and the tightened bar (floor x 10) would let the fault pass.  The
+    floor must be the clean run's, and the gating run must then catch the fault."""
+    pytester.makepyfile(test_x=HEADER + """
+from vgct_ext import expect_gate_failure
+
+@pytest.mark.component("attn")
+@pytest.mark.feature("fp32 reduction order")
+def test_sum_order(vgct):
+    x = np.random.default_rng(vgct.seed).standard_normal((64, 512)).astype(np.float32)
+    expected = x.sum(axis=1, dtype=np.float32)
+    actual = np.zeros(64, np.float32)
+    for j in range(512):
+        actual += x[:, 511 - j]
+    vgct.assert_t1(actual, expected, relax=Relax.REDUCTION_REORDERING, tighten=10, name="order")
+    with expect_gate_failure(statistics=("rel_l2",)):
+        vgct.assert_t1(actual * np.float32(1.1), expected, relax=Relax.REDUCTION_REORDERING, tighten=10,
+                       name="order")
+""")
+    result = run("--vgct-calibrate")
+    result.assert_outcomes(passed=1)
+    entry = _evidence(pytester)["entries"]["T1 floor | attn | fp32 reduction order | order"][STRATUM]
+    assert len(entry["runs"]) == 5  # one per seed: the clean gate's only
+    assert 0 < entry["floor"]["rel_l2"] < 1e-5  # not the fault's ~1e-1
+    run().assert_outcomes(passed=1)
+
+
 def test_tighten_rejects_nonsense_factors():
     e = np.linspace(-1, 1, 16)
     for k in (0.5, float("nan"), True, "10"):

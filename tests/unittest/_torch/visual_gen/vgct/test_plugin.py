@@ -256,6 +256,41 @@ def test_lossy(vgct):
     result.stdout.fnmatch_lines(["*--vgct-calibrate recorded no evidence*"])
 
 
+def test_a_planted_fault_around_a_t2_gate_under_calibrate_records_nothing(pytester, run, monkeypatch):
+    """expect_gate_failure around a T2 gate under --vgct-calibrate: the gate records instead of gating, so the
+    fault cannot be checked; the block ends quietly (no false "planted fault not caught" alarm), the faulty run
+    is never recorded, and the clean gate before it calibrates on all five seeds.  Then, gating, the same test
+    catches the fault -- and a gate that let it pass would fail the test."""
+    pytester.makepyfile(test_x=HEADER + """
+import os
+from vgct_ext import expect_gate_failure
+
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_lossy(vgct):
+    noise = np.random.default_rng(vgct.seed).standard_normal(E.shape)
+    vgct.assert_t2(E + 1e-3 * noise, E, case="clean")
+    scale = float(os.environ.get("VGCT_TEST_FAULT", "1.5"))
+    with expect_gate_failure(any_of=("rel_l2", "cosine", "max_abs_err", "p99")) as caught:
+        vgct.assert_t2(E * scale + 1e-3 * noise, E, case="planted")
+    assert caught.calibrating == vgct.calibrating
+""")
+    result = run("--vgct-calibrate")
+    result.assert_outcomes(passed=1)
+    assert "planted fault not caught" not in result.stdout.str()
+    entries = _evidence(pytester)["entries"]
+    assert set(entries) == {"c | f | clean"}  # the faulty run is not evidence
+    assert [r["seed"] for r in entries["c | f | clean"][STRATUM]["runs"]] == [0, 1, 2, 3, 4]
+    data = _evidence(pytester)
+    data["entries"]["c | f | planted"] = data["entries"]["c | f | clean"]  # the clean bars for the planted key
+    (pytester.path / "test_x.vgct-evidence.json").write_text(json.dumps(data))
+    run().assert_outcomes(passed=1)  # gating: the fault fails its gate, as expected
+    monkeypatch.setenv("VGCT_TEST_FAULT", "1.0")  # no fault: the gate passes, so the planted-fault check fails
+    result = run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*planted fault not caught: the gate passed*"])
+
+
 def test_cosine_bar_under_floor_needs_investigation(pytester, run):
     pytester.makepyfile(test_x=HEADER + """
 @pytest.mark.component("c")
