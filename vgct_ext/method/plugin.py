@@ -543,11 +543,13 @@ def _is_failure(r: Dict[str, Any]) -> bool:
 
 
 def slack_warnings(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The passing gate records whose slack exceeds :data:`vgct_ext.gates.SLACK_WARNING` (100x)."""
+    """The passing gate records whose slack exceeds :data:`vgct_ext.gates.SLACK_WARNING` (100x), each gate once:
+    the records of ``--vgct-repeat``'s later repetitions (the same gate again) are not counted."""
     from .gates import SLACK_WARNING
 
     return [r for r in records if r.get("kind") in ("t1", "t2") and r.get("passed") and not r.get("calibrating")
-            and not r.get("expected_failure") and r.get("slack") is not None and r["slack"] > SLACK_WARNING]
+            and not r.get("expected_failure") and not r.get("repetition")
+            and r.get("slack") is not None and r["slack"] > SLACK_WARNING]
 
 
 def summary_rows(records: List[Dict[str, Any]], *, which: str = "all",

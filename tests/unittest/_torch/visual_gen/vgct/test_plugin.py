@@ -492,6 +492,10 @@ def test_loose(vgct):
     result.stdout.fnmatch_lines(["*loose gate*rel_l2*<= 1.0000e-02*x !*pass*",
                                  "*vgct: 1 passing gate(s) have bars more than 100x looser than their measurement*",
                                  "*test_x.py::test_loose [[]loose gate[]]: wan.block / loose: slack *x"])
+    result = run("--vgct-summary=all", "--vgct-repeat=3")  # the same gate three times is still one gate
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*vgct: 1 passing gate(s) have bars more than 100x looser than their measurement*"])
+    assert result.stdout.str().count("test_x.py::test_loose [loose gate]: wan.block / loose: slack") == 1
 
 
 def test_junit_properties_and_report_header(pytester, run):
