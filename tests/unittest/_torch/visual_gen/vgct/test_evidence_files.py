@@ -494,10 +494,8 @@ def test_signature_digest_sees_a_per_slice_difference():
 # tighten=
 
 
-def test_tighten_bar_from_recorded_floor_catches_a_planted_fault(pytester, run):
-    """fp32 accumulation order as the feature (floor ~1e-7 relative L2); planted fault: a 1e-3 scale error, which
-    the default T1 bars (1e-2) let through and the tightened gate (floor x 10) must not."""
-    pytester.makepyfile(test_x=HEADER + """
+# a T1 feature with a tiny floor: fp32 accumulation in another order (the test body continues after it)
+_SUM_ORDER = """
 FAULT = float(os.environ.get("VGCT_FAULT", "0"))
 
 @pytest.mark.component("attn")
@@ -508,6 +506,13 @@ def test_sum_order(vgct):
     actual = np.zeros(64, np.float32)
     for j in range(512):              # another reduction order
         actual += x[:, 511 - j]
+"""
+
+
+def test_tighten_bar_from_recorded_floor_catches_a_planted_fault(pytester, run):
+    """fp32 accumulation order as the feature (floor ~1e-7 relative L2); planted fault: a 1e-3 scale error, which
+    the default T1 bars (1e-2) let through and the tightened gate (floor x 10) must not."""
+    pytester.makepyfile(test_x=HEADER + _SUM_ORDER + """
     actual = actual * np.float32(1 + FAULT)
     vgct.assert_t1(actual, expected, relax=Relax.REDUCTION_REORDERING, tighten=10)
 """)
@@ -538,17 +543,7 @@ def test_a_planted_faults_run_is_never_recorded_as_a_t1_floor(pytester, run):
     the planted fault (a 1e-2 scale error, which fails the default band too) records nothing -- else the
     faulty run would become the floor and the tightened bar (floor x 10) would let the fault pass.  The
     floor must be the clean run's, and the gating run must then catch the fault."""
-    pytester.makepyfile(test_x=HEADER + """
-from vgct_ext import expect_gate_failure
-
-@pytest.mark.component("attn")
-@pytest.mark.feature("fp32 reduction order")
-def test_sum_order(vgct):
-    x = np.random.default_rng(vgct.seed).standard_normal((64, 512)).astype(np.float32)
-    expected = x.sum(axis=1, dtype=np.float32)
-    actual = np.zeros(64, np.float32)
-    for j in range(512):
-        actual += x[:, 511 - j]
+    pytester.makepyfile(test_x=HEADER + "from vgct_ext import expect_gate_failure\n" + _SUM_ORDER + """
     vgct.assert_t1(actual, expected, relax=Relax.REDUCTION_REORDERING, tighten=10, name="order")
     with expect_gate_failure(statistics=("rel_l2",)):
         vgct.assert_t1(actual * np.float32(1.1), expected, relax=Relax.REDUCTION_REORDERING, tighten=10,

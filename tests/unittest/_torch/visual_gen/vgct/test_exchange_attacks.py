@@ -27,6 +27,8 @@ import vgct_ext
 from vgct_ext import _C
 
 import oracle  # float64 NumPy, math.fsum
+from test_exchange_api import _Forward  # torch's own __dlpack__ behind a type without the table
+from test_exchange_api import _torch_with_api as _torch  # torch, skipping when it has no exchange table
 
 # ---- the independent expectations ---------------------------------------------------------------
 
@@ -51,26 +53,6 @@ def _outcome(fn):
         return "ok", fn()
     except Exception as exc:  # noqa: BLE001 - the outcome is what is compared
         return type(exc), str(exc)
-
-
-def _torch():
-    torch = pytest.importorskip("torch")
-    if "__dlpack_c_exchange_api__" not in torch.Tensor.__dict__:
-        pytest.skip("this torch has no DLPack C exchange API (torch < 2.10)")
-    return torch
-
-
-class _Forward:
-    """torch's own __dlpack__ / __dlpack_device__ behind a type without the exchange table."""
-
-    def __init__(self, x):
-        self.x = x
-
-    def __dlpack__(self, **kw):
-        return self.x.__dlpack__(**kw)
-
-    def __dlpack_device__(self):
-        return self.x.__dlpack_device__()
 
 
 # ---- torch's table: every kind of tensor against the __dlpack__ path and float64 -------------------
