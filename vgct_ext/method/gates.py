@@ -405,7 +405,8 @@ def diagnostics(stats: Any, *, mismatch: bool = True) -> List[str]:
         lines.append(f"  worst mismatch: index {tuple(stats.worst_mismatch_index)} exceeds atol + rtol*|e| by "
                      f"{fmt_value('x', stats.worst_mismatch_excess)} (rtol={stats.rtol:g}, atol={stats.atol:g})")
     if getattr(stats, "max_rel_err", None) is not None and stats.max_rel_err_index is not None:
-        lines.append(f"  max relative error: {fmt_value('x', stats.max_rel_err)} at index "
+        lines.append(f"  max relative error |a-e|/|e| (over e != 0; unbounded where e is near 0, so it "
+                     f"need not point at the bug): {fmt_value('x', stats.max_rel_err)} at index "
                      f"{tuple(stats.max_rel_err_index)}")
     sl = getattr(stats, "slices", None)
     if sl is not None:

@@ -189,6 +189,24 @@ def test_t1_tightened_bar_fails():
         assert_t1((e * (1 + 1e-4)).astype(np.float16), e, component="c", feature="f", rel_l2=1e-5)
 
 
+def test_the_max_relative_error_line_says_it_is_unbounded_near_zero():
+    """The failure message's max relative error is |a-e|/|e| over e != 0 at the oracle's argmax -- here a
+    near-zero reference element far from the planted bug -- and the line says why it may not point at it."""
+    e = _ref((1000,))
+    e[17] = 1e-9  # a near-zero reference
+    a = e + 1e-7
+    a[500] += 0.5  # the bug
+    with pytest.raises(GateFailure) as ei:
+        assert_t1(a, e, component="c", feature="f")
+    rel = np.where(e != 0, np.abs(a - e) / np.abs(np.where(e != 0, e, 1)), -1)
+    k = int(np.argmax(rel))
+    assert k == 17
+    msg = str(ei.value)
+    assert (f"max relative error |a-e|/|e| (over e != 0; unbounded where e is near 0, so it need not point at "
+            f"the bug): ") in msg and f"at index ({k},)" in msg
+    assert "worst element: index (500,)" in msg
+
+
 def test_t1_elementwise_mismatch_fails_even_when_aggregates_pass():
     e = _ref((10000,))
     a = e.copy()
