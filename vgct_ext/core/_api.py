@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import os
 from typing import Any, Dict, Iterable, Optional, Union
 
 from .. import _C
@@ -169,6 +170,12 @@ def build_info() -> Dict[str, Any]:
     ``-gencode`` list; both None for a CPU-only build); at run time ``cuda_runtime_version``,
     ``cuda_driver_version`` (0 without a driver) and ``cuda_device_count`` (0 without a GPU;
     all three 0 for a CPU-only build); ``compiler``; ``dlpack_version``; ``max_threads`` (CPU
-    worker threads, ``VGCT_NUM_THREADS`` or the CPU count).
+    worker threads, ``VGCT_NUM_THREADS`` or the CPU count); ``extension_path`` (the file the
+    compiled ``_C`` was loaded from) and ``package_path`` (this package's folder): with an
+    editable install of another checkout the two can be in different trees, and then the C code
+    is not this tree's.
     """
-    return dict(_C.build_info())
+    info = dict(_C.build_info())
+    info["extension_path"] = os.path.abspath(_C.__file__)
+    info["package_path"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return info

@@ -119,8 +119,19 @@ def pytest_report_header(config: pytest.Config) -> str:
         return f"vgct_ext: build info unavailable ({type(exc).__name__}: {exc})"
     cuda = (f"CUDA {b.get('nvcc_version')} [{_archs(b.get('cuda_archs'))}], runtime {b.get('cuda_runtime_version')}, "
             f"{b.get('cuda_device_count')} device(s)" if b.get("cuda_compiled") else "CPU only")
-    return (f"vgct_ext {b.get('version')}: {cuda}; compiler {b.get('compiler')}; DLPack {b.get('dlpack_version')}; "
+    line = (f"vgct_ext {b.get('version')}: {cuda}; compiler {b.get('compiler')}; DLPack {b.get('dlpack_version')}; "
             f"{b.get('max_threads')} CPU threads; summary {config.getoption('--vgct-summary')}")
+    return line + _extension_note(b.get("package_path"), b.get("extension_path"))
+
+
+def _extension_note(package_path: Optional[str], extension_path: Optional[str]) -> str:
+    """A warning for the header when the compiled _C does not sit in the package's own folder (an editable
+    install of another checkout: this tree's Python with another tree's C), else ''."""
+    if not package_path or not extension_path:
+        return ""
+    if os.path.dirname(extension_path) == package_path:
+        return ""
+    return f"; WARNING: _C loaded from {extension_path}, not from this package ({package_path})"
 
 
 def _archs(gencode: Optional[str]) -> str:

@@ -62,6 +62,21 @@ def test_build_info_fields():
         assert bi["cuda_runtime_version"] == bi["cuda_driver_version"] == bi["cuda_device_count"] == 0
 
 
+def test_build_info_says_where_the_extension_was_loaded_from():
+    """build_info names the _C file and the package folder; the pytest header warns when they are in different
+    trees (an editable install of another checkout: this tree's Python with another tree's C code)."""
+    from vgct_ext.method.plugin import _extension_note
+
+    bi = vgct_ext.build_info()
+    assert bi["extension_path"] == os.path.abspath(_C.__file__)
+    assert bi["package_path"] == os.path.dirname(os.path.abspath(vgct_ext.__file__))
+    assert os.path.dirname(bi["extension_path"]) == bi["package_path"]  # this tree's own build
+    assert _extension_note(bi["package_path"], bi["extension_path"]) == ""
+    other = os.path.join(os.sep, "elsewhere", "vgct_ext", os.path.basename(bi["extension_path"]))
+    assert _extension_note(bi["package_path"], other) == (
+        f"; WARNING: _C loaded from {other}, not from this package ({bi['package_path']})")
+
+
 @pytest.mark.skipif(not _no_gpu_here(), reason="a GPU is present")
 def test_build_info_without_gpu_reports_zero_devices():
     bi = vgct_ext.build_info()
