@@ -512,19 +512,24 @@ def slack(checks: Sequence[Check]) -> Optional[float]:
     docs/method.md). ``None`` when no gated statistic has a positive measurement (bitwise equal, or a
     statistic undefined): then no ratio exists.
     """
-    ratios = []
-    for c in checks:
-        if not c.gating or c.value is None or c.bar is None or c.statistic in _COUNT_STATISTICS:
-            continue
-        v = float(c.value)
-        if math.isnan(v):
-            return 0.0
-        num, den = (1.0 - float(c.bar), 1.0 - v) if c.op == ">=" else (float(c.bar), v)
-        if c.op == ">=" and den < COSINE_RESOLUTION:
-            continue  # 1 - cosine below the float64 cosine's own resolution: no measurable distance
-        if den > 0:
-            ratios.append(max(num, 0.0) / den)
+    ratios = [r for r in (check_ratio(c.statistic, c.op, c.value, c.bar, c.gating) for c in checks)
+              if r is not None]
     return min(ratios) if ratios else None
+
+
+def check_ratio(statistic: str, op: str, value: Any, bar: Any, gating: bool) -> Optional[float]:
+    """One gated statistic's headroom ratio as :func:`slack` takes it (0.0 for a NaN measurement), or None
+    when it has none (not gating, a count, no bar or value, 1 - cosine under the cosine's resolution, or a
+    zero measurement).  The report puts a gate's slack on the row of the statistic with the smallest ratio."""
+    if not gating or value is None or bar is None or statistic in _COUNT_STATISTICS:
+        return None
+    v = float(value)
+    if math.isnan(v):
+        return 0.0
+    num, den = (1.0 - float(bar), 1.0 - v) if op == ">=" else (float(bar), v)
+    if op == ">=" and den < COSINE_RESOLUTION:
+        return None  # 1 - cosine below the float64 cosine's own resolution: no measurable distance
+    return max(num, 0.0) / den if den > 0 else None
 
 
 def _key_path(k: Any) -> str:

@@ -570,7 +570,7 @@ def summary_rows(records: List[Dict[str, Any]], *, which: str = "all",
     comparisons only, and, given ``failed_tests`` (node ids), only those of tests that failed (a gate failure a
     passing test expected, e.g. under ``pytest.raises``, is not one; a planted fault caught by
     ``expect_gate_failure`` reads ``caught``)."""
-    from .gates import fmt_margin
+    from .gates import check_ratio, fmt_margin
 
     rows = []
     for r in records:
@@ -599,13 +599,15 @@ def summary_rows(records: List[Dict[str, Any]], *, which: str = "all",
         dtype = f"{r['dtype_actual']}/{r['dtype_expected']}"
         shape = "x".join(str(d) for d in r["shape"]) or "()"
         fail_word = "caught" if r.get("expected_failure") else "FAIL"
+        shown = [c for c in r["checks"] if c["statistic"] != "mean_diff"]
+        # the slack goes on the row of the statistic that sets it (the smallest headroom ratio), else the first
+        ratios = [check_ratio(c["statistic"], c["op"], c["value"], c["bar"], c["gating"]) for c in shown]
+        at = min((i for i, x in enumerate(ratios) if x is not None), key=lambda i: ratios[i], default=0)
         first = True
-        for c in r["checks"]:
-            if c["statistic"] == "mean_diff":
-                continue
+        for i, c in enumerate(shown):
             head = ((test, r.get("name") or "", r["component"], r["feature"], gate, dtype, shape) if first
                     else ("",) * 7)
-            sl = fmt_slack(r) if first else ""
+            sl = fmt_slack(r) if i == at else ""
             first = False
             if c["gating"]:
                 bar = f"{c['op']} {_fmt(c['statistic'], c['bar'])}"

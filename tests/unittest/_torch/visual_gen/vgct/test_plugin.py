@@ -512,3 +512,21 @@ def test_junit_properties_and_report_header(pytester, run):
     assert props["vgct.1.rel_l2.bar"] == f"<= {16 * 2.0 ** -24 * 4!r}"
     soft = {p.get("name"): p.get("value") for p in cases["test_soft"].iter("property")}
     assert soft["vgct.2.name"] == "soft two"
+
+
+def test_the_slack_sits_on_the_row_of_the_statistic_that_sets_it():
+    """A gate's slack is the smallest headroom ratio over its statistics; the table shows it on that
+    statistic's row (here the cosine: (1 - bar) / (1 - cosine) = 2, against relative L2's 1000), not on the
+    first row, so a reader does not take it for relative L2's."""
+    from vgct_ext.gates import Check, slack
+    from vgct_ext.method.plugin import summary_rows
+
+    checks = [Check("rel_l2", "relative L2", 1e-4, "<=", 0.1), Check("cosine", "cosine", 1 - 1e-7, ">=", 1 - 2e-7),
+              Check("mismatches", "mismatches", 0, "<=", 0)]
+    s = slack(checks)
+    assert s == pytest.approx(2.0, rel=1e-6)  # min(0.1 / 1e-4, 2e-7 / 1e-7)
+    rec = {"kind": "t1", "test": "t.py::t", "component": "c", "feature": "f", "dtype_actual": "float32",
+           "dtype_expected": "float32", "shape": [4], "checks": [c.as_dict() for c in checks], "passed": True,
+           "slack": s, "statistics": {"n_unequal": 4}}
+    rows = {row[7]: row for row in summary_rows([rec])}
+    assert rows["cosine"][11] == "2x" and rows["rel_l2"][11] == "" and rows["mismatches"][11] == ""
