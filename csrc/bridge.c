@@ -777,14 +777,9 @@ int vgct_bridge_import_exchange(PyObject *obj, const char *argname, PyObject *st
   int (*const stream_fn)(int32_t, int32_t, void **) = api->current_work_stream;
   DLManagedTensorVersioned *mv = NULL;
   const int xrc = export_fn((void *)obj, &mv);
-  if (xrc != 0 || mv == NULL || PyErr_Occurred()) { /* failed, or "succeeded" with an exception set */
-    if (xrc == 0 && mv != NULL) {
-      vgct_import t = {mv, 1, {0}};
-      vgct_import_release(&t); /* keeps the pending exception */
-    }
-    return exchange_refusal() < 0 ? -1 : 0;
-  }
-  vgct_import tmp = {mv, 1, {0}}; /* released on every path that does not keep it */
+  /* what the export handed over (nothing when it failed), released on every path that does not keep it */
+  vgct_import tmp = {xrc == 0 ? mv : NULL, 1, {0}};
+  if (xrc != 0 || mv == NULL || PyErr_Occurred()) goto not_taken; /* failed, or "succeeded" with an exception set */
   if (mv->version.major != DLPACK_MAJOR_VERSION) goto not_taken;
   const DLDevice d = mv->dl_tensor.device;
   if (d.device_type == kDLCPU || d.device_type == kDLCUDAHost) {

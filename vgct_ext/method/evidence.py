@@ -533,9 +533,15 @@ def add_calibration_run(session: Any, path: Path, key: str, stratum: str, stats:
                         dim: Optional[int], kind: str = "t2") -> None:
     """Queue one calibration run (written by :func:`write_calibration` at the end of the session).
 
-    Raises ``ValueError`` (the run is refused, nothing queued) for a run :func:`check_calibration_run` rejects
-    (T2 only): a non-finite pair, a zero-norm reference, or an undefined/non-finite statistic; and
-    :class:`AmbiguousGate` when the runs queued for one key disagree on dtype, shape or dim."""
+    A run made inside :func:`vgct_ext.expect_gate_failure` (a planted fault) is never queued: a faulty run
+    must not become evidence (a floor or a bar).  Raises ``ValueError`` (the run is refused, nothing queued)
+    for a run :func:`check_calibration_run` rejects (T2 only): a non-finite pair, a zero-norm reference, or an
+    undefined/non-finite statistic; and :class:`AmbiguousGate` when the runs queued for one key disagree on
+    dtype, shape or dim."""
+    from .gates import _EXPECTING
+
+    if _EXPECTING[0]:
+        return
     what = "calibration" if kind == "t2" else "T1 floor calibration"
     if kind == "t2":
         why = check_calibration_run(stats, observed, dim)
@@ -613,11 +619,8 @@ def tighten_t1(bars: Any, tighten: Optional[float], stats: Any, *, component: st
     session = _context.current_session()
     extra: Dict[str, Any] = {"tighten": k, "evidence": str(path), "evidence_key": key}
     if session is not None and session.calibrate:
-        from .gates import _EXPECTING
-
-        if not _EXPECTING[0]:  # a planted fault's run (expect_gate_failure) is never a floor
-            add_calibration_run(session, path, key, stratum, stats, floor_statistics(stats), component=component,
-                                feature=feature, case=label, dim=None, kind="t1_floor")
+        add_calibration_run(session, path, key, stratum, stats, floor_statistics(stats), component=component,
+                            feature=feature, case=label, dim=None, kind="t1_floor")
         extra["calibrating"] = True
         return bars, extra
     entry, why = _find_entry(path, key, stratum, "T1 floor")
