@@ -9,7 +9,12 @@ test; a diagnostic for issue #13's small-call rows (docs/performance.md).
 With --timeline it also prints the last call's activities in order: start offset from the call's first
 activity, duration, and the idle gap before each (where the device waited for the host).
 
-    python bench/gpu_kernels.py [--sizes 10,20] [--reps 5] [--timeline]
+With --fin-table it instead times the p99 call with the selection's one-block finish (cuda/select.cu
+k_sel_fin) off and on (its test hook vgct_cuda_test_fin, through ctypes) on three data shapes -- bf16
+rounding noise (ties), bf16 with 1e-2 noise (a few dozen values in the p99's bucket), fp32 noise (all
+distinct) -- and prints one table: host wall and device busy time per call, and their ratios.
+
+    python bench/gpu_kernels.py [--sizes 10,20] [--reps 5] [--timeline] [--fin-table]
 """
 import argparse
 import collections
@@ -64,13 +69,58 @@ def one_case(a, e, q, reps):
 
 
 
+def _fin_hooks():
+    """k_sel_fin's test hooks (cuda/select.cu): the off switch and the last call's counts."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    lib = ctypes.CDLL(_C.__file__)
+    return (ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fin"),
+            (ctypes.c_longlong * 5).in_dll(lib, "vgct_cuda_test_fin_last"))
+
+
+def fin_table(sizes, reps):
+    """The p99 call with k_sel_fin off (the four histogram levels) and on, per data shape."""
+    hook, last = _fin_hooks()
+    rows = []
+    for lg in sizes:
+        n = 1 << lg
+        e32 = torch.randn(n, device="cuda")
+        noise = torch.randn(n, device="cuda")
+        cases = {"bf16 rounding (1e-3)": ((e32 + 1e-3 * noise).to(torch.bfloat16), e32.to(torch.bfloat16)),
+                 "bf16 1e-2 noise": ((e32 + 1e-2 * noise).to(torch.bfloat16), e32.to(torch.bfloat16)),
+                 "fp32 1e-3 noise": (e32 + 1e-3 * noise, e32)}
+        for name, (a, e) in cases.items():
+            res = []
+            for off in (1, 0):
+                hook.value = off
+                per, span, wall, _ = one_case(a, e, (0.99,), reps)
+                res.append((wall, sum(sum(v) for v in per.values()) / reps))
+            hook.value = 0
+            how = "/".join(str(v) for v in last[1:])
+            rows.append((f"2^{lg}", name, res[0], res[1], how))
+            for k, v in sorted(per.items(), key=lambda kv: -sum(kv[1])):  # with the finish
+                print(f"   2^{lg} {name}: {sum(v) / reps:8.1f} us  x{len(v) / reps:4.1f}  {k}")
+    print("| n | data | wall, levels | wall, finish | x | device, levels | device, finish | x | "
+          "ties/sort/levels/direct |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for n, name, (w0, d0), (w1, d1), how in rows:
+        print(f"| {n} | {name} | {w0:.1f} us | {w1:.1f} us | {w0 / w1:.2f} | {d0:.1f} us | {d1:.1f} us | "
+              f"{d0 / d1:.2f} | {how} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="10,16,20,22")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--timeline", action="store_true", help="the last call's activities in order")
+    ap.add_argument("--fin-table", action="store_true", help="the p99 call with k_sel_fin off and on")
     args = ap.parse_args()
     print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}")
+    if args.fin_table:
+        fin_table([int(s) for s in args.sizes.split(",")], args.reps)
+        return
     for lg in [int(s) for s in args.sizes.split(",")]:
         e32 = torch.randn(1 << lg, device="cuda")
         a = (e32 + 1e-3 * torch.randn_like(e32)).to(torch.bfloat16)

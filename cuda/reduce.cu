@@ -99,10 +99,20 @@ struct VChunk {
 };
 
 /* Block partial, then (last block) the fixed-order fold of all partials.
- * sm: the block's per-thread accumulators (thread t's at sm[t]). */
+ * sm: the block's per-thread accumulators (thread t's at sm[t]).  A grid of
+ * one block (small inputs; not row mode, whose slices read the partials) has
+ * its result already: no partial, no counter, no second merge (that merge of
+ * one record with 255 empty ones was about a third of a one-block launch). */
 template <int SC>
 __device__ __forceinline__ void vg_reduce_finish(const RArgs &A, VAcc *sm) {
   vg_block_merge<RT, SC>(sm);
+  if (gridDim.x == 1 && A.slice_mode != 1) {
+    if (threadIdx.x == 0) {
+      *A.res = sm[0].a;
+      if (A.gate) A.gate[0] = A.gate[1] = A.gate[2] = 0u;
+    }
+    return;
+  }
   if (threadIdx.x == 0) A.part[blockIdx.x] = sm[0].a;
   if (!vg_last_block(A.counter)) return;
   vgct_acc *m = &sm[threadIdx.x].a;

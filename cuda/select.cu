@@ -17,7 +17,9 @@
  *    a. k_sel_sample: K = n/256 keys (clamped to [2^14, 2^20]) from runs of
  *       WIN_RUN consecutive chunks evenly spaced over the iteration (fixed by
  *       the shape: deterministic), into the candidate buffer.
- *    b. k_sel_buf x 5 over the sample: its exact order statistics at the
+ *    b. k_sel_buf level 0, k_sel_fin and k_sel_buf levels 1-4 (which return
+ *       at once when the finish answered) over the sample: its exact order
+ *       statistics at the
  *       windows' sample ranks, which the level-0 scan computes on the device
  *       from the sample's finite count ns (no host round trip): for the ranks
  *       of a window, at fraction ph of the n_finite keys, sample ranks
@@ -36,7 +38,8 @@
  *       One host round trip reads the counts.
  *    d. On the host: a rank r with lt <= r < lt + eql is lo, one past the
  *       stored keys (up to + eqh) is hi, one in between is rank r - lt - eql
- *       of the window's stored keys: k_sel_buf x 5 over that region (up to
+ *       of the window's stored keys: one k_sel_fin block sorting that region
+ *       when it holds at most FIN_CAP keys, else k_sel_buf x 5 over it (up to
  *       NSLOT_WSEL batches of SEL_NS ranks before one host round trip).  The
  *       stored keys are bounded by the window's rank width whatever the
  *       data: ties at lo and hi are counted, not stored.
@@ -44,7 +47,10 @@
  *    radix path -- slower, never inexact.
  * 2. Store-all (n < SEL_WIN_MIN, or ranks left by the windows, n <= SEL_CAP):
  *    k_sel_data stores every key at its position while it builds the level-0
- *    histogram (on every SM), then 4 k_sel_buf passes, one copy to the host.
+ *    histogram (on every SM), then k_sel_fin (the one-block finish, below)
+ *    and one copy to the host; only when the finish could not answer every
+ *    rank (a bucket of several values and more than FIN_CAP keys), 4
+ *    k_sel_buf passes and a second copy.
  * 3. Radix over the data (n > SEL_CAP): k_sel_data level 0, then a compaction
  *    pass when the wanted buckets hold <= SEL_CAP keys (the usual case: a
  *    1/16-octave bucket), else one more data histogram level first (heavy
@@ -69,6 +75,12 @@
  *   k_sel_buf          the same histogram over a buffer (L2-resident, small):
  *                      the store-all / compacted keys, the sample, a window.
  *   k_sel_sample       K keys at fixed positions (one small launch).
+ *   k_sel_fin          after level 0: each wanted bucket's extremes (one
+ *                      value: its ranks are that key) and, when the small
+ *                      buckets hold at most FIN_CAP keys, their keys sorted by
+ *                      the last block in shared memory; or one block sorting a
+ *                      window's region (direct).  Replaces four histogram
+ *                      levels (launch- and scan-bound at small n) by one pass.
  *   k_sel_window       the window pass: 3 compares per key and window in
  *                      registers instead of a histogram (no contention from
  *                      ties; more instructions per key as windows are added,
@@ -93,7 +105,8 @@ namespace cg = cooperative_groups;
 
 /* workspace layout (bytes from d_ws; shares the region with reduce.cu,
    calls are serialised by the device lock):
-     [WS_SEL_CNT, +64)        last-block counters (5 levels)
+     [WS_SEL_CNT, +64)        last-block counters (5 levels, then k_sel_fin's)
+     [WS_SEL_FIN, +136)       k_sel_fin's FinState (zeroed with the counters)
      [WS_SEL_STATE, +4096)    8 state slots of SEL_SLOT bytes: 0 the radix
                               path's SelState, 1 the sample's, 2..6 the
                               window selections', 7 the window pass's WinState
@@ -103,13 +116,19 @@ namespace cg = cooperative_groups;
                               plan first the sample's keys, then the windows'
                               regions (the window pass reads only the sample's
                               state, never its keys)
+     [WS_SEL_FREG, +64 KiB)   k_sel_fin's region: the wanted buckets' keys
    The whole [WS_SEL_CNT, CLEAR_END) is zeroed before each plan. */
-#define WS_SEL_CNT 64                    /* 5 last-block counters             */
+#define WS_SEL_CNT 64                    /* 5 last-block counters + k_sel_fin's */
+#define CNT_FIN 5                        /* k_sel_fin's counter (index)       */
+#define WS_SEL_FIN 1024                  /* FinState: inside the zeroed range */
 #define WS_SEL_STATE 4096
 #define SEL_SLOT 512                     /* bytes of one state slot          */
 #define WS_SEL_HIST 8192                 /* 5 levels x SEL_BINS x u64        */
 #define WS_SEL_CAND (2u << 20)
 #define WS_SEL_CLEAR_END (WS_SEL_HIST + 5u * SEL_BINS * 8u)
+#define WS_SEL_FREG (WS_SEL_CAND + (size_t)SEL_CAP * 8u)
+#define FIN_CAP 8192                     /* keys k_sel_fin sorts in one block */
+#define FIN_SMEM (FIN_CAP * 8)
 #define SLOT_RADIX 0
 #define SLOT_SAMPLE 1
 #define SLOT_WSEL 2                      /* first window-selection slot       */
@@ -118,15 +137,16 @@ namespace cg = cooperative_groups;
 
 /* ---- the window plan's constants ----------------------------------------
  * SEL_WIN_MIN: the window plan from this many pairs on; below it the store-
- * all plan (every key stored by the data pass, 4 buffer passes).  The window
- * plan costs a fixed ~12 launches (the sample, 5 passes over the sample's
- * keys, the window pass, usually 5 passes over a window's few thousand stored
- * keys: each small pass launch- and scan-bound) and 2 host round trips on top
- * of its one read of the inputs; store-all costs 1 round trip, an 8-byte
- * store and 4 buffer passes a key.  Measured on an H200 (2026-12-01, bf16,
- * p99, VGCT_CUDA_TRACE): at 2^20 pairs the window plan took 256 us against
- * ~170 us for store-all, at 2^24 308 us against ~610 us for the radix plan.
- * So store-all as long as it can (n <= SEL_CAP), the window plan above. */
+ * all plan (every key stored by the data pass, then the finish).  The window
+ * plan costs a fixed ~9 launches (the sample, its level 0, the finish and four
+ * levels that return at once when it answered, the window pass, one sort of a
+ * window's few thousand stored keys) and 2 host round trips on top of its one
+ * read of the inputs; store-all costs 1 round trip, an 8-byte store and a
+ * read back a key.  Measured on an H200 (2026-12-01, bf16, p99,
+ * VGCT_CUDA_TRACE, before the finish): at 2^20 pairs the window plan took
+ * 256 us against ~170 us for store-all, at 2^24 308 us against ~610 us for
+ * the radix plan.  So store-all as long as it can (n <= SEL_CAP), the window
+ * plan above. */
 #define SEL_WIN_MIN ((int64_t)SEL_CAP + 1)
 #define WIN_MAXW 4                       /* windows in one pass              */
 #define WIN_SMIN (INT64_C(1) << 14)      /* sample keys: n/256 within these  */
@@ -150,6 +170,17 @@ struct SelState {
   long long rank[SEL_NS];
   unsigned long long count[SEL_NS];
   long long srank[SEL_NS];    /* sample passes: the sample ranks used  */
+  int fin;                    /* k_sel_fin resolved every slot: prefix[s] is its key */
+  int fin_ties, fin_sorted;   /* ...slots by a one-key bucket, by the sort */
+  int fin_pad;
+};
+
+/* k_sel_fin's grid-wide scratch (zeroed with the counters): per group the
+ * largest ~key (so ~minc is the smallest key) and the largest key of its
+ * bucket, and the keys appended to the region. */
+struct FinState {
+  unsigned long long minc[SEL_NS], max[SEL_NS];
+  unsigned long long nfin;
 };
 
 /* The window pass's result (slot SLOT_WIN): window g's bounds lo <= hi (keys)
@@ -527,6 +558,7 @@ __global__ void __launch_bounds__(ST, 1) k_sel_data(const __grid_constant__ KArg
 __global__ void __launch_bounds__(ST, 1) k_sel_buf(const __grid_constant__ BArgs A) {
   extern __shared__ __align__(16) unsigned sel_sm[];
   SelState *st = A.st;
+  if (A.level > 0 && st->fin) return; /* k_sel_fin answered every slot (same in every block) */
   HistCtx h;
   hist_begin(h, sel_sm, A.level, st);
   unsigned long long n = A.nbuf >= 0 ? (unsigned long long)A.nbuf : st->ncand;
@@ -537,6 +569,238 @@ __global__ void __launch_bounds__(ST, 1) k_sel_buf(const __grid_constant__ BArgs
   hist_end(h, A.hist);
   if (vg_last_block(A.counter))
       vg_sel_scan(A, A.level, reinterpret_cast<unsigned long long *>(sel_sm));
+}
+
+/* ---- the one-block finish ------------------------------------------------
+ * After the level-0 pass every wanted slot knows its bucket (its group's
+ * 15-bit prefix: a 1/16-octave bucket) and its rank inside it; the radix
+ * levels below cost a launch and a last-block scan each (a one-block
+ * k_sel_buf is ~7 us of serial scan, docs/performance.md), four of them.
+ * k_sel_fin instead reads the buffer once more and keeps, per group, the
+ * smallest and largest key of the bucket, and appends the keys of the
+ * "small" groups (buckets of at most FIN_CAP keys) to a region when they
+ * hold at most FIN_CAP keys together; its last block then answers each slot:
+ *   - a bucket whose smallest and largest keys are equal holds one value
+ *     (ties: bf16 rounding noise puts tens of thousands of keys on one value):
+ *     every rank in it is that key, whatever the bucket's size;
+ *   - else, in a small group, the region sorted in shared memory (bitonic,
+ *     padded with KEY_NONE to a power of two): the groups' buckets are
+ *     disjoint key ranges, so small group g's keys sit at [below(g), below(g)
+ *     + count(g)) of the sorted region, below(g) the counts of the small
+ *     groups with smaller prefixes, and rank r of the bucket is element
+ *     below(g) + r;
+ *   - else (a big bucket of several values) it cannot answer.
+ * Only when every slot is answered does it write the keys (prefix[s]) and set
+ * st->fin, and k_sel_buf's later levels then return at once; otherwise the
+ * state is left as the level pass left it and the levels run as before.
+ * The values are the same order statistics whichever way they are found
+ * (exact; the sort is a fixed network: deterministic).
+ * direct = 1: a one-block launch over a whole buffer of at most FIN_CAP keys,
+ * all finite (a window's stored keys): rank0[s] of the sorted buffer.
+ * Trade-off: one extra read of the buffer (L2-resident) and a sort of at most
+ * FIN_CAP keys by one block, instead of four histogram levels (~11 us each
+ * at 2^20 keys): measured (docs/performance.md) it wins where the wanted
+ * buckets are one value (ties: no sort) or small; the sort of a few thousand
+ * keys by one SM costs about what the levels do (2^20 fp32 noise: even), and
+ * a bucket of several values and more than FIN_CAP keys pays the extra read
+ * for nothing. */
+struct FinArgs {
+  int ns, direct;
+  long long nbuf;            /* keys in the buffer                                   */
+  long long rank0[SEL_NS];   /* direct: the ranks                                    */
+  SelState *st;
+  FinState *fs;
+  const unsigned long long *cand;
+  unsigned long long *reg;   /* FIN_CAP keys                                         */
+  unsigned *counter;
+};
+
+/* Bitonic sort, ascending, of s[0..m) by the block (m a power of two >= 2):
+ * stage (k, j) compares element i (bit j of i clear) with i + j, ascending
+ * where bit k of i is clear; every thread takes pairs t, t + blockDim.x, ...
+ * of the m/2 pairs of a stage.  Trade-off: O(m log^2 m) compare-exchanges on
+ * one SM, issue-bound (ncu, H200: ~0.5 us a stage at m = 4096, 78 stages);
+ * a radix selection by the block (8 rounds of 8-bit digits, counters merged
+ * by __match_any_sync) measured slower still and was dropped (docs/performance.md). */
+__device__ void fin_sort(unsigned long long *s, int m) {
+  __syncthreads();
+  for (int k = 2; k <= m; k <<= 1)
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int t = threadIdx.x; t < m / 2; t += blockDim.x) {
+        const int i = 2 * t - (t & (j - 1)), l = i + j;
+        const unsigned long long x = s[i], y = s[l];
+        if ((x > y) == ((i & k) == 0)) {
+          s[i] = y;
+          s[l] = x;
+        }
+      }
+      __syncthreads();
+    }
+}
+
+__device__ __forceinline__ int fin_pow2(long long c) {
+  int m = 2;
+  while (m < c) m <<= 1;
+  return m;
+}
+
+/* the bucket count of group g (the count of any of its slots) */
+__device__ __forceinline__ unsigned long long fin_count(const SelState *st, int ns, int g) {
+  for (int s = 0; s < ns; ++s)
+    if (st->slot_group[s] == g) return st->count[s];
+  return 0ull;
+}
+
+__global__ void __launch_bounds__(ST, 1) k_sel_fin(const __grid_constant__ FinArgs A) {
+  extern __shared__ __align__(16) unsigned long long fin_sm[];
+  __shared__ unsigned long long s_gp[SEL_NS], s_minc[SEL_NS], s_max[SEL_NS];
+  __shared__ bool s_small[SEL_NS];
+  SelState *st = A.st;
+  if (A.direct) { /* one block */
+    const long long c = A.nbuf;
+    if (c > FIN_CAP) { /* not reached: the host launches it for at most FIN_CAP keys */
+      if (threadIdx.x == 0) st->bad = 1;
+      return;
+    }
+    const int m = fin_pow2(c);
+    for (int i = threadIdx.x; i < m; i += ST) fin_sm[i] = i < c ? __ldcg(A.cand + i) : KEY_NONE;
+    fin_sort(fin_sm, m);
+    if (threadIdx.x == 0) {
+      st->total = (unsigned long long)c;
+      for (int s = 0; s < A.ns; ++s) {
+        const long long r = A.rank0[s];
+        if (r < 0 || r >= c) st->bad = 1; /* not reached: the host's ranks are < c */
+        st->prefix[s] = r >= 0 && r < c ? fin_sm[r] : 0ull;
+        st->rank[s] = 0;
+      }
+      st->fin_sorted = A.ns;
+      st->fin = 1;
+    }
+    return;
+  }
+  if (st->bad || st->fin) return; /* written by the level pass before: the same in every block */
+  const int ng = st->ng;
+  unsigned long long tot = 0; /* keys of the small groups' buckets */
+  for (int g = 0; g < ng; ++g) {
+    const unsigned long long c = fin_count(st, A.ns, g);
+    if (c <= FIN_CAP) tot += c;
+  }
+  const bool store = tot <= FIN_CAP;
+  if (threadIdx.x < SEL_NS) {
+    const int g = (int)threadIdx.x;
+    s_gp[g] = g < ng ? st->gprefix[g] : KEY_NONE;
+    s_small[g] = g < ng && store && fin_count(st, A.ns, g) <= FIN_CAP;
+    s_minc[g] = 0ull;
+    s_max[g] = 0ull;
+  }
+  __syncthreads();
+  unsigned long long mn[SEL_NS], mx[SEL_NS];
+#pragma unroll
+  for (int q = 0; q < SEL_NS; ++q) {
+    mn[q] = KEY_NONE;
+    mx[q] = 0ull;
+  }
+  const unsigned long long n = (unsigned long long)A.nbuf;
+  for (unsigned long long i = (unsigned long long)blockIdx.x * ST + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * ST) {
+    const unsigned long long key = __ldcg(A.cand + i);
+    if (key >> 63) continue; /* KEY_NONE: not a finite pair */
+    const unsigned long long p = key >> 48; /* the level-0 bucket */
+    int g = -1;
+    for (int q = 0; q < ng; ++q)
+      if (p == s_gp[q]) g = q;
+    if (g < 0) continue;
+#pragma unroll
+    for (int q = 0; q < SEL_NS; ++q)
+      if (q == g) {
+        mn[q] = key < mn[q] ? key : mn[q];
+        mx[q] = key > mx[q] ? key : mx[q];
+      }
+    if (s_small[g]) {
+      cg::coalesced_group cgp = cg::coalesced_threads();
+      unsigned long long base = 0;
+      if (cgp.thread_rank() == 0) base = atomicAdd(&A.fs->nfin, (unsigned long long)cgp.size());
+      base = cgp.shfl(base, 0);
+      const unsigned long long pos = base + cgp.thread_rank();
+      if (pos < FIN_CAP) A.reg[pos] = key;
+    }
+  }
+  /* the groups' extremes: warp shuffles, the block's in shared memory, one
+     atomic per block and group (~min as a max: the zeroed scratch is the identity) */
+  for (int q = 0; q < ng; ++q) { /* ng: the same in every thread */
+    unsigned long long a = 0ull, b = 0ull;
+#pragma unroll
+    for (int u = 0; u < SEL_NS; ++u)
+      if (u == q) {
+        a = ~mn[u];
+        b = mx[u];
+      }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const unsigned long long ya = __shfl_xor_sync(0xffffffffu, a, o);
+      const unsigned long long yb = __shfl_xor_sync(0xffffffffu, b, o);
+      a = ya > a ? ya : a;
+      b = yb > b ? yb : b;
+    }
+    if ((threadIdx.x & 31) == 0) {
+      atomicMax(&s_minc[q], a);
+      atomicMax(&s_max[q], b);
+    }
+  }
+  __syncthreads();
+  if ((int)threadIdx.x < ng) {
+    atomicMax(&A.fs->minc[threadIdx.x], s_minc[threadIdx.x]);
+    atomicMax(&A.fs->max[threadIdx.x], s_max[threadIdx.x]);
+  }
+  if (!vg_last_block(A.counter)) return;
+  /* the last block: every other block's atomics and appends are visible (vg_last_block) */
+  __shared__ unsigned long long s_key[SEL_NS];
+  __shared__ bool s_tie[SEL_NS];
+  __shared__ int s_need, s_ok;
+  if (threadIdx.x == 0) {
+    *A.counter = 0;
+    const unsigned long long nfin = __ldcg(&A.fs->nfin);
+    int need = 0, ok = 1;
+    for (int s = 0; s < A.ns; ++s) {
+      const int g = st->slot_group[s];
+      const unsigned long long lo = ~__ldcg(&A.fs->minc[g]), hi = __ldcg(&A.fs->max[g]);
+      s_tie[s] = lo == hi;
+      if (lo == hi) {
+        s_key[s] = lo;
+        continue;
+      }
+      need = 1;
+      /* a small group, and the region holds every key of the small groups */
+      if (!s_small[g] || nfin != tot) {
+        ok = 0;
+        continue;
+      }
+      unsigned long long below = 0;
+      for (int q = 0; q < ng; ++q)
+        if (s_small[q] && st->gprefix[q] < st->gprefix[g]) below += fin_count(st, A.ns, q);
+      s_key[s] = below + (unsigned long long)st->rank[s]; /* a position, read after the sort */
+    }
+    s_need = need;
+    s_ok = ok;
+  }
+  __syncthreads();
+  if (!s_ok) return; /* not every slot answered: the levels run (state unchanged) */
+  if (s_need) {
+    const long long c = (long long)tot;
+    const int m = fin_pow2(c);
+    for (int i = threadIdx.x; i < m; i += ST) fin_sm[i] = i < c ? __ldcg(A.reg + i) : KEY_NONE;
+    fin_sort(fin_sm, m);
+  }
+  if (threadIdx.x == 0) {
+    int nt = 0;
+    for (int s = 0; s < A.ns; ++s) {
+      st->prefix[s] = s_tie[s] ? s_key[s] : fin_sm[s_key[s]];
+      nt += s_tie[s];
+    }
+    st->fin_ties = nt;
+    st->fin_sorted = A.ns - nt;
+    st->fin = 1;
+  }
 }
 
 /* ---- the window plan's kernels --------------------------------------------- */
@@ -802,6 +1066,28 @@ static cudaError_t launch_sel_buf(int grid, const KArgs &A, cudaStream_t s) {
   return cudaGetLastError();
 }
 
+/* k_sel_fin after level 0 of A's buffer (A.nbuf keys; direct = 0, grid
+ * blocks), or one block over the whole buffer at the ranks A.rank0 (direct =
+ * 1, A.nbuf <= FIN_CAP). */
+static cudaError_t launch_sel_fin(DevWS *ws, int grid, const KArgs &A, int direct, cudaStream_t s) {
+  static int done[64];
+  const cudaError_t e = vg_smem_optin(k_sel_fin, done, FIN_SMEM);
+  if (e != cudaSuccess) return e;
+  FinArgs F;
+  memset(&F, 0, sizeof F);
+  F.ns = A.ns;
+  F.direct = direct;
+  F.nbuf = A.nbuf;
+  memcpy(F.rank0, A.rank0, sizeof F.rank0);
+  F.st = A.st;
+  F.fs = (FinState *)(ws->d_ws + WS_SEL_FIN);
+  F.cand = A.cand;
+  F.reg = (unsigned long long *)(ws->d_ws + WS_SEL_FREG);
+  F.counter = (unsigned *)(ws->d_ws + WS_SEL_CNT) + CNT_FIN;
+  k_sel_fin<<<direct ? 1 : grid, ST, FIN_SMEM, s>>>(F);
+  return cudaGetLastError();
+}
+
 template <int DA, int DE>
 static cudaError_t launch_sel_sample(int grid, const SArgs &A, cudaStream_t s) {
   k_sel_sample<DA, DE><<<grid, WT, 0, s>>>(A);
@@ -852,6 +1138,14 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
  *                          (a planted misprediction)
  *   vgct_cuda_test_sel_kpt > 0: keys per thread of the buffer passes' grids
  *                          (instead of SEL_BUF_KPT; bench/bench_selbuf.py)
+ *   vgct_cuda_test_fin     1: no k_sel_fin (the four histogram levels always;
+ *                          the tests compare both ways, bench/gpu_kernels.py)
+ * vgct_cuda_test_fin_last (the last call's finishes, written by every call):
+ *   [0] k_sel_fin launches after the store-all level 0 (whose state the host reads)
+ *   [1] their slots answered by a one-key bucket (ties)
+ *   [2] their slots answered by the sort of the wanted buckets' keys
+ *   [3] of those launches, the ones that left the slots to the levels
+ *   [4] window selections finished by one direct k_sel_fin (no levels)
  * vgct_cuda_test_sel_last (the last call's plan, written by every call):
  *   [0] windows read by the window pass (0: no window pass)
  *   [1] ranks answered by a window's pivot counts (lo, hi)
@@ -863,7 +1157,10 @@ extern "C" {
 __attribute__((visibility("default"))) long long vgct_cuda_test_sel[4] = {0, 0, 0, 0};
 __attribute__((visibility("default"))) long long vgct_cuda_test_sel_last[6] = {0, 0, 0, 0, 0, 0};
 __attribute__((visibility("default"))) long long vgct_cuda_test_sel_kpt = 0;
+__attribute__((visibility("default"))) long long vgct_cuda_test_fin = 0;
+__attribute__((visibility("default"))) long long vgct_cuda_test_fin_last[5] = {0, 0, 0, 0, 0};
 }
+static bool fin_on(void) { return vgct_cuda_test_fin == 0; }
 
 /* k_sel_buf's grid over nbuf keys: SEL_BUF_KPT keys a thread (fewer blocks:
  * fewer shared histograms to clear and flush into the global one), at most
@@ -932,15 +1229,20 @@ static double win_need(const WinPlan *W, int k) {
 
 /* Levels 0..4 of k_sel_buf over A's buffer (A.cand, A.nbuf keys, A.st,
  * A.rank0 or the sample ranks): afterwards A.st->prefix[s] is the key of
- * rank s.  The histograms must be zero. */
-static cudaError_t buf_levels(DevWS *ws, KArgs &A, cudaStream_t s) {
+ * rank s.  with_fin (and the finish on): k_sel_fin runs after level 0 and,
+ * when it answers every slot, levels 1..4 return at once (no host round trip
+ * decides it).  The histograms and the counters must be zero, and the
+ * FinState too with_fin. */
+static cudaError_t buf_levels(DevWS *ws, KArgs &A, bool with_fin, cudaStream_t s) {
   const int grid = sel_buf_grid(ws, A.nbuf);
   for (int lv = 0; lv <= 4; ++lv) {
     A.level = lv;
     A.hist = (unsigned long long *)(ws->d_ws + WS_SEL_HIST + (size_t)lv * SEL_BINS * 8);
     A.counter = (unsigned *)(ws->d_ws + WS_SEL_CNT) + lv;
-    const cudaError_t e = launch_sel_buf(grid, A, s);
+    cudaError_t e = launch_sel_buf(grid, A, s);
     if (e != cudaSuccess) return e;
+    if (lv == 0 && with_fin && fin_on() && (e = launch_sel_fin(ws, grid, A, 0, s)) != cudaSuccess)
+      return e;
   }
   return cudaSuccess;
 }
@@ -1053,7 +1355,7 @@ static int sel_windows(CallCtx &cx, const KArgs &B, const vgct_params *p, const 
     }
     A.wz = W.z;
     A.wshift = T[3];
-    WIN_CK(buf_levels(ws, A, cx.stream), "k_sel_buf launch (sample)");
+    WIN_CK(buf_levels(ws, A, true, cx.stream), "k_sel_buf launch (sample)");
   }
   WIN_CK(dispatch_sel_window((int)gw, WA, cx.stream), "k_sel_window launch");
   WIN_CK(cudaMemcpyAsync(ws->h_pin, wst, sizeof(WinState), cudaMemcpyDeviceToHost, cx.stream),
@@ -1135,8 +1437,6 @@ static int sel_windows(CallCtx &cx, const KArgs &B, const vgct_params *p, const 
                              cx.stream),
              "cudaMemsetAsync (select states)");
       for (int k = 0; k < nb; ++k) {
-        WIN_CK(cudaMemsetAsync(d + WS_SEL_HIST, 0, WS_SEL_CLEAR_END - WS_SEL_HIST, cx.stream),
-               "cudaMemsetAsync (select histograms)");
         KArgs A = B;
         A.store_all = 0;
         A.compact = 0;
@@ -1146,7 +1446,16 @@ static int sel_windows(CallCtx &cx, const KArgs &B, const vgct_params *p, const 
         A.st = (SelState *)(d + WS_SEL_STATE + (SLOT_WSEL + k) * SEL_SLOT);
         A.ns = bn[k];
         for (int s = 0; s < SEL_NS; ++s) A.rank0[s] = s < bn[k] ? (long long)irk[bix[k][s]] : 0;
-        WIN_CK(buf_levels(ws, A, cx.stream), "k_sel_buf launch (window)");
+        if (fin_on() && A.nbuf <= FIN_CAP) { /* few stored keys: sorted by one block */
+          WIN_CK(launch_sel_fin(ws, 1, A, 1, cx.stream), "k_sel_fin launch (window)");
+          ++vgct_cuda_test_fin_last[4];
+        } else {
+          /* a region of more than FIN_CAP keys spans a narrow range of values (the
+             window), so its level-0 bucket rarely fits the finish: the levels alone */
+          WIN_CK(cudaMemsetAsync(d + WS_SEL_HIST, 0, WS_SEL_CLEAR_END - WS_SEL_HIST, cx.stream),
+                 "cudaMemsetAsync (select histograms)");
+          WIN_CK(buf_levels(ws, A, false, cx.stream), "k_sel_buf launch (window)");
+        }
       }
       WIN_CK(cudaMemcpyAsync(ws->h_pin, d + WS_SEL_STATE + SLOT_WSEL * SEL_SLOT,
                              (size_t)nb * SEL_SLOT, cudaMemcpyDeviceToHost, cx.stream),
@@ -1181,7 +1490,10 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
                                 uintptr_t stream, const int64_t *ranks, int nranks,
                                 double *values, char *err, size_t errlen) {
   static_assert(WS_SEL_CLEAR_END <= WS_SEL_CAND, "select workspace layout");
-  static_assert(WS_SEL_CAND + (size_t)SEL_CAP * 8 <= VG_WS_BYTES, "select workspace size");
+  static_assert(WS_SEL_FREG + (size_t)FIN_CAP * 8 <= VG_WS_BYTES, "select workspace size");
+  static_assert(FIN_SMEM <= SEL_SMEM, "k_sel_fin's shared memory");
+  static_assert(4 * (CNT_FIN + 1) <= 64 && WS_SEL_CNT + 64 <= WS_SEL_FIN &&
+                WS_SEL_FIN + sizeof(FinState) <= WS_SEL_STATE, "k_sel_fin scratch in the zeroed range");
   static_assert(sizeof(SelState) <= SEL_SLOT && sizeof(WinState) <= SEL_SLOT, "state slot");
   static_assert(WS_SEL_STATE + 8 * SEL_SLOT <= WS_SEL_HIST && SLOT_WSEL + NSLOT_WSEL <= SLOT_WIN,
                 "state slots");
@@ -1212,6 +1524,7 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
   const long long plan = vgct_cuda_test_sel[0];
   long long *R = vgct_cuda_test_sel_last;
   for (int i = 0; i < 6; ++i) R[i] = 0;
+  for (int i = 0; i < 5; ++i) vgct_cuda_test_fin_last[i] = 0;
 
   /* distinct ranks, ascending */
   int64_t uniq[2 * 64];
@@ -1340,7 +1653,25 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
         SEL_CK(dispatch_sel_data(gdata, A, cx.stream), "k_sel_data launch (narrowing)");
       }
     }
-    if (!(level == 4 || (!small && hs.bad))) {
+    bool levels = !(level == 4 || (!small && hs.bad));
+    if (levels && small && fin_on()) {
+      /* store-all: the finish after level 0, then the state (one round trip); the
+         levels only when it could not answer every rank */
+      A.nbuf = it.m;
+      SEL_CK(launch_sel_fin(ws, sel_buf_grid(ws, it.m), A, 0, cx.stream), "k_sel_fin launch");
+      SEL_CK(cudaMemcpyAsync(ws->h_pin, A.st, sizeof(SelState), cudaMemcpyDeviceToHost, cx.stream),
+             "cudaMemcpyAsync (select finish)");
+      SEL_CK(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (select finish)");
+      cx.mark("finish+memcpy+sync");
+      memcpy(&hs, ws->h_pin, sizeof hs);
+      long long *F = vgct_cuda_test_fin_last;
+      ++F[0];
+      F[1] += hs.fin_ties;
+      F[2] += hs.fin_sorted;
+      if (!hs.fin && !hs.bad) ++F[3];
+      levels = !hs.fin && !hs.bad;
+    }
+    if (levels) {
       const int gbuf = sel_buf_grid(ws, nbuf);
       A.nbuf = small ? it.m : -1; /* store-all: every key; else the compaction's count */
       for (int lv = level + 1; lv <= 4; ++lv) {

@@ -101,7 +101,7 @@ def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-
             it (any n, not an approximation). A single number is accepted (a Python or NumPy
             scalar, a 0-d array); bools are refused (TypeError). The default ``(0.99,)`` costs
             1.3-1.75x the compare without quantiles on a 2-core CPU at 2^20..2^28 pairs and
-            about 100 us more at 2^20 pairs on an H200 (docs/metrics.md, "Cost of the default
+            about 80 us more at 2^20 pairs on an H200 (docs/metrics.md, "Cost of the default
             quantiles"); pass ``()`` or ``None`` when no quantile is needed.
         dim: an axis (an integer, NumPy integers included, not a bool; negative counts
             from the end) for per-slice statistics

@@ -777,6 +777,170 @@ def test_window_plan_is_automatic_above_sel_cap(kind, sel_hooks):
     assert last["windows"] >= 1 and last["radix_ranks"] == 0, last
 
 
+# ---- issue #13: the one-block finish of the selection (cuda/select.cu k_sel_fin) ----------------
+#
+# After the level-0 pass k_sel_fin answers each rank from its bucket's extremes (one value: ties) or
+# from a sort of the wanted buckets' keys (at most FIN_CAP = 8192), else it leaves the ranks to the
+# four histogram levels.  Hooks: vgct_cuda_test_fin = 1 turns it off; vgct_cuda_test_fin_last says
+# what the last call did.  Every case is checked against the CPU engine, the float64 oracle and the
+# same call with the finish off (the levels: an independent GPU path).
+
+FIN_LAST = ("store_all_fins", "by_ties", "by_sort", "left_to_levels", "window_direct")
+FIN_CAP = 8192
+
+
+@pytest.fixture
+def fin_hooks():
+    """set(off) and last() -> dict for k_sel_fin's hooks; the finish back on after."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    lib = ctypes.CDLL(_C.__file__)
+    knob = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fin")
+    last = (ctypes.c_longlong * 5).in_dll(lib, "vgct_cuda_test_fin_last")
+
+    class Hooks:
+        @staticmethod
+        def set(off):
+            knob.value = 1 if off else 0
+
+        @staticmethod
+        def last():
+            return dict(zip(FIN_LAST, list(last)))
+
+    yield Hooks
+    knob.value = 0
+
+
+def _distinct_ranks(nf, quantiles):
+    """The ranks the engine asks for (csrc/vgct_stats.h vgct_quantile_ranks: h = (nf-1) q,
+    floor(h) and floor(h) + 1, both nf - 1 when h >= nf - 1), distinct."""
+    out = set()
+    for q in quantiles:
+        h = float(nf - 1) * float(q)
+        out |= {nf - 1} if h >= nf - 1 else {math.floor(h), math.floor(h) + 1}
+    return len(out)
+
+
+def _fin_both_ways(a, e, quantiles, fin_hooks, after_on=None, oracle=True):
+    """The call with the finish on (checked by check3), its hooks (and ``after_on()``, read right
+    after it), and the same call with the finish off: the quantiles equal bit for bit.  When the
+    finish answered every rank itself, its counts add up to the distinct ranks asked for."""
+    fin_hooks.set(off=False)
+    g = check3(a, e, quantiles=quantiles, oracle=oracle)
+    last = fin_hooks.last()
+    other = after_on() if after_on is not None else None
+    fin_hooks.set(off=True)
+    h = vgct_ext.compare(a, e, quantiles=quantiles)
+    off = fin_hooks.last()
+    fin_hooks.set(off=False)
+    assert off["store_all_fins"] == 0 and off["window_direct"] == 0, off
+    assert dict(g.quantiles) == dict(h.quantiles)
+    if last["store_all_fins"] and last["left_to_levels"] == 0:
+        assert last["by_ties"] + last["by_sort"] == _distinct_ranks(g.n_finite, quantiles), last
+    return g, last, other
+
+
+@pytest.mark.parametrize("kind", WINDOW_KINDS)
+def test_fin_store_all_every_distribution(kind, fin_hooks):
+    """Store-all (2^16 pairs) with the finish: exact for every data shape -- ties (bf16 rounding,
+    identical, offset), smooth noise, heavy tails, outliers, non-finite pairs."""
+    a, e = _window_case(kind, 1 << 16, seed=7)
+    g, last, _ = _fin_both_ways(a, e, QW, fin_hooks)
+    assert last["store_all_fins"] == 2, last  # QW: 13 distinct ranks (floor(h), floor(h) + 1), two batches
+    if kind == "identical":  # every |d| is 0: one bucket, one value
+        assert last["by_ties"] == 13 and last["by_sort"] == 0 and last["left_to_levels"] == 0, last
+    if kind in ("noise_fp32", "cauchy"):  # smooth: small buckets, answered by the sort
+        assert last["by_sort"] >= 1 and last["left_to_levels"] == 0, last
+
+
+def test_fin_bf16_rounding_noise_is_answered_by_ties(fin_hooks):
+    """The main use case (a bf16 cast of fp32 + 1e-3 noise against its bf16 reference): the p99's
+    bucket holds tens of thousands of keys of ONE value; the finish answers from the extremes."""
+    a, e = _window_case("bf16_rounding", 1 << 20, seed=8)
+    g, last, _ = _fin_both_ways(a, e, (0.99,), fin_hooks)
+    assert last["store_all_fins"] == 1 and last["left_to_levels"] == 0, last
+    assert last["by_ties"] >= 1 and last["by_sort"] == 0, last
+
+
+def test_fin_planted_big_two_valued_bucket_goes_to_the_levels(fin_hooks):
+    """Planted: the wanted bucket holds more than FIN_CAP keys of two values 2^-20 apart (one
+    1/16-octave bucket, extremes differ, too many to sort): the finish must leave the ranks to the
+    levels, whose answer is exact -- including the ranks at the boundary between the two values."""
+    n = 4 * FIN_CAP + 1
+    e = torch.ones(n, dtype=torch.float64, device=DEV)
+    a = torch.full((n,), 1.5, dtype=torch.float64, device=DEV)  # |d| = 0.5 ...
+    a[1::2] += 2.0 ** -20  # ... or 0.5 + 2^-20
+    nlow = (n + 1) // 2
+    qs = (0.0, (nlow - 1) / (n - 1), nlow / (n - 1), 0.5, 1.0)
+    g, last, _ = _fin_both_ways(a, e, qs, fin_hooks)
+    assert last["left_to_levels"] == 1 and last["by_ties"] == 0 and last["by_sort"] == 0, last
+
+
+@pytest.mark.parametrize("size,sorted_", [(FIN_CAP, True), (FIN_CAP + 1, False)])
+def test_fin_cap_boundary(size, sorted_, fin_hooks):
+    """One bucket of exactly FIN_CAP distinct keys is sorted by the finish (the shared-memory
+    region full); one key more and it goes to the levels.  Both exact."""
+    k = torch.arange(size, dtype=torch.float64, device=DEV)
+    k = k[torch.randperm(size, generator=torch.Generator(device=DEV).manual_seed(GEN_SEED + 301),
+                         device=DEV)]
+    e = torch.ones(size, dtype=torch.float64, device=DEV)
+    a = 2.0 + k * 2.0 ** -30  # |d| = 1 + k 2^-30: distinct, all in [1, 1.0625)
+    g, last, _ = _fin_both_ways(a, e, (0.0, 0.37, 0.5, 0.99, 1.0), fin_hooks)
+    if sorted_:
+        assert last["by_sort"] >= 1 and last["left_to_levels"] == 0, last
+    else:  # 9 distinct ranks: two batches, both left to the levels
+        assert last["left_to_levels"] == last["store_all_fins"] == 2, last
+
+
+def test_fin_big_tie_bucket_beside_a_small_sorted_one(fin_hooks):
+    """One batch with a one-value bucket of far more than FIN_CAP keys (answered by its extremes)
+    and a small bucket of many values (sorted): the big bucket's keys are not counted against the
+    region, so the finish answers both."""
+    gen = torch.Generator(device=DEV).manual_seed(GEN_SEED + 302)
+    n_tie, n_small = 5 * FIN_CAP, 3000
+    e = torch.ones(n_tie + n_small, dtype=torch.float64, device=DEV)
+    a = torch.cat([torch.full((n_tie,), 2.0, dtype=torch.float64, device=DEV),  # |d| = 1 exactly
+                   3.0 + 0.1 * torch.rand(n_small, generator=gen, device=DEV, dtype=torch.float64)])
+    a = a[torch.randperm(a.numel(), generator=gen, device=DEV)]
+    qs = (0.3, 0.97)  # one rank pair in the tie bucket, one among the [2, 2.1) values
+    g, last, _ = _fin_both_ways(a, e, qs, fin_hooks)
+    assert last["left_to_levels"] == 0 and last["by_ties"] == 2 and last["by_sort"] == 2, last
+
+
+def test_fin_sort_across_groups_at_bucket_edges(fin_hooks):
+    """Several groups in one finish (ranks in different 1/16-octave buckets) sorted together:
+    each rank's key is read at its group's offset in the sorted region.  Values at and just below
+    the buckets' edges (1.0, the largest double below 1.0625, 2.0, 0.25 ...) and 1.0625 itself,
+    the next bucket's lowest key; a downward jitter on some of them keeps them in their bucket."""
+    g0 = torch.Generator(device=DEV).manual_seed(GEN_SEED + 300)
+    n = 6000
+    base = torch.tensor([1.0, 1.0625 * (1 - 2 ** -52), 2.0, 3.999999, 0.25, 0.2656249],
+                        dtype=torch.float64, device=DEV)
+    e = torch.zeros(n, dtype=torch.float64, device=DEV)
+    a = base[torch.randint(0, base.numel(), (n,), generator=g0, device=DEV)]
+    jit = torch.rand(n, generator=g0, device=DEV, dtype=torch.float64)
+    a = torch.where(jit < 0.5, a, a * (1 - 1e-9 * jit))
+    a[::97] = 1.0625
+    qs = tuple(i / 16 for i in range(17))
+    g, last, _ = _fin_both_ways(a, e, qs, fin_hooks)
+    assert last["by_sort"] >= 8 and last["left_to_levels"] == 0, last
+
+
+def test_fin_window_regions_are_sorted_directly(fin_hooks, sel_hooks):
+    """The window plan (forced at 2^17): a window's few stored keys are selected by one
+    k_sel_fin block instead of five histogram passes, and the sample's order statistics (its
+    finish) give the same windows; same values as with the finish off."""
+    a, e = _window_case("noise_fp32", 1 << 17, seed=9)
+    sel_hooks.set(plan=1)
+    g, last, on = _fin_both_ways(a, e, QW, fin_hooks, after_on=sel_hooks.last)
+    off = sel_hooks.last()
+    assert last["window_direct"] >= 1, last
+    assert on["in_stored"] >= 1 and on["radix_ranks"] == 0, on
+    assert on == off  # the same windows, the same ranks at their pivots and inside
+
+
 # ---- issue #13: the small-input reduce (VG_MODE_LEAN) against the fast path ------------------
 # (fixtures lean_max and reduce_mode: near the top)
 
