@@ -3,9 +3,12 @@
 for several keys-per-thread settings of the buffer passes (the hook ``vgct_cuda_test_sel_kpt``;
 fewer blocks: fewer shared histograms to clear and flush into the global one), alternated rep by
 rep in one process.  Prints a table of medians of CUDA-event intervals (us) around the call; the
-default (SEL_BUF_KPT) should be the fastest column or close to it.
+default (SEL_BUF_KPT) should be the fastest column or close to it.  The selection's one-block finish
+(k_sel_fin, which answers most p99s without the buffer passes and reads the buffer on the same grid)
+is turned off through its hook ``vgct_cuda_test_fin`` so that the passes run; ``--with-finish``
+leaves it on (then the table times the finish's grid instead).
 
-    python bench/bench_selbuf.py [--kpt 8,32,128]      # on a machine with a CUDA GPU
+    python bench/bench_selbuf.py [--kpt 8,32,128] [--with-finish]     # on a machine with a CUDA GPU
 """
 import argparse
 import ctypes
@@ -21,9 +24,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kpt", default="8,32,128")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--with-finish", action="store_true", help="leave k_sel_fin on")
     args = ap.parse_args()
     kpts = [int(k) for k in args.kpt.split(",")]
-    hook = ctypes.c_longlong.in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_sel_kpt")
+    lib = ctypes.CDLL(_C.__file__)
+    hook = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_sel_kpt")
+    fin = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fin")
+    fin.value = 0 if args.with_finish else 1
     print("case | " + " | ".join(f"kpt {k} us" for k in kpts))
     try:
         for dt in (torch.bfloat16, torch.float32):
@@ -53,6 +60,7 @@ def main():
                       flush=True)
     finally:
         hook.value = 0
+        fin.value = 0
 
 
 if __name__ == "__main__":
