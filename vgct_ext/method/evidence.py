@@ -102,6 +102,9 @@ SUFFIX = ".vgct-evidence.json"
 UPPER = ("rel_l2", "p99", "max_abs_err", "channel_mean_shift")
 #: The most the spread term of the bar rule may reach, as a multiple of the worst run (of 1 - cosine: its square).
 SPREAD_CAP = 4.0
+#: The most an entry pooled from several tests' runs may loosen one test's own bar (or floor): pooled bar / the
+#: bar its own runs give (of 1 - cosine: the square root of that ratio, as SPREAD_CAP).
+POOL_CAP = 4.0
 REQUIRED = ("rel_l2", "cosine", "p99", "max_abs_err")  # plus channel_mean_shift when dim is set
 RELATIVE = ("rel_l2", "cosine")  # undefined for a zero-norm reference
 FLOOR_STATS = ("rel_l2", "cosine", "max_abs_err")
@@ -471,8 +474,26 @@ def _same_experiment(entry: Mapping[str, Any], stats: Any, dim: Optional[int]) -
     return [f"{k}: evidence {entry.get(k)!r}, now {v!r}" for k, v in want.items() if entry.get(k) != v]
 
 
+def _check_pooled(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind: str) -> None:
+    """Raise :class:`AmbiguousGate` when ``entry`` pools runs of several tests that :func:`pooling_problem`
+    refuses (an entry written before that check): it must not gate."""
+    runs = entry.get("runs")
+    if not isinstance(runs, list) or len({str(r.get("test")) for r in runs if isinstance(r, dict)}) < 2:
+        return
+    try:
+        why = pooling_problem([r for r in runs if isinstance(r, dict)], kind=kind,
+                              headroom=float(entry.get("headroom", 0.5)), dim=entry.get("dim"))
+    except (ValueError, TypeError, KeyError):  # runs that cannot derive bars: the bars themselves decide
+        return
+    if why:
+        raise AmbiguousGate(f"{kind} evidence for {key!r} on {stratum} in {path} cannot gate: {why}. "
+                            f"{_calibrate_hint(stratum)}")
+
+
 def lookup(path: Path, key: str, stratum: str, stats: Any, dim: Optional[int]) -> Tuple[Optional[dict], Optional[str]]:
-    """``(entry, None)`` when usable T2 evidence exists for ``key`` on ``stratum``, else ``(None, why)``."""
+    """``(entry, None)`` when usable T2 evidence exists for ``key`` on ``stratum``, else ``(None, why)``.
+    Raises :class:`AmbiguousGate` for an entry whose runs of several tests must not be pooled
+    (:func:`pooling_problem`)."""
     entry, why = _find_entry(path, key, stratum, "T2")
     if entry is None:
         return None, why
@@ -499,6 +520,7 @@ def lookup(path: Path, key: str, stratum: str, stats: Any, dim: Optional[int]) -
                       f"needs a calibrated bar for each of {', '.join(need)}"
                       + (" (relative L2 and cosine are not required: the reference has zero norm)" if zero else "")
                       + f"; a statistic is never left ungated. Recalibrate. {_calibrate_hint(stratum)}")
+    _check_pooled(entry, path, key, stratum, "t2")
     cos = bars.get("cosine")
     note = entry.get("investigation")
     if cos is not None and cos < 0.99 and not (isinstance(note, str) and note.strip()):
@@ -578,6 +600,57 @@ def add_calibration_run(session: Any, path: Path, key: str, stratum: str, stats:
 _EXPERIMENT = ("dtype_actual", "dtype_expected", "shape", "dim")
 
 
+def pooling_problem(runs: Sequence[Mapping[str, Any]], *, kind: str, headroom: float,
+                    dim: Optional[int]) -> Optional[str]:
+    """Why the runs of several tests must not share one entry, or None.
+
+    Runs of one key from several tests (a parametrized test whose cases share the component and feature
+    labels, or two tests) are pooled into one set of bars (or one T1 floor), which gates each of them.  When
+    the tests are different experiments that the dtype/shape/dim check cannot tell apart (bf16 and fp16
+    autocast both returning float32), the pooled bar is the noisiest test's and a real bug in a quieter test
+    passes (new-user trial, 2026-12-01: a 5 % softmax-scale error in the fp16 case passed a bar pooled with
+    the bf16 case).  The pooled bar of each statistic is compared with the bar each test's own runs give (the
+    same rule, the same headroom): more than ``POOL_CAP`` x looser for any test (1 - cosine: ``POOL_CAP``
+    squared; a statistic that is 0 in all of a test's own runs and not in the pool: infinitely looser) is
+    refused.  Runs without a test id (written before test ids were recorded) count as one test."""
+    by_test: Dict[str, List[Mapping[str, Any]]] = {}
+    for r in runs:
+        by_test.setdefault(str(r.get("test")), []).append(r)
+    if len(by_test) < 2:
+        return None
+    if kind == "t1_floor":
+        pooled = _floor_of(runs)
+        own = {t: _floor_of(rs) for t, rs in by_test.items()}
+        sq = ("one_minus_cosine",)
+        what = "T1 floor"
+    else:
+        pooled = {k: (1.0 - v if k == "cosine" else v) for k, v in bar_summary(runs, headroom, dim)["bars"].items()}
+        own = {t: {k: (1.0 - v if k == "cosine" else v) for k, v in bar_summary(rs, headroom, dim)["bars"].items()}
+               for t, rs in by_test.items()}
+        sq = ("cosine",)
+        what = "bar"
+    worst: Optional[Tuple[float, str, str, float, float]] = None
+    for t, bars in own.items():
+        for k, mine in bars.items():
+            pv = pooled.get(k)
+            if pv is None or not pv > mine:
+                continue
+            cap = POOL_CAP ** 2 if k in sq else POOL_CAP
+            ratio = pv / mine if mine > 0.0 else math.inf
+            if ratio > cap and (worst is None or ratio > worst[0]):
+                worst = (ratio, t, k, mine, pv)
+    if worst is None:
+        return None
+    ratio, t, k, mine, pv = worst
+    name = "1 - cosine" if k in sq else k
+    others = sorted(x for x in by_test if x != t)
+    return (f"the runs of {len(by_test)} tests pool into this entry, and the pooled {what} of {name} "
+            f"({pv:.3g}) is {'infinitely' if math.isinf(ratio) else f'{ratio:.3g}x'} the one {t}'s own runs give "
+            f"({mine:.3g}; at most {POOL_CAP ** 2 if k in sq else POOL_CAP:g}x): pooled with "
+            f"{', '.join(others)}, its gate would pass drift its own runs never showed. Give each test its own "
+            f"case= (e.g. case=<the parametrization>) so that each gets its own bars")
+
+
 def _meta_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
     return "; ".join(f"{k} {a.get(k)!r} vs {b.get(k)!r}" for k in _EXPERIMENT if a.get(k) != b.get(k))
 
@@ -628,6 +701,7 @@ def tighten_t1(bars: Any, tighten: Optional[float], stats: Any, *, component: st
         if entry.get("kind") != "t1_floor" or not isinstance(entry.get("floor"), dict):
             entry, why = None, f"evidence {key!r} on {stratum} in {path} is not a T1 floor entry. Recalibrate."
         else:
+            _check_pooled(entry, path, key, stratum, "t1_floor")
             diff = _same_experiment(entry, stats, None)
             miss = [f for f in ("rel_l2", "one_minus_cosine") if not _finite_number(entry["floor"].get(f))]
             if diff or miss:
@@ -702,6 +776,9 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
                     f"labels, or remove the old entry: python -m vgct_ext evidence remove {path} \"{key}\" "
                     f"--stratum {stratum}")
     runs = kept + new_runs
+    pooled = pooling_problem(runs, kind=kind, headroom=headroom, dim=meta.get("dim"))
+    if pooled:
+        raise AmbiguousGate(f"{path} [{key}] {stratum}: not written: {pooled}")
     entry: Dict[str, Any] = {"kind": kind, **meta}
     tests: List[str] = []
     for r in runs:

@@ -273,8 +273,9 @@ class TransparencyFinding(ValueError):
     """
 
 
-class GateFailure(AssertionError):
-    """A gate's statistics missed their bars. ``.stats`` is the PairedStats, ``.checks`` the list of Check."""
+class _GateError(AssertionError):
+    """What a gate raises when it does not pass (the base of :class:`GateFailure` and :class:`EvidenceMissing`).
+    ``.stats`` is the PairedStats, ``.checks`` the list of Check."""
 
     def __init__(self, message: str, stats: Any = None, checks: Sequence["Check"] = (), *,
                  name: Optional[str] = None):
@@ -283,12 +284,16 @@ class GateFailure(AssertionError):
         self.checks = list(checks)
         self.name = name
         #: the individual failures when this one reports several (soft mode, leaves of a structure)
-        self.failures: List["GateFailure"] = [self]
+        self.failures: List["_GateError"] = [self]
 
     @property
     def failed_statistics(self) -> List[str]:
         """The names of the gated statistics that missed their bars (``"rel_l2"``, ``"cosine"``, ...)."""
         return [c.statistic for c in self.checks if c.gating and not c.passed]
+
+
+class GateFailure(_GateError):
+    """A gate's statistics missed their bars. ``.stats`` is the PairedStats, ``.checks`` the list of Check."""
 
 
 class PlantedFaultWhileCalibrating(Exception):
@@ -298,8 +303,11 @@ class PlantedFaultWhileCalibrating(Exception):
     on it (the fault is checked in the gating run).  Not raised outside such a block."""
 
 
-class EvidenceMissing(GateFailure):
-    """A T2 gate found no usable calibration evidence for the current stratum (or evidence that does not fit)."""
+class EvidenceMissing(_GateError):
+    """A T2 gate (or a tightened T1 gate) found no usable calibration evidence for the current stratum (or
+    evidence that does not fit): the gate did not run.  An ``AssertionError`` (the test fails), but NOT a
+    :class:`GateFailure`: a planted-fault check written as ``pytest.raises(GateFailure)`` must not pass when no
+    gate ran (new-user trial, 2026-12-01: a module of planted faults without evidence passed all its checks)."""
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -618,23 +626,26 @@ def is_structure(x: Any) -> bool:
 
 
 # Soft mode: a stack of collectors; a list collects failures, None (pushed by expect_gate_failure) raises them.
-_SOFT: List[Optional[List[GateFailure]]] = []
+_SOFT: List[Optional[List[_GateError]]] = []
 _EXPECTING: List[int] = [0]
 
 
-def _combine(failures: Sequence[GateFailure], what: str) -> GateFailure:
+def _combine(failures: Sequence[_GateError], what: str) -> _GateError:
+    """One exception for several gate failures: an :class:`EvidenceMissing` when any of them is one (a gate
+    that did not run is never reported as a GateFailure), else a :class:`GateFailure`."""
     if len(failures) == 1:
         return failures[0]
     heads = [str(f).split("\n", 1)[0] for f in failures]
     body = "\n".join(f"[{i + 1}/{len(failures)}] {str(f)}" for i, f in enumerate(failures))
     first = f"{len(failures)} {what} failed: " + " || ".join(heads)
     checks = [c for f in failures for c in f.checks]
-    exc = GateFailure(first + "\n" + body, None, checks)
+    cls = EvidenceMissing if any(isinstance(f, EvidenceMissing) for f in failures) else GateFailure
+    exc = cls(first + "\n" + body, None, checks)
     exc.failures = list(failures)
     return exc
 
 
-def _raise_or_collect(failures: Sequence[GateFailure], gate: str, component: str, feature: str) -> None:
+def _raise_or_collect(failures: Sequence[_GateError], gate: str, component: str, feature: str) -> None:
     __tracebackhide__ = True
     if not failures:
         return
@@ -646,19 +657,20 @@ def _raise_or_collect(failures: Sequence[GateFailure], gate: str, component: str
 
 
 @contextlib.contextmanager
-def soft_gates() -> Iterator[List[GateFailure]]:
+def soft_gates() -> Iterator[List[_GateError]]:
     """Run every gate in the block and report all failures at its end.
 
     Inside the block a failing :func:`assert_t1` / :func:`assert_t2` records its failure (statistics, summary
     table, report as usual) and returns its statistics instead of raising; the block yields the list the failures
-    are collected in. On leaving the block one :class:`GateFailure` is raised when any gate failed: its first line
+    are collected in. On leaving the block one :class:`GateFailure` is raised when any gate failed (an
+    :class:`EvidenceMissing` when any gate found no usable evidence): its first line
     names every failed gate with its failing statistics, the rest holds each gate's full message, ``.failures``
     the individual exceptions and ``.checks`` all their checks. An exception raised by the block itself
     propagates unchanged (with the collected failures added as a note). Blocks nest; a failure belongs to the
     innermost block. Also ``vgct.soft()`` on the pytest fixture.
     """
     __tracebackhide__ = True
-    collected: List[GateFailure] = []
+    collected: List[_GateError] = []
     _SOFT.append(collected)
     try:
         yield collected
@@ -974,7 +986,7 @@ def assert_t1(actual: Any, expected: Any, *, component: str, feature: str,
     resolve_t1_bars(relax, **given, component=component, feature=feature)  # refuse early: before any compare
     leaves = paired_leaves(actual, expected, name)
     results: Dict[str, Any] = {}
-    failures: List[GateFailure] = []
+    failures: List[_GateError] = []
     for path, a, e in leaves:
         stats, failure = _gate_t1_leaf(a, e, component=component, feature=feature, name=path, relax=relax,
                                        given=given, dim=dim, quantiles=quantiles,
@@ -1048,7 +1060,7 @@ def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
     if is_structure(actual) or is_structure(expected):
         results: Dict[str, Any] = {}
         leaves = paired_leaves(actual, expected, name)
-        collected: List[GateFailure] = []
+        collected: List[_GateError] = []
         _SOFT.append(collected)  # gate every leaf, then report the failed ones together
         try:
             for path, a, e in leaves:

@@ -224,6 +224,117 @@ def test_other(vgct):
                                  "python -m vgct_ext evidence remove*"])
 
 
+_POOLED = HEADER + """
+FAULT = float(os.environ.get("VGCT_FAULT", "0"))
+
+@pytest.mark.component("c")
+@pytest.mark.feature("autocast")
+@pytest.mark.parametrize("k", [1.0, 10.0], ids=["quiet", "noisy"])   # two features, one output dtype
+def test_pooled(vgct, k):
+    a = drift(vgct.seed, k)
+    if k == 1.0:
+        a = a * (1 + FAULT)
+    vgct.assert_t2(a, E)
+"""
+
+
+def test_pooling_tests_that_loosen_one_bar_is_refused(pytester, run):
+    """Planted: two parametrizations share one key (the dtype/shape/dim check cannot tell them apart), one
+    ~10x noisier.  Pooled, the quiet case's bar would be the noisy one's and a planted fault in the quiet
+    case (new-user trial: a 5 % softmax-scale error in fp16 pooled with bf16) would pass.  Calibration must
+    refuse to write the entry; with a case= per parametrization each gets its own bar and the fault fails."""
+    pytester.makepyfile(test_x=_POOLED)
+    result = run("--vgct-calibrate")
+    result.stdout.fnmatch_lines(["*vgct ERROR: *[[]c | autocast[]] *: not written: the runs of 2 tests pool into "
+                                 "this entry, and the pooled bar of * is *x the one *test_pooled[[]quiet[]]'s own "
+                                 "runs give*case=*"])
+    assert result.ret != 0
+    assert not (pytester.path / "test_x.vgct-evidence.json").exists() or \
+        "c | autocast" not in _evidence(pytester)["entries"]
+    # the oracle of the refusal: the quiet case's own bar against the pooled one, by the bar rule itself
+    runs = [{"test": t, **{"rel_l2": r, "cosine": 1 - r * r / 2, "p99": r, "max_abs_err": r}}
+            for t, r in (("q", 1e-3), ("q", 1.1e-3), ("n", 3e-2), ("n", 3.3e-2))]
+    assert ev.pooling_problem(runs, kind="t2", headroom=0.5, dim=None) is not None
+    assert ev.pooling_problem([r for r in runs if r["test"] == "q"], kind="t2", headroom=0.5, dim=None) is None
+    # one case= per parametrization: two entries, and the planted fault in the quiet case fails its own bar
+    pytester.makepyfile(test_x=_POOLED.replace("vgct.assert_t2(a, E)", "vgct.assert_t2(a, E, case=str(k))"))
+    run("--vgct-calibrate").assert_outcomes(passed=2)
+    entries = _evidence(pytester)["entries"]
+    assert set(entries) == {"c | autocast | 1.0", "c | autocast | 10.0"}
+    fault = 2 * entries["c | autocast | 1.0"][STRATUM]["bars"]["rel_l2"]
+    assert fault < entries["c | autocast | 10.0"][STRATUM]["bars"]["rel_l2"]  # the pooled bar would pass it
+    os.environ["VGCT_FAULT"] = repr(fault)
+    try:
+        result = run()
+    finally:
+        del os.environ["VGCT_FAULT"]
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*FAILED*test_pooled[[]quiet[]]*"])
+
+
+def test_an_old_pooled_entry_does_not_gate(pytester, run):
+    """Evidence written before the pooling check (one entry, runs of two tests 10x apart): the gate refuses it
+    with AmbiguousGate (never gates on the pooled bar), naming both tests; homogeneous pooling still gates."""
+    pytester.makepyfile(test_x=_POOLED.replace("vgct.assert_t2(a, E)", "vgct.assert_t2(a, E, case=str(k))"))
+    run("--vgct-calibrate").assert_outcomes(passed=2)
+    data = _evidence(pytester)
+    quiet, noisy = data["entries"].pop("c | autocast | 1.0"), data["entries"].pop("c | autocast | 10.0")
+    pooled = dict(noisy[STRATUM])
+    pooled["runs"] = quiet[STRATUM]["runs"] + noisy[STRATUM]["runs"]
+    pooled["tests"] = quiet[STRATUM]["tests"] + noisy[STRATUM]["tests"]
+    data["entries"]["c | autocast"] = {STRATUM: pooled}  # the noisy case's bars: what pooling gave
+    (pytester.path / "test_x.vgct-evidence.json").write_text(json.dumps(data))
+    pytester.makepyfile(test_x=_POOLED)
+    result = run()
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*AmbiguousGate: t2 evidence for 'c | autocast' on * cannot gate: the runs of 2 "
+                                 "tests pool*"])
+    # two parametrizations of ONE experiment (1.0 and 1.5x the drift) still pool, as before
+    pytester.makepyfile(test_x=_POOLED.replace("[1.0, 10.0]", "[1.0, 1.5]"))
+    (pytester.path / "test_x.vgct-evidence.json").unlink()
+    run("--vgct-calibrate").assert_outcomes(passed=2)
+    run().assert_outcomes(passed=2)
+
+
+def test_pooled_t1_floors_that_loosen_one_floor_are_refused():
+    """The same rule for T1 floors (assert_t1(tighten=)): a floor pooled from a 30x noisier test is refused."""
+    runs = [{"test": t, "rel_l2": r, "cosine": 1 - r * r / 2, "max_abs_err": r}
+            for t, r in (("q", 1e-7), ("q", 1.2e-7), ("n", 3e-6), ("n", 3.1e-6))]
+    why = ev.pooling_problem(runs, kind="t1_floor", headroom=0.5, dim=None)
+    assert why is not None and "T1 floor" in why and "'q'" not in why and "q's own runs" in why
+    assert ev.pooling_problem(runs[:2], kind="t1_floor", headroom=0.5, dim=None) is None
+    same = [{"test": t, "rel_l2": r, "cosine": 1 - r * r / 2, "max_abs_err": r}
+            for t, r in (("q", 1e-7), ("n", 1.5e-7))]
+    assert ev.pooling_problem(same, kind="t1_floor", headroom=0.5, dim=None) is None
+
+
+def test_a_planted_fault_check_without_evidence_fails_not_passes(pytester, run):
+    """Planted-fault checks written as ``pytest.raises(GateFailure)`` (as the component tests do) around a T2 gate
+    that has no evidence: the gate did not run, so the check must fail -- EvidenceMissing is an AssertionError
+    but not a GateFailure (new-user trial: a module of such checks passed without one gate running).  Inside
+    soft_gates, a missing evidence among failed gates also surfaces as EvidenceMissing."""
+    pytester.makepyfile(test_x=HEADER + """
+from vgct_ext.gates import EvidenceMissing, GateFailure, soft_gates
+
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_planted(vgct):
+    with pytest.raises(GateFailure):
+        vgct.assert_t2(drift(vgct.seed, 50.0), E)
+
+def test_soft():
+    with pytest.raises(EvidenceMissing) as ei:
+        with soft_gates():
+            assert_t1(E * 1.5, E, component="c", feature="t1")
+            assert_t2(drift(0), E, component="c", feature="f", evidence="none.vgct-evidence.json")
+    assert not isinstance(ei.value, GateFailure) and len(ei.value.failures) == 2
+""")
+    result = run()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*FAILED*test_planted*EvidenceMissing*"])
+    assert issubclass(EvidenceMissing, AssertionError) and not issubclass(EvidenceMissing, GateFailure)
+
+
 def test_ambiguous_merge_is_refused_with_a_clear_error(pytester, run):
     pytester.makepyfile(test_x=HEADER + """
 @pytest.mark.component("c")
