@@ -169,8 +169,18 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     from .method._hardware import hardware_info, versions
 
+    from .method._hardware import stratum_of
+
     info = {"build": vgct_ext.build_info(), "hardware": hardware_info(), "versions": versions()}
     info["hardware"].pop("vgct_build", None)
+    # the strata T2 evidence is keyed on (docs/method.md): what a calibration here records, what a gate reads
+    strata = {}
+    for dev in ["cpu"] + [f"cuda:{g.get('index')}" for g in info["hardware"]["gpus"]]:
+        try:
+            strata[dev] = stratum_of(dev)
+        except (RuntimeError, ValueError) as exc:
+            strata[dev] = f"unknown ({exc})"
+    info["strata"] = strata
     if args.json:
         json.dump(info, sys.stdout, indent=2, default=str)
         print()
@@ -188,6 +198,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"  gpu {g.get('index')}: {g.get('name')} {g.get('architecture') or ''} driver {g.get('driver')}")
     if hw.get("torch_cuda"):
         print(f"  torch CUDA: {hw['torch_cuda']}")
+    print("evidence strata (T2 bars and T1 floors are recorded and read per stratum)")
+    for dev, st in info["strata"].items():
+        print(f"  {dev}: {st}")
     print("versions")
     for k, v in info["versions"].items():
         print(f"  {k}: {v}")
@@ -243,6 +256,8 @@ def cmd_evidence(args: argparse.Namespace) -> int:
     except KeyError as exc:
         print(f"error: {exc.args[0]}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        raise  # the reader closed the pipe: main() ends quietly
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -292,10 +307,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run one command; its exit status.  A reader that closes the pipe early (``... | head``) ends the command
+    quietly with status 141 (128 + SIGPIPE, what a shell reports for a process the signal ended), as the
+    Python documentation's "Note on SIGPIPE" recommends: no traceback, no error message."""
     args = _parser().parse_args(argv)
     if getattr(args, "gate", None) == "none":
         args.gate = None
-    return int(args.func(args))
+    try:
+        rc = int(args.func(args))
+        sys.stdout.flush()
+        return rc
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)  # the interpreter's final flush must not raise again
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
 
 
 if __name__ == "__main__":

@@ -102,6 +102,10 @@ SUFFIX = ".vgct-evidence.json"
 UPPER = ("rel_l2", "p99", "max_abs_err", "channel_mean_shift")
 #: The most the spread term of the bar rule may reach, as a multiple of the worst run (of 1 - cosine: its square).
 SPREAD_CAP = 4.0
+#: The largest --vgct-headroom: bars at most (1 + MAX_HEADROOM) x the worst run, the reach of the spread cap (a
+#: larger headroom would open every bar wider than the method's widest prediction bound; new-user trial: 1000
+#: gave a relative L2 bar of 6.7 and nothing warned).
+MAX_HEADROOM = 4.0
 #: The most an entry pooled from several tests' runs may loosen one test's own bar (or floor): pooled bar / the
 #: bar its own runs give (of 1 - cosine: the square root of that ratio, as SPREAD_CAP).
 POOL_CAP = 4.0
@@ -239,8 +243,8 @@ def bar_summary(runs: Sequence[Mapping[str, Any]], headroom: float,
     """``{"worst", "log_mean", "log_std", "bars"}`` from raw runs by the module's bar rule (the cosine's log mean
     and std are of ``ln(1 - cosine)``; its worst and bar are cosines). Raises ``ValueError`` as
     :func:`derive_bars`."""
-    if headroom < 0 or not math.isfinite(headroom):
-        raise ValueError(f"headroom must be a finite number >= 0, got {headroom!r}")
+    if not 0.0 <= headroom <= MAX_HEADROOM:  # NaN too
+        raise ValueError(f"headroom must be a number in [0, {MAX_HEADROOM:g}], got {headroom!r}")
     if not runs:
         raise ValueError("derive_bars: no calibration run")
     need = required_bars(dim)

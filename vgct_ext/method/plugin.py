@@ -69,7 +69,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="input seed of the runs (vgct.seed; default 0); the first seed under --vgct-calibrate")
     g.addoption("--vgct-headroom", type=float, default=0.5, metavar="H",
                 help="headroom for --vgct-calibrate: bar = max(worst x (1+H), 99%% prediction bound of the runs); "
-                     "cosine on 1 - cosine (default 0.5)")
+                     "cosine on 1 - cosine (default 0.5, at most 4)")
     g.addoption("--vgct-repeat", type=int, default=1, metavar="N",
                 help="run each paired test N times and fail any whose statistics differ bitwise")
     g.addoption("--vgct-strict", action="store_true", default=False,
@@ -85,8 +85,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if repeat < 1:
         raise pytest.UsageError("--vgct-repeat must be >= 1")
     headroom = float(config.getoption("--vgct-headroom"))
-    if not headroom >= 0:
-        raise pytest.UsageError("--vgct-headroom must be >= 0")
+    from .evidence import MAX_HEADROOM
+
+    if not 0.0 <= headroom <= MAX_HEADROOM:  # NaN and inf too, before any test runs
+        raise pytest.UsageError(f"--vgct-headroom must be a number in [0, {MAX_HEADROOM:g}] (bar = worst run x "
+                                f"(1 + H), at most {1 + MAX_HEADROOM:g}x: the reach of the spread cap), got "
+                                f"{config.getoption('--vgct-headroom')!r}")
     runs = int(config.getoption("--vgct-calibrate-runs"))
     if runs < 3:
         raise pytest.UsageError(f"--vgct-calibrate-runs must be >= 3 (a spread needs several seeds), got {runs}")

@@ -121,6 +121,25 @@ def test_info_json(capsys):
     assert info["build"]["version"] and "cuda_compiled" in info["build"]
     assert info["hardware"]["cpu"]["cores"] >= 1 and isinstance(info["hardware"]["gpus"], list)
     assert info["versions"]["torch"] == torch.__version__
+    from vgct_ext.method._hardware import stratum_of
+    assert info["strata"]["cpu"] == stratum_of("cpu")  # the stratum T2 evidence is keyed on, shown up front
+
+
+def test_a_reader_closing_the_pipe_ends_quietly(tmp_path):
+    """``python -m vgct_ext evidence show FILE --json | head -1``: the reader closes the pipe after one line; the
+    command ends with status 141 (128 + SIGPIPE) and prints no error (it printed "[Errno 32] Broken pipe" and
+    exited 2)."""
+    path = tmp_path / "x.vgct-evidence.json"
+    entry = {"kind": "t2", "dtype_actual": "float32", "dtype_expected": "float32", "shape": [4], "dim": None,
+             "bars": {"cosine": 0.9999, "rel_l2": 1e-4, "p99": 1e-4, "max_abs_err": 2e-4}, "investigation": None}
+    path.write_text(json.dumps({"format": "vgct-evidence/2",
+                                "entries": {f"c | f{i}": {"sm_90": entry} for i in range(20000)}}))
+    p = subprocess.Popen([sys.executable, "-m", "vgct_ext", "evidence", "show", str(path), "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout.readline().strip() == b"{"
+    p.stdout.close()  # the reader is done
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=300) == 141 and "Broken pipe" not in err and "Traceback" not in err, err
 
 
 def test_module_entry_point_subprocess(files):

@@ -411,6 +411,18 @@ def test_bad_options_are_usage_errors(pytester, run):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
+@pytest.mark.parametrize("h", ["inf", "nan", "-0.1", "4.01", "1000"])
+def test_headroom_outside_0_to_4_is_a_usage_error_before_any_test(pytester, run, h):
+    """--vgct-headroom opens every calibrated bar to worst x (1 + H): above 4 (the spread cap's reach), NaN or
+    infinite it is refused at startup (new-user trial: 1000 gave a relative L2 bar of 6.7; inf was only
+    reported after the tests ran)."""
+    pytester.makepyfile(test_x="def test_a():\n    pass\n")
+    result = run("--vgct-calibrate", f"--vgct-headroom={h}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--vgct-headroom must be a number in [[]0, 4[]]*"])
+    run("--vgct-calibrate", "--vgct-headroom=4").assert_outcomes(passed=1)
+
+
 SUMMARY_TESTS = HEADER + """
 @pytest.mark.t1
 @pytest.mark.component("wan.block")
