@@ -175,7 +175,12 @@ def cmd_info(args: argparse.Namespace) -> int:
     info["hardware"].pop("vgct_build", None)
     # the strata T2 evidence is keyed on (docs/method.md): what a calibration here records, what a gate reads
     strata = {}
-    for dev in ["cpu"] + [f"cuda:{g.get('index')}" for g in info["hardware"]["gpus"]]:
+    torch = sys.modules.get("torch")
+    try:  # CUDA ordinals (what a tensor's device names), not nvidia-smi's physical indices
+        ngpu = int(torch.cuda.device_count()) if torch is not None else 0
+    except Exception:  # noqa: BLE001 - no usable CUDA: the CPU stratum only
+        ngpu = 0
+    for dev in ["cpu"] + [f"cuda:{i}" for i in range(ngpu)]:
         try:
             strata[dev] = stratum_of(dev)
         except (RuntimeError, ValueError) as exc:

@@ -478,26 +478,58 @@ def _same_experiment(entry: Mapping[str, Any], stats: Any, dim: Optional[int]) -
     return [f"{k}: evidence {entry.get(k)!r}, now {v!r}" for k, v in want.items() if entry.get(k) != v]
 
 
-def _check_pooled(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind: str) -> None:
-    """Raise :class:`AmbiguousGate` when ``entry`` pools runs of several tests that :func:`pooling_problem`
-    refuses (an entry written before that check): it must not gate."""
+def _pair_u(meta: Mapping[str, Any]) -> float:
+    """The unit roundoff of the less precise dtype of an entry's pair (:func:`tighten_t1`'s resolution)."""
+    return max(_UNIT_ROUNDOFF.get(str(meta.get("dtype_actual")), 2.0 ** -24),
+               _UNIT_ROUNDOFF.get(str(meta.get("dtype_expected")), 2.0 ** -24))
+
+
+def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind: str) -> Optional[str]:
+    """Why ``entry`` must not gate the current test although it exists and fits the experiment, or None:
+
+    * its runs pool several tests that :func:`pooling_problem` refuses (an entry written before that check), or
+      cannot be re-derived (a headroom outside [0, MAX_HEADROOM], a non-finite or absurd value): an entry that
+      cannot be checked is not used;
+    * a T2 entry's headroom outside [0, MAX_HEADROOM] (bars wider than the method allows);
+    * the current test is a case of a parametrized test whose other cases recorded the entry and it did not
+      (a case added or left out of calibration would gate on its siblings' bars: the pooling check cannot see
+      a case that has no runs).  Not inside :func:`vgct_ext.expect_gate_failure` (a planted fault reads the
+      clean case's evidence on purpose)."""
+    hint = f"Recalibrate. {_calibrate_hint(stratum)}"
+    if kind == "t2":
+        h = entry.get("headroom", 0.5)
+        if not (isinstance(h, (int, float)) and not isinstance(h, bool) and 0.0 <= h <= MAX_HEADROOM):
+            return (f"T2 evidence for {key!r} on {stratum} in {path} was derived with headroom {h!r}, outside "
+                    f"[0, {MAX_HEADROOM:g}]: its bars are wider than the method allows. {hint}")
     runs = entry.get("runs")
-    if not isinstance(runs, list) or len({str(r.get("test")) for r in runs if isinstance(r, dict)}) < 2:
-        return
-    try:
-        why = pooling_problem([r for r in runs if isinstance(r, dict)], kind=kind,
-                              headroom=float(entry.get("headroom", 0.5)), dim=entry.get("dim"))
-    except (ValueError, TypeError, KeyError):  # runs that cannot derive bars: the bars themselves decide
-        return
-    if why:
-        raise AmbiguousGate(f"{kind} evidence for {key!r} on {stratum} in {path} cannot gate: {why}. "
-                            f"{_calibrate_hint(stratum)}")
+    runs = [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
+    if len({str(r.get("test")) for r in runs}) >= 2:
+        try:
+            why = pooling_problem(runs, kind=kind, headroom=float(entry.get("headroom", 0.5)), dim=entry.get("dim"),
+                                  floor_u=_pair_u(entry))
+        except (ValueError, TypeError, KeyError, ArithmeticError) as exc:
+            why = f"its runs of several tests cannot be checked for pooling ({exc})"
+        if why:
+            return f"{kind} evidence for {key!r} on {stratum} in {path} cannot gate: {why}. {hint}"
+    t = _context.current_test()
+    tests = entry.get("tests")
+    if t is not None and getattr(t, "paired", False) and "[" in t.nodeid and isinstance(tests, list) and tests \
+            and t.nodeid not in tests:
+        from .gates import _EXPECTING
+
+        fn = t.nodeid.split("[", 1)[0]
+        siblings = [x for x in tests if isinstance(x, str) and x.split("[", 1)[0] == fn]
+        if siblings and not _EXPECTING[0]:
+            return (f"{kind} evidence for {key!r} on {stratum} in {path} was recorded by {', '.join(siblings)}, "
+                    f"not by this case ({t.nodeid}): a case gates on its own runs (calibrate it, and give it its "
+                    f"own {'name=' if kind == 't1_floor' else 'case='} when it is another experiment). {hint}")
+    return None
 
 
 def lookup(path: Path, key: str, stratum: str, stats: Any, dim: Optional[int]) -> Tuple[Optional[dict], Optional[str]]:
-    """``(entry, None)`` when usable T2 evidence exists for ``key`` on ``stratum``, else ``(None, why)``.
-    Raises :class:`AmbiguousGate` for an entry whose runs of several tests must not be pooled
-    (:func:`pooling_problem`)."""
+    """``(entry, None)`` when usable T2 evidence exists for ``key`` on ``stratum``, else ``(None, why)`` (also for
+    an entry :func:`_unusable` refuses: pooled runs of several tests, a headroom out of range, another case's
+    evidence)."""
     entry, why = _find_entry(path, key, stratum, "T2")
     if entry is None:
         return None, why
@@ -524,7 +556,9 @@ def lookup(path: Path, key: str, stratum: str, stats: Any, dim: Optional[int]) -
                       f"needs a calibrated bar for each of {', '.join(need)}"
                       + (" (relative L2 and cosine are not required: the reference has zero norm)" if zero else "")
                       + f"; a statistic is never left ungated. Recalibrate. {_calibrate_hint(stratum)}")
-    _check_pooled(entry, path, key, stratum, "t2")
+    why = _unusable(entry, path, key, stratum, "t2")
+    if why:
+        return None, why
     cos = bars.get("cosine")
     note = entry.get("investigation")
     if cos is not None and cos < 0.99 and not (isinstance(note, str) and note.strip()):
@@ -605,7 +639,7 @@ _EXPERIMENT = ("dtype_actual", "dtype_expected", "shape", "dim")
 
 
 def pooling_problem(runs: Sequence[Mapping[str, Any]], *, kind: str, headroom: float,
-                    dim: Optional[int]) -> Optional[str]:
+                    dim: Optional[int], floor_u: float = 0.0) -> Optional[str]:
     """Why the runs of several tests must not share one entry, or None.
 
     Runs of one key from several tests (a parametrized test whose cases share the component and feature
@@ -616,15 +650,20 @@ def pooling_problem(runs: Sequence[Mapping[str, Any]], *, kind: str, headroom: f
     the bf16 case).  The pooled bar of each statistic is compared with the bar each test's own runs give (the
     same rule, the same headroom): more than ``POOL_CAP`` x looser for any test (1 - cosine: ``POOL_CAP``
     squared; a statistic that is 0 in all of a test's own runs and not in the pool: infinitely looser) is
-    refused.  Runs without a test id (written before test ids were recorded) count as one test."""
+    refused.  T1 floors are compared as :func:`tighten_t1` uses them: relative L2 and 1 - cosine, each raised to
+    the pair's resolution (``floor_u``, the unit roundoff u of the less precise dtype: u and u^2 / 2), so floors
+    below it are equal.  Runs without a test id (written before test ids were recorded) count as one test."""
     by_test: Dict[str, List[Mapping[str, Any]]] = {}
     for r in runs:
         by_test.setdefault(str(r.get("test")), []).append(r)
     if len(by_test) < 2:
         return None
     if kind == "t1_floor":
-        pooled = _floor_of(runs)
-        own = {t: _floor_of(rs) for t, rs in by_test.items()}
+        def clamp(f: Mapping[str, float]) -> Dict[str, float]:
+            return {"rel_l2": max(f["rel_l2"], floor_u), "one_minus_cosine": max(f["one_minus_cosine"],
+                                                                                 floor_u * floor_u / 2.0)}
+        pooled = clamp(_floor_of(runs))
+        own = {t: clamp(_floor_of(rs)) for t, rs in by_test.items()}
         sq = ("one_minus_cosine",)
         what = "T1 floor"
     else:
@@ -651,8 +690,10 @@ def pooling_problem(runs: Sequence[Mapping[str, Any]], *, kind: str, headroom: f
     return (f"the runs of {len(by_test)} tests pool into this entry, and the pooled {what} of {name} "
             f"({pv:.3g}) is {'infinitely' if math.isinf(ratio) else f'{ratio:.3g}x'} the one {t}'s own runs give "
             f"({mine:.3g}; at most {POOL_CAP ** 2 if k in sq else POOL_CAP:g}x): pooled with "
-            f"{', '.join(others)}, its gate would pass drift its own runs never showed. Give each test its own "
-            f"case= (e.g. case=<the parametrization>) so that each gets its own bars")
+            f"{', '.join(others)}, its gate would pass drift its own runs never showed"
+            f"{' (its own value is exactly 0)' if mine == 0.0 else ''}. Give each test its own "
+            + ("name= (e.g. name=<the parametrization>) so that each gets its own floor" if kind == "t1_floor" else
+               "case= (e.g. case=<the parametrization>) so that each gets its own bars"))
 
 
 def _meta_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
@@ -705,8 +746,10 @@ def tighten_t1(bars: Any, tighten: Optional[float], stats: Any, *, component: st
         if entry.get("kind") != "t1_floor" or not isinstance(entry.get("floor"), dict):
             entry, why = None, f"evidence {key!r} on {stratum} in {path} is not a T1 floor entry. Recalibrate."
         else:
-            _check_pooled(entry, path, key, stratum, "t1_floor")
             diff = _same_experiment(entry, stats, None)
+            unusable = _unusable(entry, path, key, stratum, "t1_floor")
+            if unusable:
+                diff = diff + [unusable]
             miss = [f for f in ("rel_l2", "one_minus_cosine") if not _finite_number(entry["floor"].get(f))]
             if diff or miss:
                 why = (f"T1 floor evidence for {key!r} on {stratum} in {path} does not fit: "
@@ -780,7 +823,7 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
                     f"labels, or remove the old entry: python -m vgct_ext evidence remove {path} \"{key}\" "
                     f"--stratum {stratum}")
     runs = kept + new_runs
-    pooled = pooling_problem(runs, kind=kind, headroom=headroom, dim=meta.get("dim"))
+    pooled = pooling_problem(runs, kind=kind, headroom=headroom, dim=meta.get("dim"), floor_u=_pair_u(meta))
     if pooled:
         raise AmbiguousGate(f"{path} [{key}] {stratum}: not written: {pooled}")
     entry: Dict[str, Any] = {"kind": kind, **meta}

@@ -663,7 +663,8 @@ def soft_gates() -> Iterator[List[_GateError]]:
     Inside the block a failing :func:`assert_t1` / :func:`assert_t2` records its failure (statistics, summary
     table, report as usual) and returns its statistics instead of raising; the block yields the list the failures
     are collected in. On leaving the block one :class:`GateFailure` is raised when any gate failed (an
-    :class:`EvidenceMissing` when any gate found no usable evidence): its first line
+    :class:`EvidenceMissing` when any T2 gate found no usable evidence; a tightened T1 gate without a recorded
+    floor raises EvidenceMissing at once): its first line
     names every failed gate with its failing statistics, the rest holds each gate's full message, ``.failures``
     the individual exceptions and ``.checks`` all their checks. An exception raised by the block itself
     propagates unchanged (with the collected failures added as a note). Blocks nest; a failure belongs to the

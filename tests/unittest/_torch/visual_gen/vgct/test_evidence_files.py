@@ -273,8 +273,8 @@ def test_pooling_tests_that_loosen_one_bar_is_refused(pytester, run):
 
 
 def test_an_old_pooled_entry_does_not_gate(pytester, run):
-    """Evidence written before the pooling check (one entry, runs of two tests 10x apart): the gate refuses it
-    with AmbiguousGate (never gates on the pooled bar), naming both tests; homogeneous pooling still gates."""
+    """Evidence written before the pooling check (one entry, runs of two tests 10x apart): the gate does not use
+    it (EvidenceMissing, saying why; never gates on the pooled bar); homogeneous pooling still gates."""
     pytester.makepyfile(test_x=_POOLED.replace("vgct.assert_t2(a, E)", "vgct.assert_t2(a, E, case=str(k))"))
     run("--vgct-calibrate").assert_outcomes(passed=2)
     data = _evidence(pytester)
@@ -287,13 +287,63 @@ def test_an_old_pooled_entry_does_not_gate(pytester, run):
     pytester.makepyfile(test_x=_POOLED)
     result = run()
     result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(["*AmbiguousGate: t2 evidence for 'c | autocast' on * cannot gate: the runs of 2 "
-                                 "tests pool*"])
+    result.stdout.fnmatch_lines(["*t2 evidence for 'c | autocast' on * cannot gate: the runs of 2 tests pool*"])
+    assert "EvidenceMissing" in result.stdout.str()
     # two parametrizations of ONE experiment (1.0 and 1.5x the drift) still pool, as before
     pytester.makepyfile(test_x=_POOLED.replace("[1.0, 10.0]", "[1.0, 1.5]"))
     (pytester.path / "test_x.vgct-evidence.json").unlink()
     run("--vgct-calibrate").assert_outcomes(passed=2)
     run().assert_outcomes(passed=2)
+
+
+def test_a_case_that_did_not_calibrate_does_not_gate_on_its_siblings_bars(pytester, run):
+    """Planted (review of the pooling check): only the noisy case calibrates (-k), then the quiet case gates with a
+    10 % fault.  Its siblings' entry has no run of it, so the pooling check cannot see it: the gate must refuse
+    that evidence (EvidenceMissing naming the case that recorded it) instead of passing the fault; once the quiet
+    case's own runs are recorded, pooling is refused as above."""
+    pytester.makepyfile(test_x=_POOLED)
+    run("--vgct-calibrate", "-k", "noisy").assert_outcomes(passed=1)
+    os.environ["VGCT_FAULT"] = "0.10"
+    try:
+        result = run("-k", "quiet")
+    finally:
+        del os.environ["VGCT_FAULT"]
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*EvidenceMissing*", "*was recorded by test_x.py::test_pooled[[]noisy[]], not by "
+                                 "this case (test_x.py::test_pooled[[]quiet[]])*"])
+    run("-k", "noisy").assert_outcomes(passed=1)  # the case that recorded it still gates on it
+
+
+def test_an_entry_derived_with_an_out_of_range_headroom_does_not_gate(pytester, run):
+    """An entry written with --vgct-headroom=1000 before that was refused (bars 1001x the worst run): not used."""
+    pytester.makepyfile(test_x=_POOLED.replace('[1.0, 10.0], ids=["quiet", "noisy"]', '[1.0], ids=["quiet"]'))
+    run("--vgct-calibrate").assert_outcomes(passed=1)
+    data = _evidence(pytester)
+    entry = data["entries"]["c | autocast"][STRATUM]
+    entry["headroom"] = 1000.0
+    entry["bars"] = {k: (1 - 1001 * (1 - v) if k == "cosine" else 1001 * v) for k, v in entry["bars"].items()}
+    entry["bars"]["cosine"] = max(entry["bars"]["cosine"], 0.995)  # under 0.99 would need a note anyway
+    (pytester.path / "test_x.vgct-evidence.json").write_text(json.dumps(data))
+    result = run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*derived with headroom 1000.0, outside [[]0, 4[]]*"])
+
+
+def test_pooled_runs_that_cannot_be_checked_are_not_used():
+    """A pooled entry whose runs cannot re-derive bars (a non-finite value, an overflowing integer) is refused, not
+    waved through (the check must never pass what it could not check), and never crashes the gate."""
+    runs = [{"test": t, "rel_l2": r, "cosine": 1 - r * r / 2, "p99": r, "max_abs_err": r}
+            for t, r in (("q", 1e-3), ("q", 1.1e-3), ("n", 1.2e-3), ("n", 1.3e-3))]
+    base = {"kind": "t2", "headroom": 0.5, "dim": None, "tests": ["q", "n"], "dtype_actual": "float32",
+            "dtype_expected": "float32"}
+    assert ev._unusable({**base, "runs": runs}, Path("x"), "k", STRATUM, "t2") is None  # homogeneous: used
+    bad = [dict(r) for r in runs]
+    bad[2]["rel_l2"] = float("nan")
+    assert "cannot be checked" in ev._unusable({**base, "runs": bad}, Path("x"), "k", STRATUM, "t2")
+    huge = [dict(r) for r in runs]
+    huge[3]["p99"] = 10 ** 400
+    assert "cannot be checked" in ev._unusable({**base, "runs": huge}, Path("x"), "k", STRATUM, "t2")
+    assert "headroom" in ev._unusable({**base, "runs": runs, "headroom": 10 ** 400}, Path("x"), "k", STRATUM, "t2")
 
 
 def test_pooled_t1_floors_that_loosen_one_floor_are_refused():
@@ -306,6 +356,13 @@ def test_pooled_t1_floors_that_loosen_one_floor_are_refused():
     same = [{"test": t, "rel_l2": r, "cosine": 1 - r * r / 2, "max_abs_err": r}
             for t, r in (("q", 1e-7), ("n", 1.5e-7))]
     assert ev.pooling_problem(same, kind="t1_floor", headroom=0.5, dim=None) is None
+    assert "name=" in why and "case=" not in why  # assert_t1 labels a floor with name=
+    # floors below the pair's resolution are equal (tighten_t1 raises both to u, u^2/2): an exact test (0) pooled
+    # with one ulp of 1 - cosine is not "infinitely looser"
+    tiny = [{"test": "q", "rel_l2": 0.0, "cosine": 1.0, "max_abs_err": 0.0},
+            {"test": "n", "rel_l2": 1e-9, "cosine": 1 - 2.2e-16, "max_abs_err": 1e-9}]
+    assert ev.pooling_problem(tiny, kind="t1_floor", headroom=0.5, dim=None) is not None  # unclamped: refused
+    assert ev.pooling_problem(tiny, kind="t1_floor", headroom=0.5, dim=None, floor_u=2.0 ** -24) is None
 
 
 def test_a_planted_fault_check_without_evidence_fails_not_passes(pytester, run):
