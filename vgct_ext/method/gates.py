@@ -637,9 +637,14 @@ def _combine(failures: Sequence[_GateError], what: str) -> _GateError:
         return failures[0]
     heads = [str(f).split("\n", 1)[0] for f in failures]
     body = "\n".join(f"[{i + 1}/{len(failures)}] {str(f)}" for i, f in enumerate(failures))
-    first = f"{len(failures)} {what} failed: " + " || ".join(heads)
+    missing = sum(isinstance(f, EvidenceMissing) for f in failures)
+    if missing:  # say which failed and which could not run: a reader must not just recalibrate
+        first = (f"{len(failures)} {what} did not pass ({len(failures) - missing} failed, {missing} could not run: "
+                 f"no usable evidence): " + " || ".join(heads))
+    else:
+        first = f"{len(failures)} {what} failed: " + " || ".join(heads)
     checks = [c for f in failures for c in f.checks]
-    cls = EvidenceMissing if any(isinstance(f, EvidenceMissing) for f in failures) else GateFailure
+    cls = EvidenceMissing if missing else GateFailure
     exc = cls(first + "\n" + body, None, checks)
     exc.failures = list(failures)
     return exc

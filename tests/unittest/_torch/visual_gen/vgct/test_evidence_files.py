@@ -385,6 +385,7 @@ def test_soft():
             assert_t1(E * 1.5, E, component="c", feature="t1")
             assert_t2(drift(0), E, component="c", feature="f", evidence="none.vgct-evidence.json")
     assert not isinstance(ei.value, GateFailure) and len(ei.value.failures) == 2
+    assert str(ei.value).startswith("2 gates did not pass (1 failed, 1 could not run: no usable evidence): T1 gate")
 """)
     result = run()
     result.assert_outcomes(passed=1, failed=1)
