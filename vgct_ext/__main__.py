@@ -129,7 +129,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
             continue
         rows.append((name, f"{s.dtype_actual}/{s.dtype_expected}", "x".join(map(str, s.shape)) or "()",
                      fmt_value("rel_l2", s.rel_l2), fmt_value("cosine", s.cosine), fmt_value("x", s.max_abs_err),
-                     fmt_value("x", s.quantiles.get(0.99)), f"{s.mismatches}/{s.n_finite}", verdict))
+                     fmt_value("x", s.quantiles.get(0.99)),
+                     # the statistics are over finite pairs only: say how many pairs they left out
+                     f"{s.mismatches}/{s.n_finite}" + (f" (+{s.n - s.n_finite} non-finite)" if s.n_finite < s.n
+                                                        else ""), verdict))
         records.append({"name": name, "verdict": verdict, "stats": s.as_dict()})
     if args.json:
         json.dump({"a": args.a, "b": args.b, "gate": args.gate, "tensors": records}, sys.stdout, indent=2,

@@ -472,10 +472,22 @@ def _find_entry(path: Path, key: str, stratum: str, what: str) -> Tuple[Optional
     return entry, None
 
 
+def _axis(dim: Any, shape: Any) -> Any:
+    """``dim`` as a non-negative axis of ``shape`` (``dim=-1`` and ``dim=2`` of a 3-d tensor are one axis); any
+    other value (None, out of range, not an int) as it is."""
+    if isinstance(dim, int) and not isinstance(dim, bool) and isinstance(shape, (list, tuple)) and \
+            -len(shape) <= dim < len(shape):
+        return dim % len(shape)
+    return dim
+
+
 def _same_experiment(entry: Mapping[str, Any], stats: Any, dim: Optional[int]) -> List[str]:
     want = {"dtype_actual": stats.dtype_actual, "dtype_expected": stats.dtype_expected,
             "shape": list(stats.shape), "dim": dim}
-    return [f"{k}: evidence {entry.get(k)!r}, now {v!r}" for k, v in want.items() if entry.get(k) != v]
+    out = [f"{k}: evidence {entry.get(k)!r}, now {v!r}" for k, v in want.items() if k != "dim" and entry.get(k) != v]
+    if _axis(entry.get("dim"), entry.get("shape")) != _axis(dim, list(stats.shape)):
+        out.append(f"dim: evidence {entry.get('dim')!r}, now {dim!r}")
+    return out
 
 
 def _pair_u(meta: Mapping[str, Any]) -> float:
@@ -697,7 +709,11 @@ def pooling_problem(runs: Sequence[Mapping[str, Any]], *, kind: str, headroom: f
 
 
 def _meta_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
-    return "; ".join(f"{k} {a.get(k)!r} vs {b.get(k)!r}" for k in _EXPERIMENT if a.get(k) != b.get(k))
+    def same(k: str) -> bool:
+        if k == "dim":  # one axis however it is written
+            return _axis(a.get(k), a.get("shape")) == _axis(b.get(k), b.get("shape"))
+        return a.get(k) == b.get(k)
+    return "; ".join(f"{k} {a.get(k)!r} vs {b.get(k)!r}" for k in _EXPERIMENT if not same(k))
 
 
 def floor_statistics(stats: Any) -> Dict[str, Any]:

@@ -88,6 +88,18 @@ def test_compare_relax_and_refused_request(files, capsys):
     assert main(["compare", str(a), str(b), "--rtol", "1e-2"]) == 2  # bars without a gate
 
 
+def test_compare_without_gate_shows_the_non_finite_pairs_it_left_out(tmp_path, capsys):
+    """One NaN in A: the statistics are over finite pairs, so the row says how many it left out (it showed a
+    clean-looking 0/8191 and nothing else)."""
+    x = torch.randn(8192, generator=torch.Generator().manual_seed(1))
+    y = x.clone()
+    y[5] = float("nan")
+    save_file({"t": y}, str(tmp_path / "a.safetensors"))
+    save_file({"t": x}, str(tmp_path / "b.safetensors"))
+    assert main(["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors")]) == 0
+    assert "0/8191 (+1 non-finite)" in capsys.readouterr().out
+
+
 def test_compare_shape_mismatch_and_json(tmp_path, capsys):
     save_file({"t": torch.zeros(2, 3), "u": torch.ones(4)}, str(tmp_path / "a.safetensors"))
     save_file({"t": torch.zeros(3, 2), "u": torch.ones(4)}, str(tmp_path / "b.safetensors"))

@@ -346,6 +346,31 @@ def test_pooled_runs_that_cannot_be_checked_are_not_used():
     assert "headroom" in ev._unusable({**base, "runs": runs, "headroom": 10 ** 400}, Path("x"), "k", STRATUM, "t2")
 
 
+def test_dim_minus_one_and_its_positive_axis_are_one_experiment(pytester, run):
+    """Evidence calibrated with dim=-1 gates dim=1 of the same 2-d output (one axis; it was refused as "a
+    different experiment"); another axis is still refused."""
+    pytester.makepyfile(test_x=HEADER + """
+DIM = int(os.environ.get("VGCT_DIM", "-1"))
+
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_axis(vgct):
+    vgct.assert_t2(drift(vgct.seed), E, dim=DIM)
+""")
+    run("--vgct-calibrate").assert_outcomes(passed=1)
+    for d, ok in (("1", True), ("0", False)):
+        os.environ["VGCT_DIM"] = d
+        try:
+            result = run()
+        finally:
+            del os.environ["VGCT_DIM"]
+        if ok:
+            result.assert_outcomes(passed=1)
+        else:
+            result.assert_outcomes(failed=1)
+            result.stdout.fnmatch_lines(["*different experiment (dim: evidence -1, now 0)*"])
+
+
 def test_pooled_t1_floors_that_loosen_one_floor_are_refused():
     """The same rule for T1 floors (assert_t1(tighten=)): a floor pooled from a 30x noisier test is refused."""
     runs = [{"test": t, "rel_l2": r, "cosine": 1 - r * r / 2, "max_abs_err": r}
