@@ -109,6 +109,12 @@ MAX_HEADROOM = 4.0
 #: The most an entry pooled from several tests' runs may loosen one test's own bar (or floor): pooled bar / the
 #: bar its own runs give (of 1 - cosine: the square root of that ratio, as SPREAD_CAP).
 POOL_CAP = 4.0
+
+
+def headroom_ok(h: Any) -> bool:
+    """Whether ``h`` is a usable headroom: a real number (not a bool) in [0, MAX_HEADROOM]; NaN, infinities and
+    anything larger are not (the one bound the plugin, the bar rule and the gate-time check apply)."""
+    return isinstance(h, (int, float)) and not isinstance(h, bool) and 0.0 <= h <= MAX_HEADROOM
 REQUIRED = ("rel_l2", "cosine", "p99", "max_abs_err")  # plus channel_mean_shift when dim is set
 RELATIVE = ("rel_l2", "cosine")  # undefined for a zero-norm reference
 FLOOR_STATS = ("rel_l2", "cosine", "max_abs_err")
@@ -243,7 +249,7 @@ def bar_summary(runs: Sequence[Mapping[str, Any]], headroom: float,
     """``{"worst", "log_mean", "log_std", "bars"}`` from raw runs by the module's bar rule (the cosine's log mean
     and std are of ``ln(1 - cosine)``; its worst and bar are cosines). Raises ``ValueError`` as
     :func:`derive_bars`."""
-    if not 0.0 <= headroom <= MAX_HEADROOM:  # NaN too
+    if not headroom_ok(headroom):
         raise ValueError(f"headroom must be a number in [0, {MAX_HEADROOM:g}], got {headroom!r}")
     if not runs:
         raise ValueError("derive_bars: no calibration run")
@@ -481,13 +487,21 @@ def _axis(dim: Any, shape: Any) -> Any:
     return dim
 
 
+_EXPERIMENT = ("dtype_actual", "dtype_expected", "shape", "dim")  # the fields that make one experiment
+
+
+def _differs(k: str, a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two experiment records (entry fields or calibration metadata) differ in field ``k`` of
+    ``_EXPERIMENT``; ``dim`` compared as an axis of each one's shape (``-1`` and ``ndim - 1`` are one axis)."""
+    if k == "dim":
+        return _axis(a.get("dim"), a.get("shape")) != _axis(b.get("dim"), b.get("shape"))
+    return a.get(k) != b.get(k)
+
+
 def _same_experiment(entry: Mapping[str, Any], stats: Any, dim: Optional[int]) -> List[str]:
-    want = {"dtype_actual": stats.dtype_actual, "dtype_expected": stats.dtype_expected,
-            "shape": list(stats.shape), "dim": dim}
-    out = [f"{k}: evidence {entry.get(k)!r}, now {v!r}" for k, v in want.items() if k != "dim" and entry.get(k) != v]
-    if _axis(entry.get("dim"), entry.get("shape")) != _axis(dim, list(stats.shape)):
-        out.append(f"dim: evidence {entry.get('dim')!r}, now {dim!r}")
-    return out
+    now = {"dtype_actual": stats.dtype_actual, "dtype_expected": stats.dtype_expected,
+           "shape": list(stats.shape), "dim": dim}
+    return [f"{k}: evidence {entry.get(k)!r}, now {now[k]!r}" for k in _EXPERIMENT if _differs(k, entry, now)]
 
 
 def _pair_u(meta: Mapping[str, Any]) -> float:
@@ -510,7 +524,7 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
     hint = f"Recalibrate. {_calibrate_hint(stratum)}"
     if kind == "t2":
         h = entry.get("headroom", 0.5)
-        if not (isinstance(h, (int, float)) and not isinstance(h, bool) and 0.0 <= h <= MAX_HEADROOM):
+        if not headroom_ok(h):
             return (f"T2 evidence for {key!r} on {stratum} in {path} was derived with headroom {h!r}, outside "
                     f"[0, {MAX_HEADROOM:g}]: its bars are wider than the method allows. {hint}")
     runs = entry.get("runs")
@@ -647,9 +661,6 @@ def add_calibration_run(session: Any, path: Path, key: str, stratum: str, stats:
         slot["tests"].append(run["test"])
 
 
-_EXPERIMENT = ("dtype_actual", "dtype_expected", "shape", "dim")
-
-
 def pooling_problem(runs: Sequence[Mapping[str, Any]], *, kind: str, headroom: float,
                     dim: Optional[int], floor_u: float = 0.0) -> Optional[str]:
     """Why the runs of several tests must not share one entry, or None.
@@ -709,11 +720,7 @@ def pooling_problem(runs: Sequence[Mapping[str, Any]], *, kind: str, headroom: f
 
 
 def _meta_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
-    def same(k: str) -> bool:
-        if k == "dim":  # one axis however it is written
-            return _axis(a.get(k), a.get("shape")) == _axis(b.get(k), b.get("shape"))
-        return a.get(k) == b.get(k)
-    return "; ".join(f"{k} {a.get(k)!r} vs {b.get(k)!r}" for k in _EXPERIMENT if not same(k))
+    return "; ".join(f"{k} {a.get(k)!r} vs {b.get(k)!r}" for k in _EXPERIMENT if _differs(k, a, b))
 
 
 def floor_statistics(stats: Any) -> Dict[str, Any]:

@@ -85,9 +85,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if repeat < 1:
         raise pytest.UsageError("--vgct-repeat must be >= 1")
     headroom = float(config.getoption("--vgct-headroom"))
-    from .evidence import MAX_HEADROOM
+    from .evidence import MAX_HEADROOM, headroom_ok
 
-    if not 0.0 <= headroom <= MAX_HEADROOM:  # NaN and inf too, before any test runs
+    if not headroom_ok(headroom):  # NaN and inf too, before any test runs
         raise pytest.UsageError(f"--vgct-headroom must be a number in [0, {MAX_HEADROOM:g}] (bar = worst run x "
                                 f"(1 + H), at most {1 + MAX_HEADROOM:g}x: the reach of the spread cap), got "
                                 f"{config.getoption('--vgct-headroom')!r}")
