@@ -492,28 +492,31 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
   /* step k of warp w: chunks [cb, cb + CW) with cb = c0 + k*RT*RB + w*CW; lane l
      folds chunks cb + l + 32u.  Lane 0 arms stage k % VG_BP with the bytes of
      the whole chunks and starts their copies (none: the phase completes on the
-     arrival alone). */
-  auto first = [&](int64_t k) { return c0 + k * (int64_t)RT * B::RB + (int64_t)w * B::CW; };
+     arrival alone).  The loop carries cb, the stage p = k % VG_BP and its
+     mbarrier phase (k / VG_BP) & 1 instead of dividing k each step. */
+  constexpr int64_t CSTEP = (int64_t)RT * B::RB; /* chunks of the block per step */
   auto whole = [&](int64_t cb) {
     const int64_t nf = cfull - cb;
-    return nf < 0 ? (int64_t)0 : (nf > B::CW ? (int64_t)B::CW : nf);
+    return nf < 0 ? 0 : (nf > B::CW ? B::CW : (int)nf);
   };
-  auto issue = [&](int64_t k) {
-    const int64_t cb = first(k), nf = whole(cb);
-    char *st = ring + (k % VG_BP) * B::STAGE;
-    uint64_t *b = &bar[w][k % VG_BP];
+  auto issue = [&](int64_t cb, int p) {
+    const int nf = whole(cb);
+    char *st = ring + p * B::STAGE;
+    uint64_t *b = &bar[w][p];
     vg_mbar_arrive_tx(b, (unsigned)(nf * 16 * (G::NVA + G::NVE)));
     if (nf > 0) {
       vg_bulk_load(st, it.pa + cb * G::CH * G::ISA, (unsigned)(nf * 16 * G::NVA), b);
       vg_bulk_load(st + B::BA, it.pe + cb * G::CH * G::ISE, (unsigned)(nf * 16 * G::NVE), b);
     }
   };
+  int64_t cb = c0 + (int64_t)w * B::CW;
   if (lane == 0)
-    for (int64_t k = 0; k < VG_BP && k < nstep; ++k) issue(k);
-  for (int64_t k = 0; k < nstep; ++k) {
-    const int p = (int)(k % VG_BP);
-    const int64_t cb = first(k), nf = whole(cb);
-    vg_mbar_wait(&bar[w][p], (unsigned)((k / VG_BP) & 1));
+    for (int k = 0; k < VG_BP && k < nstep; ++k) issue(cb + k * CSTEP, k);
+  int p = 0;
+  unsigned phase = 0;
+  for (int64_t k = 0; k < nstep; ++k, cb += CSTEP) {
+    const int nf = whole(cb);
+    vg_mbar_wait(&bar[w][p], phase);
     const uint4 *sa = reinterpret_cast<const uint4 *>(ring + p * B::STAGE);
     const uint4 *se = reinterpret_cast<const uint4 *>(ring + p * B::STAGE + B::BA);
     VChunk<DA, DE> ch[B::RB];
@@ -528,7 +531,8 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
       }
     }
     __syncwarp(); /* every lane has read stage p: lane 0 may refill it */
-    if (lane == 0 && k + VG_BP < nstep) issue(k + VG_BP);
+    if (lane == 0 && k + VG_BP < nstep) issue(cb + VG_BP * CSTEP, p);
+    if (++p == VG_BP) { p = 0; phase ^= 1u; }
     bool slow = false;
 #pragma unroll
     for (int u = 0; u < B::RB; ++u) {

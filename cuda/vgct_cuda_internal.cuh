@@ -406,6 +406,14 @@ __device__ __forceinline__ void vg_held_warp(GateHeld &g) {
  * warps and blocks, in any timing: vg_gate_exchange). */
 enum { VG_CHUNK_DONE = 0, VG_CHUNK_MAXIMA = 1, VG_CHUNK_DEFINE = 2 };
 
+__host__ __device__ __forceinline__ int vg_popc(uint32_t x) {
+#ifdef __CUDA_ARCH__
+  return __popc(x);
+#else
+  return __builtin_popcount(x);
+#endif
+}
+
 /* Fold the CH pairs (a[q], e[q]) at flat indices f + q*sf: sums and counters
  * into h, and the gate's proof that the maxima cannot change (see the enum
  * above for the outcomes).  g: the thresholds; held: the warp's own held
@@ -419,29 +427,51 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
                                                       const float (&a)[CH], const float (&e)[CH],
                                                       int64_t f, int64_t sf, double rtol,
                                                       double atol) {
-  uint32_t mb = 0;                     /* max bits of |d32|                    */
-  float mine = (float)INFINITY;        /* <= min |e| over e != 0                */
+  float mxd = 0.0f;                    /* max |d32| (fmaxf: a NaN is ignored here,
+                                          caught by the sum t_d below)          */
+  uint32_t mnb = 0xffffffffu;          /* min of 2 bits(|e|) - 1 over e != 0     */
   float maxe = 0.0f;                   /* max |e|                              */
   float X = -(float)INFINITY;          /* max fl32(|d32| - r32 |e|)            */
-  int neq = 0, nmm = 0;
+  uint32_t nz = 0;                     /* bit q: d32 != 0                       */
   double t_aa = 0.0, t_ee = 0.0, t_ae = 0.0, t_dd = 0.0, t_d = 0.0;
 #pragma unroll
   for (int q = 0; q < CH; ++q) {
     const float d32 = a[q] - e[q], ae32 = fabsf(e[q]), ad32 = fabsf(d32);
-    const uint32_t db = vgct_bits_from_f32(ad32);
-    mb = db > mb ? db : mb;
+    mxd = fmaxf(mxd, ad32);
     maxe = fmaxf(maxe, ae32);
-    /* the float32 below |e| (NaN for e == 0, which fminf ignores) */
-    mine = fminf(mine, vgct_f32_from_bits(vgct_bits_from_f32(ae32) - 1u));
+    /* e == +-0 gives 0xffffffff, the unsigned maximum, which the min ignores;
+       otherwise 2 bits(|e|) - 1 orders like |e| */
+    const uint32_t eb = (vgct_bits_from_f32(e[q]) << 1) - 1u;
+    mnb = eb < mnb ? eb : mnb;
     X = fmaxf(X, fmaf(-g.r32, ae32, ad32));
-    neq += d32 != 0.0f;
+    nz |= (d32 != 0.0f ? 1u : 0u) << q;
     const double a64 = a[q], e64 = e[q];
     const double d = a64 - e64;
-    nmm += fabs(d) > atol + vgct_mul(rtol, fabs(e64));
     t_aa += a64 * a64; t_ee += e64 * e64; t_ae += a64 * e64;
     t_dd += d * d; t_d += d;
   }
-  if (mb >= 0x7f800000u) return VG_CHUNK_DEFINE; /* a non-finite pair, or |d32| overflowed */
+  /* A non-finite pair makes its float64 difference, and so t_d, non-finite
+     (a sum of eight finite differences of binary32 values cannot overflow);
+     a finite pair whose float32 difference overflows makes mxd infinite. */
+  if (!(fabs(t_d) <= 0x1.fffffffffffffp+1023) || !(mxd <= 0x1.fffffep+127f))
+    return VG_CHUNK_DEFINE;
+  const uint32_t mb = vgct_bits_from_f32(mxd); /* bits of max |d32| */
+  /* the float32 below min |e| over e != 0 (+inf when every e == 0) */
+  const float mine = mnb == 0xffffffffu ? (float)INFINITY
+                                        : vgct_f32_from_bits(((mnb + 1u) >> 1) - 1u);
+  /* ub >= (|d| - tol) of every pair (the worst excess bound below): when it is
+     negative no pair mismatches, and the exact count is skipped */
+  double ub = (double)X - atol;
+  ub += fabs(ub) * 0x1p-50 + (double)mxd * 0x1p-19 + 0x1p-140;
+  uint32_t mm = 0; /* bit q: pair q mismatches (the definition's test, exact) */
+  if (!(ub < 0.0)) {
+#pragma unroll
+    for (int q = 0; q < CH; ++q) {
+      const double e64 = e[q], d = (double)a[q] - e64;
+      mm |= (fabs(d) > atol + vgct_mul(rtol, fabs(e64)) ? 1u : 0u) << q;
+    }
+  }
+  const int neq = vg_popc(nz), nmm = vg_popc(mm);
   h.s_aa += t_aa; h.s_ee += t_ee; h.s_ae += t_ae; h.s_dd += t_dd; h.s_d += t_d;
   h.n += CH; h.neq += neq; h.nmm += nmm;
   if ((double)maxe > h.ref) h.ref = maxe;
@@ -456,12 +486,7 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
   } else {
     if (!(vgct_f32_from_bits(mb) < vg_mul_down(g.crel, mine))) return VG_CHUNK_MAXIMA;
   }
-  bool chk_wx = false;
-  if (nmm) {
-    double ub = (double)X - atol;
-    ub += fabs(ub) * 0x1p-50 + (double)vgct_f32_from_bits(mb) * 0x1p-19 + 0x1p-140;
-    chk_wx = !(g.wx32 > 0.0f && ub < (double)g.wx32);
-  }
+  const bool chk_wx = nmm && !(g.wx32 > 0.0f && ub < (double)g.wx32);
   if (chk_mx || chk_wx) { /* exact: no pair may beat a held maximum */
     if ((chk_mx && held.mxi < 0) || (chk_wx && held.wxi < 0)) return VG_CHUNK_MAXIMA;
 #pragma unroll
@@ -531,7 +556,11 @@ template <int DA, int DE> struct vg_chunk {
   static constexpr int ISA = vg_isz<DA>::v, ISE = vg_isz<DE>::v;
   static constexpr bool TYPED = (DA >= 0 && DE >= 0);
   static constexpr int MINIS = TYPED ? (ISA < ISE ? ISA : ISE) : 4;
-  static constexpr int CH = 16 / MINIS;
+  /* elements a chunk: 16 bytes of the narrower operand, but 8 float32 pairs
+     (two 16-byte vectors an operand) rather than 4, so that the chunk fast
+     path's fixed cost (~50 instructions a chunk: bounds, gate tests, sums
+     folded into the accumulator) is spread over 8 pairs, as for 16-bit dtypes */
+  static constexpr int CH = (TYPED && MINIS == 4) ? 8 : 16 / MINIS;
   static constexpr int NVA = TYPED ? CH * ISA / 16 : 1;
   static constexpr int NVE = TYPED ? CH * ISE / 16 : 1;
 };
