@@ -18,8 +18,9 @@
  * flipped, size-1 axes dropped, and axes contiguous in all three stride sets
  * (actual, expected, and the LOGICAL row-major stride that yields the flat
  * index) are merged.  A kernel then walks "rows" of the innermost axis in
- * chunks of CH consecutive elements (one 16-byte load of the narrower dtype
- * when both inner strides are 1 and the addresses are aligned), and computes
+ * chunks of CH consecutive elements (16-byte loads: one of the narrower dtype,
+ * two a float32 operand, when both inner strides are 1 and the addresses are
+ * aligned; vg_chunk), and computes
  * each element's flat logical index as f0 + sum(coord_d * sf_d): visiting in
  * memory order never changes a result, because every index-bearing statistic
  * compares flat indices (lowest index among ties) and the sums are merged in
@@ -284,8 +285,10 @@ __host__ __device__ __forceinline__ void vg_pair(HotAcc &h, vgct_acc *s, double 
  * float32 (docs/performance.md).  Proof sketch of each test (x = a - e exact,
  * d32 = fl32(x): a difference of binary32 values is exact when subnormal and
  * otherwise within 2^-24 relative; rounding is monotone):
- *  - all pairs finite and d32 finite: max of |d32|'s bits < 0x7f800000 (NaN
- *    and Inf order above every finite value as unsigned integers);
+ *  - all pairs finite and d32 finite: the float64 sum of the chunk's
+ *    differences t_d is finite (a NaN or infinite input makes its float64
+ *    difference, hence t_d, non-finite; CH finite binary32 differences cannot
+ *    overflow float64) and max |d32| <= FLT_MAX (no float32 overflow);
  *  - max_abs: |d64_i| >= mx would give fl32(|d64_i|) >= fl32(mx), and
  *    fl32(fl64(x)) is at most one ulp above fl32(x) (double rounding), so
  *    bits(max |d32|) + 1 < bits(fl32(mx)) excludes a new maximum and ties;
@@ -294,9 +297,15 @@ __host__ __device__ __forceinline__ void vg_pair(HotAcc &h, vgct_acc *s, double 
  *    both float64 roundings; all d == 0 gives quotients 0, which change
  *    nothing once mr > 0, or mr == 0 at a lower index than the chunk's;
  *  - mismatches are counted exactly (vgct_mul as in the definition); their
- *    worst excess |d| - tol is bounded above by max(|d32| - rtol32 |e|) -
- *    atol plus margins far above every rounding involved, and must stay
- *    below the current worst (ties excluded).
+ *    worst excess |d| - tol is bounded above by ub = max(|d32| - rtol32 |e|) -
+ *    atol plus margins (|ub| 2^-50 + max|d32| 2^-19 + 2^-140), and must stay
+ *    below the current worst (ties excluded).  The bound holds for EVERY pair
+ *    of the chunk, so ub < 0 proves that none mismatches and the exact count
+ *    is skipped: a mismatch (|d| > tol) gives |d32| - rtol32 |e| - atol >
+ *    -max|d32| (2^-24 + 2^-45) - 2^-1074 before the float32 rounding of X
+ *    (at most 2^-24 max|d32| + 2^-150) and the float64 one (2^-53 relative),
+ *    which the margins exceed (they need ~2^-23 max|d32|; 2^-19 leaves 4 bits;
+ *    host check: a margin of 2^-24 or 2^-40 yields counterexamples).
  * The host check (tests/.../cuda_host_check.cu) runs this against
  * vgct_acc_update. */
 /* The fast path's proofs assume IEEE float32 arithmetic with subnormals
@@ -427,6 +436,7 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
                                                       const float (&a)[CH], const float (&e)[CH],
                                                       int64_t f, int64_t sf, double rtol,
                                                       double atol) {
+  static_assert(CH >= 1 && CH <= 32, "vg_fast_chunk: the counters are 32-bit masks");
   float mxd = 0.0f;                    /* max |d32| (fmaxf: a NaN is ignored here,
                                           caught by the sum t_d below)          */
   uint32_t mnb = 0xffffffffu;          /* min of 2 bits(|e|) - 1 over e != 0     */
@@ -551,7 +561,8 @@ __device__ __forceinline__ double vg_ld(const char *p, int rt) {
 }
 
 /* Chunk geometry of a dtype pair: CH elements per chunk = one 16-byte vector
- * of the narrower type; NVA/NVE 16-byte vectors per chunk of each input. */
+ * of the narrower type, or two for float32 pairs (below); NVA/NVE 16-byte
+ * vectors per chunk of each input. */
 template <int DA, int DE> struct vg_chunk {
   static constexpr int ISA = vg_isz<DA>::v, ISE = vg_isz<DE>::v;
   static constexpr bool TYPED = (DA >= 0 && DE >= 0);

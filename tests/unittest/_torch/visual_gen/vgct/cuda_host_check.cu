@@ -330,6 +330,65 @@ static int check_fast(void) {
   return bad;
 }
 
+/* The chunk fast path's counters at the mismatch boundary: chunks whose pairs
+ * sit within a few float32 ulps of the tolerance atol + rtol |e| (below, at,
+ * above), some wholly below it (where vg_fast_chunk skips the exact mismatch
+ * test on its bound ub < 0), for bfloat16- and float32-valued data, with zero,
+ * subnormal and huge tolerances.  n_mismatch and n_unequal must equal the
+ * definition's (vgct_acc_update) for every chunk the fast path folds. */
+template <int CH>
+static int check_fast_counts(long *n_chunks) {
+  const double rtols[] = {1e-3, 0.0, 0.25, 1.6e-2, 0x1p-140, 1e-45, 3e38, 1e300};
+  const double atols[] = {1e-3, 0.0, 1e-5, 0x1p-149, 1e-30, 10.0, 1e300};
+  int bad = 0;
+  for (int t = 0; t < 200000; ++t) {
+    const int kind = t % 2;
+    const double rtol = rtols[R() % 8], atol = atols[R() % 7];
+    const bool below = (t % 3) == 0; /* every pair at or below the tolerance */
+    float a[CH], e[CH];
+    vgct_acc ref;
+    vgct_acc_init(&ref, 0);
+    for (int q = 0; q < CH; ++q) {
+      double ev;
+      switch (R() % 8) {
+        case 0: ev = 0.0; break;
+        case 1: ev = ldexp(U(), -140); break;
+        case 2: ev = 3.0e38 * (U() - 0.5); break;
+        default: ev = ldexp(U() - 0.5, (int)(R() % 40) - 20);
+      }
+      float ef = (float)ev;
+      if (kind == 1) ef = vgct_f32_from_bits(vgct_bits_from_f32(ef) & 0xffff0000u);
+      const double tol = atol + rtol * fabs((double)ef);
+      const double s = (R() & 1) ? 1.0 : -1.0;
+      float af = (float)((double)ef + s * (below ? tol * (1.0 - ldexp(U(), -(int)(R() % 30))) : tol));
+      const int k = below ? -(int)(R() % 3) : (int)(R() % 7) - 3; /* ulps away from the boundary */
+      for (int i = 0; i < (k < 0 ? -k : k); ++i)
+        af = nextafterf(af, ((k > 0) == (s > 0)) ? INFINITY : -INFINITY);
+      if (kind == 1) af = vgct_f32_from_bits(vgct_bits_from_f32(af) & 0xffff0000u);
+      a[q] = af;
+      e[q] = ef;
+      vgct_acc_update(&ref, (double)af, (double)ef, q, rtol, atol, 0);
+    }
+    HotAcc h;
+    vg_hot_init(h);
+    HotGate g;
+    GateHeld held;
+    vg_gate_init(g, held, rtol);
+    const int r = vg_fast_chunk<CH>(h, g, held, a, e, 0, 1, rtol, atol);
+    if (r == VG_CHUNK_DEFINE) continue; /* non-finite or overflow: the definition folds it */
+    ++*n_chunks;
+    if (h.nmm != ref.n_mismatch || h.neq != ref.n_unequal || h.n != ref.n_finite) {
+      if (bad++ < 5) {
+        printf("  fast counts (CH=%d) rtol %a atol %a: mismatches %lld (want %lld), unequal %lld "
+               "(want %lld)\n", CH, rtol, atol, (long long)h.nmm, (long long)ref.n_mismatch,
+               (long long)h.neq, (long long)ref.n_unequal);
+        for (int q = 0; q < CH; ++q) printf("    a %a e %a\n", a[q], e[q]);
+      }
+    }
+  }
+  return bad;
+}
+
 /* vg_key_narrow == vgct_absdiff_key on every pair of binary32 special and
  * random values (zeros, subnormals, FLT_MAX, infinities, NaNs). */
 static int check_key_narrow(void) {
@@ -386,15 +445,19 @@ static int check_int_pairs(void) {
 
 int main() {
   int passed = 0, failed = 0;
-  const int r[6] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
-                    check_key_narrow(), check_int_pairs()};
-  const char *names[6] = {"register accumulator == vgct_acc_update (bitwise)",
+  long nc = 0;
+  const int fc = check_fast_counts<8>(&nc) + check_fast_counts<4>(&nc);
+  printf("fast path counters at the tolerance boundary: %ld chunks folded\n", nc);
+  const int r[7] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
+                    fc + (nc < 100000), check_key_narrow(), check_int_pairs()};
+  const char *names[7] = {"register accumulator == vgct_acc_update (bitwise)",
                           "periodic flushes: maxima/counters exact, sums 1e-13",
                           "FastDiv == '/'",
                           "narrow-dtype chunk fast path: maxima/counters exact, sums 1e-13",
+                          "fast path counters at the mismatch boundary == vgct_acc_update",
                           "vg_key_narrow == vgct_absdiff_key",
                           "vgct_int_pair == 128-bit integer arithmetic"};
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 7; ++i) {
     printf("%s: %s\n", names[i], r[i] ? "FAIL" : "ok");
     r[i] ? ++failed : ++passed;
   }
