@@ -1037,3 +1037,70 @@ def test_exchange_api_on_another_stream_goes_through_dunder_dlpack(monkeypatch):
     ref = _C.compare(a.cpu(), e.cpu(), quantiles=())
     assert got["max_abs_err"] == ref["max_abs_err"] and got["mismatches"] == ref["mismatches"]
     assert got["rel_l2"] == pytest.approx(ref["rel_l2"], rel=1e-12)
+
+
+# ---- the chunk fast path's mismatch count at the tolerance boundary ----------------------------
+
+def _in_dtype(x32, dt):
+    """float32 NumPy values rounded to dt (bfloat16: to nearest, by torch), as float32."""
+    if dt == "bfloat16":
+        return torch.from_numpy(x32).to(torch.bfloat16).float().numpy()
+    return x32
+
+
+def _ulp(x32, dt):
+    """The spacing of dt at |x| (float64), for stepping values of dt."""
+    return np.spacing(np.abs(x32)).astype(np.float64) * (65536.0 if dt == "bfloat16" else 1.0)
+
+
+def _boundary_pair(n, dt, rtol, atol, seed):
+    """Pairs of dt values (as float32 NumPy arrays a, e) in groups of 8 -- one chunk of the fast path when
+    contiguous: groups 0 mod 3 below atol + rtol |e| (by 2^-1 .. 2^-29 of it, then 0-2 ulps down: chunks
+    where vg_fast_chunk may skip the exact count on its bound), 1 mod 3 within +-3 ulps of it, 2 mod 3 on it,
+    with pairs 4x above it and equal pairs mixed in."""
+    rng = np.random.default_rng(seed)
+    e = _in_dtype((rng.standard_normal(n) * np.exp2(rng.integers(-12, 8, n))).astype(np.float32), dt)
+    e[rng.random(n) < 0.05] = 0.0
+    e64 = e.astype(np.float64)
+    tol = atol + rtol * np.abs(e64)
+    sign = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    group = (np.arange(n) // 8) % 3
+    frac = np.where(group == 0, 1.0 - np.exp2(-rng.integers(1, 30, n).astype(np.float64)), 1.0)
+    frac = np.where((group == 2) & (rng.random(n) < 0.3), 4.0, frac)
+    a = _in_dtype((e64 + sign * tol * frac).astype(np.float32), dt)
+    steps = np.where(group == 1, rng.integers(-3, 4, n), np.where(group == 0, -rng.integers(0, 3, n), 0))
+    a = _in_dtype((a.astype(np.float64) + sign * steps * _ulp(a, dt)).astype(np.float32), dt)
+    eq = (group == 2) & (rng.random(n) < 0.2)
+    a[eq] = e[eq]
+    return a, e
+
+
+@pytest.mark.parametrize("dt", ["bfloat16", "float32"])
+@pytest.mark.parametrize("layout", ["contiguous", "mixed", "dim1"])
+@pytest.mark.parametrize("rtol,atol", [(1e-3, 1e-3), (1.6e-2, 1e-5), (0.0, 1e-3), (1e-3, 0.0)])
+def test_mismatch_count_at_the_tolerance_boundary(dt, layout, rtol, atol, lean_max):
+    """vg_fast_chunk counts the mismatches of a chunk exactly, skipping the per-pair test only when its
+    float32 bound proves that no pair can mismatch (cuda/vgct_cuda_internal.cuh): on pairs within a few
+    ulps of atol + rtol |e| (and chunks just below it), the GPU's n_mismatch and n_unequal equal the CPU
+    engine's and the float64 oracle's (check3), on the ring kernel (contiguous), the strided kernel (a
+    column-major against e row-major) and the row kernel (dim=1); the fast path forced (no lean kernel)."""
+    lean_max.value = 0
+    n = 1 << 21
+    a_np, e_np = _boundary_pair(n, dt, rtol, atol, seed=sum(map(ord, f"{dt} {layout} {rtol} {atol}")))
+    t = getattr(torch, dt)
+    a = torch.from_numpy(a_np).to(DEV).to(t)
+    e = torch.from_numpy(e_np).to(DEV).to(t)
+    assert torch.equal(a.float().cpu(), torch.from_numpy(a_np))  # representable: no rounding by .to()
+    dim = None
+    if layout == "mixed":
+        a, e = a.view(1 << 11, 1 << 10).t().contiguous().t(), e.view(1 << 11, 1 << 10)
+    elif layout == "dim1":
+        a, e, dim = a.view(16, 1 << 10, 128), e.view(16, 1 << 10, 128), 1
+    g = check3(a, e, rtol=rtol, atol=atol, quantiles=(0.99,), dim=dim)
+    # the data is what the test says: mismatches and non-mismatches both, at the boundary
+    d = np.abs(a_np.astype(np.float64) - e_np.astype(np.float64))
+    mism = d > atol + rtol * np.abs(e_np.astype(np.float64))
+    assert g.mismatches == int(mism.sum()) and 0 < g.mismatches < n
+    tol = atol + rtol * np.abs(e_np.astype(np.float64))
+    near = np.abs(d - tol) <= 4 * _ulp(a_np, dt)
+    assert near.sum() > n // 20
