@@ -13,26 +13,17 @@ on each (e.g. before and after a change to cuda/) on the same machine.
 
     python bench/bench_layouts.py [label]
 """
-import statistics
 import sys
 
 import torch
 
 import vgct_ext
+from bench_gpu import cuda_time  # bench/ is sys.path[0] when this script runs
 
 
 def median_ms(fn, reps=30):
-    for _ in range(3):
-        fn()
-    ts = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e))
-    return statistics.median(ts)
+    """Median device ms of ``fn`` over ``reps`` CUDA-event timings (bench_gpu.py's timer)."""
+    return cuda_time(fn, reps, warmup=3)[0]
 
 
 def main():

@@ -170,6 +170,12 @@ VGCT_HD double vgct_mul(double a, double b) {
 #endif
 }
 
+/* The tolerance of a pair whose reference has magnitude ae: atol + rtol*ae,
+ * the product rounded on its own (vgct_mul).  A finite pair mismatches when
+ * |a - e| > vgct_tol(rtol, atol, |e|) (docs/metrics.md, `mismatches`); every
+ * engine and kernel decides it with this one expression. */
+VGCT_HD double vgct_tol(double rtol, double atol, double ae) { return atol + vgct_mul(rtol, ae); }
+
 /* Exact shortcut for max_rel (added for the CUDA engine, [B]; results are
  * unchanged): 0 only when (ad/ae, idx) (ae > 0) certainly does not beat
  * (best, best_i) under vgct_better, so the float64 division -- the costliest
@@ -254,7 +260,7 @@ VGCT_HD void vgct_acc_maxima(vgct_acc *s, double a, double e, int64_t idx, doubl
     double r = ad / ae;
     if (vgct_better(r, idx, s->max_rel, s->max_rel_i)) { s->max_rel = r; s->max_rel_i = idx; }
   }
-  double tol = atol + vgct_mul(rtol, ae);
+  double tol = vgct_tol(rtol, atol, ae);
   if (ad > tol) {
     double ex = ad - tol;
     if (vgct_better(ex, idx, s->worst_excess, s->worst_i)) { s->worst_excess = ex; s->worst_i = idx; }
@@ -288,7 +294,7 @@ VGCT_HD void vgct_acc_update(vgct_acc *s, double a, double e, int64_t idx,
   double ad = fabs(d), ae = fabs(e);
   vgct_acc_maxima(s, a, e, idx, rtol, atol);
   if (ae > s->max_abs_ref) s->max_abs_ref = ae;
-  s->n_mismatch += ad > atol + vgct_mul(rtol, ae);
+  s->n_mismatch += ad > vgct_tol(rtol, atol, ae);
   if (scaled) {
     vgct_scale_grow(&s->scale_a, fabs(a), &s->s_aa, &s->s_ae);
     vgct_scale_grow(&s->scale_e, ae, &s->s_ee, &s->s_ae);
@@ -580,7 +586,7 @@ VGCT_HD int vgct_int_exceeds(uint64_t dlo, int dhi, double dd, uint64_t E, doubl
                              double atol, double *excess) {
   *excess = -1.0;
   if (dlo == 0 && !dhi) return 0;
-  const double t = atol + vgct_mul(rtol, ed);
+  const double t = vgct_tol(rtol, atol, ed);
   *excess = dd - t;
   if (t < 0x1p-900) return 1;                  /* D >= 1 */
   if (dd > t * (1.0 + 0x1p-48)) return 1;

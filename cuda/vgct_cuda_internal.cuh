@@ -183,7 +183,7 @@ __host__ __device__ __forceinline__ void vg_hot_update(HotAcc &h, double a, doub
     const double r = ad / ae;
     if (vgct_better(r, idx, h.mr, h.mri)) { h.mr = r; h.mri = idx; }
   }
-  const double tol = atol + vgct_mul(rtol, ae);
+  const double tol = vgct_tol(rtol, atol, ae);
   if (ad > tol) {
     h.nmm += 1;
     const double ex = ad - tol;
@@ -296,7 +296,7 @@ __host__ __device__ __forceinline__ void vg_pair(HotAcc &h, vgct_acc *s, double 
  *    mr (1 - 2^-20) (float32 rounded down), gives |d64_i|/|e_i| < mr after
  *    both float64 roundings; all d == 0 gives quotients 0, which change
  *    nothing once mr > 0, or mr == 0 at a lower index than the chunk's;
- *  - mismatches are counted exactly (vgct_mul as in the definition); their
+ *  - mismatches are counted exactly (vgct_tol, as in the definition); their
  *    worst excess |d| - tol is bounded above by ub = max(|d32| - rtol32 |e|) -
  *    atol plus margins (|ub| 2^-50 + max|d32| 2^-19 + 2^-140), and must stay
  *    below the current worst (ties excluded).  The bound holds for EVERY pair
@@ -461,7 +461,7 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
     t_dd += d * d; t_d += d;
   }
   /* A non-finite pair makes its float64 difference, and so t_d, non-finite
-     (a sum of eight finite differences of binary32 values cannot overflow);
+     (a sum of CH <= 32 finite differences of binary32 values cannot overflow);
      a finite pair whose float32 difference overflows makes mxd infinite. */
   if (!(fabs(t_d) <= 0x1.fffffffffffffp+1023) || !(mxd <= 0x1.fffffep+127f))
     return VG_CHUNK_DEFINE;
@@ -478,7 +478,7 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
 #pragma unroll
     for (int q = 0; q < CH; ++q) {
       const double e64 = e[q], d = (double)a[q] - e64;
-      mm |= (fabs(d) > atol + vgct_mul(rtol, fabs(e64)) ? 1u : 0u) << q;
+      mm |= (fabs(d) > vgct_tol(rtol, atol, fabs(e64)) ? 1u : 0u) << q;
     }
   }
   const int neq = vg_popc(nz), nmm = vg_popc(mm);
@@ -505,7 +505,7 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
       const int64_t idx = f + q * sf;
       if (chk_mx && vgct_better(ad, idx, held.mx, held.mxi)) return VG_CHUNK_MAXIMA;
       if (chk_wx) {
-        const double tol = atol + vgct_mul(rtol, fabs(e64));
+        const double tol = vgct_tol(rtol, atol, fabs(e64));
         if (ad > tol && vgct_better(ad - tol, idx, held.wx, held.wxi)) return VG_CHUNK_MAXIMA;
       }
     }
