@@ -137,7 +137,7 @@ def summarize(report_path: str) -> None:
                 return f"{_fmt(s, k['value'])} ({'<=' if s != 'cosine' else '>='}{bar})"
 
             other = []
-            for s in ("channel_mean_shift", "mismatches", "p99"):
+            for s in ("channel_mean_shift", "channel_rel_l2", "mismatches", "p99"):
                 if s in checks and checks[s]["gating"]:
                     other.append(f"{s}={_fmt(s, checks[s]['value'])}")
             failed = [k["statistic"] for k in c["checks"] if k["gating"] and not k["passed"]]

@@ -13,7 +13,8 @@ read, and upgraded when next written)::
      "entries": {"<component> | <feature>[ | <label>]": {"<stratum>": {          # a T2 gate
          "kind": "t2", "component", "feature", "case", "dtype_actual", "dtype_expected", "shape", "dim",
          "device", "recorded" (UTC ISO 8601), "command", "tests", "versions", "precision",
-         "runs": [{"rel_l2", "cosine", "p99", "max_abs_err", ["channel_mean_shift"], "test", "seed"}, ...],
+         "runs": [{"rel_l2", "cosine", "p99", "max_abs_err", ["channel_mean_shift", "channel_rel_l2"], "test",
+                   "seed"}, ...],
          "observed_worst", "observed_log_mean", "observed_log_std": {...},  # cosine: of 1 - cosine
          "headroom": h, "confidence": 0.99, "headroom_rule": "...",  # the rule below, in words
          "bars": {...}, "warnings": [...],
@@ -24,7 +25,7 @@ read, and upgraded when next written)::
 
 **Bar rule** (one run per seed; ``--vgct-calibrate`` runs each paired test with seeds 0..N-1, N =
 ``--vgct-calibrate-runs``, default 5). For each upper-bounded statistic x (relative L2, p99, max abs error,
-per-channel mean shift) and for the cosine distance x = 1 - cosine, over the n runs, with m and s the mean and
+per-channel mean shift, per-channel relative L2) and for the cosine distance x = 1 - cosine, over the n runs, with m and s the mean and
 sample standard deviation of ln x::
 
     bar(x) = max( worst(x) * (1 + h),  min( exp(m + t(0.99, n-1) * s * sqrt(1 + 1/n)),  4 * worst(x) ) )
@@ -51,9 +52,10 @@ message. One test gating one key twice in one run is refused at the gate (:class
 **Files** are read, merged and written under an inter-process lock (``<file>.lock``, the ``filelock``
 library) and replaced atomically (unique temporary file, fsync, rename): concurrent writers keep every entry.
 
-Every T2 entry must carry a finite bar for rel_l2, cosine, p99 and max_abs_err (and channel_mean_shift when the
-entry has a ``dim``): :func:`lookup` refuses an entry that lacks one (recalibrate), except that relative L2 and
-cosine are not required when the gated run's reference has zero norm (the gate then uses absolute error).
+Every T2 entry must carry a finite bar for rel_l2, cosine, p99 and max_abs_err (and channel_mean_shift and
+channel_rel_l2 when the entry has a ``dim``): :func:`lookup` refuses an entry that lacks one (recalibrate; an
+entry recorded before channel_rel_l2 was gated is refused the same way), except that relative L2, cosine and
+channel_rel_l2 are not required when the gated run's reference has zero norm (the gate then uses absolute error).
 Calibration refuses a run with a non-finite pair (``n_finite < n``), a zero-norm reference, or an undefined or
 non-finite statistic, and :func:`derive_bars` never produces a missing or non-finite bar. A malformed file
 (bad JSON, a field of the wrong type) raises ``ValueError`` naming the file and the field.
@@ -61,12 +63,14 @@ non-finite statistic, and :func:`derive_bars` never produces a missing or non-fi
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
 import inspect
 import json
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -99,7 +103,7 @@ __all__ = [
 FORMAT = "vgct-evidence/2"
 READ_FORMATS = ("vgct-evidence/1", FORMAT)
 SUFFIX = ".vgct-evidence.json"
-UPPER = ("rel_l2", "p99", "max_abs_err", "channel_mean_shift")
+UPPER = ("rel_l2", "p99", "max_abs_err", "channel_mean_shift", "channel_rel_l2")
 #: The most the spread term of the bar rule may reach, as a multiple of the worst run (of 1 - cosine: its square).
 SPREAD_CAP = 4.0
 #: The largest --vgct-headroom: bars at most (1 + MAX_HEADROOM) x the worst run, the reach of the spread cap (a
@@ -115,8 +119,10 @@ def headroom_ok(h: Any) -> bool:
     """Whether ``h`` is a usable headroom: a real number (not a bool) in [0, MAX_HEADROOM]; NaN, infinities and
     anything larger are not (the one bound the plugin, the bar rule and the gate-time check apply)."""
     return isinstance(h, (int, float)) and not isinstance(h, bool) and 0.0 <= h <= MAX_HEADROOM
-REQUIRED = ("rel_l2", "cosine", "p99", "max_abs_err")  # plus channel_mean_shift when dim is set
-RELATIVE = ("rel_l2", "cosine")  # undefined for a zero-norm reference
+REQUIRED = ("rel_l2", "cosine", "p99", "max_abs_err")  # plus PER_CHANNEL when dim is set
+#: The per-channel statistics a T2 gate with ``dim`` records and gates (:func:`t2_statistics`).
+PER_CHANNEL = ("channel_mean_shift", "channel_rel_l2")
+RELATIVE = ("rel_l2", "cosine", "channel_rel_l2")  # undefined for a zero-norm reference
 FLOOR_STATS = ("rel_l2", "cosine", "max_abs_err")
 T1_FLOOR_PREFIX = "T1 floor | "
 #: One-sided confidence of the prediction bound in the bar rule.
@@ -173,26 +179,39 @@ def evidence_path(explicit: Union[str, "os.PathLike[str]", None] = None) -> Path
 
 
 def t2_statistics(stats: Any) -> Dict[str, Any]:
-    """The statistics a T2 gate records and gates: rel_l2, cosine, p99, max_abs_err, and with ``dim`` the
-    per-channel mean shift ``max_c |mean(a-e)[c]|`` (plus its channel index, not gated)."""
+    """The statistics a T2 gate records and gates: rel_l2, cosine, p99, max_abs_err, and with ``dim`` two
+    per-channel statistics over the slices ``c`` along ``dim`` (docs/metrics.md, "Per-slice statistics"):
+
+    * ``channel_mean_shift`` = ``max_c |mean(a - e)[c]|`` (slices with no finite pair left out), the bias of one
+      channel;
+    * ``channel_rel_l2`` = ``max_c ||a - e||_c / ||e||_c`` over the slices whose reference norm is nonzero (a
+      slice with ``||e||_c = 0`` has no relative error; it is seen by max_abs_err), the error of one channel
+      relative to that channel's own scale: a per-channel scale or zero-point error in a low-gain channel,
+      which the global relative L2 dilutes below its bar and a zero-mean input hides from the mean shift
+      (the method: "Add per-channel mean shift for quantization"; this is its per-channel relative L2).
+
+    Each comes with the index of the channel that attained it (``..._index``, reported, not gated); a statistic
+    with no defined slice is ``None``."""
     out: Dict[str, Any] = {"rel_l2": stats.rel_l2, "cosine": stats.cosine, "p99": stats.quantiles.get(0.99),
                            "max_abs_err": stats.max_abs_err}
     sl = getattr(stats, "slices", None)
     if sl is not None:
-        best, idx = None, None
-        for i, v in enumerate(sl.mean_shift):
-            v = abs(float(v))
-            if not math.isnan(v) and (best is None or v > best):
-                best, idx = v, i
-        out["channel_mean_shift"] = best
-        out["channel_mean_shift_index"] = idx
+        for name, values in (("channel_mean_shift", sl.mean_shift), ("channel_rel_l2", sl.rel_l2)):
+            best, idx = None, None
+            for i, v in enumerate(values):
+                v = abs(float(v))
+                if not math.isnan(v) and (best is None or v > best):
+                    best, idx = v, i
+            out[name] = best
+            out[name + "_index"] = idx
     return out
 
 
 def required_bars(dim: Optional[int], zero_reference: bool = False) -> Tuple[str, ...]:
-    """The bars an entry must carry: rel_l2, cosine, p99, max_abs_err, plus channel_mean_shift with ``dim``;
-    without rel_l2 and cosine when the gated run's reference has zero norm (they are undefined there)."""
-    names = REQUIRED + (("channel_mean_shift",) if dim is not None else ())
+    """The bars an entry must carry: rel_l2, cosine, p99, max_abs_err, plus channel_mean_shift and channel_rel_l2
+    with ``dim``; without rel_l2, cosine and channel_rel_l2 when the gated run's reference has zero norm (they are
+    undefined there)."""
+    names = REQUIRED + (PER_CHANNEL if dim is not None else ())
     return tuple(n for n in names if not (zero_reference and n in RELATIVE))
 
 
@@ -305,7 +324,7 @@ def derive_bars(runs: Sequence[Mapping[str, Any]], headroom: float,
     """``(observed_worst, bars)`` from raw runs by the bar rule of this module's docstring.
 
     Raises ``ValueError`` when there is no run, when a run lacks a required statistic (rel_l2, cosine, p99,
-    max_abs_err; channel_mean_shift with ``dim``) or has a non-finite one, or when a bar would be non-finite:
+    max_abs_err; channel_mean_shift and channel_rel_l2 with ``dim``) or has a non-finite one, or when a bar would be non-finite:
     an entry is never written with a missing or non-finite bar."""
     s = bar_summary(runs, headroom, dim)
     return s["worst"], s["bars"]
@@ -416,7 +435,7 @@ def validate(data: Any, path: Any = "<evidence>") -> Dict[str, Any]:
                     for k, v in r.items():
                         if k == "test":
                             ok = v is None or isinstance(v, str)
-                        elif k in ("seed", "channel_mean_shift_index"):
+                        elif k in ("seed", "channel_mean_shift_index", "channel_rel_l2_index"):
                             ok = v is None or _is_int(v)
                         else:
                             ok = v is None or (_is_num(v) and (not _finite_float(v) or _in_range(k, v)))
@@ -452,9 +471,46 @@ def _calibrate_hint(stratum: str) -> str:
     return f"Record it {where} (and commit the JSON file):\n    pytest --vgct-calibrate \"{tid}\""
 
 
+#: Parsed and validated evidence files read by gates, keyed by resolved path; each value is
+#: ``(file identity, data)``. At most _GATE_CACHE_FILES files are kept (oldest dropped).
+_GATE_CACHE: Dict[str, Tuple[Tuple[int, int, int, int], Dict[str, Any]]] = {}
+_GATE_CACHE_FILES = 64
+_GATE_CACHE_LOCK = threading.Lock()  # gates may run in several threads
+
+
+def _load_for_gate(path: Path) -> Dict[str, Any]:
+    """:func:`load` for gates, parsed once per file version: a gate per channel slice (docs/method.md) reads one
+    file hundreds of times (7.6 ms a read for a 577 KB file). The version is the file's identity
+    ``(st_dev, st_ino, st_mtime_ns, st_size)``: writers here replace the file by rename (a new inode), and any
+    other write changes the modification time or the size, so a changed file is read again. Callers must not
+    modify what it returns (:func:`_find_entry` hands out copies). Raises as :func:`load`."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return load(path)
+    ident = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+    name = os.path.abspath(path)
+    with _GATE_CACHE_LOCK:
+        hit = _GATE_CACHE.get(name)
+    if hit is not None and hit[0] == ident:
+        return hit[1]
+    data = load(path)
+    try:  # the file may have changed while it was read: cache it only if it is still the version stat saw
+        st2 = os.stat(path)
+    except OSError:
+        return data
+    if (st2.st_dev, st2.st_ino, st2.st_mtime_ns, st2.st_size) == ident:
+        with _GATE_CACHE_LOCK:
+            _GATE_CACHE.pop(name, None)
+            if len(_GATE_CACHE) >= _GATE_CACHE_FILES:
+                _GATE_CACHE.pop(next(iter(_GATE_CACHE)))
+            _GATE_CACHE[name] = (ident, data)
+    return data
+
+
 def _find_entry(path: Path, key: str, stratum: str, what: str) -> Tuple[Optional[dict], Optional[str]]:
     try:
-        data = load(path)
+        data = _load_for_gate(path)
     except (OSError, ValueError) as exc:
         return None, f"evidence file unreadable: {exc}. {_calibrate_hint(stratum)}"
     strata = data["entries"].get(key)
@@ -475,7 +531,7 @@ def _find_entry(path: Path, key: str, stratum: str, what: str) -> Tuple[Optional
     if missing:
         return None, (f"{what} evidence for {key!r} on {stratum} in {path} lacks the field(s) "
                       f"{', '.join(missing)}. Recalibrate. {_calibrate_hint(stratum)}")
-    return entry, None
+    return copy.deepcopy(entry), None
 
 
 def _axis(dim: Any, shape: Any) -> Any:
@@ -776,7 +832,7 @@ def tighten_t1(bars: Any, tighten: Optional[float], stats: Any, *, component: st
             miss = [f for f in ("rel_l2", "one_minus_cosine") if not _finite_number(entry["floor"].get(f))]
             if diff or miss:
                 why = (f"T1 floor evidence for {key!r} on {stratum} in {path} does not fit: "
-                       + "; ".join(diff + [f"no floor for {m}" for m in miss]) + f". Recalibrate. "
+                       + "; ".join(diff + [f"no floor for {m}" for m in miss]) + ". Recalibrate. "
                        + _calibrate_hint(stratum))
                 entry = None
     if entry is None:

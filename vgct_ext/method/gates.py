@@ -34,6 +34,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from . import _context
 from ._hardware import describe_device, stratum_of
+from .evidence import PER_CHANNEL, RELATIVE
 from ..core._stats import PairedStats
 
 #: What a gate returns: the PairedStats of a single tensor, or ``{leaf path: PairedStats}`` for a structure.
@@ -1135,17 +1136,21 @@ _T2_LABELS = {
     "p99": ("p99 abs error", "<="),
     "max_abs_err": ("max abs error", "<="),
     "channel_mean_shift": ("per-channel mean shift max_c|mean(a-e)|", "<="),
+    "channel_rel_l2": ("per-channel relative L2 max_c ||a-e||/||e||", "<="),
 }
+
+
+def _channel_note(name: str, observed: Mapping[str, Any]) -> str:
+    """``"channel <i>"`` for a per-channel statistic: the slice that attained it (evidence.t2_statistics)."""
+    idx = observed.get(name + "_index") if name in PER_CHANNEL else None
+    return f"channel {idx}" if idx is not None else ""
 
 
 def _t2_report_checks(stats: Any, observed: Mapping[str, Any]) -> List[Check]:
     out = []
     for name, (label, _) in _T2_LABELS.items():
         if name in observed:
-            note = ""
-            if name == "channel_mean_shift" and observed.get("channel_mean_shift_index") is not None:
-                note = f"channel {observed['channel_mean_shift_index']}"
-            out.append(Check(name, label, observed[name], gating=False, note=note))
+            out.append(Check(name, label, observed[name], gating=False, note=_channel_note(name, observed)))
     out.append(Check("non_finite_pairs", "non-finite pairs", stats.n - stats.n_finite, gating=False))
     return out
 
@@ -1153,20 +1158,19 @@ def _t2_report_checks(stats: Any, observed: Mapping[str, Any]) -> List[Check]:
 def t2_checks(stats: Any, observed: Mapping[str, Any], bars: Mapping[str, float]) -> List[Check]:
     """The T2 checks against ``bars``. ``bars`` must be complete (:func:`vgct_ext.evidence.lookup` refuses
     evidence lacking a required bar), so every statistic gated here has a bar; a zero-norm reference skips
-    relative L2 and cosine (undefined) and says so on the max-abs-error row."""
+    relative L2, cosine and the per-channel relative L2 (undefined) and says so on the max-abs-error row."""
     checks: List[Check] = []
     zero = stats.zero_reference
     for name, (label, op) in _T2_LABELS.items():
         if name not in observed and name not in bars:
             continue
-        if zero and name in ("rel_l2", "cosine"):
+        if zero and name in RELATIVE:
             continue
         note = ""
         if zero and name == "max_abs_err":
             note = (_NO_FINITE_NOTE if stats.n_finite == 0 else
                     "zero-norm reference: relative L2 and cosine undefined, gating on absolute error")
-        if name == "channel_mean_shift" and observed.get("channel_mean_shift_index") is not None:
-            note = f"channel {observed['channel_mean_shift_index']}"
+        note = _channel_note(name, observed) or note
         if name == "cosine" and observed.get("cosine") is None:
             note = "undefined: ||actual||_2 = 0"
         bar = bars.get(name)

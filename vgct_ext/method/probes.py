@@ -406,7 +406,7 @@ class ExpectedFailure:
 
 #: The statistic names a gate can fail on (the ``Check`` names of vgct_ext.gates).
 GATED_STATISTICS = ("rel_l2", "cosine", "mismatches", "max_abs_err", "p99", "channel_mean_shift",
-                    "non_finite_pairs", "n")
+                    "channel_rel_l2", "non_finite_pairs", "n")
 
 
 def _statistic_names(names: Any, arg: str) -> Tuple[str, ...]:
@@ -432,8 +432,8 @@ def expect_gate_failure(*, statistics: Optional[Sequence[str]] = None, any_of: O
     them as failures. Then:
 
     * ``statistics``: every one of these statistic names (``"rel_l2"``, ``"cosine"``, ``"mismatches"``,
-      ``"max_abs_err"``, ``"p99"``, ``"channel_mean_shift"``, ``"non_finite_pairs"``) must be among the failed
-      ones, and its message row must say FAIL;
+      ``"max_abs_err"``, ``"p99"``, ``"channel_mean_shift"``, ``"channel_rel_l2"``, ``"non_finite_pairs"``) must be
+      among the failed ones, and its message row must say FAIL;
     * ``any_of``: at least one of these must have failed;
     * ``component``: the message must name it.
 

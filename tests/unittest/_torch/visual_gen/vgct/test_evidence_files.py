@@ -756,3 +756,48 @@ def test_tighten_rejects_nonsense_factors():
     for k in (0.5, float("nan"), True, "10"):
         with pytest.raises(ValueError, match="tighten must be a number in"):
             assert_t1(e, e, component="c", feature="f", tighten=k)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the gates' parsed-evidence cache (one parse per file version: a gate per channel slice reads one file often)
+
+
+def _one_entry_file(path, rel_l2_bar, pad=""):
+    entry = {"kind": "t2", "dtype_actual": "float64", "dtype_expected": "float64", "shape": [32], "dim": None,
+             "bars": {"rel_l2": rel_l2_bar, "cosine": 0.9, "p99": 10.0, "max_abs_err": 10.0},
+             "investigation": "cache test" + pad}
+    path.write_text(json.dumps({"format": ev.FORMAT, "entries": {"c | f": {STRATUM: entry}}}))
+
+
+def test_gate_rereads_an_evidence_file_changed_in_place(tmp_path):
+    e = np.linspace(1.0, 2.0, 32)
+    a = e * 1.05  # relative L2 0.05
+    path = tmp_path / "x.vgct-evidence.json"
+    _one_entry_file(path, 0.11)
+    assert_t2(a, e, component="c", feature="f", evidence=path)
+    st = path.stat()
+    # same size, same inode, rewritten in place: only the modification time tells (set it one second later)
+    _one_entry_file(path, 0.01)
+    assert path.stat().st_size == st.st_size and path.stat().st_ino == st.st_ino
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    with pytest.raises(GateFailure, match="relative L2"):
+        assert_t2(a, e, component="c", feature="f", evidence=path)
+    # replaced by rename (as the calibration writes it): a new inode
+    tmp = tmp_path / "new.json"
+    _one_entry_file(tmp, 0.2)
+    os.replace(tmp, path)
+    assert_t2(a, e, component="c", feature="f", evidence=path)
+    # removed: no evidence, whatever was cached
+    path.unlink()
+    with pytest.raises(EvidenceMissing, match="no T2 evidence"):
+        assert_t2(a, e, component="c", feature="f", evidence=path)
+
+
+def test_gate_cache_hands_out_copies(tmp_path):
+    path = tmp_path / "x.vgct-evidence.json"
+    _one_entry_file(path, 0.1)
+    first, why = ev._find_entry(path, "c | f", STRATUM, "T2")
+    assert why is None
+    first["bars"]["rel_l2"] = 1e9  # a caller that modifies its entry changes nothing for the next gate
+    again, _ = ev._find_entry(path, "c | f", STRATUM, "T2")
+    assert again["bars"]["rel_l2"] == 0.1

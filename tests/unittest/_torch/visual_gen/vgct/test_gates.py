@@ -361,14 +361,60 @@ def test_t2_per_channel_mean_shift(tmp_path):
     a = e.copy()
     a[:, 2, :] += 0.01  # a shift of exactly 0.01 in channel 2
     path = tmp_path / "x.vgct-evidence.json"
-    bars = {"rel_l2": 1.0, "cosine": 0.99, "p99": 1.0, "max_abs_err": 1.0, "channel_mean_shift": 0.005}
+    bars = {"rel_l2": 1.0, "cosine": 0.99, "p99": 1.0, "max_abs_err": 1.0, "channel_mean_shift": 0.005,
+            "channel_rel_l2": 1.0}
     _write_evidence(path, "c | fp8", CPU_STRATUM, _entry(a, e, bars, dim=1))
     with pytest.raises(GateFailure) as ei:
         assert_t2(a, e, component="c", feature="fp8", dim=1, evidence=path)
     row = _row(str(ei.value), "per-channel mean shift")
     assert "FAIL" in row and "channel 2" in row and fmt_value("x", 0.01) in row
+    assert ei.value.failed_statistics == ["channel_mean_shift"]
     obs = ev.t2_statistics(ei.value.stats)
     assert obs["channel_mean_shift"] == pytest.approx(0.01, rel=1e-9) and obs["channel_mean_shift_index"] == 2
+
+
+def _channel_rel_l2_oracle(a, e, dim):
+    """max_c ||a-e||_c / ||e||_c over the slices with ||e||_c > 0 (math.fsum, float64), and its channel."""
+    a = np.moveaxis(np.asarray(a, np.float64), dim, 0)
+    e = np.moveaxis(np.asarray(e, np.float64), dim, 0)
+    vals = [(math.sqrt(math.fsum(((ac - ec) ** 2).ravel())) / math.sqrt(math.fsum((ec * ec).ravel())), c)
+            for c, (ac, ec) in enumerate(zip(a, e)) if math.fsum((ec * ec).ravel()) > 0]
+    return max(vals)
+
+
+def test_t2_per_channel_rel_l2_catches_a_low_gain_channel_scale_error(tmp_path):
+    # channel gains 1 .. 1e-2: a 20 % scale error in the quietest channel moves the global relative L2 by ~1e-3
+    # (under its bar) and leaves the mean shift ~0 (zero-mean data), but is 20 % of that channel's own norm
+    e = _ref((3, 6, 64)) * np.array([1, 0.5, 2, 1, 0.01, 1])[None, :, None]
+    a = e * (1 + 1e-3 * _ref((3, 6, 64), seed=1))  # the feature's drift: ~1e-3 relative, every channel
+    bad = a.copy()
+    bad[:, 4, :] *= 1.2
+    path = tmp_path / "x.vgct-evidence.json"
+    clean_rel, clean_c = _channel_rel_l2_oracle(a, e, 1)
+    bars = {"rel_l2": 2e-3, "cosine": 0.99999, "p99": 1.0, "max_abs_err": 1.0, "channel_mean_shift": 1.0,
+            "channel_rel_l2": 1.5 * clean_rel}
+    _write_evidence(path, "c | int8", CPU_STRATUM, _entry(a, e, bars, dim=1))
+    s = assert_t2(a, e, component="c", feature="int8", dim=1, evidence=path)  # the clean pair passes
+    obs = ev.t2_statistics(s)
+    assert obs["channel_rel_l2"] == pytest.approx(clean_rel, rel=1e-12) and obs["channel_rel_l2_index"] == clean_c
+    with pytest.raises(GateFailure) as ei:
+        assert_t2(bad, e, component="c", feature="int8", dim=1, evidence=path)
+    assert ei.value.failed_statistics == ["channel_rel_l2"]  # every global statistic passed the fault
+    want, c = _channel_rel_l2_oracle(bad, e, 1)
+    assert c == 4 and want == pytest.approx(0.2, rel=1e-2)
+    row = _row(str(ei.value), "per-channel relative L2")
+    assert "FAIL" in row and "channel 4" in row and fmt_value("x", want) in row
+    assert ev.t2_statistics(ei.value.stats)["channel_rel_l2"] == pytest.approx(want, rel=1e-12)
+
+
+def test_t2_per_channel_rel_l2_leaves_out_zero_reference_channels(tmp_path):
+    e = _ref((2, 3, 8))
+    e[:, 1, :] = 0.0  # a channel with no reference scale: no relative error; max_abs_err sees it
+    a = e * 1.01
+    a[:, 1, :] = 1e-6
+    obs = ev.t2_statistics(__import__("vgct_ext").compare(a, e, dim=1))
+    want, c = _channel_rel_l2_oracle(a, e, 1)
+    assert obs["channel_rel_l2"] == pytest.approx(want, rel=1e-12) and obs["channel_rel_l2_index"] == c != 1
 
 
 def test_t2_zero_reference_gates_on_absolute_error(tmp_path):
@@ -441,8 +487,12 @@ def test_t2_evidence_missing_channel_bar_with_dim_or_non_finite_bar_is_refused(t
     path = tmp_path / "x.vgct-evidence.json"
     full = {"rel_l2": 1.0, "cosine": 0.99, "p99": 1.0, "max_abs_err": 1.0}
     _write_evidence(path, "c | f", CPU_STRATUM, _entry(e, e, full, dim=1))
-    with pytest.raises(EvidenceMissing, match="no bar for channel_mean_shift"):
+    with pytest.raises(EvidenceMissing, match="no bar for channel_mean_shift, channel_rel_l2"):
         assert_t2(e, e, component="c", feature="f", dim=1, evidence=path)
+    # an entry recorded before the per-channel relative L2 was gated is refused, not gated without it
+    _write_evidence(path, "c | f", CPU_STRATUM, _entry(e, e, {**full, "channel_mean_shift": 1.0}, dim=1))
+    with pytest.raises(EvidenceMissing, match=r"no bar for channel_rel_l2\. .*Recalibrate"):
+        assert_t2(e * 1.5, e, component="c", feature="f", dim=1, evidence=path)
     _write_evidence(path, "c | f", CPU_STRATUM, _entry(e, e, {**full, "rel_l2": None}))
     with pytest.raises(EvidenceMissing, match=r"bars\.rel_l2: expected a number, got None"):
         assert_t2(e, e, component="c", feature="f", evidence=path)
@@ -457,6 +507,12 @@ def test_t2_zero_reference_needs_only_absolute_bars_and_says_so(tmp_path):
     _write_evidence(path, "c | f", CPU_STRATUM, _entry(e, e, {"max_abs_err": 1e-3}))  # p99 is still required
     with pytest.raises(EvidenceMissing, match="no bar for p99.*reference has zero norm"):
         assert_t2(np.full(16, 5e-4), e, component="c", feature="f", evidence=path)
+    # with dim: the per-channel mean shift is still required, the per-channel relative L2 is not (undefined)
+    e2 = np.zeros((2, 8))
+    _write_evidence(path, "c | f", CPU_STRATUM,
+                    _entry(e2, e2, {"max_abs_err": 1e-3, "p99": 1e-3, "channel_mean_shift": 1e-3}, dim=0))
+    s = assert_t2(np.full((2, 8), 5e-4), e2, component="c", feature="f", dim=0, evidence=path)
+    assert s.zero_reference and ev.t2_statistics(s)["channel_rel_l2"] is None
 
 
 def _calibrate(a, e, dim=None):
@@ -490,8 +546,10 @@ def test_derive_bars_never_writes_a_missing_or_non_finite_bar():
         ev.derive_bars([good, {**good, "rel_l2": float("nan")}], 0.5)
     with pytest.raises(ValueError, match=r"cosine=None"):
         ev.derive_bars([{k: v for k, v in good.items() if k != "cosine"}], 0.5)
-    with pytest.raises(ValueError, match=r"channel_mean_shift=None"):
+    with pytest.raises(ValueError, match=r"channel_mean_shift=None, channel_rel_l2=None"):
         ev.derive_bars([good], 0.5, dim=1)
+    with pytest.raises(ValueError, match=r"channel_rel_l2=None"):
+        ev.derive_bars([{**good, "channel_mean_shift": 0.01}], 0.5, dim=1)
     with pytest.raises(ValueError, match=r"max_abs_err=inf"):
         ev.derive_bars([{**good, "max_abs_err": float("inf")}], 0.5)
     _, bars = ev.derive_bars([good], 0.5)

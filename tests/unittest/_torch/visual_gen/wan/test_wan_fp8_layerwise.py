@@ -2,8 +2,9 @@
 storage float8_e4m3fn, compute in the model dtype) against the same model without it.
 
 One denoiser forward at t = 700 on the same noise latent and text embeddings. The feature is lossy by design
-(e4m3 keeps 3 mantissa bits of each weight), so the gate is T2 with the per-channel mean shift of the latent's
-channels (quantization bias shows up as a channel-wise shift). Evidence: ``test_wan_fp8_layerwise.vgct-evidence
+(e4m3 keeps 3 mantissa bits of each weight), so the gate is T2 with the per-channel statistics of the latent's
+channels (quantization bias shows up as a channel-wise shift, a wrong channel scale as that channel's relative
+L2). Evidence: ``test_wan_fp8_layerwise.vgct-evidence
 .json`` (CPU stratum: fp32 compute; sm_90: bf16 compute).
 
 Feature-active proof: the stored weight of a cast layer is float8_e4m3fn (a path flag on the storage dtype) and
@@ -58,7 +59,8 @@ def test_wan_fp8_layerwise_casting(vgct, device, dtype):
     enable_layerwise_casting(storage_dtype=float8_e4m3fn, compute_dtype=model dtype): every Linear/Conv outside
     the default skip patterns (patch embedding, condition embedder, norms, fp32-kept modules) stores its weights
     in e4m3 and upcasts them per forward. Reference: the same weights without layerwise casting, same process and
-    inputs. T2 with per-channel mean shift over the 8 latent channels (dim 1), calibrated evidence."""
+    inputs. T2 with the per-channel mean shift and relative L2 over the 8 latent channels (dim 1), calibrated
+    evidence."""
     actual, expected, feat = run_fp8(device, dtype, seed=vgct.seed)
     vgct.assert_feature_active(flag=feat.blocks[0].attn1.to_q.weight.dtype == torch.float8_e4m3fn,
                                on=actual, off=expected)
@@ -67,12 +69,14 @@ def test_wan_fp8_layerwise_casting(vgct, device, dtype):
 
 def test_planted_fault_weight_perturbed_in_one_channel_is_caught(vgct):
     """Planted fault: in the fp8 path, the projection rows of output channel 3 carry a 25 % scale error. The T2
-    gate must fail, naming the component and the moved statistics (the per-channel mean shift, whose message
-    names channel 3, and the relative L2)."""
+    gate must fail, naming the component and the moved statistics (the per-channel mean shift and the
+    per-channel relative L2, whose rows name channel 3, and the relative L2)."""
     C.skip_while_calibrating(vgct)
     actual, expected, _ = run_fp8("cpu", torch.float32, fault="perturbed_channel")
     with pytest.raises(GateFailure) as e:
         vgct.assert_t2(actual, expected, dim=1)
-    failed = C.assert_fault_caught(e, "wan.transformer", statistics=("channel_mean_shift",))
+    failed = C.assert_fault_caught(e, "wan.transformer", statistics=("channel_mean_shift", "channel_rel_l2"))
     assert "rel_l2" in failed, failed
-    assert f"channel {FAULT_CHANNEL}" in str(e.value), str(e.value)
+    for label in ("per-channel mean shift", "per-channel relative L2"):
+        row = next(ln for ln in str(e.value).splitlines() if ln.strip().startswith(label))
+        assert f"channel {FAULT_CHANNEL}" in row, str(e.value)
