@@ -552,7 +552,17 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
   vg_reduce_finish<SC>(A, vsm);
 }
 
-template <int DA, int DE, int SC>
+/* RG: chunks in flight per thread and step.  RU (2) for every pair and layout
+ * but one: float32 pairs (two 16-byte vectors an operand) whose inner dimension
+ * is strided run RG = 1 (launch_reduce).  With two 8-pair float32 chunks the
+ * strided branch's inlined fast path (vg_fold_scalar) spills (ptxas sm_90:
+ * 240/220 bytes of spill stores/loads; 8/8 with RG = 1) and mixed layouts ran
+ * 13% slower than with 4-pair chunks; contiguous rows keep RU, whose two
+ * chunks in flight are worth 8% there (H200, 2^27 pairs: 1.58 ms vs 1.71 ms
+ * with RG = 1).  Results do not depend on RG: a thread folds the same chunks
+ * (c0 + lane + k RT at its k-th fold) in the same order and flushes after the
+ * same pairs (VG_FLUSH is a multiple of 2 CH). */
+template <int DA, int DE, int SC, int RG = RU>
 __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RArgs A) {
   typedef vg_chunk<DA, DE> G;
   extern __shared__ __align__(16) VAcc vsm[]; /* 16: the ring's bulk copies */
@@ -576,16 +586,16 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RA
   const int64_t ja = j * it.ssa, je = j * it.sse, jf = it.f0 + j * it.ssf;
   const bool unit = G::TYPED && sai == 1 && sei == 1;
   /* warp-uniform steps (vg_gate_refresh): lanes past c1 idle through the last one */
-  for (int64_t cw = c0 + (threadIdx.x & ~31u); cw < c1; cw += (int64_t)RT * RU) {
+  for (int64_t cw = c0 + (threadIdx.x & ~31u); cw < c1; cw += (int64_t)RT * RG) {
     const int64_t c = cw + (threadIdx.x & 31u);
     bool slow = false;
-    VChunk<DA, DE> ch[RU];
-    bool v[RU];
-    const char *qa[RU], *qe[RU];
-    int64_t fq[RU];
-    int cnt[RU];
+    VChunk<DA, DE> ch[RG];
+    bool v[RG];
+    const char *qa[RG], *qe[RG];
+    int64_t fq[RG];
+    int cnt[RG];
 #pragma unroll
-    for (int u = 0; u < RU; ++u) {
+    for (int u = 0; u < RG; ++u) {
       const int64_t cc = c + (int64_t)u * RT;
       v[u] = false;
       cnt[u] = 0;
@@ -611,14 +621,14 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RA
       }
     }
 #pragma unroll
-    for (int u = 0; u < RU; ++u) {
+    for (int u = 0; u < RG; ++u) {
       if (v[u])
         slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], fq[u], sfi, A.rtol, A.atol);
       else if (cnt[u] > 0)
         slow |= vg_fold_scalar<DA, DE, SC>(h, gate, cold, it, qa[u], qe[u], sai, sei, cnt[u], fq[u],
                                            sfi, A.rtol, A.atol);
     }
-    vg_thread_step<DA, DE, SC>(gate, h, part, acc, slow, since, RU * G::CH);
+    vg_thread_step<DA, DE, SC>(gate, h, part, acc, slow, since, RG * G::CH);
   }
   vg_thread_flush<SC>(h, part, acc);
   vg_reduce_finish<SC>(A, vsm);
@@ -737,7 +747,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_lean(const __grid_constant__ R
  * the shared-memory ring (typed pairs, both bases 16-byte aligned). */
 template <int DA, int DE, int SC>
 static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_t s) {
-  static int done[4][64];
+  static int done[5][64]; /* per kernel: flat, gen, col, bulk, gen with RG = 1 */
   cudaError_t e;
   if constexpr (DA >= 0 && DE >= 0) {
     if (kind == 3) {
@@ -765,6 +775,14 @@ static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_
     if ((e = vg_smem_optin(k_reduce_flat<DA, DE, SC>, done[0], RSMEM)) != cudaSuccess) return e;
     k_reduce_flat<DA, DE, SC><<<grid, RT, RSMEM, s>>>(A);
   } else if (kind == 1) {
+    if constexpr (vg_chunk<DA, DE>::NVA > 1 && vg_chunk<DA, DE>::NVE > 1) {
+      const int K = A.it.k; /* a strided inner dimension: one chunk in flight (k_reduce_gen's RG) */
+      if (A.it.sa[K - 1] != 1 || A.it.se[K - 1] != 1) {
+        if ((e = vg_smem_optin(k_reduce_gen<DA, DE, SC, 1>, done[4], RSMEM)) != cudaSuccess) return e;
+        k_reduce_gen<DA, DE, SC, 1><<<grid, RT, RSMEM, s>>>(A);
+        return cudaGetLastError();
+      }
+    }
     if ((e = vg_smem_optin(k_reduce_gen<DA, DE, SC>, done[1], RSMEM)) != cudaSuccess) return e;
     k_reduce_gen<DA, DE, SC><<<grid, RT, RSMEM, s>>>(A);
   } else if constexpr (DA < 0 && DE < 0) { /* column mode reads scalars: generic dtypes only */
