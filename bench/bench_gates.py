@@ -76,6 +76,7 @@ def _per_slice_t2(repeat: int, channels: int = 128, tokens: int = 256) -> None:
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "bench.vgct-evidence.json"
         path.write_text(json.dumps({"format": ev.FORMAT, "entries": entries}, indent=2))
+        time.sleep(ev._RACY_NS / 1e9 + 0.1)  # a file written just now is parsed at every gate; a committed one is not
         col = np.ascontiguousarray(a[:, 5]), np.ascontiguousarray(e[:, 5])
         t_cmp = _median_s(lambda: vgct_ext.compare(*col, quantiles=(0.99,)), repeat)
         t_gate = _median_s(lambda: assert_t2(*col, component="c", feature="f", case="channel 5", evidence=path),

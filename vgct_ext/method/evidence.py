@@ -63,6 +63,7 @@ non-finite statistic, and :func:`derive_bars` never produces a missing or non-fi
 
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import datetime
@@ -71,6 +72,7 @@ import json
 import math
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -376,7 +378,8 @@ def _finite_float(v: Any) -> bool:
 
 #: Statistics whose value may be negative or is bounded: their allowed range in words (all others: >= 0).
 _RANGE_TEXT = {"cosine": "a cosine in [-1, 1]", "mean_diff": "a number", "mean_shift": "a number",
-               "one_minus_cosine": "a number in [0, 2]"}
+               "one_minus_cosine": "a number in [0, 2]", "seed": "an integer",
+               "channel_mean_shift_index": "an integer >= 0", "channel_rel_l2_index": "an integer >= 0"}
 
 
 def _in_range(k: str, v: Any) -> bool:
@@ -435,8 +438,10 @@ def validate(data: Any, path: Any = "<evidence>") -> Dict[str, Any]:
                     for k, v in r.items():
                         if k == "test":
                             ok = v is None or isinstance(v, str)
-                        elif k in ("seed", "channel_mean_shift_index", "channel_rel_l2_index"):
+                        elif k == "seed":
                             ok = v is None or _is_int(v)
+                        elif k in ("channel_mean_shift_index", "channel_rel_l2_index"):
+                            ok = v is None or (_is_int(v) and v >= 0)
                         else:
                             ok = v is None or (_is_num(v) and (not _finite_float(v) or _in_range(k, v)))
                         if not ok:
@@ -450,9 +455,16 @@ def load(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
     Raises ``ValueError`` naming the file (and the field) for a file that is not valid evidence."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = p.read_bytes()
     except FileNotFoundError:
         return {"format": FORMAT, "entries": {}}
+    return _parse(raw, p)
+
+
+def _parse(raw: bytes, p: Path) -> Dict[str, Any]:
+    """The evidence in ``raw`` (the bytes of file ``p``), validated; raises as :func:`load`."""
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"{p}: not UTF-8 text ({exc})") from exc
     try:
@@ -471,40 +483,56 @@ def _calibrate_hint(stratum: str) -> str:
     return f"Record it {where} (and commit the JSON file):\n    pytest --vgct-calibrate \"{tid}\""
 
 
-#: Parsed and validated evidence files read by gates, keyed by resolved path; each value is
-#: ``(file identity, data)``. At most _GATE_CACHE_FILES files are kept (oldest dropped).
-_GATE_CACHE: Dict[str, Tuple[Tuple[int, int, int, int], Dict[str, Any]]] = {}
+#: Parsed and validated evidence files read by gates: resolved path -> (file identity, data, size), least
+#: recently used first. Bounded by count and by bytes; larger files are parsed on every gate.
+_GATE_CACHE: "collections.OrderedDict[str, Tuple[Tuple[int, ...], Dict[str, Any], int]]" = collections.OrderedDict()
 _GATE_CACHE_FILES = 64
+_GATE_CACHE_BYTES = 64 << 20
+_GATE_CACHE_FILE_MAX = 8 << 20
+#: A file whose modification or change time is this close to the moment it was read is not cached (git's rule
+#: for "racily clean" files): where timestamps are coarser than a rewrite (a 1-4 ms clock on Linux before 6.13,
+#: ~1 s on FAT, HFS+ and some network mounts), a same-size rewrite within one tick would keep the identity.
+_RACY_NS = 2_000_000_000
 _GATE_CACHE_LOCK = threading.Lock()  # gates may run in several threads
 
 
 def _load_for_gate(path: Path) -> Dict[str, Any]:
-    """:func:`load` for gates, parsed once per file version: a gate per channel slice (docs/method.md) reads one
-    file hundreds of times (7.6 ms a read for a 577 KB file). The version is the file's identity
-    ``(st_dev, st_ino, st_mtime_ns, st_size)``: writers here replace the file by rename (a new inode), and any
-    other write changes the modification time or the size, so a changed file is read again. Callers must not
+    """:func:`load` for gates, parsed once per version of the file: a gate per channel slice (docs/method.md)
+    reads one file hundreds of times (7.6 ms a read for a 577 KB file).
+
+    The file is opened once (its absolute path taken once: another thread's ``chdir`` cannot mix two files),
+    and its version is the identity ``(st_dev, st_ino, st_mtime_ns, st_ctime_ns, st_size)`` of that open file
+    (``fstat``): writers here replace the file by rename (a new inode); any other write moves the change time,
+    which no user call can set back (``cp -p``/``touch -r`` restore the modification time only). A file changed
+    within _RACY_NS of the read is not cached, nor one larger than _GATE_CACHE_FILE_MAX; the cache keeps at most
+    _GATE_CACHE_FILES files and _GATE_CACHE_BYTES bytes, least recently used dropped first. Callers must not
     modify what it returns (:func:`_find_entry` hands out copies). Raises as :func:`load`."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return load(path)
-    ident = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
     name = os.path.abspath(path)
-    with _GATE_CACHE_LOCK:
-        hit = _GATE_CACHE.get(name)
-    if hit is not None and hit[0] == ident:
-        return hit[1]
-    data = load(path)
-    try:  # the file may have changed while it was read: cache it only if it is still the version stat saw
-        st2 = os.stat(path)
-    except OSError:
-        return data
-    if (st2.st_dev, st2.st_ino, st2.st_mtime_ns, st2.st_size) == ident:
+    p = Path(name)
+    try:
+        with open(name, "rb") as f:
+            st = os.fstat(f.fileno())
+            ident = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+            with _GATE_CACHE_LOCK:
+                hit = _GATE_CACHE.get(name)
+                if hit is not None and hit[0] == ident:
+                    _GATE_CACHE.move_to_end(name)
+                    return hit[1]
+            raw = f.read()
+    except FileNotFoundError:
         with _GATE_CACHE_LOCK:
             _GATE_CACHE.pop(name, None)
-            if len(_GATE_CACHE) >= _GATE_CACHE_FILES:
-                _GATE_CACHE.pop(next(iter(_GATE_CACHE)))
-            _GATE_CACHE[name] = (ident, data)
+        return {"format": FORMAT, "entries": {}}
+    data = _parse(raw, p)
+    racy = time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < _RACY_NS
+    with _GATE_CACHE_LOCK:
+        _GATE_CACHE.pop(name, None)
+        if not racy and st.st_size <= _GATE_CACHE_FILE_MAX:
+            total = sum(v[2] for v in _GATE_CACHE.values())
+            while _GATE_CACHE and (len(_GATE_CACHE) >= _GATE_CACHE_FILES
+                                   or total + st.st_size > _GATE_CACHE_BYTES):
+                total -= _GATE_CACHE.popitem(last=False)[1][2]
+            _GATE_CACHE[name] = (ident, data, st.st_size)
     return data
 
 
@@ -531,7 +559,11 @@ def _find_entry(path: Path, key: str, stratum: str, what: str) -> Tuple[Optional
     if missing:
         return None, (f"{what} evidence for {key!r} on {stratum} in {path} lacks the field(s) "
                       f"{', '.join(missing)}. Recalibrate. {_calibrate_hint(stratum)}")
-    return copy.deepcopy(entry), None
+    try:
+        return copy.deepcopy(entry), None
+    except RecursionError:  # a field nested deeper than copying allows: no calibration writes such an entry
+        return None, (f"{what} evidence for {key!r} on {stratum} in {path} has a field nested too deeply to "
+                      f"read; not evidence this library wrote. Recalibrate. {_calibrate_hint(stratum)}")
 
 
 def _axis(dim: Any, shape: Any) -> Any:
@@ -624,6 +656,11 @@ def lookup(path: Path, key: str, stratum: str, stats: Any, dim: Optional[int]) -
     bars = entry.get("bars")
     if not isinstance(bars, dict) or not bars:
         return None, f"T2 evidence for {key!r} on {stratum} in {path} has no bars. {_calibrate_hint(stratum)}"
+    stray = [k for k in PER_CHANNEL if k in bars] if dim is None else []
+    if stray:  # calibration never writes these without dim: a hand edit, or another entry's bars
+        return None, (f"T2 evidence for {key!r} on {stratum} in {path} has per-channel bar(s) "
+                      f"{', '.join(stray)} but no dim, so they cannot be gated: the entry does not fit this "
+                      f"gate. Recalibrate. {_calibrate_hint(stratum)}")
     zero = bool(stats.zero_reference)
     need = required_bars(dim, zero_reference=zero)
     missing = [k for k in need if k not in bars]

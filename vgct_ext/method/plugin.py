@@ -114,7 +114,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    """One line: vgct_ext's version and build (CUDA compiled for which architectures, CPU threads)."""
+    """One line: vgct_ext's version, the folder it was imported from (a stale copy earlier on sys.path shows),
+    and its build (CUDA compiled for which architectures, CPU threads)."""
     try:
         from ..core._api import build_info
 
@@ -123,7 +124,7 @@ def pytest_report_header(config: pytest.Config) -> str:
         return f"vgct_ext: build info unavailable ({type(exc).__name__}: {exc})"
     cuda = (f"CUDA {b.get('nvcc_version')} [{_archs(b.get('cuda_archs'))}], runtime {b.get('cuda_runtime_version')}, "
             f"{b.get('cuda_device_count')} device(s)" if b.get("cuda_compiled") else "CPU only")
-    line = (f"vgct_ext {b.get('version')}: {cuda}; compiler {b.get('compiler')}; DLPack {b.get('dlpack_version')}; "
+    line = (f"vgct_ext {b.get('version')} ({b.get('package_path')}): {cuda}; compiler {b.get('compiler')}; DLPack {b.get('dlpack_version')}; "
             f"{b.get('max_threads')} CPU threads; summary {config.getoption('--vgct-summary')}")
     return line + _extension_note(b.get("package_path"), b.get("extension_path"))
 

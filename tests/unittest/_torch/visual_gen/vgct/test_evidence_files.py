@@ -769,17 +769,30 @@ def _one_entry_file(path, rel_l2_bar, pad=""):
     path.write_text(json.dumps({"format": ev.FORMAT, "entries": {"c | f": {STRATUM: entry}}}))
 
 
-def test_gate_rereads_an_evidence_file_changed_in_place(tmp_path):
+@pytest.fixture
+def cache_now(monkeypatch):
+    """Files are cached as soon as they are read (no 2 s "racily clean" wait): what each test exercises is the
+    identity check itself."""
+    from vgct_ext.method import evidence as mev  # the module that holds the cache (vgct_ext.evidence re-exports)
+
+    monkeypatch.setattr(mev, "_RACY_NS", 0)
+    return mev
+
+
+def test_gate_rereads_an_evidence_file_changed_in_place(tmp_path, cache_now):
     e = np.linspace(1.0, 2.0, 32)
     a = e * 1.05  # relative L2 0.05
     path = tmp_path / "x.vgct-evidence.json"
     _one_entry_file(path, 0.11)
     assert_t2(a, e, component="c", feature="f", evidence=path)
+    assert str(path) in cache_now._GATE_CACHE
     st = path.stat()
-    # same size, same inode, rewritten in place: only the modification time tells (set it one second later)
+    # same size, same inode, rewritten in place, and the modification time set back (cp -p, touch -r,
+    # rsync -a --inplace): only the change time tells
     _one_entry_file(path, 0.01)
-    assert path.stat().st_size == st.st_size and path.stat().st_ino == st.st_ino
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_ino, path.stat().st_mtime_ns) == (st.st_size, st.st_ino,
+                                                                                   st.st_mtime_ns)
     with pytest.raises(GateFailure, match="relative L2"):
         assert_t2(a, e, component="c", feature="f", evidence=path)
     # replaced by rename (as the calibration writes it): a new inode
@@ -787,13 +800,47 @@ def test_gate_rereads_an_evidence_file_changed_in_place(tmp_path):
     _one_entry_file(tmp, 0.2)
     os.replace(tmp, path)
     assert_t2(a, e, component="c", feature="f", evidence=path)
-    # removed: no evidence, whatever was cached
+    # removed: no evidence, whatever was cached, and the file leaves the cache
     path.unlink()
     with pytest.raises(EvidenceMissing, match="no T2 evidence"):
         assert_t2(a, e, component="c", feature="f", evidence=path)
+    assert str(path) not in cache_now._GATE_CACHE
 
 
-def test_gate_cache_hands_out_copies(tmp_path):
+def test_gate_does_not_cache_a_file_written_just_now(tmp_path):
+    # timestamps coarser than a rewrite (1-4 ms clocks, 1 s on FAT/HFS+) could give a same-size rewrite in the
+    # same tick the same identity: a file changed within the last 2 s is parsed again at the next gate
+    from vgct_ext.method import evidence as mev
+
+    path = tmp_path / "x.vgct-evidence.json"
+    _one_entry_file(path, 0.11)
+    assert_t2(np.ones(32), np.ones(32), component="c", feature="f", evidence=path)
+    assert str(path) not in mev._GATE_CACHE
+
+
+def test_gate_cache_is_bounded_by_files_and_bytes(tmp_path, cache_now, monkeypatch):
+    monkeypatch.setattr(cache_now, "_GATE_CACHE", __import__("collections").OrderedDict())
+    monkeypatch.setattr(cache_now, "_GATE_CACHE_FILES", 3)
+    size = None
+    paths = []
+    for i in range(6):
+        path = tmp_path / f"x{i}.vgct-evidence.json"
+        _one_entry_file(path, 0.11, pad="x" * 1000)
+        size = path.stat().st_size
+        paths.append(path)
+    monkeypatch.setattr(cache_now, "_GATE_CACHE_BYTES", 2 * size + size // 2)  # two files fit
+    for path in paths:
+        assert_t2(np.ones(32), np.ones(32), component="c", feature="f", evidence=path)
+    assert list(cache_now._GATE_CACHE) == [str(p) for p in paths[-2:]]  # the most recently used two
+    assert_t2(np.ones(32), np.ones(32), component="c", feature="f", evidence=paths[-2])  # a hit: now newest
+    assert list(cache_now._GATE_CACHE)[-1] == str(paths[-2])
+    monkeypatch.setattr(cache_now, "_GATE_CACHE_FILE_MAX", size - 1)  # larger files: parsed every time
+    cache_now._GATE_CACHE.clear()
+    assert_t2(np.ones(32), np.ones(32), component="c", feature="f", evidence=paths[0])
+    assert not cache_now._GATE_CACHE
+
+
+def test_gate_cache_hands_out_copies(tmp_path, cache_now):
     path = tmp_path / "x.vgct-evidence.json"
     _one_entry_file(path, 0.1)
     first, why = ev._find_entry(path, "c | f", STRATUM, "T2")
@@ -801,3 +848,36 @@ def test_gate_cache_hands_out_copies(tmp_path):
     first["bars"]["rel_l2"] = 1e9  # a caller that modifies its entry changes nothing for the next gate
     again, _ = ev._find_entry(path, "c | f", STRATUM, "T2")
     assert again["bars"]["rel_l2"] == 0.1
+
+
+def test_deeply_nested_entry_is_evidence_missing_not_a_crash(tmp_path):
+    path = tmp_path / "x.vgct-evidence.json"
+    _one_entry_file(path, 0.1)
+    data = json.loads(path.read_text())
+    deep: list = []
+    for _ in range(900):  # within json's parser limit, beyond what copying an entry may recurse
+        deep = [deep]
+    data["entries"]["c | f"][STRATUM]["note"] = deep
+    path.write_text(json.dumps(data))
+    with pytest.raises(EvidenceMissing, match="nested too deeply"):
+        assert_t2(np.ones(32), np.ones(32), component="c", feature="f", evidence=path)
+
+
+def test_per_channel_bars_on_an_entry_without_dim_are_refused(tmp_path):
+    path = tmp_path / "x.vgct-evidence.json"
+    _one_entry_file(path, 0.1)
+    data = json.loads(path.read_text())
+    data["entries"]["c | f"][STRATUM]["bars"]["channel_rel_l2"] = 0.1  # a hand edit: calibration never does this
+    path.write_text(json.dumps(data))
+    with pytest.raises(EvidenceMissing, match="per-channel bar.*channel_rel_l2 but no dim"):
+        assert_t2(np.ones(32), np.ones(32), component="c", feature="f", evidence=path)
+
+
+@pytest.mark.parametrize("value", [-3, 1.0, True])
+def test_channel_index_of_a_run_must_be_a_non_negative_integer(tmp_path, value):
+    path = tmp_path / "x.vgct-evidence.json"
+    _one_entry_file(path, 0.1)
+    data = json.loads(path.read_text())
+    data["entries"]["c | f"][STRATUM]["runs"] = [{"rel_l2": 0.01, "channel_rel_l2_index": value}]
+    with pytest.raises(ValueError, match=r"runs\[0\]\.channel_rel_l2_index: expected an integer >= 0"):
+        ev.validate(data, path)
