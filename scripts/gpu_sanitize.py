@@ -45,7 +45,8 @@ def main():
     calls.append(("gen transposed", a2.t(), e2.t(), None))
     calls.append(("gen stride0", a2[:1].expand(50, 130), e2[:1].expand(50, 130), None))
     calls.append(("gen mixed layouts (float32: one chunk in flight)", a2, e2.t().contiguous().t(), None))
-    calls.append(("row slices, mixed layouts (float32)", a2, e2.t().contiguous().t(), 0))
+    a5, e5 = pair((4, 4163), torch.float32)  # rows >= VG_ROW_MIN: row mode, one chunk in flight, a partial chunk
+    calls.append(("row slices, mixed layouts (float32: one chunk in flight)", a5, e5.t().contiguous().t(), 0))
     a3, e3 = pair((2, 4, 8, 32, 40), torch.bfloat16)
     calls.append(("row slices", a3, e3, 1))
     calls.append(("col slices", a3, e3, 4))

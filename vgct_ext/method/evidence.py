@@ -489,10 +489,10 @@ _GATE_CACHE: "collections.OrderedDict[str, Tuple[Tuple[int, ...], Dict[str, Any]
 _GATE_CACHE_FILES = 64
 _GATE_CACHE_BYTES = 64 << 20
 _GATE_CACHE_FILE_MAX = 8 << 20
-#: A file whose modification or change time is this close to the moment it was read is not cached (git's rule
+#: A file whose modification or change time is this close to the moment it was opened is not cached (git's rule
 #: for "racily clean" files): where timestamps are coarser than a rewrite (a 1-4 ms clock on Linux before 6.13,
-#: ~1 s on FAT, HFS+ and some network mounts), a same-size rewrite within one tick would keep the identity.
-_RACY_NS = 2_000_000_000
+#: 1 s on HFS+ and some network mounts, 2 s on FAT), a same-size rewrite within one tick keeps the identity.
+_RACY_NS = 3_000_000_000
 _GATE_CACHE_LOCK = threading.Lock()  # gates may run in several threads
 
 
@@ -512,6 +512,7 @@ def _load_for_gate(path: Path) -> Dict[str, Any]:
     try:
         with open(name, "rb") as f:
             st = os.fstat(f.fileno())
+            now = time.time_ns()  # before the read: a rewrite during the read is within the racy window too
             ident = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
             with _GATE_CACHE_LOCK:
                 hit = _GATE_CACHE.get(name)
@@ -524,7 +525,7 @@ def _load_for_gate(path: Path) -> Dict[str, Any]:
             _GATE_CACHE.pop(name, None)
         return {"format": FORMAT, "entries": {}}
     data = _parse(raw, p)
-    racy = time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < _RACY_NS
+    racy = now - max(st.st_mtime_ns, st.st_ctime_ns) < _RACY_NS
     with _GATE_CACHE_LOCK:
         _GATE_CACHE.pop(name, None)
         if not racy and st.st_size <= _GATE_CACHE_FILE_MAX:
@@ -640,6 +641,16 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
     return None
 
 
+def _with_tests(entry: Mapping[str, Any]) -> str:
+    """`` every test whose runs the entry holds (...)`` when it holds another test's than the running one: a
+    recalibration of one test keeps the others' runs, which lack a statistic they were recorded without."""
+    tests = [t for t in entry.get("tests") or [] if isinstance(t, str)]
+    t = _context.current_test()
+    if not tests or (t is not None and tests == [t.nodeid]):
+        return ""
+    return " every test whose runs it holds, together (" + ", ".join(tests) + ")"
+
+
 def lookup(path: Path, key: str, stratum: str, stats: Any, dim: Optional[int]) -> Tuple[Optional[dict], Optional[str]]:
     """``(entry, None)`` when usable T2 evidence exists for ``key`` on ``stratum``, else ``(None, why)`` (also for
     an entry :func:`_unusable` refuses: pooled runs of several tests, a headroom out of range, another case's
@@ -674,7 +685,8 @@ def lookup(path: Path, key: str, stratum: str, stats: Any, dim: Optional[int]) -
         return None, (f"T2 evidence for {key!r} on {stratum} in {path} is incomplete: {'; '.join(what)}. A T2 gate "
                       f"needs a calibrated bar for each of {', '.join(need)}"
                       + (" (relative L2 and cosine are not required: the reference has zero norm)" if zero else "")
-                      + f"; a statistic is never left ungated. Recalibrate. {_calibrate_hint(stratum)}")
+                      + f"; a statistic is never left ungated. Recalibrate{_with_tests(entry)}. "
+                      f"{_calibrate_hint(stratum)}")
     why = _unusable(entry, path, key, stratum, "t2")
     if why:
         return None, why
@@ -938,6 +950,16 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
                     f"experiment ({diff}); one key names one experiment. Give the gates distinct case=/name= "
                     f"labels, or remove the old entry: python -m vgct_ext evidence remove {path} \"{key}\" "
                     f"--stratum {stratum}")
+        if kind == "t2" and kept:
+            need = required_bars(meta.get("dim"))
+            stale = sorted({str(r.get("test")) for r in kept if any(r.get(k) is None for k in need)})
+            if stale:  # recorded before a statistic was gated (channel_rel_l2): their runs cannot give its bar
+                lacking = sorted({k for r in kept for k in need if r.get(k) is None})
+                raise AmbiguousGate(
+                    f"{path} [{key}] {stratum}: not written: the runs kept from {', '.join(stale)} lack "
+                    f"{', '.join(lacking)} (recorded before it was gated), so no bar can be derived from them; "
+                    f"recalibrate those tests together with this one: pytest --vgct-calibrate "
+                    + " ".join(f'"{t}"' for t in sorted(rerun | set(stale), key=str)))
     runs = kept + new_runs
     pooled = pooling_problem(runs, kind=kind, headroom=headroom, dim=meta.get("dim"), floor_u=_pair_u(meta))
     if pooled:

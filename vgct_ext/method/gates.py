@@ -289,8 +289,9 @@ class _GateError(AssertionError):
 
     @property
     def failed_statistics(self) -> List[str]:
-        """The names of the gated statistics that missed their bars (``"rel_l2"``, ``"cosine"``, ...)."""
-        return [c.statistic for c in self.checks if c.gating and not c.passed]
+        """The names of the gated statistics that missed their bars (``"rel_l2"``, ``"cosine"``, ...), each once, in
+        the order of the checks (of every failed gate, when this error reports several)."""
+        return list(dict.fromkeys(c.statistic for c in self.checks if c.gating and not c.passed))
 
 
 class GateFailure(_GateError):
@@ -1169,7 +1170,8 @@ def t2_checks(stats: Any, observed: Mapping[str, Any], bars: Mapping[str, float]
         note = ""
         if zero and name == "max_abs_err":
             note = (_NO_FINITE_NOTE if stats.n_finite == 0 else
-                    "zero-norm reference: relative L2 and cosine undefined, gating on absolute error")
+                    "zero-norm reference: relative L2, cosine and per-channel relative L2 undefined, gating on "
+                    "absolute error")
         note = _channel_note(name, observed) or note
         if name == "cosine" and observed.get("cosine") is None:
             note = "undefined: ||actual||_2 = 0"

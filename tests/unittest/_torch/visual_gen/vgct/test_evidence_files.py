@@ -771,7 +771,7 @@ def _one_entry_file(path, rel_l2_bar, pad=""):
 
 @pytest.fixture
 def cache_now(monkeypatch):
-    """Files are cached as soon as they are read (no 2 s "racily clean" wait): what each test exercises is the
+    """Files are cached as soon as they are read (no 3 s "racily clean" wait): what each test exercises is the
     identity check itself."""
     from vgct_ext.method import evidence as mev  # the module that holds the cache (vgct_ext.evidence re-exports)
 
@@ -808,14 +808,36 @@ def test_gate_rereads_an_evidence_file_changed_in_place(tmp_path, cache_now):
 
 
 def test_gate_does_not_cache_a_file_written_just_now(tmp_path):
-    # timestamps coarser than a rewrite (1-4 ms clocks, 1 s on FAT/HFS+) could give a same-size rewrite in the
-    # same tick the same identity: a file changed within the last 2 s is parsed again at the next gate
+    # timestamps coarser than a rewrite (1-4 ms clocks, 1 s on HFS+, 2 s on FAT) could give a same-size rewrite in the
+    # same tick the same identity: a file changed within the last 3 s is parsed again at the next gate
     from vgct_ext.method import evidence as mev
 
     path = tmp_path / "x.vgct-evidence.json"
     _one_entry_file(path, 0.11)
     assert_t2(np.ones(32), np.ones(32), component="c", feature="f", evidence=path)
     assert str(path) not in mev._GATE_CACHE
+
+
+def test_racy_window_is_measured_from_the_open_not_after_the_parse(tmp_path, monkeypatch):
+    # a slow parse must not age a file out of the racy window: a rewrite during it keeps the identity on coarse
+    # timestamps. The clock reads "1 s after the file changed" at the open and "1 min after" at any later call.
+    from types import SimpleNamespace
+
+    from vgct_ext.method import evidence as mev
+
+    path = tmp_path / "x.vgct-evidence.json"
+    _one_entry_file(path, 0.11)
+    st = path.stat()
+    changed = max(st.st_mtime_ns, st.st_ctime_ns)
+    calls = []
+
+    def time_ns():
+        calls.append(1)
+        return changed + (1_000_000_000 if len(calls) == 1 else 60_000_000_000)
+
+    monkeypatch.setattr(mev, "time", SimpleNamespace(time_ns=time_ns))
+    assert_t2(np.ones(32), np.ones(32), component="c", feature="f", evidence=path)
+    assert calls and str(path) not in mev._GATE_CACHE
 
 
 def test_gate_cache_is_bounded_by_files_and_bytes(tmp_path, cache_now, monkeypatch):
@@ -881,3 +903,24 @@ def test_channel_index_of_a_run_must_be_a_non_negative_integer(tmp_path, value):
     data["entries"]["c | f"][STRATUM]["runs"] = [{"rel_l2": 0.01, "channel_rel_l2_index": value}]
     with pytest.raises(ValueError, match=r"runs\[0\]\.channel_rel_l2_index: expected an integer >= 0"):
         ev.validate(data, path)
+
+
+def test_recalibrating_one_test_of_an_entry_with_runs_older_than_a_gated_statistic_names_the_others():
+    # an entry shared by test[a] and test[b], recorded before channel_rel_l2 was gated; recalibrating test[a]
+    # alone keeps test[b]'s runs, which cannot give that bar: refused, naming test[b] and the command for both
+    def run(test, seed, new=True):
+        r = {"rel_l2": 0.01 * (1 + 0.1 * seed), "cosine": 1 - 1e-4, "p99": 0.02, "max_abs_err": 0.05,
+             "channel_mean_shift": 0.001, "test": test, "seed": seed}
+        return {**r, "channel_rel_l2": 0.02 * (1 + 0.1 * seed)} if new else r
+
+    meta = {"kind": "t2", "component": "c", "feature": "f", "case": None, "dtype_actual": "float32",
+            "dtype_expected": "float32", "shape": [4, 8], "dim": 1, "device": "cpu"}
+    old = dict(meta, runs=[run(f"t.py::test[{c}]", s, new=False) for c in "ab" for s in range(5)],
+               bars={}, headroom=0.5, tests=["t.py::test[a]", "t.py::test[b]"])
+    with pytest.raises(ev.AmbiguousGate, match=r"runs kept from t\.py::test\[b\] lack channel_rel_l2 .*"
+                                               r"pytest --vgct-calibrate \"t\.py::test\[a\]\" \"t\.py::test\[b\]\""):
+        ev.merge_entry(old, {"meta": dict(meta)}, [run("t.py::test[a]", s) for s in range(5)], headroom=0.5,
+                       command="pytest", now="x", key="c | f", stratum="cpu", path="p")
+    entry, _ = ev.merge_entry(old, {"meta": dict(meta)}, [run(f"t.py::test[{c}]", s) for c in "ab" for s in range(5)],
+                              headroom=0.5, command="pytest", now="x", key="c | f", stratum="cpu", path="p")
+    assert "channel_rel_l2" in entry["bars"]  # both recalibrated: written

@@ -212,6 +212,21 @@ def test_layouts(layout, dt, reduce_mode):
         check3(a, e, dim=d)
 
 
+@pytest.mark.parametrize("dim", [None, 0, 1])
+@pytest.mark.parametrize("side", ["a", "e"])
+def test_float32_strided_inner_dimension_one_chunk_in_flight(side, dim, reduce_mode):
+    """float32 pairs whose inner dimension is strided for one operand run k_reduce_gen with one chunk in flight
+    (RG = 1, cuda/reduce.cu): flat (dim None), row mode (dim 0: rows of 4160 >= VG_ROW_MIN) and column mode, with
+    a partial last chunk (4160 = 520 chunks of 8; 4163 columns: 3 left over). GPU == CPU engine == oracle."""
+    for cols in (4160, 4163):
+        a, e = pair((4, cols), torch.float32)
+        if side == "a":
+            a = a.t().contiguous().t()  # same values, column-major
+        else:
+            e = e.t().contiguous().t()
+        check3(a, e, dim=dim)
+
+
 def test_negative_strides_cupy():
     cp = pytest.importorskip("cupy", reason="cupy not installed (negative strides need a producer "
                                             "that makes them; torch has none)")

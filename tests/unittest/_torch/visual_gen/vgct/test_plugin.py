@@ -165,7 +165,8 @@ def _oracle_t2(k, seed=0):
     return {"rel_l2": np.linalg.norm(d) / np.linalg.norm(e),
             "cosine": float((a * e).sum() / (np.linalg.norm(a) * np.linalg.norm(e))),
             "p99": float(np.quantile(np.abs(d), 0.99)),
-            "max_abs_err": float(np.abs(d).max()), "channel_mean_shift": float(np.abs(d.mean(axis=0)).max())}
+            "max_abs_err": float(np.abs(d).max()), "channel_mean_shift": float(np.abs(d.mean(axis=0)).max()),
+            "channel_rel_l2": float((np.linalg.norm(d, axis=0) / np.linalg.norm(e, axis=0)).max())}
 
 
 def _oracle_bars(runs, h):
@@ -175,7 +176,7 @@ def _oracle_bars(runs, h):
     n = len(runs)
     t = scipy_stats.t.ppf(0.99, n - 1) * np.sqrt(1 + 1 / n)
     bars = {}
-    for k in ("rel_l2", "p99", "max_abs_err", "channel_mean_shift", "cosine"):
+    for k in ("rel_l2", "p99", "max_abs_err", "channel_mean_shift", "channel_rel_l2", "cosine"):
         x = np.array([1 - r[k] if k == "cosine" else r[k] for r in runs])
         b = max(x.max() * (1 + h), np.exp(np.log(x).mean() + t * np.log(x).std(ddof=1)))
         bars[k] = 1 - b if k == "cosine" else b
