@@ -1107,7 +1107,7 @@ def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
         checks = _t2_report_checks(stats, observed)
         _record("t2", component, feature, stats, checks, extra={**base_extra, "passed": False, "problem": problem})
         lines = header("T2 gate cannot run", component, feature, stats, f" (stratum {stratum})", name=name)
-        lines[0] = (f"T2 gate cannot run{f' [{name}]' if name else ''}: no usable calibration evidence -- "
+        lines[0] = (f"T2 gate cannot run{f' [{label}]' if label else ''}: no usable calibration evidence -- "
                     f"component {component!r}, feature {feature!r} (stratum {stratum}, key {key!r})")
         lines.append("  " + problem.replace("\n", "\n  "))
         lines.append("  measured now:")
@@ -1124,7 +1124,7 @@ def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
     if not passed:
         where = f" (stratum {stratum}, evidence {os.path.basename(str(path))} [{key}])"
         lines = header("T2 gate failed", component, feature, stats, where, name=name)
-        lines[0] = first_line("T2 gate failed", checks, component, feature, name, where)
+        lines[0] = first_line("T2 gate failed", checks, component, feature, label, where)  # case= or name= first
         lines += check_table(checks)
         lines += diagnostics(stats, mismatch=False)
         _raise_or_collect([GateFailure("\n".join(lines), stats, checks, name=name)], "T2", component, feature)

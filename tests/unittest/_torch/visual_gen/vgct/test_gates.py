@@ -373,6 +373,21 @@ def test_t2_per_channel_mean_shift(tmp_path):
     assert obs["channel_mean_shift"] == pytest.approx(0.01, rel=1e-9) and obs["channel_mean_shift_index"] == 2
 
 
+def test_t2_failure_names_its_case_first(tmp_path):
+    # several T2 gates in a soft block join their first lines: the case must come before the long statistic
+    # text, not only in the evidence key at the end (new-user trial: pytest's short summary cut it off)
+    e = _ref()
+    path = tmp_path / "x.vgct-evidence.json"
+    bars = {"rel_l2": 1e-3, "cosine": 0.99, "p99": 1.0, "max_abs_err": 1.0}
+    _write_evidence(path, "c | f | image", CPU_STRATUM, _entry(e, e, bars))
+    with pytest.raises(GateFailure) as ei:
+        assert_t2(e * 1.1, e, component="c", feature="f", case="image", evidence=path)
+    assert str(ei.value).startswith("T2 gate failed [image]: relative L2")
+    with pytest.raises(EvidenceMissing) as ei:
+        assert_t2(e * 1.1, e, component="c", feature="f", case="text", evidence=path)
+    assert str(ei.value).startswith("T2 gate cannot run [text]: no usable calibration evidence")
+
+
 def _channel_rel_l2_oracle(a, e, dim):
     """max_c ||a-e||_c / ||e||_c over the slices with ||e||_c > 0 (math.fsum, float64), and its channel."""
     a = np.moveaxis(np.asarray(a, np.float64), dim, 0)
