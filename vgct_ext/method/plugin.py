@@ -610,7 +610,8 @@ def summary_rows(records: List[Dict[str, Any]], *, which: str = "all",
         at = min((i for i, x in enumerate(ratios) if x is not None), key=lambda i: ratios[i], default=0)
         first = True
         for i, c in enumerate(shown):
-            head = ((test, r.get("name") or "", r["component"], r["feature"], gate, dtype, shape) if first
+            label = r.get("name") or r.get("case") or ""  # a T2 gate's case= tells its gates of one test apart
+            head = ((test, label, r["component"], r["feature"], gate, dtype, shape) if first
                     else ("",) * 7)
             sl = fmt_slack(r) if i == at else ""
             first = False

@@ -548,3 +548,16 @@ def test_the_slack_sits_on_the_row_of_the_statistic_that_sets_it():
            "slack": s, "statistics": {"n_unequal": 4}}
     rows = {row[7]: row for row in summary_rows([rec])}
     assert rows["cosine"][11] == "2x" and rows["rel_l2"][11] == "" and rows["mismatches"][11] == ""
+
+
+def test_summary_row_names_a_t2_gate_by_its_case():
+    # two T2 gates of one test (case="image", case="text") must not be told apart by their shape alone
+    from vgct_ext.method.plugin import summary_rows
+
+    check = {"statistic": "rel_l2", "value": 0.1, "op": "<=", "bar": 0.01, "gating": True, "passed": False,
+             "margin": -0.09}
+    recs = [{"kind": "t2", "gate": "T2", "component": "c", "feature": "f", "case": case, "name": None,
+             "dtype_actual": "float32", "dtype_expected": "float32", "shape": [2, 3], "checks": [check],
+             "test": "t.py::test_x", "passed": False} for case in ("image", "text")]
+    rows = summary_rows(recs, which="all")
+    assert [r[1] for r in rows] == ["image", "text"]
