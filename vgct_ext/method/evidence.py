@@ -1001,8 +1001,10 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
         change["needs_investigation"] = cos is not None and cos < 0.99 and not entry["investigation"]
         for k in sorted(summ["capped"]):
             warnings.append(f"{k}: the runs spread so widely (a seed measured far less drift than the worst: is "
-                            f"the feature inactive on some inputs?) that the spread term was capped at "
-                            f"{SPREAD_CAP:g}x the worst run{' squared' if k == 'cosine' else ''}; investigate")
+                            f"the feature inactive on some inputs? or, for a small tensor such as one channel "
+                            f"slice, few pairs per run: more --vgct-calibrate-runs) that the spread term was "
+                            f"capped at {SPREAD_CAP:g}x the worst run{' squared' if k == 'cosine' else ''}; "
+                            f"investigate")
         change["warnings"] = warnings
     if warnings:
         entry["warnings"] = warnings

@@ -420,16 +420,18 @@ def diagnostics(stats: Any, *, mismatch: bool = True) -> List[str]:
                      f"{tuple(stats.max_rel_err_index)}")
     sl = getattr(stats, "slices", None)
     if sl is not None:
+        nd = len(getattr(stats, "shape", ()) or ())
+        axis = f"dim {sl.dim}" + (f" (= {sl.dim - nd})" if nd and sl.dim >= 0 else "")  # as dim=-1 was written
         try:
             k = int(sl.worst())
             lines.append(
-                f"  worst slice along dim {sl.dim}: index {k} of {len(sl.count)}: relative L2 "
+                f"  worst slice along {axis}: index {k} of {len(sl.count)}: relative L2 "
                 f"{fmt_value('rel_l2', _nan_none(sl.rel_l2[k]))}, max abs error "
                 f"{fmt_value('x', _nan_none(sl.max_abs_err[k]))}, mean shift "
                 f"{fmt_value('x', _nan_none(sl.mean_shift[k]))} (reference RMS "
                 f"{fmt_value('x', _nan_none(sl.ref_rms[k]))}, {int(sl.count[k])} finite pairs)")
         except (ValueError, IndexError, TypeError):
-            lines.append(f"  worst slice along dim {sl.dim}: none (no finite pair in any slice)")
+            lines.append(f"  worst slice along {axis}: none (no finite pair in any slice)")
     lines.append(f"  non-finite: actual NaN {stats.nan_actual}, +Inf {stats.posinf_actual}, -Inf "
                  f"{stats.neginf_actual}; expected NaN {stats.nan_expected}, +Inf {stats.posinf_expected}, -Inf "
                  f"{stats.neginf_expected}; {stats.n_class_mismatch} positions differ in class"

@@ -119,7 +119,7 @@ def test_compare_dim_names_worst_slice(tmp_path, capsys):
     save_file({"t": a}, str(tmp_path / "a.safetensors"))
     save_file({"t": e}, str(tmp_path / "b.safetensors"))
     main(["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"), "--gate", "t1", "--dim", "1"])
-    assert "worst slice along dim 1: index 4 of 5" in capsys.readouterr().out
+    assert "worst slice along dim 1 (= -1): index 4 of 5" in capsys.readouterr().out
 
 
 def test_missing_file_is_a_usage_error(tmp_path, capsys):

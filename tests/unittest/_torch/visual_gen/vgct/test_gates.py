@@ -149,7 +149,7 @@ def test_t1_fails_on_relative_l2_and_message_has_every_item():
     # worst slice along dim 1: the one with the largest relative L2 (float64 oracle)
     d = a.astype(np.float64) - e
     per = np.sqrt((d ** 2).sum(axis=(0, 2))) / np.sqrt((e ** 2).sum(axis=(0, 2)))
-    assert f"worst slice along dim 1: index {int(np.argmax(per))} of 8" in msg
+    assert f"worst slice along dim 1 (= -2): index {int(np.argmax(per))} of 8" in msg  # 3-d: dim 1 is dim=-2
     assert "non-finite: actual NaN 0, +Inf 0, -Inf 0; expected NaN 0, +Inf 0, -Inf 0" in msg
     assert {c.statistic for c in ei.value.checks if not c.passed} == {"rel_l2", "mismatches"}
 
