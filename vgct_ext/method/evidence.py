@@ -25,8 +25,8 @@ read, and upgraded when next written)::
 
 **Bar rule** (one run per seed; ``--vgct-calibrate`` runs each paired test with seeds 0..N-1, N =
 ``--vgct-calibrate-runs``, default 5). For each upper-bounded statistic x (relative L2, p99, max abs error,
-per-channel mean shift, per-channel relative L2) and for the cosine distance x = 1 - cosine, over the n runs, with m and s the mean and
-sample standard deviation of ln x::
+per-channel mean shift, per-channel relative L2) and for the cosine distance x = 1 - cosine, over the n runs,
+with m and s the mean and sample standard deviation of ln x::
 
     bar(x) = max( worst(x) * (1 + h),  min( exp(m + t(0.99, n-1) * s * sqrt(1 + 1/n)),  4 * worst(x) ) )
 
@@ -76,6 +76,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+import numpy as np
+
 from . import _context
 from ._files import atomic_write_text, locked
 from ._hardware import LEGACY_CPU_STRATUM, describe_device, precision_settings, versions
@@ -115,12 +117,6 @@ MAX_HEADROOM = 4.0
 #: The most an entry pooled from several tests' runs may loosen one test's own bar (or floor): pooled bar / the
 #: bar its own runs give (of 1 - cosine: the square root of that ratio, as SPREAD_CAP).
 POOL_CAP = 4.0
-
-
-def headroom_ok(h: Any) -> bool:
-    """Whether ``h`` is a usable headroom: a real number (not a bool) in [0, MAX_HEADROOM]; NaN, infinities and
-    anything larger are not (the one bound the plugin, the bar rule and the gate-time check apply)."""
-    return isinstance(h, (int, float)) and not isinstance(h, bool) and 0.0 <= h <= MAX_HEADROOM
 REQUIRED = ("rel_l2", "cosine", "p99", "max_abs_err")  # plus PER_CHANNEL when dim is set
 #: The per-channel statistics a T2 gate with ``dim`` records and gates (:func:`t2_statistics`).
 PER_CHANNEL = ("channel_mean_shift", "channel_rel_l2")
@@ -138,6 +134,12 @@ _T99 = {1: 31.821, 2: 6.965, 3: 4.541, 4: 3.747, 5: 3.365, 6: 3.143, 7: 2.998, 8
         11: 2.718, 12: 2.681, 13: 2.650, 14: 2.624, 15: 2.602, 16: 2.583, 17: 2.567, 18: 2.552, 19: 2.539,
         20: 2.528, 21: 2.518, 22: 2.508, 23: 2.500, 24: 2.492, 25: 2.485, 26: 2.479, 27: 2.473, 28: 2.467,
         29: 2.462, 30: 2.457, 40: 2.423, 50: 2.403, 60: 2.390, 80: 2.374, 100: 2.364, 120: 2.358}
+
+
+def headroom_ok(h: Any) -> bool:
+    """Whether ``h`` is a usable headroom: a real number (not a bool) in [0, MAX_HEADROOM]; NaN, infinities and
+    anything larger are not (the one bound the plugin, the bar rule and the gate-time check apply)."""
+    return isinstance(h, (int, float)) and not isinstance(h, bool) and 0.0 <= h <= MAX_HEADROOM
 
 
 class AmbiguousGate(ValueError):
@@ -199,12 +201,10 @@ def t2_statistics(stats: Any) -> Dict[str, Any]:
     sl = getattr(stats, "slices", None)
     if sl is not None:
         for name, values in (("channel_mean_shift", sl.mean_shift), ("channel_rel_l2", sl.rel_l2)):
-            best, idx = None, None
-            for i, v in enumerate(values):
-                v = abs(float(v))
-                if not math.isnan(v) and (best is None or v > best):
-                    best, idx = v, i
-            out[name] = best
+            v = np.abs(np.asarray(values, dtype=np.float64))
+            defined = not np.isnan(v).all() if v.size else False
+            idx = int(np.nanargmax(v)) if defined else None  # the first channel attaining the maximum
+            out[name] = float(v[idx]) if defined else None
             out[name + "_index"] = idx
     return out
 
@@ -326,8 +326,8 @@ def derive_bars(runs: Sequence[Mapping[str, Any]], headroom: float,
     """``(observed_worst, bars)`` from raw runs by the bar rule of this module's docstring.
 
     Raises ``ValueError`` when there is no run, when a run lacks a required statistic (rel_l2, cosine, p99,
-    max_abs_err; channel_mean_shift and channel_rel_l2 with ``dim``) or has a non-finite one, or when a bar would be non-finite:
-    an entry is never written with a missing or non-finite bar."""
+    max_abs_err; channel_mean_shift and channel_rel_l2 with ``dim``) or has a non-finite one, or when a bar would
+    be non-finite: an entry is never written with a missing or non-finite bar."""
     s = bar_summary(runs, headroom, dim)
     return s["worst"], s["bars"]
 

@@ -124,8 +124,9 @@ def pytest_report_header(config: pytest.Config) -> str:
         return f"vgct_ext: build info unavailable ({type(exc).__name__}: {exc})"
     cuda = (f"CUDA {b.get('nvcc_version')} [{_archs(b.get('cuda_archs'))}], runtime {b.get('cuda_runtime_version')}, "
             f"{b.get('cuda_device_count')} device(s)" if b.get("cuda_compiled") else "CPU only")
-    line = (f"vgct_ext {b.get('version')} ({b.get('package_path')}): {cuda}; compiler {b.get('compiler')}; DLPack {b.get('dlpack_version')}; "
-            f"{b.get('max_threads')} CPU threads; summary {config.getoption('--vgct-summary')}")
+    line = (f"vgct_ext {b.get('version')} ({b.get('package_path')}): {cuda}; compiler {b.get('compiler')}; "
+            f"DLPack {b.get('dlpack_version')}; {b.get('max_threads')} CPU threads; "
+            f"summary {config.getoption('--vgct-summary')}")
     return line + _extension_note(b.get("package_path"), b.get("extension_path"))
 
 
