@@ -142,20 +142,24 @@ static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
   /* CPU quantiles: key windows predicted from a sample, read by the
    * reduction's own pass (NULL: none, the selection makes its own passes) */
   if (!is_cuda && nq > 0) p.presel = presel = vgct_cpu_presel_new(a, e, qs, nq);
-  rc = reduce_pair(a, e, &p, stream, &acc, slices, err, sizeof err);
-  if (rc == VGCT_OK && nq > 0 && acc.n_finite > 0) {
-    p.expect_finite = acc.n_finite; /* a different count: the inputs changed */
-    for (int i = 0; i < nq; ++i)
-      vgct_quantile_ranks(acc.n_finite, qs[i], &ranks[2 * i], &ranks[2 * i + 1], &gammas[i]);
-    if (is_cuda) {
+  if (is_cuda) {
+    /* CUDA: reduction and selection in one call holding the device (its key
+     * windows can then be read by the reduction's pass) */
 #ifdef VGCT_HAVE_CUDA
-      rc = vgct_cuda_select(a, e, &p, stream, ranks, 2 * nq, vals, err, sizeof err);
+    rc = vgct_cuda_compare(a, e, &p, stream, qs, nq, &acc, slices, vals, err, sizeof err);
+#else
+    rc = VGCT_EINTERNAL; /* unreachable: vgpy_check_devices refused */
 #endif
-    } else {
+  } else {
+    rc = reduce_pair(a, e, &p, stream, &acc, slices, err, sizeof err);
+    if (rc == VGCT_OK && nq > 0 && acc.n_finite > 0) {
+      p.expect_finite = acc.n_finite; /* a different count: the inputs changed */
+      for (int i = 0; i < nq; ++i)
+        vgct_quantile_ranks(acc.n_finite, qs[i], &ranks[2 * i], &ranks[2 * i + 1], &gammas[i]);
       rc = vgct_cpu_select(a, e, &p, ranks, 2 * nq, vals, err, sizeof err);
     }
-    if (rc == VGCT_OK) vgpy_lerp_quantiles(acc.n_finite, nq, qs, vals, qv);
   }
+  if (rc == VGCT_OK && nq > 0 && acc.n_finite > 0) vgpy_lerp_quantiles(acc.n_finite, nq, qs, vals, qv);
   vgpy_nogil_end(&p, &ts);
   if (rc != VGCT_OK) {
     vgpy_raise_engine(rc, err);

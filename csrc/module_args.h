@@ -24,7 +24,6 @@
 #include "bridge.h"
 #include "vgct_engine.h"
 
-#define VGCT_MAX_QUANTILES 64
 #define ERRLEN 512
 
 /* RuntimeError message when a CUDA tensor reaches a CPU-only build. */

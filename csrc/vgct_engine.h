@@ -188,6 +188,18 @@ int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vgct_params *
                      uintptr_t stream, const int64_t *ranks, int nranks, double *values,
                      char *err, size_t errlen);
 
+/* compare() on one CUDA device in one call: vgct_cuda_reduce into out (and
+ * slices), then, when out->n_finite > 0, the exact order statistics of the
+ * 2*nq ranks of vgct_quantile_ranks(out->n_finite, qs[i]) (lower rank of
+ * quantile i at values[2i], upper at values[2i+1]) -- as vgct_cuda_select
+ * with expect_finite = out->n_finite.  The device stays held throughout, so
+ * the quantiles' key windows can be read by the reduction's own pass
+ * (cuda/select.cu, vgct_cuda_compare).  0 <= nq <= VGCT_MAX_QUANTILES. */
+#define VGCT_MAX_QUANTILES 64
+int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const vgct_params *p,
+                      uintptr_t stream, const double *qs, int nq, vgct_acc *out,
+                      vgct_slice_acc *slices, double *values, char *err, size_t errlen);
+
 int vgct_cuda_fingerprint(const vgct_view *x, uintptr_t stream, uint64_t *out,
                           char *err, size_t errlen);
 

@@ -34,6 +34,10 @@
  *                  fastest (no registers for the bytes in flight), only for
  *                  that layout; 36-48 KiB of ring on top of the 58 KiB of
  *                  per-thread records (vg_bulk::SMEM, ~94-106 KiB a block).
+ *                  WIN = 1 (float16/bfloat16/float32 pairs): it also counts
+ *                  the exact quantiles' key window (select.cu's window plan,
+ *                  "the fused key window" below) -- a stage is refilled
+ *                  only after the warp's look at it, +3 KiB of stages.
  *   k_reduce_flat  the same layout otherwise (a misaligned base such as
  *                  bf16 x[1:], or a generic dtype pair): scalar loads, or
  *                  16-byte vector loads into registers, RU chunks in flight
@@ -90,6 +94,7 @@ struct RArgs {
   unsigned *sgate; /* row mode: 3 words per slice (zeroed before the launch), or NULL */
   vgct_acc *res;
   vgct_slice_acc *sres;
+  VgWinFuse wf;    /* k_reduce_bulk<..., WIN = 1>: the fused key window      */
 };
 
 template <int DA, int DE>
@@ -281,8 +286,8 @@ __device__ __forceinline__ void vg_gate_refresh(FastGate &fg, const vgct_acc *ac
 template <int CH>
 __device__ __forceinline__ bool vg_fast_or_slow(HotAcc &h, const FastGate &g, vgct_acc *acc,
                                                 const vg_f32chunk<CH> &x, int64_t f, int64_t sf,
-                                                double rtol, double atol) {
-  const int r = vg_fast_chunk<CH>(h, g.g, *g.held, x.a, x.e, f, sf, rtol, atol);
+                                                double rtol, double atol, float *mxo = nullptr) {
+  const int r = vg_fast_chunk<CH>(h, g.g, *g.held, x.a, x.e, f, sf, rtol, atol, mxo);
   if (r == VG_CHUNK_DONE) return false;
   if (r == VG_CHUNK_MAXIMA) vg_slow_maxima<CH>(acc, x, f, sf, rtol, atol);
   else vg_slow_chunk<CH>(acc, x, f, sf, rtol, atol);
@@ -296,7 +301,7 @@ __device__ __forceinline__ bool vg_fast_or_slow(HotAcc &h, const FastGate &g, vg
 template <int DA, int DE, int SC>
 __device__ __forceinline__ bool vg_fold_vec(HotAcc &h, const FastGate &g, vgct_acc *acc,
                                             const VChunk<DA, DE> &c, int64_t f, int64_t sf,
-                                            double rtol, double atol) {
+                                            double rtol, double atol, float *mxo = nullptr) {
   typedef vg_chunk<DA, DE> G;
   const char *ba = reinterpret_cast<const char *>(c.va);
   const char *be = reinterpret_cast<const char *>(c.ve);
@@ -307,7 +312,7 @@ __device__ __forceinline__ bool vg_fold_vec(HotAcc &h, const FastGate &g, vgct_a
       x.a[q] = vgct_load_f32(ba + q * G::ISA, DA);
       x.e[q] = vgct_load_f32(be + q * G::ISE, DE);
     }
-    return vg_fast_or_slow<G::CH>(h, g, acc, x, f, sf, rtol, atol);
+    return vg_fast_or_slow<G::CH>(h, g, acc, x, f, sf, rtol, atol, mxo);
   } else {
 #pragma unroll
     for (int q = 0; q < G::CH; ++q)
@@ -451,6 +456,198 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
   vg_reduce_finish<SC>(A, vsm);
 }
 
+/* ---- the fused key window (k_reduce_bulk<..., WIN = 1>) --------------------
+ * What k_sel_window (select.cu) counts for ONE window, in the reduction's own
+ * pass, for float16/bfloat16/float32 pairs: keys >= lo (ge), == lo (eql), ==
+ * hi (eqh, hi != lo), and the keys with lo < key < hi appended to the
+ * window's region.  Most keys are below lo (a p99 window: 99%), so a chunk is
+ * looked at key by key only when its max |d32| (vg_fast_chunk's, free) does
+ * not prove every key below lo:
+ *   t32 = the float32 below lo (1 - 2^-21) (round down).  A finite chunk has
+ *   key = |fl64(a - e)| <= |a - e| (1 + 2^-53) and |a - e| <= |fl32(a - e)|
+ *   (1 + 2^-24) (or equal, when fl32(a - e) is subnormal: exact), so max
+ *   |d32| < t32 gives key < t32 (1 + 2^-23) < lo for every pair; lo = 0 gives
+ *   t32 = 0, which no chunk passes (a chunk of d == 0 only is counted as
+ *   CH keys == lo without a look at each).  A chunk the definition folds
+ *   (non-finite, float32 overflow) reports +Inf and is looked at.
+ * The chunks looked at (~8% of them for a p99 window) are read again from
+ * the ring's stage at the warp's step end and their keys split over the warp
+ * (vg_win_look: counts by ballots, inside keys to the warp's stage in shared
+ * memory); the last, partial chunk of the input is keyed by its own lane
+ * (vg_win_keys: shared atomics, and past VG_WSTAGE staged keys straight to
+ * the region with a global atomic).  The warp flushes its stage at its
+ * warp-uniform step ends once it holds VG_WFLUSH keys (one global atomic a
+ * flush).  Counters: 32-bit a warp in shared memory (vg_reduce_can_fuse
+ * bounds a block's pairs below 2^31), one 64-bit atomic a warp and counter at
+ * the end.  The hot loop's cost is a float compare a chunk (t32 in one
+ * register) and two bits.  Counts and stored keys do not depend on order;
+ * the region's order does, and the selection over it does not.  What it
+ * costs on an H200: docs/performance.md. */
+#define VG_WSTAGE 48 /* staged keys a warp (8 warps: 3 KiB next to the ring) */
+#define VG_WFLUSH 16 /* a warp flushes its stage at a step end from this many */
+
+/* Per warp: the staged keys and the counts (only the keys looked at change
+ * them, so they live here, not in the hot loop's registers). */
+struct VgWinSh {
+  unsigned long long stage[RT / 32][VG_WSTAGE];
+  unsigned cnt[RT / 32];                   /* staged keys                 */
+  unsigned ge[RT / 32], el[RT / 32], eh[RT / 32]; /* keys >= lo, == lo, == hi */
+};
+
+/* max |d32| < vg_win_t32(lo): every key of the chunk is below lo. */
+__device__ __forceinline__ float vg_win_t32(const WinState *w) {
+  const unsigned long long lo = __ldg(&w->lo[0]);
+  /* lo >= INF_KEY: no window (WIN_SENT) -- no finite key reaches it */
+  return lo >= INF_KEY ? (float)INFINITY
+                       : __double2float_rd(vgct_f64_from_bits(lo) * (1.0 - 0x1p-21));
+}
+
+/* One key inside the window: the warp's stage, or past it the region. */
+__device__ __forceinline__ void vg_win_put(unsigned long long key, const VgWinFuse &wf,
+                                           VgWinSh *sh, int w) {
+  const unsigned i = atomicAdd(&sh->cnt[w], 1u);
+  if (i < VG_WSTAGE) {
+    sh->stage[w][i] = key;
+  } else {
+    const unsigned long long pos = atomicAdd(&wf.w->pos[0], 1ull);
+    if (pos < (unsigned long long)wf.cap) wf.cand[pos] = key;
+  }
+}
+
+/* The keys of the first cnt pairs of a chunk, one by one by its own lane,
+ * into the warp's counts and stage (shared atomics: other lanes may do the
+ * same): the input's last, partial chunk -- one a kernel. */
+template <int CH>
+__device__ __forceinline__ void vg_win_keys(const vg_f32chunk<CH> x, int cnt, const VgWinFuse wf,
+                                         VgWinSh *sh, int w) {
+  const unsigned long long lo = __ldg(&wf.w->lo[0]), hi = __ldg(&wf.w->hi[0]);
+  const unsigned long long hq = hi == lo ? WIN_SENT : hi; /* ties at lo == hi: eql only */
+  unsigned ge = 0, el = 0, eh = 0;
+#pragma unroll 1
+  for (int q = 0; q < cnt; ++q) {
+    const unsigned long long key = vg_key_narrow(x.a[q], x.e[q]); /* VG_KEY_NONE: not finite */
+    if (key < lo || key == VG_KEY_NONE) continue;
+    ++ge;
+    if (key == lo) ++el;
+    else if (key < hi) vg_win_put(key, wf, sh, w);
+    else if (key == hq) ++eh;
+  }
+  if (ge) atomicAdd(&sh->ge[w], ge);
+  if (el) atomicAdd(&sh->el[w], el);
+  if (eh) atomicAdd(&sh->eh[w], eh);
+}
+
+/* The warp's staged keys to the region once it holds `thr` or more (1: the
+ * kernel's end).  Warp-uniform: every lane reads the same count. */
+__device__ __forceinline__ void vg_win_flush(const VgWinFuse &wf, VgWinSh *sh, int w, int lane,
+                                             unsigned thr) {
+  __syncwarp(); /* the lanes' staged keys and count visible to the warp */
+  const unsigned c0 = __shfl_sync(0xffffffffu, *(volatile unsigned *)&sh->cnt[w], 0); /* one value */
+  if (c0 < thr) return;
+  const unsigned c = c0 < VG_WSTAGE ? c0 : VG_WSTAGE;
+  unsigned long long base = 0;
+  if (lane == 0) base = atomicAdd(&wf.w->pos[0], (unsigned long long)c);
+  base = __shfl_sync(0xffffffffu, base, 0);
+  for (unsigned i = lane; i < c; i += 32)
+    if (base + i < (unsigned long long)wf.cap) wf.cand[base + i] = sh->stage[w][i];
+  __syncwarp(); /* every lane read the stage */
+  if (lane == 0) sh->cnt[w] = 0;
+  __syncwarp();
+}
+
+/* After a whole chunk's fold: its window bits (vg_fast_chunk's max |d32| mx):
+ * bit 0 the chunk needs a look (not every key is proved below lo), bit 1
+ * every d == 0 (every key is 0). */
+__device__ __forceinline__ unsigned vg_win_bits(float t32, float mx) {
+  return (mx < t32 ? 0u : 1u) | (mx == 0.0f ? 2u : 0u);
+}
+
+/* The warp's look at the chunks of one slot u of a step (chunk lane + 32 u
+ * of the ring's stage, vectors sa/se + j NVA/NVE: the fused kernel refills a
+ * stage only after this look -- re-reading the keys from global memory
+ * instead, with the refill before the fold, measured slower on an H200), at a
+ * warp-uniform point; need = the lanes whose chunk needs it.  Each round
+ * gives every lane one key -- the chunks of need split over the warp, 32 / CH
+ * chunks a round, so at most CH rounds, what a per-lane loop over a lane's own
+ * chunk would take in every case -- and counts by ballots; inside keys are
+ * appended to the warp's stage (flushed first when they would not fit).  (A
+ * per-lane loop would cost every warp the whole loop as soon as one of its
+ * lanes had such a chunk: nearly always, with ~8% of the chunks of a p99
+ * window.)  Chunks of d == 0 only, when lo is 0, are counted whole (the
+ * identical pair: every chunk). */
+template <int DA, int DE>
+__device__ __forceinline__ void vg_win_look(unsigned need, unsigned zero, int u, const uint4 *sa,
+                                            const uint4 *se, const VgWinFuse &wf, VgWinSh *sh,
+                                            int w, int lane) {
+  typedef vg_chunk<DA, DE> G;
+  static_assert(32 % G::CH == 0, "vg_win_look: whole chunks a round");
+  constexpr int PER = 32 / G::CH; /* chunks a round */
+  __syncwarp(); /* the step's shared atomics (vg_win_keys: the partial chunk) before lane 0's
+                   plain updates of the counts below */
+  const unsigned long long lo = __ldg(&wf.w->lo[0]), hi = __ldg(&wf.w->hi[0]);
+  const unsigned long long hq = hi == lo ? WIN_SENT : hi; /* ties at lo == hi: eql only */
+  unsigned ge = 0, el = 0, eh = 0; /* warp-uniform */
+  if (lo == 0) {
+    const unsigned z = need & zero;
+    ge += (unsigned)__popc(z) * G::CH;
+    el += (unsigned)__popc(z) * G::CH;
+    need &= ~z;
+  }
+  const unsigned below = (1u << lane) - 1u;
+  const int k = lane / G::CH, q = lane % G::CH;
+  while (need != 0u) { /* warp-uniform; at most 32 / PER = CH rounds */
+    const int src = (int)__fns(need, 0, k + 1); /* this lane's chunk: the k-th in need (-1: none) */
+    unsigned long long key = VG_KEY_NONE;
+    if (src >= 0 && src < 32) {
+      const int j = src + 32 * u;
+      const char *pa = reinterpret_cast<const char *>(sa + j * G::NVA) + q * G::ISA;
+      const char *pe = reinterpret_cast<const char *>(se + j * G::NVE) + q * G::ISE;
+      key = vg_key_narrow(vgct_load_f32(pa, DA), vgct_load_f32(pe, DE));
+    }
+    const bool fin = key != VG_KEY_NONE;
+    ge += (unsigned)__popc(__ballot_sync(0xffffffffu, fin && key >= lo));
+    el += (unsigned)__popc(__ballot_sync(0xffffffffu, fin && key == lo));
+    eh += (unsigned)__popc(__ballot_sync(0xffffffffu, fin && key == hq));
+    const bool in = fin && key > lo && key < hi;
+    const unsigned bi = __ballot_sync(0xffffffffu, in);
+    if (bi) {
+      __syncwarp();
+      unsigned c = __shfl_sync(0xffffffffu, *(volatile unsigned *)&sh->cnt[w], 0);
+      if (c + (unsigned)__popc(bi) > VG_WSTAGE) {
+        vg_win_flush(wf, sh, w, lane, 1u);
+        c = 0;
+      }
+      if (in) sh->stage[w][c + (unsigned)__popc(bi & below)] = key;
+      __syncwarp();
+      if (lane == 0) sh->cnt[w] = c + (unsigned)__popc(bi);
+      __syncwarp();
+    }
+#pragma unroll
+    for (int t = 0; t < PER; ++t) need &= need - 1u; /* the round's chunks done */
+  }
+  if (lane == 0) {
+    sh->ge[w] += ge;
+    sh->el[w] += el;
+    sh->eh[w] += eh;
+  }
+  __syncwarp();
+}
+
+__device__ __forceinline__ void vg_win_begin(VgWinSh *sh, int w, int lane) {
+  if (lane == 0) sh->cnt[w] = sh->ge[w] = sh->el[w] = sh->eh[w] = 0;
+  __syncwarp();
+}
+
+/* The kernel's end: the last flush, then the warp's counts (one atomic each). */
+__device__ __forceinline__ void vg_win_end(const VgWinFuse &wf, VgWinSh *sh, int w, int lane) {
+  vg_win_flush(wf, sh, w, lane, 1u);
+  if (lane == 0) {
+    if (sh->ge[w]) atomicAdd(&wf.w->ge, (unsigned long long)sh->ge[w]);
+    if (sh->el[w]) atomicAdd(&wf.w->eql[0], (unsigned long long)sh->el[w]);
+    if (sh->eh[w]) atomicAdd(&wf.w->eqh[0], (unsigned long long)sh->eh[w]);
+  }
+}
+
 /* Geometry of k_reduce_bulk's shared-memory ring for a dtype pair. */
 #define VG_BP 3 /* stages per warp: while one is folded, VG_BP - 1 are being filled */
 template <int DA, int DE> struct vg_bulk {
@@ -461,17 +658,27 @@ template <int DA, int DE> struct vg_bulk {
   static constexpr int BE = CW * 16 * G::NVE;               /* bytes of `expected`      */
   static constexpr int STAGE = BA + BE;
   static constexpr int SMEM = (int)(RT * sizeof(VAcc)) + (RT / 32) * VG_BP * STAGE;
+  static constexpr int SMEM_W = SMEM + (int)sizeof(VgWinSh); /* with the fused window */
 };
 
-template <int DA, int DE, int SC>
+template <int DA, int DE, int SC, int WIN = 0>
 __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ RArgs A) {
   typedef vg_chunk<DA, DE> G;
   typedef vg_bulk<DA, DE> B;
+  static_assert(!WIN || (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok), "fused window: fast pairs");
   extern __shared__ __align__(16) VAcc vsm[]; /* 16: the ring's bulk copies */
   __shared__ uint64_t bar[RT / 32][VG_BP];
   const IterSpec &it = A.it;
   const int w = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
   char *ring = reinterpret_cast<char *>(vsm + RT) + (size_t)w * VG_BP * B::STAGE;
+  /* the fused window's stages after the ring (SMEM_W) */
+  VgWinSh *wsh = reinterpret_cast<VgWinSh *>(reinterpret_cast<char *>(vsm + RT) +
+                                             (size_t)(RT / 32) * VG_BP * B::STAGE);
+  float t32 = 0.0f; /* the fused window's chunk test (vg_win_t32) */
+  if constexpr (WIN) {
+    t32 = vg_win_t32(A.wf.w);
+    vg_win_begin(wsh, w, lane);
+  }
   if (lane == 0) {
     for (int p = 0; p < VG_BP; ++p) vg_mbar_init(&bar[w][p], 1);
     vg_mbar_init_fence();
@@ -530,24 +737,59 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
         for (int i = 0; i < G::NVE; ++i) ch[u].ve[i] = se[j * G::NVE + i];
       }
     }
-    __syncwarp(); /* every lane has read stage p: lane 0 may refill it */
-    if (lane == 0 && k + VG_BP < nstep) issue(cb + VG_BP * CSTEP, p);
+    const int pc = p; /* this step's stage */
+    if constexpr (!WIN) {
+      __syncwarp(); /* every lane has read stage p: lane 0 may refill it */
+      if (lane == 0 && k + VG_BP < nstep) issue(cb + VG_BP * CSTEP, pc);
+    }
     if (++p == VG_BP) { p = 0; phase ^= 1u; }
     bool slow = false;
+    unsigned wb = 0; /* the fused window: 2 bits a chunk (vg_win_bits) */
 #pragma unroll
     for (int u = 0; u < B::RB; ++u) {
       const int j = lane + 32 * u;
       const int64_t cc = cb + j, i0 = cc * G::CH;
       if (j < nf) {
-        slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], it.f0 + i0 * sf, sf, A.rtol, A.atol);
+        if constexpr (WIN) {
+          float mx;
+          slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], it.f0 + i0 * sf, sf, A.rtol,
+                                          A.atol, &mx);
+          wb |= vg_win_bits(t32, mx) << (2 * u);
+        } else {
+          slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], it.f0 + i0 * sf, sf, A.rtol, A.atol);
+        }
       } else if (cc < c1) { /* the last chunk, partial: the definition */
-        vg_fold_tail<DA, DE, SC>(cold, it.pa + i0 * G::ISA, it.pe + i0 * G::ISE,
-                                 (int)min((int64_t)G::CH, m - i0), it.f0 + i0 * sf, sf, A.rtol,
-                                 A.atol);
+        const int cnt = (int)min((int64_t)G::CH, m - i0);
+        vg_fold_tail<DA, DE, SC>(cold, it.pa + i0 * G::ISA, it.pe + i0 * G::ISE, cnt,
+                                 it.f0 + i0 * sf, sf, A.rtol, A.atol);
+        if constexpr (WIN) { /* its keys one by one */
+          vg_f32chunk<G::CH> x;
+#pragma unroll 1
+          for (int q = 0; q < G::CH; ++q) {
+            x.a[q] = q < cnt ? vgct_load_f32(it.pa + (i0 + q) * G::ISA, DA) : 0.0f;
+            x.e[q] = q < cnt ? vgct_load_f32(it.pe + (i0 + q) * G::ISE, DE) : 0.0f;
+          }
+          vg_win_keys<G::CH>(x, cnt, A.wf, wsh, w);
+        }
       }
+    }
+    if constexpr (WIN) {
+      const unsigned look = __ballot_sync(0xffffffffu, wb & 0x55555555u); /* any chunk to look at */
+      if (look) {
+#pragma unroll
+        for (int u = 0; u < B::RB; ++u) {
+          const unsigned need = __ballot_sync(0xffffffffu, (wb >> (2 * u)) & 1u);
+          const unsigned zero = __ballot_sync(0xffffffffu, (wb >> (2 * u + 1)) & 1u);
+          if (need) vg_win_look<DA, DE>(need, zero, u, sa, se, A.wf, wsh, w, lane);
+        }
+      }
+      vg_win_flush(A.wf, wsh, w, lane, VG_WFLUSH); /* (its first __syncwarp: every lane is
+                                                      done with stage pc) */
+      if (lane == 0 && k + VG_BP < nstep) issue(cb + VG_BP * CSTEP, pc);
     }
     vg_thread_step<DA, DE, SC>(gate, h, part, acc, slow, since, B::RB * G::CH);
   }
+  if constexpr (WIN) vg_win_end(A.wf, wsh, w, lane);
   vg_thread_flush<SC>(h, part, acc);
   vg_reduce_finish<SC>(A, vsm);
 }
@@ -746,8 +988,9 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_lean(const __grid_constant__ R
 /* kind: 0 flat, 1 general strides / row mode, 2 column mode, 3 flat through
  * the shared-memory ring (typed pairs, both bases 16-byte aligned). */
 template <int DA, int DE, int SC>
-static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_t s) {
-  static int done[5][64]; /* per kernel: flat, gen, col, bulk, gen with RG = 1 */
+static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_t s,
+                                 int *fused) {
+  static int done[6][64]; /* per kernel: flat, gen, col, bulk, gen with RG = 1, bulk + window */
   cudaError_t e;
   if constexpr (DA >= 0 && DE >= 0) {
     if (kind == 3) {
@@ -763,6 +1006,16 @@ static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_
         ring_ok[dev] = fa.ptxVersion >= 90 ? 1 : -1;
       }
       if (dev >= 0 && dev < 64 && ring_ok[dev] > 0) {
+        if constexpr (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok) {
+          if (A.wf.w) { /* the fused key window */
+            const int bytes = vg_bulk<DA, DE>::SMEM_W;
+            if ((e = vg_smem_optin(k_reduce_bulk<DA, DE, SC, 1>, done[5], bytes)) != cudaSuccess)
+              return e;
+            k_reduce_bulk<DA, DE, SC, 1><<<grid, RT, bytes, s>>>(A);
+            *fused = 1;
+            return cudaGetLastError();
+          }
+        }
         const int bytes = vg_bulk<DA, DE>::SMEM;
         if ((e = vg_smem_optin(k_reduce_bulk<DA, DE, SC>, done[3], bytes)) != cudaSuccess) return e;
         k_reduce_bulk<DA, DE, SC><<<grid, RT, bytes, s>>>(A);
@@ -789,7 +1042,7 @@ static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_
     if ((e = vg_smem_optin(k_reduce_col<DA, DE, SC>, done[2], RSMEM)) != cudaSuccess) return e;
     k_reduce_col<DA, DE, SC><<<grid, RT, RSMEM, s>>>(A);
   } else {
-    return launch_reduce<-1, -1, SC>(kind, grid, A, s);
+    return launch_reduce<-1, -1, SC>(kind, grid, A, s, fused);
   }
   return cudaGetLastError();
 }
@@ -807,7 +1060,7 @@ static cudaError_t launch_lean(int grid, const RArgs &A, cudaStream_t s) {
  * iteration (kind 0, 1, 3); column mode (kind 2) and the scaled update keep
  * their kernels. */
 static cudaError_t dispatch_reduce(int da, int de, int scaled, int lean, int kind, int grid,
-                                   const RArgs &A, cudaStream_t s, int *typed) {
+                                   const RArgs &A, cudaStream_t s, int *typed, int *fused) {
   if (lean && !scaled && kind != 2) {
 #define VG_CASE(X, Y)                                                                \
     if constexpr (X != VGCT_FLOAT64 && Y != VGCT_FLOAT64)                            \
@@ -823,18 +1076,28 @@ static cudaError_t dispatch_reduce(int da, int de, int scaled, int lean, int kin
 #define VG_CASE(X, Y)                                                                \
   if (da == X && de == Y) {                                                          \
     *typed = 1;                                                                      \
-    return launch_reduce<X, Y, (X == VGCT_FLOAT64 || Y == VGCT_FLOAT64)>(kind, grid, A, s); \
+    return launch_reduce<X, Y, (X == VGCT_FLOAT64 || Y == VGCT_FLOAT64)>(kind, grid, A, s, fused); \
   }
   VG_TYPED_PAIRS(VG_CASE)
 #undef VG_CASE
   *typed = 0;
-  return scaled ? launch_reduce<-1, -1, 1>(kind, grid, A, s) : launch_reduce<-1, -1, 0>(kind, grid, A, s);
+  return scaled ? launch_reduce<-1, -1, 1>(kind, grid, A, s, fused)
+                : launch_reduce<-1, -1, 0>(kind, grid, A, s, fused);
 }
 
 /* k_reduce_bulk's dynamic shared memory for a typed pair; 0 for the others
  * (they have no ring). */
 static int bulk_smem(int da, int de) {
 #define VG_CASE(X, Y) if (da == X && de == Y) return vg_bulk<X, Y>::SMEM;
+  VG_TYPED_PAIRS(VG_CASE)
+#undef VG_CASE
+  return 0;
+}
+
+/* The same with the fused window's stages; 0 for pairs without the fast path
+ * (they have no fused kernel). */
+static int bulk_smem_w(int da, int de) {
+#define VG_CASE(X, Y) if (da == X && de == Y && vg_fast<X, Y>::ok) return vg_bulk<X, Y>::SMEM_W;
   VG_TYPED_PAIRS(VG_CASE)
 #undef VG_CASE
   return 0;
@@ -860,6 +1123,18 @@ static int64_t vg_lean_max(void) {
 }
 static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
+/* Test/bench hooks (not an API; ctypes on vgct_ext._C, like the others):
+ * vgct_cuda_test_fuse: 0 automatic; 1 never fuse the key window into the
+ * reduction (the window plan then makes its own pass, k_sel_window); 2 fuse
+ * but have k_win_count always skip (the pass after the reduction); 3 fuse and
+ * never skip (2 and 3 also below select.cu's WIN_FUSE_MIN pairs).  vgct_cuda_test_fuse_last: 1 when the last vgct_cuda_compare
+ * counted its window in the reduction, 2 when it fused but k_win_count
+ * skipped, 0 otherwise. */
+extern "C" {
+__attribute__((visibility("default"))) long long vgct_cuda_test_fuse = 0;
+__attribute__((visibility("default"))) long long vgct_cuda_test_fuse_last = 0;
+}
+
 /* workspace layout (bytes from d_ws) */
 #define WS_COUNTER 0
 #define WS_GATE 16 /* 3 words: the grid's shared gate thresholds */
@@ -868,12 +1143,65 @@ static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 #define WS_PART (WS_SRES + (size_t)VG_SLICE_CHUNK * sizeof(vgct_slice_acc) + 256)
 #define WS_SGATE (WS_PART + (size_t)VG_MAX_PARTS * sizeof(vgct_acc)) /* 3 words per slice */
 
+#define VG_MIN_CHUNKS 4  /* chunks a thread at least (fast path)       */
+#define VG_LEAN_CHUNKS 2 /* chunks a thread at least (VG_MODE_LEAN)    */
+
+/* The whole-tensor grid of the flat iteration (kind 0 / 3 below) over nchunk
+ * chunks: the blocks and the chunks a block folds. */
+static void flat_grid(const DevWS *ws, int64_t nchunk, int lean, int64_t *grid, int64_t *cpb) {
+  const int64_t target = (int64_t)ws->sms * 2;
+  const int64_t minch = lean ? VG_LEAN_CHUNKS : VG_MIN_CHUNKS;
+  int64_t blocks = ceil_div(nchunk, (int64_t)RT * minch);
+  if (blocks > target) blocks = target;
+  if (blocks < 1) blocks = 1;
+  *cpb = round_up(ceil_div(nchunk, blocks), RT);
+  *grid = ceil_div(nchunk, *cpb);
+}
+
+int vg_reduce_can_fuse(const DevWS *ws, const vgct_view *a, const vgct_view *e,
+                       const vgct_params *p, int64_t *grid_out) {
+  if (vgct_cuda_test_fuse == 1 || vgct_needs_scaling(a, e)) return 0;
+  const int64_t n = vgct_numel(a);
+  if (n == 0 || n <= vg_lean_max()) return 0;
+  if (p->dim >= 0 && a->shape[p->dim] > 1) return 0;
+  if (bulk_smem_w(a->dtype, e->dtype) <= 0 || ws->cc_major < 9 ||
+      (size_t)bulk_smem_w(a->dtype, e->dtype) > ws->smem_optin)
+    return 0;
+  IterSpec it;
+  char err[16];
+  if (vg_prepare(a, e, -1, &it, err, sizeof err) != 0) return 0;
+  if (!(it.S == 1 && it.k == 1 && it.sa[0] == 1 && it.se[0] == 1)) return 0;
+  if ((uintptr_t)it.pa % 16 != 0 || (uintptr_t)it.pe % 16 != 0) return 0;
+  const int64_t CH = vg_chunk_elems(it.da, it.de);
+  int64_t grid, cpb;
+  flat_grid(ws, ceil_div(it.m, CH), 0, &grid, &cpb);
+  if (cpb * CH >= (INT64_C(1) << 31)) return 0; /* the warps' 32-bit counters: a block's pairs */
+  *grid_out = grid;
+  return 1;
+}
+
 extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vgct_params *p,
                                 uintptr_t stream, vgct_acc *out, vgct_slice_acc *slices,
                                 char *err, size_t errlen) {
+  const int scaled = vgct_needs_scaling(a, e);
+  vgct_acc_init(out, scaled);
+  if (vgct_numel(a) == 0) { /* no device work (vg_reduce_run: the same, and the slices) */
+    const int64_t nsl = p->dim >= 0 ? a->shape[p->dim] : 0;
+    for (int64_t j = 0; j < nsl; ++j) vgct_slice_init(&slices[j], scaled);
+    return VGCT_OK;
+  }
+  CallCtx cx("vgct_cuda_reduce", a->device_id, stream, err, errlen);
+  if (!cx.ok()) return cx.rc;
+  return vg_reduce_run(cx, a, e, p, out, slices, NULL, err, errlen);
+}
+
+int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgct_params *p,
+                  vgct_acc *out, vgct_slice_acc *slices, VgWinFuse *wf, char *err,
+                  size_t errlen) {
   static_assert(WS_SGATE + 12u * (size_t)VG_MAX_PARTS <= VG_WS_BYTES, "workspace");
   static_assert(sizeof(vgct_acc) + (size_t)VG_SLICE_CHUNK * sizeof(vgct_slice_acc) <= VG_PIN_BYTES,
                 "pinned buffer");
+  if (wf) wf->used = 0;
   const int scaled = vgct_needs_scaling(a, e);
   vgct_acc_init(out, scaled);
   const int dim = p->dim;
@@ -884,8 +1212,6 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
   IterSpec it;
   int rc = vg_prepare(a, e, nsl > 1 ? dim : -1, &it, err, errlen);
   if (rc) return rc;
-  CallCtx cx("vgct_cuda_reduce", a->device_id, stream, err, errlen);
-  if (!cx.ok()) return cx.rc;
   DevWS *ws = cx.ws;
 
   RArgs A;
@@ -907,8 +1233,6 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
      VG_LEAN_CHUNKS chunks a thread (more blocks: the register update needs
      more warps to hide its float64 latencies than the fast path does) */
   const int lean = !scaled && vgct_numel(a) <= vg_lean_max();
-#define VG_MIN_CHUNKS 4
-#define VG_LEAN_CHUNKS 2
   const int64_t minch = lean ? VG_LEAN_CHUNKS : VG_MIN_CHUNKS;
 
   const int64_t S = it.S;
@@ -944,19 +1268,21 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
     if (kind == 0) {
       A.slice_mode = 0;
       A.nchunk = ceil_div(it.m, CH);
-      {
-        int64_t blocks = ceil_div(A.nchunk, (int64_t)RT * minch);
-        if (blocks > target) blocks = target;
-        A.cpb = round_up(ceil_div(A.nchunk, blocks), RT);
-      }
+      flat_grid(ws, A.nchunk, lean, &grid, &A.cpb);
       A.bpj = 1;
       A.cpr = A.nchunk; /* one row: k_reduce_lean's chunk -> position decomposition */
       A.cprd = vg_make_div((uint64_t)A.cpr);
-      grid = ceil_div(A.nchunk, A.cpb);
       A.vec = ((uintptr_t)it.pa % 16 == 0) && ((uintptr_t)it.pe % 16 == 0);
       const int bs = bulk_smem(it.da, it.de);
       if (A.vec && ws->cc_major >= 9 && bs > 0 && (size_t)bs <= ws->smem_optin)
         kind = 3; /* the ring (typed pairs only: bulk_smem is 0 otherwise) */
+      /* the fused window (vg_reduce_can_fuse said yes to the caller): the
+         partials where the caller has room, the window to the ring kernel */
+      if (wf && kind == 3 && !lean && !scaled && bulk_smem_w(it.da, it.de) > 0 &&
+          (size_t)bulk_smem_w(it.da, it.de) <= ws->smem_optin) {
+        A.wf = *wf;
+        A.part = wf->part;
+      }
     } else if (kind == 1) {
       A.slice_mode = S > 1 ? 1 : 0;
       const int64_t L = it.sh[it.k - 1];
@@ -988,13 +1314,15 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
                     "cudaMemsetAsync (per-slice gate thresholds)"))
         return cx.rc;
     }
-    int typed = 0;
-    if (!cx.check(dispatch_reduce(it.da, it.de, scaled, lean, kind, (int)grid, A, cx.stream, &typed),
+    int typed = 0, fused = 0;
+    if (!cx.check(dispatch_reduce(it.da, it.de, scaled, lean, kind, (int)grid, A, cx.stream, &typed,
+                                  &fused),
                   kind == 0 ? "k_reduce_flat launch"
                   : kind == 1 ? "k_reduce_gen launch"
                   : kind == 2 ? "k_reduce_col launch" : "k_reduce_bulk launch"))
       return cx.rc;
     const size_t bytes = S > 1 ? (WS_SRES - WS_RES) + (size_t)Sc * sizeof(vgct_slice_acc) : sizeof(vgct_acc);
+    if (wf && fused) wf->used = 1;
     cx.mark("launch");
     if (!cx.check(cudaMemcpyAsync(ws->h_pin, ws->d_ws + WS_RES, bytes, cudaMemcpyDeviceToHost,
                                   cx.stream),

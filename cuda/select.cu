@@ -45,6 +45,17 @@
  *       data: ties at lo and hi are counted, not stored.
  *    A rank in no window (the sample misled, a window overflowed) goes to the
  *    radix path -- slower, never inexact.
+ *    c'. The fused window (vgct_cuda_compare, at the end of this file): with
+ *       one window, and a reduction that runs k_reduce_bulk (flat 16-byte-
+ *       aligned float16/bfloat16/float32 pairs, n >= WIN_FUSE_MIN, sm_90),
+ *       steps a-b run BEFORE the reduction (windows predicted for n finite
+ *       pairs), k_win_prep writes the window's bounds, k_win_count counts the
+ *       sample's keys at or above lo (one round trip reads its verdict), and
+ *       the reduction counts the window in its own pass (cuda/reduce.cu,
+ *       vg_win_look): no pass of the selection over the inputs.  Past
+ *       WIN_FUSE_GE of the sample's keys at or above lo, the reduction runs
+ *       without it and c runs after it.  Then d, with the reduction's
+ *       n_finite as the pass's count and lt = n_finite - (keys >= lo).
  * 2. Store-all (n < SEL_WIN_MIN, or ranks left by the windows, n <= SEL_CAP):
  *    k_sel_data stores every key at its position while it builds the level-0
  *    histogram (on every SM), then k_sel_fin (the one-block finish, below)
@@ -85,6 +96,8 @@
  *                      registers instead of a histogram (no contention from
  *                      ties; more instructions per key as windows are added,
  *                      so NW = 1 has its own instantiation).
+ *   k_win_prep, k_win_count  the fused window's bounds and the sample's verdict
+ *                      (c' above; one block, then a small grid over the sample).
  *   Each histogram kernel's last block (integer counter) scans the histogram
  *   and moves every rank one level down (vg_sel_scan), so consecutive levels
  *   need no host round trip.
@@ -104,8 +117,14 @@ namespace cg = cooperative_groups;
 #define KEY_NONE VG_KEY_NONE
 
 /* workspace layout (bytes from d_ws; shares the region with reduce.cu,
-   calls are serialised by the device lock):
-     [WS_SEL_CNT, +64)        last-block counters (5 levels, then k_sel_fin's)
+   calls are serialised by the device lock -- but vgct_cuda_compare runs a
+   reduction INSIDE a live window plan, which reduce.cu's layout allows: its
+   counter and gate words below WS_SEL_CNT, its result record at WS_RES =
+   4096 (inside slot 0, the radix path's, not live then), its partials in
+   the histograms (fused: VgWinFuse.part; the sample's levels are done) or,
+   when the fused kernel is skipped, at its WS_PART, inside the candidate
+   buffer, where only the sample's keys are, no longer needed):
+     [WS_SEL_CNT, +64)        last-block counters (5 levels, k_sel_fin's, k_win_count's)
      [WS_SEL_FIN, +136)       k_sel_fin's FinState (zeroed with the counters)
      [WS_SEL_STATE, +4096)    8 state slots of SEL_SLOT bytes: 0 the radix
                               path's SelState, 1 the sample's, 2..6 the
@@ -148,7 +167,6 @@ namespace cg = cooperative_groups;
  * the radix plan.  So store-all as long as it can (n <= SEL_CAP), the window
  * plan above. */
 #define SEL_WIN_MIN ((int64_t)SEL_CAP + 1)
-#define WIN_MAXW 4                       /* windows in one pass              */
 #define WIN_SMIN (INT64_C(1) << 14)      /* sample keys: n/256 within these  */
 #define WIN_SMAX (INT64_C(1) << 20)
 #define WIN_RUN 32                       /* chunks of one sample run (a warp) */
@@ -157,8 +175,6 @@ namespace cg = cooperative_groups;
    for one window (at 4 blocks, 64, the bf16/fp16 loops spilled), 128 for
    up to four */
 #define WIN_BPM(nw) ((nw) == 1 ? 3 : 2)
-#define INF_KEY 0x7ff0000000000000ull    /* +Inf: the largest finite-pair key */
-#define WIN_SENT 0x7ff0000000000001ull   /* above every finite key, below KEY_NONE */
 
 struct SelState {
   unsigned long long total;   /* finite keys (level-0 count)          */
@@ -183,15 +199,8 @@ struct FinState {
   unsigned long long nfin;
 };
 
-/* The window pass's result (slot SLOT_WIN): window g's bounds lo <= hi (keys)
- * and counts: lt keys < lo, eql keys == lo, eqh keys == hi (0 when hi == lo),
- * pos keys with lo < key < hi (stored; pos > the window's cap: overflowed);
- * total: the finite keys the pass saw. */
-struct WinState {
-  unsigned long long lo[WIN_MAXW], hi[WIN_MAXW];
-  unsigned long long lt[WIN_MAXW], eql[WIN_MAXW], eqh[WIN_MAXW], pos[WIN_MAXW];
-  unsigned long long total;
-};
+/* WinState (the window pass's result, slot SLOT_WIN): vgct_cuda_internal.cuh. */
+
 
 __host__ __device__ __forceinline__ int sel_shift(int L) { return L == 0 ? 48 : 48 - 12 * L; }
 __host__ __device__ __forceinline__ int sel_bits(int L) { return L == 0 ? 15 : 12; }
@@ -1161,6 +1170,7 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_fin = 0;
 __attribute__((visibility("default"))) long long vgct_cuda_test_fin_last[5] = {0, 0, 0, 0, 0};
 }
 static bool fin_on(void) { return vgct_cuda_test_fin == 0; }
+extern "C" long long vgct_cuda_test_fuse, vgct_cuda_test_fuse_last; /* reduce.cu's hooks */
 
 /* k_sel_buf's grid over nbuf keys: SEL_BUF_KPT keys a thread (fewer blocks:
  * fewer shared histograms to clear and flush into the global one), at most
@@ -1247,31 +1257,37 @@ static cudaError_t buf_levels(DevWS *ws, KArgs &A, bool with_fin, cudaStream_t s
   return cudaSuccess;
 }
 
-/* The window plan (the header comment): answers the ranks ub[j] (distinct,
- * ascending) that fall inside a window, setting vals[j] and done[j]; the
- * others are left to the radix path.  B: the call's KArgs (iteration). */
-static int sel_windows(CallCtx &cx, const KArgs &B, const vgct_params *p, const int64_t *ub, int nu,
-                       double *vals, unsigned char *done, char *err, size_t errlen) {
-  DevWS *ws = cx.ws;
+/* A window plan: its windows (W), the window pass's arguments (WA, grid gw),
+ * the sample's (S, skeys keys); fused: the reduction counted window 0
+ * (vgct_cuda_compare), so no window pass runs. */
+struct WinRun {
+  WinPlan W;
+  WArgs WA;
+  SArgs S;
+  int64_t skeys, gw;
+  bool fused;
+};
+
+/* The plan, on the host only: the sample, the windows for the ranks ub[j]
+ * (distinct, ascending) of nf finite pairs, the regions.  run->W.nw == 0:
+ * no window plan (nothing to launch). */
+static void win_plan(DevWS *ws, const KArgs &B, int64_t nf, const int64_t *ub, int nu,
+                     WinRun *run) {
   const long long *T = vgct_cuda_test_sel;
-  long long *R = vgct_cuda_test_sel_last;
   const IterSpec &it = B.it;
   const int64_t m = it.m;
-  const int64_t nf = p->expect_finite >= 0 ? p->expect_finite : m; /* else: all finite, a guess */
-  if (nf <= 0 || nu <= 0) return VGCT_OK;
-  const int CH = vg_chunk_elems(it.da, it.de);
   char *d = ws->d_ws;
   unsigned long long *cand = (unsigned long long *)(d + WS_SEL_CAND);
-  SelState *sst = (SelState *)(d + WS_SEL_STATE + SLOT_SAMPLE * SEL_SLOT);
-  WinState *wst = (WinState *)(d + WS_SEL_STATE + SLOT_WIN * SEL_SLOT);
-  int rc = VGCT_OK;
-  int64_t *irk = NULL;
+  memset(run, 0, sizeof *run);
+  WinPlan &W = run->W;
+  W.nw = 0;
+  if (nf <= 0 || nu <= 0) return;
+  const int CH = vg_chunk_elems(it.da, it.de);
 
   /* the sample: nruns runs of WIN_RUN chunks, or every chunk */
   int64_t K = T[1] > 0 ? T[1] : m / 256;
   K = K < (T[1] > 0 ? 1 : WIN_SMIN) ? (T[1] > 0 ? 1 : WIN_SMIN) : (K > WIN_SMAX ? WIN_SMAX : K);
-  SArgs S;
-  memset(&S, 0, sizeof S);
+  SArgs &S = run->S;
   S.it = it;
   S.nchunk = B.nchunk;
   S.cpr = B.cpr;
@@ -1286,16 +1302,15 @@ static int sel_windows(CallCtx &cx, const KArgs &B, const vgct_params *p, const 
   S.step = S.nchunk / S.nruns;
   S.rem = S.nchunk % S.nruns;
   S.out = cand;
-  const int64_t skeys = S.nsc * CH;
-  if (skeys > (int64_t)SEL_CAP) return VGCT_OK; /* not reached: K <= 2^20 */
+  run->skeys = S.nsc * CH;
+  if (run->skeys > (int64_t)SEL_CAP) return; /* not reached: K <= 2^20 */
   /* expected finite keys in the sample (a chunk at a row's end may hold fewer
      pairs: only the margins depend on it, never a result) */
-  double ns = (S.full ? (double)m : (double)skeys) * (double)nf / (double)m;
+  double ns = (S.full ? (double)m : (double)run->skeys) * (double)nf / (double)m;
   if (ns < 1.0) ns = 1.0;
 
   /* the windows: the widest margin whose windows all fit the buffer, else 3
      sigmas and as many windows as fit (a misprediction costs the fallback) */
-  WinPlan W;
   {
     static const double zs[4] = {6.0, 5.0, 4.0, 3.0};
     int fit = 0;
@@ -1305,16 +1320,15 @@ static int sel_windows(CallCtx &cx, const KArgs &B, const vgct_params *p, const 
     }
     while (W.nw > 0 && win_need(&W, W.nw) > (double)SEL_CAP) --W.nw;
   }
-  if (W.nw == 0) return VGCT_OK;
-  WArgs WA;
-  memset(&WA, 0, sizeof WA);
+  if (W.nw == 0) return;
+  WArgs &WA = run->WA;
   WA.it = it;
   WA.nchunk = B.nchunk;
   WA.cpr = B.cpr;
   WA.cprd = B.cprd;
   WA.nw = W.nw;
-  WA.sst = sst;
-  WA.w = wst;
+  WA.sst = (SelState *)(d + WS_SEL_STATE + SLOT_SAMPLE * SEL_SLOT);
+  WA.w = (WinState *)(d + WS_SEL_STATE + SLOT_WIN * SEL_SLOT);
   WA.cand = cand;
   {
     double sw = 0.0;
@@ -1329,24 +1343,82 @@ static int sel_windows(CallCtx &cx, const KArgs &B, const vgct_params *p, const 
       off += cap;
     }
   }
-  /* the grid: every SM, several blocks each; a thread's 32-bit counters must
-     not wrap (keys per thread < 2^32) */
+  /* the window pass's grid: every SM, several blocks each; a thread's 32-bit
+     counters must not wrap (keys per thread < 2^32) */
   const int bpm = WIN_BPM(W.nw);
   int64_t gw = cdiv(B.nchunk, (int64_t)WT * 2);
   if (gw > (int64_t)ws->sms * bpm) gw = (int64_t)ws->sms * bpm;
   if (gw < 1) gw = 1;
-  if (cdiv(B.nchunk, gw * WT) * CH >= (INT64_C(1) << 32)) return VGCT_OK;
+  run->gw = gw;
+  if (cdiv(B.nchunk, gw * WT) * CH >= (INT64_C(1) << 32)) W.nw = 0;
+}
 
+/* Window 0's bounds from the sample's order statistics into the WinState
+ * (win_bounds), for the fused pass, which reads them at its start. */
+__global__ void k_win_prep(const __grid_constant__ WArgs A) {
+  if (threadIdx.x != 0) return;
+  unsigned long long lo, hi, hq;
+  win_bounds(A, 0, lo, hi, hq);
+  A.w->lo[0] = lo;
+  A.w->hi[0] = hi;
+}
+
+/* The fused pass looks at every chunk holding a key >= lo (cuda/reduce.cu,
+ * vg_win_look): cheap while such keys are few (a p99 window: ~1% of the keys,
+ * ~8% of the chunks), dearer than the window plan's own pass when ties at lo
+ * make them many (H200, 2^28 pairs, 2026-12-01: 1.1% of the keys >= lo,
+ * fused 1.32-1.34 ms against 1.55-1.65 ms with the own pass; bfloat16
+ * rounding differences, 3.0% (ties at lo), 1.62 against 1.51 ms; a constant
+ * offset, 27%, 2.78 against 1.84 ms).  k_win_count counts the sample's finite
+ * keys >= lo (sge) and its last block sets skip when they are more than
+ * WIN_FUSE_GE of the sample's finite keys; vgct_cuda_compare reads it (one
+ * round trip) and then reduces without the window, which the window plan's
+ * own pass counts after the reduction (win_answer). */
+#define WIN_FUSE_GE 0.02
+/* ...and only from WIN_FUSE_MIN pairs on: the window pass it saves is ~9 us at
+ * 2^22 pairs and ~37 us at 2^24 (H200), the verdict's round trip and
+ * k_win_count ~20 us; the same table at 2^24 had fused and unfused within 3%
+ * of each other, at 2^22 the fused calls up to 20% slower (docs/performance.md) */
+#define WIN_FUSE_MIN (INT64_C(1) << 25)
+#define CNT_WIN 6 /* k_win_count's last-block counter (index in WS_SEL_CNT) */
+__global__ void __launch_bounds__(WT) k_win_count(const __grid_constant__ WArgs A, long long nkeys,
+                                                  unsigned *counter, int force) {
+  const unsigned long long lo = A.w->lo[0];
+  unsigned long long c = 0;
+  /* keys >= lo, but not 0 == lo: the fused kernel counts a chunk of d == 0
+     whole, without a look */
+  for (long long i = (long long)blockIdx.x * WT + threadIdx.x; i < nkeys; i += (long long)gridDim.x * WT) {
+    const unsigned long long key = A.cand[i];
+    c += key >= lo && key != KEY_NONE && key != 0;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) c += __shfl_down_sync(0xffffffffu, c, o);
+  if ((threadIdx.x & 31u) == 0 && c) atomicAdd(&A.w->sge, c);
+  if (!vg_last_block(counter)) return;
+  if (threadIdx.x == 0) {
+    const unsigned long long sge = *(volatile unsigned long long *)&A.w->sge;
+    A.w->skip = force == 1 || (force == 0 && (double)sge > WIN_FUSE_GE * (double)A.sst->total);
+  }
+}
+
+/* The plan's first launches: the workspace cleared, the sample, its order
+ * statistics at the windows' sample ranks (on the device, no round trip);
+ * with_prep: window 0's bounds into the WinState (the fused pass's input). */
+static int win_start(CallCtx &cx, const KArgs &B, WinRun *run, bool with_prep) {
+  DevWS *ws = cx.ws;
+  char *d = ws->d_ws;
+  const WinPlan &W = run->W;
+  int rc = VGCT_OK;
   WIN_CK(cudaMemsetAsync(d + WS_SEL_CNT, 0, WS_SEL_CLEAR_END - WS_SEL_CNT, cx.stream),
          "cudaMemsetAsync (select workspace)");
-  WIN_CK(dispatch_sel_sample((int)cdiv(S.nsc, WT), S, cx.stream), "k_sel_sample launch");
+  WIN_CK(dispatch_sel_sample((int)cdiv(run->S.nsc, WT), run->S, cx.stream), "k_sel_sample launch");
   {
     KArgs A = B;
     A.store_all = 0;
     A.compact = 0;
-    A.nbuf = skeys;
-    A.cand = cand;
-    A.st = sst;
+    A.nbuf = run->skeys;
+    A.cand = run->WA.cand;
+    A.st = (SelState *)run->WA.sst;
     A.ns = 2 * W.nw;
     A.sample = 1;
     for (int g = 0; g < W.nw; ++g) {
@@ -1354,10 +1426,40 @@ static int sel_windows(CallCtx &cx, const KArgs &B, const vgct_params *p, const 
       A.wph[2 * g + 1] = W.phh[g];
     }
     A.wz = W.z;
-    A.wshift = T[3];
+    A.wshift = vgct_cuda_test_sel[3];
     WIN_CK(buf_levels(ws, A, true, cx.stream), "k_sel_buf launch (sample)");
   }
-  WIN_CK(dispatch_sel_window((int)gw, WA, cx.stream), "k_sel_window launch");
+  if (with_prep) {
+    k_win_prep<<<1, 32, 0, cx.stream>>>(run->WA);
+    WIN_CK(cudaGetLastError(), "k_win_prep launch");
+    const int64_t gc = cdiv(run->skeys, (int64_t)WT * 16);
+    k_win_count<<<(int)(gc < ws->sms ? (gc < 1 ? 1 : gc) : ws->sms), WT, 0, cx.stream>>>(
+        run->WA, (long long)run->skeys, (unsigned *)(d + WS_SEL_CNT) + CNT_WIN,
+        vgct_cuda_test_fuse == 2 ? 1 : vgct_cuda_test_fuse == 3 ? 2 : 0);
+    WIN_CK(cudaGetLastError(), "k_win_count launch");
+  }
+wout:
+  return rc;
+}
+
+/* After win_start (and, when run->fused, the reduction that counted window
+ * 0): the window pass unless fused, its counts to the host, and every rank
+ * ub[j] (distinct, ascending) that falls inside a window answered: vals[j],
+ * done[j]; the others are left to the radix path. */
+static int win_answer(CallCtx &cx, const KArgs &B, const vgct_params *p, WinRun *run,
+                      const int64_t *ub, int nu, double *vals, unsigned char *done, char *err,
+                      size_t errlen) {
+  DevWS *ws = cx.ws;
+  long long *R = vgct_cuda_test_sel_last;
+  char *d = ws->d_ws;
+  const WinPlan &W = run->W;
+  const WArgs &WA = run->WA;
+  WinState *wst = WA.w;
+  unsigned long long *cand = WA.cand;
+  int rc = VGCT_OK;
+  int64_t *irk = NULL;
+  if (!run->fused)
+    WIN_CK(dispatch_sel_window((int)run->gw, WA, cx.stream), "k_sel_window launch");
   WIN_CK(cudaMemcpyAsync(ws->h_pin, wst, sizeof(WinState), cudaMemcpyDeviceToHost, cx.stream),
          "cudaMemcpyAsync (window counts)");
   WIN_CK(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (select windows)");
@@ -1366,7 +1468,12 @@ static int sel_windows(CallCtx &cx, const KArgs &B, const vgct_params *p, const 
     WinState h;
     memcpy(&h, ws->h_pin, sizeof h);
     R[0] = W.nw;
-    if (p->expect_finite >= 0 && h.total != (unsigned long long)p->expect_finite) {
+    if (run->fused) {
+      /* the reduction's own pass: its finite count is the pass's; window 0's
+         keys below lo are the rest of them */
+      h.total = (unsigned long long)p->expect_finite;
+      h.lt[0] = h.total - h.ge;
+    } else if (p->expect_finite >= 0 && h.total != (unsigned long long)p->expect_finite) {
       snprintf(err, errlen,
                "input changed during compare: %lld finite pairs in the reduction, %llu in the "
                "quantile window pass (do not write into the inputs while compare() reads them)",
@@ -1484,7 +1591,26 @@ wout:
   free(irk);
   return rc;
 }
+
+/* The window plan (the header comment) within vgct_cuda_select: answers the
+ * ranks ub[j] (distinct, ascending) that fall inside a window, setting
+ * vals[j] and done[j]; the others are left to the radix path.  B: the call's
+ * KArgs (iteration). */
+static int sel_windows(CallCtx &cx, const KArgs &B, const vgct_params *p, const int64_t *ub, int nu,
+                       double *vals, unsigned char *done, char *err, size_t errlen) {
+  const int64_t nf = p->expect_finite >= 0 ? p->expect_finite : B.it.m; /* else: all finite, a guess */
+  WinRun run;
+  win_plan(cx.ws, B, nf, ub, nu, &run);
+  if (run.W.nw == 0) return VGCT_OK;
+  int rc = win_start(cx, B, &run, false);
+  if (rc != VGCT_OK) return rc;
+  return win_answer(cx, B, p, &run, ub, nu, vals, done, err, errlen);
+}
 #undef WIN_CK
+
+static int sel_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgct_params *p,
+                   const int64_t *ranks, int nranks, double *values, WinRun *pre, char *err,
+                   size_t errlen);
 
 extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vgct_params *p,
                                 uintptr_t stream, const int64_t *ranks, int nranks,
@@ -1510,11 +1636,34 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
     snprintf(err, errlen, "vgct_cuda_select: rank %lld out of range [0, 0)", (long long)ranks[0]);
     return VGCT_EVALUE;
   }
+  CallCtx cx("vgct_cuda_select", a->device_id, stream, err, errlen);
+  if (!cx.ok()) return cx.rc;
+  return sel_run(cx, a, e, p, ranks, nranks, values, NULL, err, errlen);
+}
+
+/* The KArgs of the selection's data passes over `it` (the whole tensor). */
+static void sel_kargs(DevWS *ws, const IterSpec &it, KArgs *A) {
+  memset(A, 0, sizeof *A);
+  A->it = it;
+  const int CH = vg_chunk_elems(it.da, it.de);
+  const int64_t L = it.sh[it.k - 1];
+  A->cpr = cdiv(L, CH);
+  A->cprd = vg_make_div((uint64_t)A->cpr);
+  A->nchunk = (it.m / L) * A->cpr;
+  A->st = (SelState *)(ws->d_ws + WS_SEL_STATE + SLOT_RADIX * SEL_SLOT);
+  A->cand = (unsigned long long *)(ws->d_ws + WS_SEL_CAND);
+  A->nbuf = -1;
+}
+
+/* vgct_cuda_select's body inside the caller's CallCtx (ranks checked, n > 0);
+ * pre: a window plan started before the reduction (vgct_cuda_compare), whose
+ * answers replace the window plan's own. */
+static int sel_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgct_params *p,
+                   const int64_t *ranks, int nranks, double *values, WinRun *pre, char *err,
+                   size_t errlen) {
   IterSpec it;
   int rc = vg_prepare(a, e, -1, &it, err, errlen);
   if (rc) return rc;
-  CallCtx cx("vgct_cuda_select", a->device_id, stream, err, errlen);
-  if (!cx.ok()) return cx.rc;
   DevWS *ws = cx.ws;
   if (ws->smem_optin < SEL_SMEM) {
     snprintf(err, errlen, "vgct_cuda_select: device %d allows %zu bytes of shared memory per block, "
@@ -1550,16 +1699,7 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
   }
 
   KArgs A;
-  memset(&A, 0, sizeof A);
-  A.it = it;
-  const int CH = vg_chunk_elems(it.da, it.de);
-  const int64_t L = it.sh[it.k - 1];
-  A.cpr = cdiv(L, CH);
-  A.cprd = vg_make_div((uint64_t)A.cpr);
-  A.nchunk = (it.m / L) * A.cpr;
-  A.st = (SelState *)(ws->d_ws + WS_SEL_STATE + SLOT_RADIX * SEL_SLOT);
-  A.cand = (unsigned long long *)(ws->d_ws + WS_SEL_CAND);
-  A.nbuf = -1;
+  sel_kargs(ws, it, &A);
   /* the data passes: one block per SM (128 KiB of shared counters each), on
      every SM as soon as each thread has a chunk (zeroing and flushing a
      block's counters costs about as much as a few chunks a thread) */
@@ -1580,7 +1720,10 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
   memset(done, 0, (size_t)nu);
   int nrem = 0;
 
-  if (plan == 1 || (plan == 0 && it.m >= SEL_WIN_MIN)) {
+  if (pre) {
+    rc = win_answer(cx, A, p, pre, ubuf, nu, vals, done, err, errlen);
+    if (rc != VGCT_OK) goto out;
+  } else if (plan == 1 || (plan == 0 && it.m >= SEL_WIN_MIN)) {
     rc = sel_windows(cx, A, p, ubuf, nu, vals, done, err, errlen);
     if (rc != VGCT_OK) goto out;
   }
@@ -1720,4 +1863,97 @@ out:
   free(vals);
   if (ubuf != uniq) free(ubuf);
   return rc;
+}
+
+/* vgct_cuda_compare (vgct_engine.h): the reduction and the quantiles' order
+ * statistics in one call holding the device.  When the window plan would run
+ * (n >= SEL_WIN_MIN, one window) and the reduction runs k_reduce_bulk
+ * (vg_reduce_can_fuse), the plan's sample and window bounds come first, and
+ * the reduction counts the window in its own pass: the exact quantiles
+ * without a pass over the inputs of their own.  The windows are predicted for
+ * the ranks at n_finite = n (all finite, the usual case: the reduction's count
+ * is not known yet); a rank they miss goes to the radix path, as always. */
+extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const vgct_params *p,
+                                 uintptr_t stream, const double *qs, int nq, vgct_acc *out,
+                                 vgct_slice_acc *slices, double *values, char *err,
+                                 size_t errlen) {
+  static_assert(sizeof(WinState) <= SEL_SLOT, "state slot");
+  static_assert(4 * (CNT_WIN + 1) <= 64, "k_win_count's counter in the zeroed counters");
+  vgct_cuda_test_fuse_last = 0;
+  if (nq < 0 || nq > VGCT_MAX_QUANTILES) {
+    snprintf(err, errlen, "vgct_cuda_compare: %d quantiles (0 to %d)", nq, VGCT_MAX_QUANTILES);
+    return VGCT_EVALUE;
+  }
+  if (vgct_numel(a) == 0) /* no device work: no finite pair, no quantile */
+    return vgct_cuda_reduce(a, e, p, stream, out, slices, err, errlen);
+  CallCtx cx("vgct_cuda_compare", a->device_id, stream, err, errlen);
+  if (!cx.ok()) return cx.rc;
+  DevWS *ws = cx.ws;
+  const int64_t m = vgct_numel(a);
+  const long long plan = vgct_cuda_test_sel[0];
+  WinRun run;
+  VgWinFuse wf;
+  memset(&wf, 0, sizeof wf);
+  bool pre = false, skip = false;
+  int64_t grid = 0;
+  int rc = VGCT_OK;
+  if (nq > 0 && (plan == 1 || (plan == 0 && m >= SEL_WIN_MIN)) && ws->smem_optin >= SEL_SMEM &&
+      (m >= WIN_FUSE_MIN || vgct_cuda_test_fuse >= 2) && vg_reduce_can_fuse(ws, a, e, p, &grid) &&
+      (size_t)grid * sizeof(vgct_acc) <= WS_SEL_CLEAR_END - WS_SEL_HIST) {
+    IterSpec it;
+    if ((rc = vg_prepare(a, e, -1, &it, err, errlen)) != VGCT_OK) return rc;
+    KArgs B;
+    sel_kargs(ws, it, &B);
+    int64_t ub[2 * VGCT_MAX_QUANTILES];
+    int nu = 0;
+    for (int i = 0; i < nq; ++i) { /* the ranks at n_finite = m, distinct and ascending */
+      int64_t r[2];
+      double gm;
+      vgct_quantile_ranks(m, qs[i], &r[0], &r[1], &gm);
+      for (int k = 0; k < 2; ++k) {
+        int j = nu;
+        bool dup = false;
+        for (int t = 0; t < nu; ++t) dup |= ub[t] == r[k];
+        if (dup) continue;
+        while (j > 0 && ub[j - 1] > r[k]) {
+          ub[j] = ub[j - 1];
+          --j;
+        }
+        ub[j] = r[k];
+        ++nu;
+      }
+    }
+    win_plan(ws, B, m, ub, nu, &run);
+    if (run.W.nw == 1) {
+      if ((rc = win_start(cx, B, &run, true)) != VGCT_OK) return rc;
+      /* k_win_count's verdict: one round trip */
+      if (!cx.check(cudaMemcpyAsync(ws->h_pin, run.WA.w, sizeof(WinState), cudaMemcpyDeviceToHost,
+                                    cx.stream), "cudaMemcpyAsync (window verdict)") ||
+          !cx.check(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (window verdict)"))
+        return cx.rc;
+      WinState hv;
+      memcpy(&hv, ws->h_pin, sizeof hv);
+      pre = true; /* the window plan is started either way; its pass runs after the reduce */
+      skip = hv.skip != 0;
+      wf.w = run.WA.w;
+      wf.cand = run.WA.cand + run.WA.off[0];
+      wf.cap = run.WA.cap[0];
+      /* the reduce's block partials where the window plan has no live data during
+         the reduction: the histograms (the selections after it clear them first) */
+      wf.part = (vgct_acc *)(ws->d_ws + WS_SEL_HIST);
+    }
+  }
+  rc = vg_reduce_run(cx, a, e, p, out, slices, pre && !skip ? &wf : NULL, err, errlen);
+  if (rc != VGCT_OK) return rc;
+  vgct_cuda_test_fuse_last = pre ? (skip ? 2 : wf.used != 0) : 0;
+  if (nq == 0 || out->n_finite == 0) return VGCT_OK;
+  int64_t ranks[2 * VGCT_MAX_QUANTILES];
+  for (int i = 0; i < nq; ++i) {
+    double gm;
+    vgct_quantile_ranks(out->n_finite, qs[i], &ranks[2 * i], &ranks[2 * i + 1], &gm);
+  }
+  vgct_params p2 = *p;
+  p2.expect_finite = out->n_finite; /* a different count: the inputs changed */
+  if (pre) run.fused = !skip && wf.used != 0;
+  return sel_run(cx, a, e, &p2, ranks, 2 * nq, values, pre ? &run : NULL, err, errlen);
 }

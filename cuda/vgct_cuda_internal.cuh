@@ -131,6 +131,23 @@ struct CallCtx {
   double trt[24];
 };
 
+/* reduce.cu: vgct_cuda_reduce's body inside a caller's CallCtx (so that
+ * select.cu's vgct_cuda_compare holds the device workspace from its window
+ * plan through the reduction to its selection).  wf: a fused key window
+ * (k_reduce_bulk counts it in the same pass; wf->used says whether it did),
+ * or NULL. */
+struct VgWinFuse;
+int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgct_params *p,
+                  vgct_acc *out, vgct_slice_acc *slices, VgWinFuse *wf, char *err,
+                  size_t errlen);
+/* Whether vg_reduce_run would reduce (a, e, p) with k_reduce_bulk, the one
+ * kernel that counts a fused window: a whole-tensor reduction (no slices),
+ * a float16/bfloat16/float32 pair, flat unit-stride 16-byte-aligned views
+ * past the lean kernel's sizes, a device of compute capability 9+; grid_out:
+ * its blocks (the partials the caller must find room for). */
+int vg_reduce_can_fuse(const DevWS *ws, const vgct_view *a, const vgct_view *e,
+                       const vgct_params *p, int64_t *grid_out);
+
 /* ---- the register accumulator -------------------------------------------
  * HotAcc: the fields of vgct_acc that a FINITE pair changes (sums, the three
  * maxima with their indices, max |e|, counters), kept in registers by the
@@ -435,7 +452,7 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
                                                       const GateHeld &held,
                                                       const float (&a)[CH], const float (&e)[CH],
                                                       int64_t f, int64_t sf, double rtol,
-                                                      double atol) {
+                                                      double atol, float *mxo = nullptr) {
   static_assert(CH >= 1 && CH <= 32, "vg_fast_chunk: the counters are 32-bit masks");
   float mxd = 0.0f;                    /* max |d32| (fmaxf: a NaN is ignored here,
                                           caught by the sum t_d below)          */
@@ -463,8 +480,11 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
   /* A non-finite pair makes its float64 difference, and so t_d, non-finite
      (a sum of CH <= 32 finite differences of binary32 values cannot overflow);
      a finite pair whose float32 difference overflows makes mxd infinite. */
-  if (!(fabs(t_d) <= 0x1.fffffffffffffp+1023) || !(mxd <= 0x1.fffffep+127f))
-    return VG_CHUNK_DEFINE;
+  const bool define = !(fabs(t_d) <= 0x1.fffffffffffffp+1023) || !(mxd <= 0x1.fffffep+127f);
+  /* mxo (the fused key window, reduce.cu): max |d32| of a finite chunk, +Inf
+     for a chunk the definition folds (a NaN there is not in mxd) */
+  if (mxo) *mxo = define ? (float)INFINITY : mxd;
+  if (define) return VG_CHUNK_DEFINE;
   const uint32_t mb = vgct_bits_from_f32(mxd); /* bits of max |d32| */
   /* the float32 below min |e| over e != 0 (+inf when every e == 0) */
   const float mine = mnb == 0xffffffffu ? (float)INFINITY
@@ -643,6 +663,49 @@ __host__ __device__ __forceinline__ unsigned long long vg_key_narrow(float a, fl
   const uint64_t k = vgct_bits_from_f64(fabs((double)a - (double)e));
   return k < 0x7ff0000000000000ull ? (unsigned long long)k : VG_KEY_NONE;
 }
+
+/* ---- key windows (select.cu's window plan) -------------------------------
+ * A window [lo, hi] of keys (vgct_absdiff_key order) around wanted ranks,
+ * predicted from a sample; one pass over the inputs counts the keys at and
+ * below it and stores the keys strictly inside.  That pass is select.cu's
+ * k_sel_window, or -- for one window over a flat ring-eligible input --
+ * reduce.cu's k_reduce_bulk itself (the fused window: the exact quantiles
+ * without a pass of their own).  The result lives in one WinState in the
+ * device workspace (select.cu: state slot SLOT_WIN). */
+#define WIN_MAXW 4                       /* windows in one pass              */
+#define INF_KEY 0x7ff0000000000000ull    /* +Inf: the largest finite-pair key */
+#define WIN_SENT 0x7ff0000000000001ull   /* above every finite key, below VG_KEY_NONE */
+
+/* Window g's bounds lo <= hi (keys) and counts: lt keys < lo, eql keys == lo,
+ * eqh keys == hi (0 when hi == lo), pos keys with lo < key < hi (stored; pos >
+ * the window's cap: overflowed); total: the finite keys the pass saw.  The
+ * fused pass counts ge = keys >= lo of window 0 instead of lt (lt = n_finite
+ * - ge: keys below lo are most keys, and the fused pass never looks at them
+ * one by one) and leaves total to the reduction's n_finite. */
+struct WinState {
+  unsigned long long lo[WIN_MAXW], hi[WIN_MAXW];
+  unsigned long long lt[WIN_MAXW], eql[WIN_MAXW], eqh[WIN_MAXW], pos[WIN_MAXW];
+  unsigned long long total;
+  unsigned long long ge;   /* fused: keys >= lo[0]                              */
+  unsigned long long sge;  /* fused: the sample's finite keys >= lo[0]          */
+  int skip;                /* fused: too many of them -- the reduction runs without
+                              the window and the window plan makes its own pass
+                              after it (select.cu k_win_count) */
+};
+
+/* The fused window handed to the reduction (vg_reduce_run): window 0 of w,
+ * whose bounds a kernel of the window plan wrote on the device before the
+ * reduce (k_win_prep); its region cand[0 .. cap); part: where the reduce's
+ * block partials go (the window region and the reduce's usual partials
+ * overlap in the workspace).  used: set by vg_reduce_run when the fused
+ * kernel ran (else the window plan runs its own pass). */
+struct VgWinFuse {
+  WinState *w;
+  unsigned long long *cand;
+  long long cap;
+  vgct_acc *part;
+  int used;
+};
 
 /* A chunk as read from memory: its 16-byte vectors when it is full, unit-
  * stride and both pointers are 16-byte aligned (`v`), else the pointers to

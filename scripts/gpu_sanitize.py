@@ -12,7 +12,8 @@ k_sel_data + k_sel_fin (in-place keys for small n, the one-block finish: ties an
 k_sel_buf (the levels: a bucket too big for the finish, and every call once more with the finish
 off through its hook vgct_cuda_test_fin; level-0 histogram + compaction above the candidate
 buffer, forced through select.cu's plan hook), k_sel_sample + k_sel_window + the direct finish
-(the window plan, above the candidate buffer), k_fingerprint.  Prints one line per call and
+(the window plan, above the candidate buffer), k_reduce_bulk<..., WIN = 1> + k_win_prep (the fused
+key window of one quantile), k_fingerprint.  Prints one line per call and
 "sanitize script: done" at the end; exits non-zero on any exception.
 """
 
@@ -60,6 +61,7 @@ def main():
     lean = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_lean_max")
     sel = (ctypes.c_longlong * 4).in_dll(lib, "vgct_cuda_test_sel")
     fin = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fin")
+    fuse = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fuse")
     try:
         for mode, lean_max, fin_off in (("lean", 1 << 62, 0), ("fast", 0, 0), ("levels", 0, 1)):
             lean.value, fin.value = lean_max, fin_off
@@ -67,11 +69,28 @@ def main():
                 s = vgct_ext.compare(x, y, quantiles=(0.5, 0.99), dim=dim)
                 print(f"[{mode}] {name}: n={s.n} rel_l2={s.rel_l2:.3e} p99={s.quantiles[0.99]:.3e}",
                       flush=True)
+        # the fused key window (k_reduce_bulk<..., WIN = 1>): one window (p99), the ring kernel
+        # (lean off), the window plan at any n; a partial last chunk, the identical pair (lo = 0:
+        # whole chunks of d == 0), and a 64-key sample whose wide window overflows the warps'
+        # stages (keys straight to the region)
+        lean.value, sel[0], fuse.value = 0, 1, 3  # fuse below WIN_FUSE_MIN, never skip
+        fused = [("fused bf16", a, e), ("fused bf16 vs fp32", a4.to(torch.bfloat16), e4.to(torch.float32)),
+                 ("fused fp16 (1.7M)", big_a, big_e), ("fused identical", e, e.clone())]
+        for sample in (0, 64):
+            sel[1] = sample
+            for name, x, y in fused:
+                s = vgct_ext.compare(x, y, quantiles=(0.99,))
+                print(f"[fused, sample {sample}] {name}: n={s.n} p99={s.quantiles[0.99]:.3e}", flush=True)
+        sel[1] = 0
+        fuse.value = 2  # fused, but k_win_count skips: the window pass after the reduction
+        s = vgct_ext.compare(a, e, quantiles=(0.99,))
+        print(f"[fused, skipped] fused bf16: n={s.n} p99={s.quantiles[0.99]:.3e}", flush=True)
+        fuse.value = 0
         sel[0] = 2  # no window plan: the data histograms and the compaction
         s = vgct_ext.compare(big_a, big_e, quantiles=(0.5, 0.99))
         print(f"select compaction: n={s.n} p99={s.quantiles[0.99]:.3e}", flush=True)
     finally:
-        lean.value, sel[0], fin.value = -1, 0, 0
+        lean.value, sel[0], sel[1], fin.value, fuse.value = -1, 0, 0, 0, 0
     for name, x, _, _ in calls:
         print(f"fingerprint {name}: {vgct_ext.fingerprint(x):016x}", flush=True)
     torch.cuda.synchronize()

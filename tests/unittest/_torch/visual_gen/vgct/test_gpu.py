@@ -792,6 +792,150 @@ def test_window_plan_is_automatic_above_sel_cap(kind, sel_hooks):
     assert last["windows"] >= 1 and last["radix_ranks"] == 0, last
 
 
+# ---- issue #13: the fused key window (cuda/reduce.cu k_reduce_bulk<..., WIN = 1>) -------------
+#
+# vgct_cuda_compare (cuda/select.cu) starts the window plan's sample before the reduction, and
+# k_reduce_bulk counts the one window in its own pass: keys >= lo, == lo, == hi, the keys inside
+# stored.  The hooks: vgct_cuda_test_fuse (1 = never fuse), vgct_cuda_test_fuse_last (1 = the last
+# compare fused); lean_max = 0 keeps small inputs on the ring kernel, plan = 1 forces the windows.
+
+@pytest.fixture
+def fuse_hooks():
+    """(off, last): the fused window's hooks; off reset to 0 after."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    lib = ctypes.CDLL(_C.__file__)
+    off = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fuse")
+    last = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fuse_last")
+    yield off, last
+    off.value = 0
+
+
+FUSE_DT = {"bf16": (torch.bfloat16, torch.bfloat16), "fp16": (torch.float16, torch.float16),
+           "fp32": (torch.float32, torch.float32), "bf16_fp32": (torch.bfloat16, torch.float32),
+           "fp16_fp32": (torch.float16, torch.float32)} if torch is not None else {}
+
+
+@pytest.mark.parametrize("q", [0.0, 0.5, 0.99, 1.0])
+@pytest.mark.parametrize("kind", WINDOW_KINDS)
+@pytest.mark.parametrize("dt", ["bf16", "fp16", "fp32", "bf16_fp32"])
+@pytest.mark.parametrize("mode", [3, 2])
+def test_fused_window_every_distribution(mode, dt, kind, q, sel_hooks, lean_max, fuse_hooks):
+    """The reduction's own pass counts the window (mode 3: fuse_last == 1) -- or, when the sample
+    says the keys at or above lo are too many, leaves it to the window pass after the reduction
+    (mode 2, forced: fuse_last == 2) -- for every dtype pair with a fast path, every |d|
+    distribution (ties at lo == hi, all d == 0, non-finite pairs, huge outliers) and a window at
+    either end (q = 0: lo = 0; q = 1: hi = +Inf) or inside; the last chunk is partial (n = 2^17 +
+    5: its keys one by one).  GPU == CPU engine == np.quantile."""
+    a, e = _window_case(kind, (1 << 17) + 5)
+    ta, te = FUSE_DT[dt]
+    a, e = a.to(ta), e.to(te)
+    sel_hooks.set(plan=1)
+    lean_max.value = 0
+    fuse_hooks[0].value = mode
+    check3(a, e, quantiles=(q,))
+    assert fuse_hooks[1].value == (1 if mode == 3 else 2)
+    last = sel_hooks.last()
+    assert last["windows"] == 1 and last["overflowed"] == 0, last
+    if kind != "nan_inf":  # n_finite < n: the windows were predicted for n finite pairs
+        assert last["radix_ranks"] == 0, last
+
+
+@pytest.mark.parametrize("dt", ["bf16", "fp32"])
+def test_fused_window_equals_the_window_pass(dt, sel_hooks, lean_max, fuse_hooks):
+    """The same call fused and with the window pass (hook off): every field and the quantiles
+    equal bit for bit, and the window's counts are the same (same ranks answered the same way)."""
+    a, e = _window_case("bf16_rounding" if dt == "bf16" else "noise_fp32", (1 << 18) + 77, seed=7)
+    sel_hooks.set(plan=1)
+    lean_max.value = 0
+    qs = (0.99,)
+    fuse_hooks[0].value = 3
+    g1 = vgct_ext.compare(a, e, quantiles=qs)
+    assert fuse_hooks[1].value == 1
+    l1 = sel_hooks.last()
+    fuse_hooks[0].value = 1
+    g0 = vgct_ext.compare(a, e, quantiles=qs)
+    assert fuse_hooks[1].value == 0
+    l0 = sel_hooks.last()
+    assert_same_stats(g1, g0, tol=0.0)
+    assert dict(g1.quantiles) == dict(g0.quantiles)
+    assert l1 == l0, (l1, l0)
+
+
+@pytest.mark.parametrize("shift", [1 << 12, -(1 << 12), 1 << 30])
+def test_fused_window_planted_misprediction_falls_back(shift, sel_hooks, lean_max, fuse_hooks):
+    """Planted fault: the fused window moved off the true p99 (above, below, to the top): the
+    reduction still counts it, the ranks it misses go to the radix path, the values stay exact."""
+    a, e = _window_case("noise_fp32", 1 << 17, seed=8)
+    sel_hooks.set(plan=1, shift=shift)
+    lean_max.value = 0
+    fuse_hooks[0].value = 3  # a shifted window may hold many keys: fuse all the same
+    check3(a, e, quantiles=(0.99,))
+    assert fuse_hooks[1].value == 1
+    last = sel_hooks.last()
+    assert last["windows"] == 1 and last["radix_ranks"] >= 1, last
+
+
+def test_fused_window_overflow_and_wide_windows(sel_hooks, lean_max, fuse_hooks):
+    """Planted faults: a region of 8 keys (the window overflows: every rank falls back), and a
+    64-key sample whose window holds most keys (warps stage far more than their 48 slots: the
+    keys go straight to the region).  Exact both ways."""
+    a, e = _window_case("cauchy", (1 << 18) + 3, seed=9)
+    lean_max.value = 0
+    fuse_hooks[0].value = 3
+    sel_hooks.set(plan=1, cap=8)
+    check3(a, e, quantiles=(0.99,))
+    assert fuse_hooks[1].value == 1
+    last = sel_hooks.last()
+    assert last["overflowed"] == 1 and last["radix_ranks"] == 2, last
+    sel_hooks.set(plan=1, sample=64)
+    check3(a, e, quantiles=(0.5,))
+    assert fuse_hooks[1].value == 1
+    assert sel_hooks.last()["windows"] == 1
+
+
+@pytest.mark.parametrize("layout", ["misaligned", "transposed", "two_windows", "dim", "fp64"])
+def test_fused_window_only_where_it_applies(layout, sel_hooks, lean_max, fuse_hooks):
+    """Inputs the ring kernel does not take (a misaligned base, a transposed view, float64), two
+    windows, or per-slice statistics: the window plan makes its own pass (fuse_last == 0), exact."""
+    a, e = _window_case("noise_fp32", (1 << 17) + 64, seed=10)
+    qs, dim = (0.99,), None
+    if layout == "misaligned":
+        a, e = a[1:], e[1:]
+    elif layout == "transposed":
+        a, e = a[:1 << 17].view(256, -1).t(), e[:1 << 17].view(256, -1).t()
+    elif layout == "two_windows":
+        qs = (0.25, 0.99)
+    elif layout == "dim":
+        a, e, dim = a[:1 << 17].view(64, -1), e[:1 << 17].view(64, -1), 0
+    else:
+        a, e = a.double(), e.double()
+    sel_hooks.set(plan=1)
+    lean_max.value = 0
+    check3(a, e, quantiles=qs, dim=dim)
+    assert fuse_hooks[1].value == 0
+
+
+@pytest.mark.parametrize("kind,fused", [("bf16_rounding", 2), ("identical", 1), ("noise_fp32", 1),
+                                        ("cauchy", 1)])
+def test_fused_window_is_automatic(kind, fused, sel_hooks, fuse_hooks):
+    """From WIN_FUSE_MIN (2^25) pairs on, the default p99 of a contiguous pair is counted by the
+    reduction without any hook (fuse_last 1: ~1.1% of the keys at or above the window's low end;
+    all d == 0 is counted chunk by chunk), or -- bf16 rounding differences, ~3% of the sample's
+    keys tied at or above it, more than WIN_FUSE_GE = 2% -- by the window pass after it (2);
+    answered from the window either way.  Below 2^25 pairs: no fusion (0)."""
+    a, e = _window_case(kind, (1 << 25) + 1001, seed=11)
+    check3(a, e, quantiles=(0.99,), oracle=False)
+    assert fuse_hooks[1].value == fused
+    last = sel_hooks.last()
+    assert last["windows"] == 1 and last["radix_ranks"] == 0, last
+    a, e = a[:(1 << 24) + 1001], e[:(1 << 24) + 1001]
+    vgct_ext.compare(a, e, quantiles=(0.99,))
+    assert fuse_hooks[1].value == 0 and sel_hooks.last()["windows"] == 1
+
+
 # ---- issue #13: the one-block finish of the selection (cuda/select.cu k_sel_fin) ----------------
 #
 # After the level-0 pass k_sel_fin answers each rank from its bucket's extremes (one value: ties) or

@@ -1,0 +1,70 @@
+"""The exact p99 with its key window counted by the reduction (fused) against the window plan's
+own pass over the inputs, on the data shapes of issue #13, on one GPU.
+
+For each shape of ``bench_gpu.p99_shapes`` (2^28 pairs unless ``--log2n``) it prints the median
+of CUDA-event timings of three calls in one process:
+
+* ``compare(a, e, quantiles=None)`` -- the reduction alone;
+* ``compare(a, e, quantiles=(0.99,))`` as it runs by default ("auto": the window counted by the
+  reduction, or -- when the sample shows many keys at or above the window, k_win_count -- by the
+  window plan's own pass after it; the column "path" says which: fused / pass);
+* the same with the window always counted by the reduction ("fused": hook value 3);
+* the same with the fusion off ("pass": hook value 1, the window plan reads the inputs again,
+  k_sel_window) -- the hook is ``vgct_cuda_test_fuse`` of cuda/reduce.cu, reached through ctypes;
+
+each as milliseconds and as a multiple of the read floor (both inputs' bytes over the device
+copy bandwidth, as ``bench_gpu.py``), and the p99 values of the three ways, which must be equal
+(it exits with status 1 when they are not).  Not a test; a table for docs/performance.md.
+
+    python bench/bench_fused_window.py [--log2n K] [--reps N]
+"""
+import argparse
+import ctypes
+import sys
+
+import torch
+
+import vgct_ext
+from bench_gpu import copy_bandwidth, cuda_time, p99_shapes  # bench/ is sys.path[0]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--log2n", type=int, default=28)
+    ap.add_argument("--reps", type=int, default=20)
+    args = ap.parse_args()
+    lib = ctypes.CDLL(vgct_ext._C.__file__)
+    off = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fuse")
+    last = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fuse_last")
+    bw = copy_bandwidth(31)
+    props = torch.cuda.get_device_properties(0)
+    print(f"device: {props.name}; copy bandwidth {bw / 1e12:.2f} TB/s; 2^{args.log2n} pairs; "
+          f"medians of {args.reps}")
+    head = (f"{'data':42s} {'floor ms':>8s} {'no q ms':>8s} {'p99 auto':>9s} {'x floor':>7s} "
+            f"{'path':>5s} {'fused':>7s} {'x floor':>7s} {'pass':>7s} {'x floor':>7s}")
+    print(head)
+    bad = 0
+    for name, a, e in p99_shapes(1 << args.log2n):
+        floor = (a.numel() * a.element_size() + e.numel() * e.element_size()) / bw * 1e3
+        noq = cuda_time(lambda: vgct_ext.compare(a, e, quantiles=None), args.reps)[0]
+        ms, val, path = {}, {}, "?"
+        try:
+            for mode in (0, 3, 1):
+                off.value = mode
+                ms[mode] = cuda_time(lambda: vgct_ext.compare(a, e, quantiles=(0.99,)), args.reps)[0]
+                val[mode] = vgct_ext.compare(a, e, quantiles=(0.99,)).p99
+                if mode == 0:
+                    path = {1: "fused", 2: "pass"}.get(last.value, "none")
+        finally:
+            off.value = 0
+        same = val[0] == val[3] == val[1]
+        bad += not same
+        print(f"{name:42s} {floor:8.3f} {noq:8.3f} {ms[0]:9.3f} {ms[0] / floor:7.2f} {path:>5s} "
+              f"{ms[3]:7.3f} {ms[3] / floor:7.2f} {ms[1]:7.3f} {ms[1] / floor:7.2f}"
+              f"{'' if same else f'  p99 DIFFERS {val!r}'}", flush=True)
+        torch.cuda.empty_cache()
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
