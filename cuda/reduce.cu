@@ -463,10 +463,8 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
  * window's region.  Most keys are below lo (a p99 window: 99%), so a chunk is
  * looked at key by key only when its max |d32| (vg_fast_chunk's, free) does
  * not prove every key below lo:
- *   t32 = the float32 below lo (1 - 2^-21) (round down).  A finite chunk has
- *   key = |fl64(a - e)| <= |a - e| (1 + 2^-53) and |a - e| <= |fl32(a - e)|
- *   (1 + 2^-24) (or equal, when fl32(a - e) is subnormal: exact), so max
- *   |d32| < t32 gives key < t32 (1 + 2^-23) < lo for every pair; lo = 0 gives
+ *   t32 = the float32 below lo (1 - 2^-21) (round down; vg_win_t32_of: why
+ *   max |d32| < t32 puts every key of the chunk below lo); lo = 0 gives
  *   t32 = 0, which no chunk passes (a chunk of d == 0 only is counted as
  *   CH keys == lo without a look at each).  A chunk the definition folds
  *   (non-finite, float32 overflow) reports +Inf and is looked at.
@@ -494,12 +492,10 @@ struct VgWinSh {
   unsigned ge[RT / 32], el[RT / 32], eh[RT / 32]; /* keys >= lo, == lo, == hi */
 };
 
-/* max |d32| < vg_win_t32(lo): every key of the chunk is below lo. */
+/* max |d32| < vg_win_t32(w): every key of the chunk is below window 0's lo
+ * (vg_win_t32_of, vgct_cuda_internal.cuh: the bound and why it holds). */
 __device__ __forceinline__ float vg_win_t32(const WinState *w) {
-  const unsigned long long lo = __ldg(&w->lo[0]);
-  /* lo >= INF_KEY: no window (WIN_SENT) -- no finite key reaches it */
-  return lo >= INF_KEY ? (float)INFINITY
-                       : __double2float_rd(vgct_f64_from_bits(lo) * (1.0 - 0x1p-21));
+  return vg_win_t32_of(__ldg(&w->lo[0]));
 }
 
 /* One key inside the window: the warp's stage, or past it the region. */

@@ -693,6 +693,30 @@ struct WinState {
                               after it (select.cu k_win_count) */
 };
 
+/* The fused window's chunk test (cuda/reduce.cu, k_reduce_bulk<..., WIN = 1>):
+ * a chunk of finite binary32 pairs (every float16/bfloat16/float32 value is
+ * one) whose largest |fl32(a - e)| is below vg_win_t32_of(lo) has every key
+ * vg_key_narrow(a, e) = bits(|fl64(a - e)|) below lo.  Why: with x = |a - e|
+ * (real), fl32(x) < t32 <= lo (1 - 2^-21) < lo, and fl64(x) <= fl32(x) (1 +
+ * 2^-24)(1 + 2^-53) < lo when fl32(x) is normal; a subnormal fl32(x) is x
+ * itself (gradual underflow; the build passes -ftz=false).  The margin is
+ * more than the proof needs -- with none, t32 = fl32_down(lo) > fl32(x) puts x
+ * below the float32 t32 (round to nearest is monotone), so fl64(x) < lo too;
+ * it costs a few more chunks looked at, nothing else.  lo = 0 gives 0, which
+ * no chunk passes; lo >= INF_KEY (no window, WIN_SENT) gives +Inf.  The host
+ * check (tests/.../vgct/cuda_host_check.cu) tries it on pairs whose key is
+ * lo itself and the doubles just below, and shows that it catches a bound
+ * 2^-20 too high. */
+__host__ __device__ __forceinline__ float vg_win_t32_of(unsigned long long lo) {
+  if (lo >= INF_KEY) return (float)INFINITY;
+  const double x = vgct_f64_from_bits(lo) * (1.0 - 0x1p-21);
+#ifdef __CUDA_ARCH__
+  return __double2float_rd(x);
+#else
+  return vg_f32_down(x); /* the same rounding (x >= 0) */
+#endif
+}
+
 /* The fused window handed to the reduction (vg_reduce_run): window 0 of w,
  * whose bounds a kernel of the window plan wrote on the device before the
  * reduce (k_win_prep); its region cand[0 .. cap); part: where the reduce's

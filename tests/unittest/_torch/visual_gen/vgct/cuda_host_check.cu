@@ -21,7 +21,10 @@
  *     thresholds off / on) and must give the same record bit for bit, sums
  *     included (the sums do not depend on the path a chunk takes);
  *  4. the selection key of binary32 pairs (vg_key_narrow) against
- *     vgct_absdiff_key on every pair of special and random values.
+ *     vgct_absdiff_key on every pair of special and random values;
+ *  5. the exact integer pairs (vgct_int_pair) against 128-bit arithmetic;
+ *  6. the fused key window's chunk test (vg_win_t32_of): no pair whose key
+ *     is at or above lo passes it, and a bound 2^-20 too high is caught.
  * Prints "N passed, M failed" last; exit status 1 on any failure.
  */
 #include <math.h>
@@ -443,21 +446,69 @@ static int check_int_pairs(void) {
   return bad != 0;
 }
 
+/* The fused window's chunk test (vg_win_t32_of): for binary32 pairs of every kind (float32 and
+ * bfloat16 values, subnormals, ties, near FLT_MAX; b a few ulps from a, or anywhere), with lo =
+ * the pair's own key and the doubles just below it (where a wrong bound would fail first),
+ * |fl32(a - e)| < t32 must never hold -- nor for any lo below the key.  Teeth: the same pairs
+ * against a bound 2^-20 too high (lo (1 + 2^-20) rounded down) must show violations, or this
+ * check proves nothing.  Also the ends: lo = 0 -> 0, lo = INF_KEY / WIN_SENT -> +Inf. */
+static int check_win_t32(long *n_pairs) {
+  int bad = 0;
+  long teeth = 0;
+  for (long t = 0; t < 3000000; ++t) {
+    const int kind = (int)(R() % 2);
+    const float a = fval(kind);
+    float e;
+    if (R() & 1) { /* a few ulps away: differences of every size down to subnormal */
+      uint32_t b = vgct_bits_from_f32(a) + (uint32_t)(R() % 9) - 4u;
+      if (kind == 1) b = (vgct_bits_from_f32(a) & 0xffff0000u) + ((uint32_t)(R() % 9) - 4u) * 0x10000u;
+      e = vgct_f32_from_bits(b);
+    } else {
+      e = fval(kind);
+    }
+    const unsigned long long key = vg_key_narrow(a, e);
+    const float d32 = fabsf(a - e);
+    if (key == VG_KEY_NONE || !(d32 <= 3.4028235e38f)) continue; /* the definition's chunks */
+    ++*n_pairs;
+    for (int k = 0; k < 4; ++k) {
+      const unsigned long long lo = key >= (unsigned long long)k ? key - (unsigned long long)k : 0ull;
+      if (d32 < vg_win_t32_of(lo) && bad++ < 5)
+        printf("  t32: pair %a, %a: |d32| %a < t32(%a) though its key %a >= lo\n", a, e, d32,
+               vgct_f64_from_bits(lo), vgct_f64_from_bits(key));
+      const float wrong = vg_f32_down(vgct_f64_from_bits(lo) * (1.0 + 0x1p-20));
+      teeth += d32 < wrong;
+    }
+  }
+  if (vg_win_t32_of(0) != 0.0f || vg_win_t32_of(INF_KEY) != INFINITY || vg_win_t32_of(WIN_SENT) != INFINITY) {
+    printf("  t32 at the ends: %a %a %a\n", vg_win_t32_of(0), vg_win_t32_of(INF_KEY), vg_win_t32_of(WIN_SENT));
+    ++bad;
+  }
+  if (teeth == 0) {
+    printf("  t32: a bound 2^-20 too high passed every pair: the check has no teeth\n");
+    ++bad;
+  }
+  printf("fused window chunk test: %ld pairs, %ld caught with a bound 2^-20 too high\n", *n_pairs, teeth);
+  return bad != 0;
+}
+
 int main() {
   int passed = 0, failed = 0;
   long nc = 0;
   const int fc = check_fast_counts<8>(&nc) + check_fast_counts<4>(&nc);
   printf("fast path counters at the tolerance boundary: %ld chunks folded\n", nc);
-  const int r[7] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
-                    fc + (nc < 100000), check_key_narrow(), check_int_pairs()};
-  const char *names[7] = {"register accumulator == vgct_acc_update (bitwise)",
+  long nw = 0;
+  const int r[8] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
+                    fc + (nc < 100000), check_key_narrow(), check_int_pairs(),
+                    check_win_t32(&nw) + (nw < 1000000)};
+  const char *names[8] = {"register accumulator == vgct_acc_update (bitwise)",
                           "periodic flushes: maxima/counters exact, sums 1e-13",
                           "FastDiv == '/'",
                           "narrow-dtype chunk fast path: maxima/counters exact, sums 1e-13",
                           "fast path counters at the mismatch boundary == vgct_acc_update",
                           "vg_key_narrow == vgct_absdiff_key",
-                          "vgct_int_pair == 128-bit integer arithmetic"};
-  for (int i = 0; i < 7; ++i) {
+                          "vgct_int_pair == 128-bit integer arithmetic",
+                          "fused window: max |d32| < t32(lo) => every key < lo"};
+  for (int i = 0; i < 8; ++i) {
     printf("%s: %s\n", names[i], r[i] ? "FAIL" : "ok");
     r[i] ? ++failed : ++passed;
   }
