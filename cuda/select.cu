@@ -1677,26 +1677,12 @@ static int sel_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vg
 
   /* distinct ranks, ascending */
   int64_t uniq[2 * 64];
-  int nu = 0;
   int64_t *ubuf = nranks <= 128 ? uniq : (int64_t *)malloc(sizeof(int64_t) * (size_t)nranks);
   if (!ubuf) {
     snprintf(err, errlen, "vgct_cuda_select: out of host memory");
     return VGCT_ENOMEM;
   }
-  for (int r = 0; r < nranks; ++r) {
-    int64_t v = ranks[r];
-    int i = nu;
-    bool dup = false;
-    for (int j = 0; j < nu; ++j)
-      if (ubuf[j] == v) dup = true;
-    if (dup) continue;
-    while (i > 0 && ubuf[i - 1] > v) {
-      ubuf[i] = ubuf[i - 1];
-      --i;
-    }
-    ubuf[i] = v;
-    ++nu;
-  }
+  const int nu = vg_distinct_ascending(ranks, nranks, ubuf);
 
   KArgs A;
   sel_kargs(ws, it, &A);
@@ -1904,25 +1890,12 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
     if ((rc = vg_prepare(a, e, -1, &it, err, errlen)) != VGCT_OK) return rc;
     KArgs B;
     sel_kargs(ws, it, &B);
-    int64_t ub[2 * VGCT_MAX_QUANTILES];
-    int nu = 0;
-    for (int i = 0; i < nq; ++i) { /* the ranks at n_finite = m, distinct and ascending */
-      int64_t r[2];
+    int64_t rk[2 * VGCT_MAX_QUANTILES], ub[2 * VGCT_MAX_QUANTILES];
+    for (int i = 0; i < nq; ++i) { /* the ranks at n_finite = m */
       double gm;
-      vgct_quantile_ranks(m, qs[i], &r[0], &r[1], &gm);
-      for (int k = 0; k < 2; ++k) {
-        int j = nu;
-        bool dup = false;
-        for (int t = 0; t < nu; ++t) dup |= ub[t] == r[k];
-        if (dup) continue;
-        while (j > 0 && ub[j - 1] > r[k]) {
-          ub[j] = ub[j - 1];
-          --j;
-        }
-        ub[j] = r[k];
-        ++nu;
-      }
+      vgct_quantile_ranks(m, qs[i], &rk[2 * i], &rk[2 * i + 1], &gm);
     }
+    const int nu = vg_distinct_ascending(rk, 2 * nq, ub);
     win_plan(ws, B, m, ub, nu, &run);
     if (run.W.nw == 1) {
       if ((rc = win_start(cx, B, &run, true)) != VGCT_OK) return rc;

@@ -717,6 +717,27 @@ __host__ __device__ __forceinline__ float vg_win_t32_of(unsigned long long lo) {
 #endif
 }
 
+/* The distinct values of v[0..n), ascending, into out (room for n); returns
+ * how many.  Insertion into the sorted prefix: n is at most a few hundred
+ * ranks (select.cu: a call's wanted ranks). */
+static inline int vg_distinct_ascending(const int64_t *v, int n, int64_t *out) {
+  int nu = 0;
+  for (int r = 0; r < n; ++r) {
+    const int64_t x = v[r];
+    bool dup = false;
+    for (int j = 0; j < nu; ++j) dup |= out[j] == x;
+    if (dup) continue;
+    int i = nu;
+    while (i > 0 && out[i - 1] > x) {
+      out[i] = out[i - 1];
+      --i;
+    }
+    out[i] = x;
+    ++nu;
+  }
+  return nu;
+}
+
 /* The fused window handed to the reduction (vg_reduce_run): window 0 of w,
  * whose bounds a kernel of the window plan wrote on the device before the
  * reduce (k_win_prep); its region cand[0 .. cap); part: where the reduce's

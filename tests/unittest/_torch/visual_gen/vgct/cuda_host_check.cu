@@ -24,12 +24,14 @@
  *     vgct_absdiff_key on every pair of special and random values;
  *  5. the exact integer pairs (vgct_int_pair) against 128-bit arithmetic;
  *  6. the fused key window's chunk test (vg_win_t32_of): no pair whose key
- *     is at or above lo passes it, and a bound 2^-20 too high is caught.
+ *     is at or above lo passes it, and a bound 2^-20 too high is caught;
+ *  7. the selection's distinct ascending ranks (vg_distinct_ascending).
  * Prints "N passed, M failed" last; exit status 1 on any failure.
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <algorithm>
 #include <random>
 #include <vector>
 #include "vgct_cuda_internal.cuh"
@@ -491,24 +493,45 @@ static int check_win_t32(long *n_pairs) {
   return bad != 0;
 }
 
+/* vg_distinct_ascending (the selection's wanted ranks) against std::sort + std::unique, on lists
+ * of 0..300 ranks drawn from small and int64-edge ranges (many duplicates, or none). */
+static int check_distinct(void) {
+  int bad = 0;
+  for (int t = 0; t < 20000; ++t) {
+    const int n = (int)(R() % 301);
+    const uint64_t span = (R() & 1) ? 8 : (R() & 1) ? 1000 : ~0ull;
+    std::vector<int64_t> v(n), out(n + 1, -7);
+    for (int i = 0; i < n; ++i) v[i] = (int64_t)(span == ~0ull ? R() : R() % span) - (int64_t)(span == 8);
+    std::vector<int64_t> want(v);
+    std::sort(want.begin(), want.end());
+    want.erase(std::unique(want.begin(), want.end()), want.end());
+    const int nu = vg_distinct_ascending(v.data(), n, out.data());
+    if (nu != (int)want.size() || !std::equal(want.begin(), want.end(), out.begin()) || out[n] != -7) {
+      if (++bad <= 3) printf("  distinct: n %d, %d values (want %zu)\n", n, nu, want.size());
+    }
+  }
+  return bad != 0;
+}
+
 int main() {
   int passed = 0, failed = 0;
   long nc = 0;
   const int fc = check_fast_counts<8>(&nc) + check_fast_counts<4>(&nc);
   printf("fast path counters at the tolerance boundary: %ld chunks folded\n", nc);
   long nw = 0;
-  const int r[8] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
+  const int r[9] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
                     fc + (nc < 100000), check_key_narrow(), check_int_pairs(),
-                    check_win_t32(&nw) + (nw < 1000000)};
-  const char *names[8] = {"register accumulator == vgct_acc_update (bitwise)",
+                    check_win_t32(&nw) + (nw < 1000000), check_distinct()};
+  const char *names[9] = {"register accumulator == vgct_acc_update (bitwise)",
                           "periodic flushes: maxima/counters exact, sums 1e-13",
                           "FastDiv == '/'",
                           "narrow-dtype chunk fast path: maxima/counters exact, sums 1e-13",
                           "fast path counters at the mismatch boundary == vgct_acc_update",
                           "vg_key_narrow == vgct_absdiff_key",
                           "vgct_int_pair == 128-bit integer arithmetic",
-                          "fused window: max |d32| < t32(lo) => every key < lo"};
-  for (int i = 0; i < 8; ++i) {
+                          "fused window: max |d32| < t32(lo) => every key < lo",
+                          "vg_distinct_ascending == std::sort + std::unique"};
+  for (int i = 0; i < 9; ++i) {
     printf("%s: %s\n", names[i], r[i] ? "FAIL" : "ok");
     r[i] ? ++failed : ++passed;
   }

@@ -4,8 +4,9 @@ cuda_host_check.cu compiles cuda/vgct_cuda_internal.cuh's __host__ __device__ co
 checks the register accumulator of the reduce kernels and their narrow-dtype chunk fast path
 against vgct_acc_update (bit for bit / maxima and counters exact), the exact 64-bit division by
 constants against '/', the selection key of binary32 pairs against vgct_absdiff_key, and the exact
-integer pairs (vgct_int_pair) against 128-bit integer arithmetic, and the fused key window's chunk
-test (vg_win_t32_of: no pair with its key at or above lo passes; a bound 2^-20 too high is caught).
+integer pairs (vgct_int_pair) against 128-bit integer arithmetic, the fused key window's chunk
+test (vg_win_t32_of: no pair with its key at or above lo passes; a bound 2^-20 too high is
+caught), and the selection's distinct ascending ranks (vg_distinct_ascending).
 Skips when nvcc is not found.
 """
 
@@ -38,4 +39,4 @@ def test_cuda_helpers_on_the_host(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"nvcc failed:\n{r.stdout}\n{r.stderr}"
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and r.stdout.rstrip().endswith("8 passed, 0 failed"), r.stdout + r.stderr
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("9 passed, 0 failed"), r.stdout + r.stderr
