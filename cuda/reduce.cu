@@ -15,7 +15,10 @@
  * vgct_acc_merge (two-level sums).  The block folds its threads' vgct_acc
  * with a fixed binary tree in shared memory, each block writes one partial,
  * and the last block to finish (integer counter, vg_last_block) folds the
- * partials in block order and writes the result record.  No floating-point
+ * partials in block order and writes the result record (a whole-tensor
+ * launch: straight into the mapped pinned host buffer, so the host reads it
+ * after the stream's synchronisation with no copy launched; with slices: the
+ * workspace, copied back).  No floating-point
  * atomics and a fixed element->thread->block assignment: bitwise repeatable.
  * Per-slice accumulators come from vgct_slice_from_acc (vgct_stats.h): a
  * block (row mode) or a thread (column mode) only ever sees one slice, and
@@ -1131,6 +1134,16 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_fuse = 0;
 __attribute__((visibility("default"))) long long vgct_cuda_test_fuse_last = 0;
 }
 
+/* Test/bench hook (not an API; ctypes, like the others): vgct_cuda_test_mapped
+ * = 1 makes a whole-tensor reduction write its result record to the device
+ * workspace and copy it back (cudaMemcpyAsync), as with slices or without a
+ * mapped pinned buffer; 0 (default): the last block writes it straight into
+ * the mapped pinned buffer (DevWS.d_pin), which the host reads after the
+ * stream's synchronisation -- one operation and its wait fewer a call. */
+extern "C" {
+__attribute__((visibility("default"))) long long vgct_cuda_test_mapped = 0;
+}
+
 /* workspace layout (bytes from d_ws) */
 #define WS_COUNTER 0
 #define WS_GATE 16 /* 3 words: the grid's shared gate thresholds */
@@ -1216,7 +1229,10 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
   A.atol = p->atol;
   A.counter = (unsigned *)(ws->d_ws + WS_COUNTER);
   unsigned *gate = (unsigned *)(ws->d_ws + WS_GATE);
-  A.res = (vgct_acc *)(ws->d_ws + WS_RES);
+  /* the result record: into the mapped pinned buffer for one launch without
+     slices (nothing on the device reads it), else the workspace + a copy */
+  const bool mapped = it.S == 1 && ws->d_pin != NULL && vgct_cuda_test_mapped == 0;
+  A.res = mapped ? (vgct_acc *)ws->d_pin : (vgct_acc *)(ws->d_ws + WS_RES);
   A.sres = (vgct_slice_acc *)(ws->d_ws + WS_SRES);
   A.part = (vgct_acc *)(ws->d_ws + WS_PART);
   const int CH = vg_chunk_elems(it.da, it.de);
@@ -1320,11 +1336,13 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
     const size_t bytes = S > 1 ? (WS_SRES - WS_RES) + (size_t)Sc * sizeof(vgct_slice_acc) : sizeof(vgct_acc);
     if (wf && fused) wf->used = 1;
     cx.mark("launch");
-    if (!cx.check(cudaMemcpyAsync(ws->h_pin, ws->d_ws + WS_RES, bytes, cudaMemcpyDeviceToHost,
-                                  cx.stream),
-                  "cudaMemcpyAsync (result record to host)"))
-      return cx.rc;
-    cx.mark("memcpy");
+    if (!mapped) {
+      if (!cx.check(cudaMemcpyAsync(ws->h_pin, ws->d_ws + WS_RES, bytes, cudaMemcpyDeviceToHost,
+                                    cx.stream),
+                    "cudaMemcpyAsync (result record to host)"))
+        return cx.rc;
+      cx.mark("memcpy");
+    }
     if (!cx.check(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (after reduce)"))
       return cx.rc;
     cx.mark("sync");

@@ -281,13 +281,22 @@ CallCtx::CallCtx(const char *fn_, int device, uintptr_t s, char *err_, size_t er
       ws->d_ws = NULL;
       return;
     }
-    if (!check(cudaHostAlloc(&p, VG_PIN_BYTES, cudaHostAllocPortable),
+    /* mapped too: the reduction's last block writes the result record
+       straight into it (reduce.cu), no copy to launch and wait for */
+    if (!check(cudaHostAlloc(&p, VG_PIN_BYTES, cudaHostAllocPortable | cudaHostAllocMapped),
                "cudaHostAlloc(pinned result buffer)")) {
       cudaFree(ws->d_ws);
       ws->d_ws = NULL;
       return;
     }
     ws->h_pin = (char *)p;
+    void *dp = NULL;
+    if (cudaHostGetDevicePointer(&dp, p, 0) == cudaSuccess) {
+      ws->d_pin = (char *)dp;
+    } else { /* no mapping on this device: the record is copied back instead */
+      ws->d_pin = NULL;
+      (void)cudaGetLastError();
+    }
     ws->ready = 1;
   }
   mark("device+lock");

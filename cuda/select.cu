@@ -95,7 +95,19 @@
  *   k_sel_window       the window pass: 3 compares per key and window in
  *                      registers instead of a histogram (no contention from
  *                      ties; more instructions per key as windows are added,
- *                      so NW = 1 has its own instantiation).
+ *                      so NW = 1 has its own instantiation) -- only for the
+ *                      chunks not counted whole: every key below every
+ *                      window's lo, or every key 0 (float16/bfloat16/float32:
+ *                      tested on the float32 differences, vg_win_t32_of's
+ *                      bound, before any key is made); the others' pairs
+ *                      keyed and counted split over the warp, 32 a round
+ *                      (staged as float32 pairs; other dtypes as keys), or
+ *                      -- when at least WIN_DIRECT lanes have such a chunk
+ *                      -- each lane its own.  Trade-off: ~3 float32
+ *                      instructions a pair more where every chunk is looked
+ *                      at (constant offset: the call +4%); on bf16 rounding
+ *                      noise the kernel 16-28% faster, the p99 call 14%
+ *                      (docs/performance.md, 2026-12-01 19:31 section).
  *   k_win_prep, k_win_count  the fused window's bounds and the sample's verdict
  *                      (c' above; one block, then a small grid over the sample).
  *   Each histogram kernel's last block (integer counter) scans the histogram
@@ -869,8 +881,10 @@ __global__ void __launch_bounds__(WT) k_sel_sample(const __grid_constant__ SArgs
  * cand[off[g] .. off[g] + cap[g]) (staged per warp in shared memory by a
  * ballot, flushed 33..64 keys at a time with one integer atomic; a position
  * past cap is not written: pos > cap marks the overflow); nfin += finite.
- * Counters: 32-bit per thread (the host bounds the keys of one thread below
- * 2^32), 64-bit warp and block sums, one atomicAdd per block and counter.
+ * Counters: 32-bit per thread (a lane counts at most 2 CH keys per chunk it
+ * reads -- its own chunk whole, or one key a round of the warp's looked-at
+ * pairs, at most CH rounds -- and the host bounds that below 2^32), 64-bit
+ * warp and block sums, one atomicAdd per block and counter.
  * NW: 1 (the common single window: fewer registers) or WIN_MAXW (unused
  * windows get WIN_SENT bounds). */
 struct WArgs {
@@ -901,6 +915,10 @@ __device__ __forceinline__ void win_bounds(const WArgs &A, int g, unsigned long 
  * atomicAdd a flush (the same-address atomics of one append per key would
  * serialize in L2: a p99 window stores ~n/500 keys). */
 #define WSTAGE 64 /* staged keys per warp and window (a flush at > 32) */
+#define WIN_DIRECT 28 /* k_sel_window: lanes looking at their chunk from which each
+                         lane keys its own chunk instead of staging (staged, a constant
+                         offset, where every lane looks, took 836 us against 647 us at
+                         2^28 fp32, docs/performance.md) */
 __device__ __forceinline__ void win_flush(const WArgs &A, int g, const unsigned long long *stage,
                                           unsigned cnt, int lane) {
   __syncwarp(); /* the warp's staged keys visible to every lane */
@@ -914,11 +932,19 @@ __device__ __forceinline__ void win_flush(const WArgs &A, int g, const unsigned 
   __syncwarp(); /* read before the stage is reused */
 }
 
+/* A float32 pair in one 64-bit word (k_sel_window's buffer): a low, e high. */
+__device__ __forceinline__ unsigned long long vg_pack_f32x2(float a, float e) {
+  return (unsigned long long)__float_as_uint(a) | ((unsigned long long)__float_as_uint(e) << 32);
+}
+
 template <int DA, int DE, int NW>
 __global__ void __launch_bounds__(WT, WIN_BPM(NW)) k_sel_window(const __grid_constant__ WArgs A) {
   typedef vg_chunk<DA, DE> G;
   const IterSpec &it = A.it;
   __shared__ unsigned long long s_stage[WT / 32][NW][WSTAGE];
+  /* the chunks looked at: float32 pairs (NARROW) or keys, 8 bytes a pair */
+  __shared__ unsigned long long s_buf[WT / 32][32 * G::CH];
+  constexpr bool NARROW = vg_fast<DA, DE>::ok;
   const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
   const unsigned below = (1u << lane) - 1u;
   unsigned long long lo[NW], hi[NW], hq[NW];
@@ -928,6 +954,10 @@ __global__ void __launch_bounds__(WT, WIN_BPM(NW)) k_sel_window(const __grid_con
     win_bounds(A, g, lo[g], hi[g], hq[g]);
     lt[g] = el[g] = eh[g] = wc[g] = 0;
   }
+  unsigned long long lomin = WIN_SENT; /* the lowest window's lo */
+#pragma unroll
+  for (int g = 0; g < NW; ++g) lomin = lo[g] < lomin ? lo[g] : lomin;
+  const float t32 = vg_win_t32_of(lomin); /* vg_chunk_test32's bound */
   if (blockIdx.x == 0 && threadIdx.x == 0)
     for (int g = 0; g < NW; ++g) {
       A.w->lo[g] = lo[g];
@@ -939,6 +969,27 @@ __global__ void __launch_bounds__(WT, WIN_BPM(NW)) k_sel_window(const __grid_con
   const bool unit = G::TYPED && sai == 1 && sei == 1;
   constexpr int RU = G::NVA + G::NVE > 2 ? 1 : 2; /* as k_sel_data */
   const int64_t stride = (int64_t)gridDim.x * WT;
+  /* one key per lane, every lane (ballots): the counts, and window g's keys
+     strictly inside staged per warp (KEY_NONE: above every bound, counts nothing) */
+  auto count_key = [&](unsigned long long key) {
+    nfin += (unsigned)(key >> 63) ^ 1u;
+#pragma unroll
+    for (int g = 0; g < NW; ++g) {
+      lt[g] += key < lo[g];
+      el[g] += key == lo[g];
+      eh[g] += key == hq[g];
+      const bool in = key > lo[g] && key < hi[g];
+      const unsigned b = __ballot_sync(0xffffffffu, in);
+      if (b) { /* warp-uniform */
+        if (in) s_stage[wp][g][wc[g] + __popc(b & below)] = key;
+        wc[g] += __popc(b);
+        if (wc[g] > WSTAGE - 32) { /* room for the next 32 */
+          win_flush(A, g, s_stage[wp][g], wc[g], lane);
+          wc[g] = 0;
+        }
+      }
+    }
+  };
   /* warp-uniform trips (the ballots below need every lane): a lane past the
      end reads nothing and its keys are KEY_NONE, which no counter counts */
   for (int64_t c0 = (int64_t)blockIdx.x * WT + threadIdx.x;
@@ -956,33 +1007,88 @@ __global__ void __launch_bounds__(WT, WIN_BPM(NW)) k_sel_window(const __grid_con
     }
 #pragma unroll
     for (int u = 0; u < RU; ++u) {
-      unsigned long long keys[G::CH];
-      if (r[u].cnt > 0) {
-        vg_chunk_keys_of<DA, DE>(it, r[u], sai, sei, isa, ise, keys); /* KEY_NONE past cnt */
+      /* the chunk test: every key finite and below every window (most chunks
+         of a high quantile's window), or every key 0 -- counted whole; the
+         other chunks go to the warp's buffer and their keys are counted 32 at
+         a time, split over the warp (a per-lane loop over them would cost the
+         warp the whole loop whenever one lane had such a chunk).  Narrow
+         dtypes test the float32 differences (below t32 = vg_win_t32_of(lo):
+         every key below lo, the proof there; exactly 0: every key 0) and
+         stage the looked-at chunks as float32 pairs, so a key (two float64
+         conversions and a subtraction) is made once per lane and round, for
+         the looked-at pairs only; other dtypes make every key first. */
+      const bool empty = r[u].cnt == 0; /* past the end: nothing to count */
+      bool below_all, zero;
+      [[maybe_unused]] unsigned long long keys[G::CH];
+      [[maybe_unused]] float fa[G::CH], fe[G::CH];
+      if constexpr (NARROW) {
+        vg_chunk_f32<DA, DE>(r[u], sai, sei, isa, ise, fa, fe);
+        bool b = true, z = true;
+#pragma unroll
+        for (int q = 0; q < G::CH; ++q) {
+          const float d = fa[q] - fe[q]; /* NaN for a non-finite pair or past cnt */
+          b &= fabsf(d) < t32;
+          z &= d == 0.0f;
+        }
+        below_all = b;
+        zero = z;
       } else {
+        if (!empty) {
+          vg_chunk_keys_of<DA, DE>(it, r[u], sai, sei, isa, ise, keys); /* KEY_NONE past cnt */
+        } else {
 #pragma unroll
-        for (int q = 0; q < G::CH; ++q) keys[q] = KEY_NONE;
+          for (int q = 0; q < G::CH; ++q) keys[q] = KEY_NONE;
+        }
+        unsigned long long kmax = 0;
+#pragma unroll
+        for (int q = 0; q < G::CH; ++q) kmax = keys[q] > kmax ? keys[q] : kmax;
+        below_all = kmax < lomin;
+        zero = kmax == 0;
       }
-#pragma unroll
-      for (int q = 0; q < G::CH; ++q) {
-        const unsigned long long key = keys[q]; /* KEY_NONE: above every bound */
-        nfin += (unsigned)(key >> 63) ^ 1u;
+      const bool whole = !empty && (below_all || zero), look = !empty && !whole;
+      if (whole) {
+        nfin += G::CH;
 #pragma unroll
         for (int g = 0; g < NW; ++g) {
-          lt[g] += key < lo[g];
-          el[g] += key == lo[g];
-          eh[g] += key == hq[g];
-          const bool in = key > lo[g] && key < hi[g];
-          const unsigned b = __ballot_sync(0xffffffffu, in);
-          if (b) { /* warp-uniform */
-            if (in) s_stage[wp][g][wc[g] + __popc(b & below)] = key;
-            wc[g] += __popc(b);
-            if (wc[g] > WSTAGE - 32) { /* room for the next 32 */
-              win_flush(A, g, s_stage[wp][g], wc[g], lane);
-              wc[g] = 0;
-            }
+          if (!below_all && lo[g] == 0) el[g] += G::CH; /* keys 0 == lo */
+          else lt[g] += G::CH;
+        }
+      }
+      const unsigned need = __ballot_sync(0xffffffffu, look);
+      if (__popc(need) >= WIN_DIRECT) { /* warp-uniform: nearly every lane looks */
+        /* each lane its own chunk, pair by pair: CH rounds, no staging (ties
+           at lo or a constant offset put a key >= lo in nearly every chunk) */
+#pragma unroll
+        for (int q = 0; q < G::CH; ++q) {
+          unsigned long long key = KEY_NONE;
+          if (look) {
+            if constexpr (NARROW) key = vg_key_narrow(fa[q], fe[q]);
+            else key = keys[q];
+          }
+          count_key(key);
+        }
+      } else if (need) { /* warp-uniform */
+        if (look) {
+          const int slot = __popc(need & below);
+#pragma unroll
+          for (int q = 0; q < G::CH; ++q) {
+            if constexpr (NARROW) s_buf[wp][slot * G::CH + q] = vg_pack_f32x2(fa[q], fe[q]);
+            else s_buf[wp][slot * G::CH + q] = keys[q];
           }
         }
+        __syncwarp();
+        const int nk = __popc(need) * G::CH;
+        for (int k0 = 0; k0 < nk; k0 += 32) {
+          unsigned long long key = KEY_NONE; /* above every bound */
+          if (k0 + lane < nk) {
+            const unsigned long long w = s_buf[wp][k0 + lane];
+            if constexpr (NARROW) key = vg_key_narrow(__uint_as_float((unsigned)w),
+                                                      __uint_as_float((unsigned)(w >> 32)));
+            else key = w;
+          }
+          count_key(key);
+        }
+        __syncwarp(); /* the buffer read before the next chunk's are written */
       }
     }
   }
@@ -1344,13 +1450,13 @@ static void win_plan(DevWS *ws, const KArgs &B, int64_t nf, const int64_t *ub, i
     }
   }
   /* the window pass's grid: every SM, several blocks each; a thread's 32-bit
-     counters must not wrap (keys per thread < 2^32) */
+     counters must not wrap (at most 2 CH keys per chunk it reads, < 2^32) */
   const int bpm = WIN_BPM(W.nw);
   int64_t gw = cdiv(B.nchunk, (int64_t)WT * 2);
   if (gw > (int64_t)ws->sms * bpm) gw = (int64_t)ws->sms * bpm;
   if (gw < 1) gw = 1;
   run->gw = gw;
-  if (cdiv(B.nchunk, gw * WT) * CH >= (INT64_C(1) << 32)) W.nw = 0;
+  if (cdiv(B.nchunk, gw * WT) * 2 * CH >= (INT64_C(1) << 32)) W.nw = 0;
 }
 
 /* Window 0's bounds from the sample's order statistics into the WinState

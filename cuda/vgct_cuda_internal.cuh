@@ -102,6 +102,7 @@ struct DevWS {
   size_t smem_optin;  /* max dynamic shared memory per block                */
   char *d_ws;         /* VG_WS_BYTES of device memory                       */
   char *h_pin;        /* VG_PIN_BYTES of pinned host memory                 */
+  char *d_pin;        /* h_pin's device address (mapped), or NULL: see reduce.cu */
 };
 
 /* Scope guard for one entry-point call: switches to the view's device,
@@ -828,6 +829,33 @@ __device__ __forceinline__ void vg_chunk_keys(const IterSpec &it, const char *qa
   vg_raw_chunk<DA, DE> r;
   vg_chunk_fetch<DA, DE>(r, qa, qe, unit, cnt);
   vg_chunk_keys_of<DA, DE>(it, r, sai, sei, isa, ise, keys);
+}
+
+/* A chunk of float16/bfloat16/float32 pairs as binary32 values (exact: each
+ * value is one), for the window pass's chunk test and its warp-split keys
+ * (select.cu k_sel_window): fa[q], fe[q] for q < r.cnt, NaN past it (a NaN
+ * pair fails every test and keys to VG_KEY_NONE, vg_key_narrow). */
+template <int DA, int DE>
+__device__ __forceinline__ void vg_chunk_f32(const vg_raw_chunk<DA, DE> &r, int64_t sai,
+                                             int64_t sei, int64_t isa, int64_t ise,
+                                             float (&fa)[vg_chunk<DA, DE>::CH],
+                                             float (&fe)[vg_chunk<DA, DE>::CH]) {
+  typedef vg_chunk<DA, DE> G;
+  static_assert(vg_fast<DA, DE>::ok, "binary32 values: float16/bfloat16/float32 pairs only");
+  if (r.v) { /* the 16-byte vectors, offsets known at compile time */
+    const char *ba = reinterpret_cast<const char *>(r.va), *be = reinterpret_cast<const char *>(r.ve);
+#pragma unroll
+    for (int q = 0; q < G::CH; ++q) {
+      fa[q] = vgct_load_f32(ba + q * G::ISA, DA);
+      fe[q] = vgct_load_f32(be + q * G::ISE, DE);
+    }
+  } else {
+#pragma unroll
+    for (int q = 0; q < G::CH; ++q) {
+      fa[q] = q < r.cnt ? vgct_load_f32(r.qa + q * sai * isa, DA) : __int_as_float(0x7fc00000);
+      fe[q] = q < r.cnt ? vgct_load_f32(r.qe + q * sei * ise, DE) : 0.0f;
+    }
+  }
 }
 
 /* Shuffle a POD struct word by word (unused: a whole-record warp tree was

@@ -7,7 +7,9 @@ Covers: k_reduce_bulk (aligned contiguous typed pairs: the shared-memory ring), 
 (misaligned scalar path, generic dtypes), k_reduce_gen
 (transposed, stride 0, per-slice row mode), k_reduce_col (per-slice column mode),
 k_reduce_lean (small inputs: every call below runs twice, once with the lean kernel and once
-with the fast-path kernels, switched through the reduce's test hook vgct_cuda_test_lean_max),
+with the fast-path kernels, switched through the reduce's test hook vgct_cuda_test_lean_max; and
+once more with the result record copied back from the device instead of written into the mapped
+pinned buffer, vgct_cuda_test_mapped),
 k_sel_data + k_sel_fin (in-place keys for small n, the one-block finish: ties and the sort),
 k_sel_buf (the levels: a bucket too big for the finish, and every call once more with the finish
 off through its hook vgct_cuda_test_fin; level-0 histogram + compaction above the candidate
@@ -54,6 +56,7 @@ def main():
     calls.append(("generic dtypes", a3.to(torch.float8_e4m3fn), e3.to(torch.int32), 2))
     big_a, big_e = pair((1_700_000,), torch.float16)  # above the select buffer (1.5M keys)
     calls.append(("select windows", big_a, big_e, None))
+    calls.append(("select windows float64 (keys made first)", big_a.double(), big_e.double(), None))
     two = torch.full((40_001,), 1.5, dtype=torch.float64, device=dev)
     two[1::2] += 2.0 ** -20  # |d| 0.5 or 0.5 + 2^-20: one bucket of 40001 keys, two values:
     calls.append(("select big two-valued bucket", two, torch.ones_like(two), None))  # the levels
@@ -62,9 +65,13 @@ def main():
     sel = (ctypes.c_longlong * 4).in_dll(lib, "vgct_cuda_test_sel")
     fin = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fin")
     fuse = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fuse")
+    mapped = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_mapped")
     try:
-        for mode, lean_max, fin_off in (("lean", 1 << 62, 0), ("fast", 0, 0), ("levels", 0, 1)):
-            lean.value, fin.value = lean_max, fin_off
+        # "copied": the result record through the device workspace and a copy back instead of
+        # the mapped pinned buffer (cuda/reduce.cu vgct_cuda_test_mapped)
+        for mode, lean_max, fin_off, copied in (("lean", 1 << 62, 0, 0), ("fast", 0, 0, 0),
+                                                ("levels", 0, 1, 0), ("copied", 0, 0, 1)):
+            lean.value, fin.value, mapped.value = lean_max, fin_off, copied
             for name, x, y, dim in calls:
                 s = vgct_ext.compare(x, y, quantiles=(0.5, 0.99), dim=dim)
                 print(f"[{mode}] {name}: n={s.n} rel_l2={s.rel_l2:.3e} p99={s.quantiles[0.99]:.3e}",
@@ -90,7 +97,7 @@ def main():
         s = vgct_ext.compare(big_a, big_e, quantiles=(0.5, 0.99))
         print(f"select compaction: n={s.n} p99={s.quantiles[0.99]:.3e}", flush=True)
     finally:
-        lean.value, sel[0], sel[1], fin.value, fuse.value = -1, 0, 0, 0, 0
+        lean.value, sel[0], sel[1], fin.value, fuse.value, mapped.value = -1, 0, 0, 0, 0, 0
     for name, x, _, _ in calls:
         print(f"fingerprint {name}: {vgct_ext.fingerprint(x):016x}", flush=True)
     torch.cuda.synchronize()

@@ -421,6 +421,92 @@ def test_bitwise_repeatable():
         assert d == ref
 
 
+@pytest.fixture
+def mapped_hook():
+    """The result record's destination hook (cuda/reduce.cu vgct_cuda_test_mapped): 1 = the
+    device workspace and a copy back, 0 (default) = the mapped pinned buffer; reset after."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    h = ctypes.c_longlong.in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_mapped")
+    yield h
+    h.value = 0
+
+
+MAPPED_CASES = [  # (dtype a, dtype e, shape, lean hook, layout): the kernel that writes the record
+    ("bfloat16", None, (1000,), 1 << 62, "contiguous"),  # k_reduce_lean, one block
+    ("float16", "float32", (257, 129), 1 << 62, "contiguous"),  # k_reduce_lean, several blocks
+    ("bfloat16", None, (1 << 22,), 0, "contiguous"),  # k_reduce_bulk (the ring)
+    ("bfloat16", None, (70001,), 0, "misaligned"),  # k_reduce_flat (x[1:]: no ring)
+    ("float32", None, (300, 257), 0, "transposed"),  # k_reduce_gen
+    ("float64", None, (4099,), 0, "contiguous"),  # the scaled kernel
+    ("int32", "int64", (5000,), 0, "contiguous"),  # the generic-dtype kernel
+]
+
+
+@pytest.mark.parametrize("dt_a,dt_e,shape,lean,layout", MAPPED_CASES)
+def test_result_record_mapped_equals_copied(dt_a, dt_e, shape, lean, layout, mapped_hook, lean_max):
+    """The reduction's result record written straight into the mapped pinned buffer equals the one
+    the device workspace + cudaMemcpyAsync delivers, bit for bit, on every reduce kernel; each call
+    == the CPU engine == the float64 oracle (check3).  Two inputs P and Q with different records
+    alternate so that every call follows a call on the OTHER input in the other mode: a record left
+    unwritten (the buffer still holding the previous call's) fails check3 and the equalities.  No
+    quantiles: nothing else writes the pinned buffer between the reduction and its read."""
+    a, e = pair(shape, getattr(torch, dt_a), getattr(torch, dt_e) if dt_e else None, seed=41)
+    if a.dtype.is_floating_point:
+        fa = a.view(-1)
+        fa[7] = float("nan")
+        fa[-2] = fa[-2] + 8
+    b = e.to(a.dtype) + (1 if a.dtype.is_floating_point else 0)  # Q: another record
+    if not a.dtype.is_floating_point:
+        b[::7] += 3
+    if layout == "misaligned":
+        a, b, e = a[1:], b[1:], e[1:]
+    elif layout == "transposed":
+        a, b, e = a.t(), b.t(), e.t()
+    lean_max.value = lean
+    seen = {"P": set(), "Q": set()}
+    for mode, which in ((0, "P"), (1, "Q"), (1, "P"), (0, "Q"), (0, "P"), (1, "Q"), (0, "Q")):
+        mapped_hook.value = mode
+        g = check3(a if which == "P" else b, e, quantiles=())
+        seen[which].add(repr(g.as_dict()))
+    assert len(seen["P"]) == 1 and len(seen["Q"]) == 1, seen
+    assert seen["P"] != seen["Q"]
+
+
+_MAPPED_TRACE_CHILD = r"""
+import ctypes, sys
+import torch, vgct_ext
+hook = ctypes.c_longlong.in_dll(ctypes.CDLL(vgct_ext._C.__file__), "vgct_cuda_test_mapped")
+a = torch.randn(4096, device="cuda")
+for mode in (0, 1, 0):
+    hook.value = mode
+    vgct_ext.compare(a, a + 1e-3, quantiles=())
+    torch.cuda.synchronize()
+    print(f"=== mode {mode}", file=sys.stderr, flush=True)
+"""
+
+
+def test_result_record_mapped_path_is_the_default():
+    """The copy-free path is the one that runs by default: with VGCT_CUDA_TRACE=1 (read once per
+    process, hence a child) each entry point prints its host steps; the reduction's "memcpy" step
+    appears only when the hook forces the copy back."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _MAPPED_TRACE_CHILD], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "VGCT_CUDA_TRACE": "1"})
+    assert r.returncode == 0, r.stderr
+    parts = re.split(r"=== mode \d\n", r.stderr)[:3]
+    traces = [[ln for ln in part.splitlines() if " trace (us):" in ln] for part in parts]
+    assert all(traces), r.stderr
+    copied = [any(re.search(r" memcpy \d", ln) for ln in t) for t in traces]
+    assert copied == [False, True, False], r.stderr
+
+
 def test_producer_on_side_stream():
     """The input is written on a side stream right before compare: compare runs on torch's
     current stream (the shim passes it to __dlpack__), so it sees the new values."""
@@ -689,10 +775,12 @@ def test_window_plan_every_distribution(kind, sel_hooks):
         assert last["at_pivots"] >= 1, last
 
 
-@pytest.mark.parametrize("layout", ["transposed", "strided", "mixed_bf16_fp32", "full_sample"])
+@pytest.mark.parametrize("layout", ["transposed", "strided", "mixed_bf16_fp32", "full_sample",
+                                    "float64", "float64_strided"])
 def test_window_plan_layouts_and_dtypes(layout, sel_hooks):
-    """Non-contiguous inputs (element loads, the generic chunk walk), bf16 against fp32, and an
-    input smaller than the sample (every chunk sampled) through the window plan."""
+    """Non-contiguous inputs (element loads, the generic chunk walk, partial chunks), bf16 against
+    fp32, an input smaller than the sample (every chunk sampled), and float64 pairs (the window
+    pass makes every key first: no float32 chunk test) through the window plan."""
     a, e = _window_case("noise_fp32", 1 << 17, seed=1)
     if layout == "transposed":  # a's memory order differs from e's: no unit inner stride for both
         a, e = a.view(-1, 512).t(), e.view(512, -1)
@@ -700,6 +788,10 @@ def test_window_plan_layouts_and_dtypes(layout, sel_hooks):
         a, e = a.view(256, -1)[:, ::3], e.view(256, -1)[:, 1::3]
     elif layout == "mixed_bf16_fp32":
         a = a.to(torch.bfloat16)
+    elif layout == "float64":
+        a, e = a.double(), e.double()
+    elif layout == "float64_strided":
+        a, e = a.double().view(256, -1)[:, ::3], e.double().view(256, -1)[:, 1::3]
     else:
         a, e = a[:3001], e[:3001]
     sel_hooks.set(plan=1)
