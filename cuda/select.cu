@@ -957,7 +957,7 @@ __global__ void __launch_bounds__(WT, WIN_BPM(NW)) k_sel_window(const __grid_con
   unsigned long long lomin = WIN_SENT; /* the lowest window's lo */
 #pragma unroll
   for (int g = 0; g < NW; ++g) lomin = lo[g] < lomin ? lo[g] : lomin;
-  const float t32 = vg_win_t32_of(lomin); /* vg_chunk_test32's bound */
+  const float t32 = vg_win_t32_of(lomin); /* the narrow chunk test's bound (below) */
   if (blockIdx.x == 0 && threadIdx.x == 0)
     for (int g = 0; g < NW; ++g) {
       A.w->lo[g] = lo[g];
