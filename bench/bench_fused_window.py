@@ -7,7 +7,9 @@ of CUDA-event timings of three calls in one process:
 * ``compare(a, e, quantiles=None)`` -- the reduction alone;
 * ``compare(a, e, quantiles=(0.99,))`` as it runs by default ("auto": the window counted by the
   reduction, or -- when the sample shows many keys at or above the window, k_win_count -- by the
-  window plan's own pass after it; the column "path" says which: fused / pass);
+  window plan's own pass after it; the column "path" says which: fused / pass; "record" when the
+  reduction's record answered every rank -- csrc/vgct_stats.h vgct_rank_known: an identical pair --
+  and no window was counted at all);
 * the same with the window always counted by the reduction ("fused": hook value 3);
 * the same with the fusion off ("pass": hook value 1, the window plan reads the inputs again,
   k_sel_window) -- the hook is ``vgct_cuda_test_fuse`` of cuda/reduce.cu, reached through ctypes;
@@ -36,12 +38,13 @@ def main():
     lib = ctypes.CDLL(vgct_ext._C.__file__)
     off = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fuse")
     last = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fuse_last")
+    known = (ctypes.c_longlong * 2).in_dll(lib, "vgct_cuda_test_known_last")
     bw = copy_bandwidth(31)
     props = torch.cuda.get_device_properties(0)
     print(f"device: {props.name}; copy bandwidth {bw / 1e12:.2f} TB/s; 2^{args.log2n} pairs; "
           f"medians of {args.reps}")
     head = (f"{'data':42s} {'floor ms':>8s} {'no q ms':>8s} {'p99 auto':>9s} {'x floor':>7s} "
-            f"{'path':>5s} {'fused':>7s} {'x floor':>7s} {'pass':>7s} {'x floor':>7s}")
+            f"{'path':>6s} {'fused':>7s} {'x floor':>7s} {'pass':>7s} {'x floor':>7s}")
     print(head)
     bad = 0
     for name, a, e in p99_shapes(1 << args.log2n):
@@ -55,11 +58,13 @@ def main():
                 val[mode] = vgct_ext.compare(a, e, quantiles=(0.99,)).p99
                 if mode == 0:
                     path = {1: "fused", 2: "pass"}.get(last.value, "none")
+                    if known[1] == 0:  # no rank left to the selection: no window pass ran
+                        path = "record"
         finally:
             off.value = 0
         same = val[0] == val[3] == val[1]
         bad += not same
-        print(f"{name:42s} {floor:8.3f} {noq:8.3f} {ms[0]:9.3f} {ms[0] / floor:7.2f} {path:>5s} "
+        print(f"{name:42s} {floor:8.3f} {noq:8.3f} {ms[0]:9.3f} {ms[0] / floor:7.2f} {path:>6s} "
               f"{ms[3]:7.3f} {ms[3] / floor:7.2f} {ms[1]:7.3f} {ms[1] / floor:7.2f}"
               f"{'' if same else f'  p99 DIFFERS {val!r}'}", flush=True)
         torch.cuda.empty_cache()

@@ -29,6 +29,7 @@
 #include <Python.h>
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,34 @@ static int open_reduction(PyObject *actual, PyObject *expected, double rtol, dou
   return 0;
 }
 
+/* The CPU engine's order statistics of ranks[0..n) after the reduction acc:
+ * those the record decides (vgct_ranks_known: every rank below the count of
+ * zero differences, the largest) without a pass, the others by
+ * vgct_cpu_select.  vgct_cpu_test_known_last = [ranks answered by the record,
+ * ranks selected] of the last CPU compare with quantiles (a test hook read
+ * through ctypes; atomic: compare runs without the GIL, calls may overlap). */
+__attribute__((visibility("default"))) atomic_llong vgct_cpu_test_known_last[2];
+static int select_unknown(const vgct_view *a, const vgct_view *e, const vgct_params *p,
+                          const vgct_acc *acc, const int64_t *ranks, int n, double *vals,
+                          char *err, size_t errlen) {
+  unsigned char known[2 * VGCT_MAX_QUANTILES];
+  int64_t sub[2 * VGCT_MAX_QUANTILES];
+  double subv[2 * VGCT_MAX_QUANTILES];
+  const int left = vgct_ranks_known(acc, ranks, n, vals, known);
+  atomic_store_explicit(&vgct_cpu_test_known_last[0], n - left, memory_order_relaxed);
+  atomic_store_explicit(&vgct_cpu_test_known_last[1], left, memory_order_relaxed);
+  if (left == 0) return VGCT_OK;
+  int k = 0;
+  for (int j = 0; j < n; ++j)
+    if (!known[j]) sub[k++] = ranks[j];
+  const int rc = vgct_cpu_select(a, e, p, sub, left, subv, err, errlen);
+  if (rc != VGCT_OK) return rc;
+  k = 0;
+  for (int j = 0; j < n; ++j)
+    if (!known[j]) vals[j] = subv[k++];
+  return VGCT_OK;
+}
+
 /* compare() = reduce -> order statistics -> finalize (vgpy_result_dict); the
  * sharded path ([E]) runs the same three steps with a merge in between. */
 static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
@@ -135,6 +164,8 @@ static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
   char err[ERRLEN];
   err[0] = '\0';
   int rc = VGCT_OK, is_cuda = a->device_type == kDLCUDA;
+  atomic_store_explicit(&vgct_cpu_test_known_last[0], 0, memory_order_relaxed);
+  atomic_store_explicit(&vgct_cpu_test_known_last[1], 0, memory_order_relaxed);
   int64_t ranks[2 * VGCT_MAX_QUANTILES];
   double gammas[VGCT_MAX_QUANTILES], vals[2 * VGCT_MAX_QUANTILES];
   PyThreadState *ts;
@@ -156,7 +187,7 @@ static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
       p.expect_finite = acc.n_finite; /* a different count: the inputs changed */
       for (int i = 0; i < nq; ++i)
         vgct_quantile_ranks(acc.n_finite, qs[i], &ranks[2 * i], &ranks[2 * i + 1], &gammas[i]);
-      rc = vgct_cpu_select(a, e, &p, ranks, 2 * nq, vals, err, sizeof err);
+      rc = select_unknown(a, e, &p, &acc, ranks, 2 * nq, vals, err, sizeof err);
     }
   }
   if (rc == VGCT_OK && nq > 0 && acc.n_finite > 0) vgpy_lerp_quantiles(acc.n_finite, nq, qs, vals, qv);

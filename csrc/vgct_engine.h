@@ -142,7 +142,10 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
  * params then finishes every rank that fell inside a complete window in
  * memory, and the others by its own passes: exact either way.  Returns NULL
  * (no windows: the plain passes) for n < VGCT_PRESEL_MIN_N, when the sample
- * holds too few finite pairs, or when memory is short.  Free with
+ * holds too few finite pairs, when every window is the key 0 alone (an
+ * identical pair: the caller answers those ranks from the reduction's zero
+ * count, vgct_rank_known, and selects only what that leaves), or when memory
+ * is short.  Free with
  * vgct_cpu_presel_free (NULL is fine).  No GIL needed; reads the inputs. */
 #define VGCT_PRESEL_MIN_N ((int64_t)1 << 18)
 #define VGCT_PRESEL_MAX_KEYS ((int64_t)1 << 22) /* 32 MiB */
@@ -192,7 +195,9 @@ int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vgct_params *
  * slices), then, when out->n_finite > 0, the exact order statistics of the
  * 2*nq ranks of vgct_quantile_ranks(out->n_finite, qs[i]) (lower rank of
  * quantile i at values[2i], upper at values[2i+1]) -- as vgct_cuda_select
- * with expect_finite = out->n_finite.  The device stays held throughout, so
+ * with expect_finite = out->n_finite, except that the ranks the reduction's
+ * record decides (vgct_rank_known: below its zero count, the largest) are
+ * answered from it with no selection.  The device stays held throughout, so
  * the quantiles' key windows can be read by the reduction's own pass
  * (cuda/select.cu, vgct_cuda_compare).  0 <= nq <= VGCT_MAX_QUANTILES. */
 #define VGCT_MAX_QUANTILES 64

@@ -490,6 +490,47 @@ VGCT_HD void vgct_quantile_ranks(int64_t n, double q, int64_t *lo, int64_t *hi, 
   }
 }
 
+/* Order statistics the reduction's record already decides (docs/metrics.md,
+ * "Quantiles", "Ranks the reduction answers"), so that no selection runs for
+ * them: x_(r) of the n_finite keys |d_i|, i in F, ascending.
+ *   - A finite pair has |d| = 0 exactly when a == e: the float64 difference
+ *     of two finite doubles is 0 only for equal values (IEEE 754 subtraction
+ *     with gradual underflow; the GPU build passes -ftz=false), and a 64-bit
+ *     integer pair's exact |a - e| >= 1 when a != e (vgct_int_pair).  n_unequal
+ *     counts the unequal pairs among ALL pairs, so at most n_unequal finite
+ *     keys are nonzero and at least z = n_finite - n_unequal are 0: every rank
+ *     r < z is 0.  (Equality when every pair is finite.)
+ *   - Rank n_finite - 1 is the largest key: max_abs (the same float64 value,
+ *     +Inf included).
+ * Returns 1 and sets *x when rank r is one of these, else 0 (r outside
+ * [0, n_finite) is never answered here).  Typical use: bit-identical outputs
+ * and sparse differences (a cache, a mask: fewer than 1% of the pairs
+ * differ) have p99 = 0 without a pass. */
+VGCT_HD int vgct_rank_known(const vgct_acc *s, int64_t r, double *x) {
+  if (r < 0 || r >= s->n_finite) return 0;
+  if (r < s->n_finite - s->n_unequal) {
+    *x = 0.0;
+    return 1;
+  }
+  if (r == s->n_finite - 1) {
+    *x = s->max_abs;
+    return 1;
+  }
+  return 0;
+}
+
+/* vgct_rank_known over ranks[0..n): vals[j] set and known[j] = 1 for each
+ * answered rank, known[j] = 0 for the others; returns how many are left. */
+VGCT_HD int vgct_ranks_known(const vgct_acc *s, const int64_t *ranks, int n, double *vals,
+                             unsigned char *known) {
+  int left = 0;
+  for (int j = 0; j < n; ++j) {
+    known[j] = (unsigned char)vgct_rank_known(s, ranks[j], &vals[j]);
+    left += !known[j];
+  }
+  return left;
+}
+
 /* numpy's _lerp, with the limits at an infinite order statistic made
  * explicit (docs/metrics.md, "Quantiles"): t == 0 or a == b gives a exactly
  * (numpy's formula gives NaN for a == b == +Inf: Inf - Inf); b == +Inf with

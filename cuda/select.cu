@@ -1274,6 +1274,13 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_sel_last[6] = {0
 __attribute__((visibility("default"))) long long vgct_cuda_test_sel_kpt = 0;
 __attribute__((visibility("default"))) long long vgct_cuda_test_fin = 0;
 __attribute__((visibility("default"))) long long vgct_cuda_test_fin_last[5] = {0, 0, 0, 0, 0};
+/* vgct_cuda_compare: vgct_cuda_test_known = 1 sends every rank to the
+   selection (the tests of the selection's plans), 0 (default) lets the
+   reduction's record answer the ranks it decides (vgct_rank_known);
+   vgct_cuda_test_known_last, written by every call: [ranks the record
+   answered, ranks left to the selection] */
+__attribute__((visibility("default"))) long long vgct_cuda_test_known = 0;
+__attribute__((visibility("default"))) long long vgct_cuda_test_known_last[2] = {0, 0};
 }
 static bool fin_on(void) { return vgct_cuda_test_fin == 0; }
 extern "C" long long vgct_cuda_test_fuse, vgct_cuda_test_fuse_last; /* reduce.cu's hooks */
@@ -1972,6 +1979,7 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
   static_assert(sizeof(WinState) <= SEL_SLOT, "state slot");
   static_assert(4 * (CNT_WIN + 1) <= 64, "k_win_count's counter in the zeroed counters");
   vgct_cuda_test_fuse_last = 0;
+  vgct_cuda_test_known_last[0] = vgct_cuda_test_known_last[1] = 0;
   if (nq < 0 || nq > VGCT_MAX_QUANTILES) {
     snprintf(err, errlen, "vgct_cuda_compare: %d quantiles (0 to %d)", nq, VGCT_MAX_QUANTILES);
     return VGCT_EVALUE;
@@ -2013,7 +2021,11 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
       WinState hv;
       memcpy(&hv, ws->h_pin, sizeof hv);
       pre = true; /* the window plan is started either way; its pass runs after the reduce */
-      skip = hv.skip != 0;
+      /* a window [0, 0] (the sample's keys at both ranks are 0: an identical
+         pair, sparse differences): the reduction's zero count will most likely
+         answer every rank (vgct_rank_known), so it runs without the window;
+         when it does not, the window plan's own pass counts it after all */
+      skip = hv.skip != 0 || (hv.hi[0] == 0 && vgct_cuda_test_known == 0 && vgct_cuda_test_fuse == 0);
       wf.w = run.WA.w;
       wf.cand = run.WA.cand + run.WA.off[0];
       wf.cap = run.WA.cap[0];
@@ -2026,13 +2038,30 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
   if (rc != VGCT_OK) return rc;
   vgct_cuda_test_fuse_last = pre ? (skip ? 2 : wf.used != 0) : 0;
   if (nq == 0 || out->n_finite == 0) return VGCT_OK;
-  int64_t ranks[2 * VGCT_MAX_QUANTILES];
+  int64_t ranks[2 * VGCT_MAX_QUANTILES], sub[2 * VGCT_MAX_QUANTILES];
+  double subv[2 * VGCT_MAX_QUANTILES];
+  unsigned char known[2 * VGCT_MAX_QUANTILES];
   for (int i = 0; i < nq; ++i) {
     double gm;
     vgct_quantile_ranks(out->n_finite, qs[i], &ranks[2 * i], &ranks[2 * i + 1], &gm);
   }
+  /* the ranks the record decides (zeros, the maximum): no selection for them */
+  int left = 2 * nq;
+  if (vgct_cuda_test_known == 0) left = vgct_ranks_known(out, ranks, 2 * nq, values, known);
+  else memset(known, 0, sizeof known);
+  vgct_cuda_test_known_last[0] = 2 * nq - left;
+  vgct_cuda_test_known_last[1] = left;
+  if (left == 0) return VGCT_OK;
+  int k = 0;
+  for (int j = 0; j < 2 * nq; ++j)
+    if (!known[j]) sub[k++] = ranks[j];
   vgct_params p2 = *p;
   p2.expect_finite = out->n_finite; /* a different count: the inputs changed */
   if (pre) run.fused = !skip && wf.used != 0;
-  return sel_run(cx, a, e, &p2, ranks, 2 * nq, values, pre ? &run : NULL, err, errlen);
+  rc = sel_run(cx, a, e, &p2, sub, left, subv, pre ? &run : NULL, err, errlen);
+  if (rc != VGCT_OK) return rc;
+  k = 0;
+  for (int j = 0; j < 2 * nq; ++j)
+    if (!known[j]) values[j] = subv[k++];
+  return VGCT_OK;
 }

@@ -15,7 +15,8 @@ k_sel_buf (the levels: a bucket too big for the finish, and every call once more
 off through its hook vgct_cuda_test_fin; level-0 histogram + compaction above the candidate
 buffer, forced through select.cu's plan hook), k_sel_sample + k_sel_window + the direct finish
 (the window plan, above the candidate buffer), k_reduce_bulk<..., WIN = 1> + k_win_prep (the fused
-key window of one quantile), k_fingerprint.  Prints one line per call and
+key window of one quantile), the ranks the reduction's record answers (no selection, or
+the selection of the rest), k_fingerprint.  Prints one line per call and
 "sanitize script: done" at the end; exits non-zero on any exception.
 """
 
@@ -66,6 +67,7 @@ def main():
     fin = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fin")
     fuse = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fuse")
     mapped = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_mapped")
+    known = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_known")
     try:
         # "copied": the result record through the device workspace and a copy back instead of
         # the mapped pinned buffer (cuda/reduce.cu vgct_cuda_test_mapped)
@@ -80,7 +82,8 @@ def main():
         # (lean off), the window plan at any n; a partial last chunk, the identical pair (lo = 0:
         # whole chunks of d == 0), and a 64-key sample whose wide window overflows the warps'
         # stages (keys straight to the region)
-        lean.value, sel[0], fuse.value = 0, 1, 3  # fuse below WIN_FUSE_MIN, never skip
+        # every rank to the selection (the identical pair's p99 would be answered by the record)
+        lean.value, sel[0], fuse.value, known.value = 0, 1, 3, 1  # fuse below WIN_FUSE_MIN, never skip
         fused = [("fused bf16", a, e), ("fused bf16 vs fp32", a4.to(torch.bfloat16), e4.to(torch.float32)),
                  ("fused fp16 (1.7M)", big_a, big_e), ("fused identical", e, e.clone())]
         for sample in (0, 64):
@@ -96,8 +99,18 @@ def main():
         sel[0] = 2  # no window plan: the data histograms and the compaction
         s = vgct_ext.compare(big_a, big_e, quantiles=(0.5, 0.99))
         print(f"select compaction: n={s.n} p99={s.quantiles[0.99]:.3e}", flush=True)
+        # the ranks the reduction's record answers (zeros, the maximum): no selection, or the
+        # selection of the rest only
+        sel[0], known.value = 0, 0
+        sparse = e.clone()
+        sparse[::1000] += 1.0
+        for name, x, y in (("identical", e, e.clone()), ("sparse 0.1%", sparse, e)):
+            s = vgct_ext.compare(x, y, quantiles=(0.5, 0.99, 0.9995, 1.0))
+            print(f"[record] {name}: n={s.n} p99={s.quantiles[0.99]:.3e} max={s.quantiles[1.0]:.3e}",
+                  flush=True)
     finally:
         lean.value, sel[0], sel[1], fin.value, fuse.value, mapped.value = -1, 0, 0, 0, 0, 0
+        known.value = 0
     for name, x, _, _ in calls:
         print(f"fingerprint {name}: {vgct_ext.fingerprint(x):016x}", flush=True)
     torch.cuda.synchronize()

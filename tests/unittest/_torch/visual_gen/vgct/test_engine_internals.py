@@ -408,7 +408,11 @@ def test_select_windows_exact_every_rank_near_the_quantiles(engine, kind, qs):
     dense = [r for q in qs for r in range(int(q * (m - 1)) - w, int(q * (m - 1)) + w) if 0 <= r < m]
     ranks = sorted(set(dense)) + [0, m - 1]
     ps, acc, got = _windows_select(engine, a, e, qs, ranks, 2)
-    assert ps, kind  # n >= VGCT_PRESEL_MIN_N: windows were predicted
+    # n >= VGCT_PRESEL_MIN_N: windows were predicted -- except where every window is the key 0
+    # alone (the identical pair's p99), whose ranks compare() answers from the reduction's zero
+    # count (vgct_rank_known; test_quantiles.py): no window, the selection's own passes, as exact.
+    # The p99.9's window reaches the sample's top: its upper end is +Inf, not 0, so it stays
+    assert bool(ps) == (kind != "identical" or len(qs) > 1), kind
     assert acc.n_finite == m
     assert got.tobytes() == keys[ranks].tobytes(), kind
     # the ranks compare() asks for: finished inside the windows, no pass, any thread count
@@ -416,7 +420,8 @@ def test_select_windows_exact_every_rank_near_the_quantiles(engine, kind, qs):
     for nt in (1, 2):
         _, _, got = _windows_select(engine, a, e, qs, want, nt)
         assert got.tobytes() == keys[want].tobytes()
-        assert engine.last_select_passes == 0, kind
+        if kind != "identical":
+            assert engine.last_select_passes == 0, kind
 
 
 @pytest.mark.parametrize("level", [0, 1, 2], ids=["sse2", "avx2", "avx512"])

@@ -707,8 +707,31 @@ def _sel_hooks():
             (ctypes.c_longlong * 6).in_dll(lib, "vgct_cuda_test_sel_last"))
 
 
+def _known_hooks():
+    """(knob, last) of cuda/select.cu: vgct_cuda_test_known (1 = every rank to the selection, 0 =
+    the reduction's record answers the ranks it decides) and vgct_cuda_test_known_last ([ranks the
+    record answered, ranks selected] of the last compare)."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    lib = ctypes.CDLL(_C.__file__)
+    return (ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_known"),
+            (ctypes.c_longlong * 2).in_dll(lib, "vgct_cuda_test_known_last"))
+
+
 @pytest.fixture
-def sel_hooks():
+def selection_only():
+    """Every rank to the selection while the test runs (its plans are what it checks: an identical
+    pair or q = 1 would otherwise be answered by the reduction's record); back on after."""
+    knob, _ = _known_hooks()
+    knob.value = 1
+    yield
+    knob.value = 0
+
+
+@pytest.fixture
+def sel_hooks(selection_only):
     """The selection's test hooks: set(plan, sample, cap, shift) and last() -> dict; zeroed after."""
     knobs, last = _sel_hooks()
 
@@ -892,7 +915,7 @@ def test_window_plan_is_automatic_above_sel_cap(kind, sel_hooks):
 # compare fused); lean_max = 0 keeps small inputs on the ring kernel, plan = 1 forces the windows.
 
 @pytest.fixture
-def fuse_hooks():
+def fuse_hooks(selection_only):
     """(off, last): the fused window's hooks; off reset to 0 after."""
     import ctypes
 
@@ -1028,6 +1051,131 @@ def test_fused_window_is_automatic(kind, fused, sel_hooks, fuse_hooks):
     assert fuse_hooks[1].value == 0 and sel_hooks.last()["windows"] == 1
 
 
+# ---- issue #13: the ranks the reduction's record answers (csrc/vgct_stats.h vgct_rank_known) ----
+#
+# A finite pair has |d| = 0 exactly when a == e, and at most n_unequal finite pairs differ: every
+# rank below n_finite - n_unequal is 0, and rank n_finite - 1 is max_abs_err -- with no selection
+# (cuda/select.cu vgct_cuda_compare; vgct_cuda_test_known_last = [answered so, selected]).  Each
+# case is checked against the CPU engine and the float64 oracle (check3), and against the same
+# call with every rank selected (vgct_cuda_test_known = 1: an independent GPU path).
+
+QK = (0.0, 0.5, 0.99, 0.999, 1.0)
+
+
+@pytest.fixture
+def known_hooks():
+    """(knob, last) of the record's answers (_known_hooks); the answers on, and back on after."""
+    knob, last = _known_hooks()
+    knob.value = 0
+    yield knob, last
+    knob.value = 0
+
+
+def _sparse_case(n, k, dt, seed=0):
+    """GPU (actual, expected) of n pairs of which exactly k (random positions from 100 on) differ,
+    each by at least a quarter of 1 + |e| (so no rounding to dt makes them equal again)."""
+    g = _gen(GEN_SEED + 300 + seed)
+    e32 = torch.randn(n, generator=g, device=DEV).to(dt).float()
+    a32 = e32.clone()
+    if k:
+        idx = 100 + torch.randperm(n - 100, generator=g, device=DEV)[:k]
+        bump = (0.25 + torch.rand(k, generator=g, device=DEV)) * (1.0 + e32[idx].abs())
+        a32[idx] += bump
+    return a32.to(dt), e32.to(dt)
+
+
+def _record_answers(nf, k, quantiles):
+    """[ranks the record answers, ranks left] for nf finite pairs of which k differ (each finite):
+    the ranks of vgct_quantile_ranks below nf - k, or equal to nf - 1."""
+    ranks = []
+    for q in quantiles:
+        h = float(nf - 1) * float(q)
+        ranks += [nf - 1, nf - 1] if h >= nf - 1 else [math.floor(h), math.floor(h) + 1]
+    known = sum(1 for r in ranks if r < nf - k or r == nf - 1)
+    return [known, len(ranks) - known]
+
+
+def _p99_edge_ks(n):
+    """k (pairs that differ) around the p99's upper rank hi: k = n - hi - 1 leaves rank hi the
+    last zero (p99 = 0, answered), k = n - hi makes it the smallest nonzero key (selected): the
+    planted off-by-one -- a zero count one too high -- fails the second."""
+    hi = math.floor((n - 1) * 0.99) + 1
+    return [0, 1, n - hi - 1, n - hi, n // 20]
+
+
+@pytest.mark.parametrize("dt", ["bf16", "fp32"])
+@pytest.mark.parametrize("n", [1000, (1 << 16) + 3, (1 << 21) + 5])
+def test_record_answers_zero_and_max_ranks(n, dt, known_hooks):
+    """An identical pair and sparse differences at either side of the p99's boundary, below the
+    buffer (store-all) and above it (the window plan): every rank below the zero count and the
+    largest answered by the record, the others selected; values == CPU == oracle, and == the same
+    call with every rank selected."""
+    knob, last = known_hooks
+    dtt = {"bf16": torch.bfloat16, "fp32": torch.float32}[dt]
+    for k in _p99_edge_ks(n):
+        a, e = _sparse_case(n, k, dtt, seed=k % 97)
+        g = check3(a, e, quantiles=QK)
+        assert g.n_unequal == k
+        assert list(last) == _record_answers(n, k, QK), (k, list(last))
+        if k <= n - math.floor((n - 1) * 0.99) - 2:
+            assert g.quantiles[0.99] == 0.0
+        knob.value = 1
+        s = vgct_ext.compare(a, e, quantiles=QK)
+        assert list(last) == [0, 2 * len(QK)]
+        knob.value = 0
+        assert dict(s.quantiles) == dict(g.quantiles), (k, s.quantiles, g.quantiles)
+
+
+def test_record_answers_with_non_finite_pairs(known_hooks):
+    """Non-finite pairs: NaN against a number and +Inf against -Inf are unequal (40: in n_unequal,
+    not in n_finite, so n_finite - n_unequal is 40 below the true zero count), NaN against NaN and
+    Inf against Inf equal (20).  The finite differences make the p99's upper rank the smallest
+    nonzero key: a zero count taken over all pairs (n - n_unequal, 20 too many) would answer it
+    0 -- planted, that fails the oracle."""
+    knob, last = known_hooks
+    n = (1 << 16) + 3
+    nf = n - 60
+    hi = math.floor((nf - 1) * 0.99) + 1
+    a, e = _sparse_case(n, nf - hi, torch.float32, seed=5)  # finite zeros: exactly hi
+    a[10:40] = float("nan")
+    a[40:50], e[40:50] = float("nan"), float("nan")
+    a[50:60], e[50:60] = float("inf"), float("inf")
+    a[60:70], e[60:70] = float("inf"), float("-inf")
+    g = check3(a, e, quantiles=QK)
+    assert g.n_finite == nf and g.n_unequal == nf - hi + 40
+    assert g.quantiles[0.99] > 0.0
+    assert list(last) == _record_answers(nf, g.n_unequal, QK), list(last)
+    knob.value = 1
+    assert dict(vgct_ext.compare(a, e, quantiles=QK).quantiles) == dict(g.quantiles)
+
+
+@pytest.mark.parametrize("kind", ["identical_bf16", "sparse_fp32"])
+def test_record_answers_skip_the_zero_window(kind, known_hooks, fuse_hooks_plain):
+    """From WIN_FUSE_MIN (2^25) pairs on, a sample whose p99 window is the key 0 alone (an identical
+    pair; 0.1% of the pairs differ) makes the reduction run without the window (fuse_last == 2)
+    and the record answers the p99 with no pass (known_last == [2, 0]); values == CPU engine."""
+    _, last = known_hooks
+    n = (1 << 25) + 1001
+    if kind == "identical_bf16":
+        a, e = _sparse_case(n, 0, torch.bfloat16, seed=1)
+    else:
+        a, e = _sparse_case(n, n // 1000, torch.float32, seed=2)
+    g = check3(a, e, quantiles=(0.99,), oracle=False)
+    assert g.quantiles[0.99] == 0.0
+    assert fuse_hooks_plain.value == 2
+    assert list(last) == [2, 0]
+
+
+@pytest.fixture
+def fuse_hooks_plain():
+    """vgct_cuda_test_fuse_last alone (the record's answers left on)."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    return ctypes.c_longlong.in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_fuse_last")
+
+
 # ---- issue #13: the one-block finish of the selection (cuda/select.cu k_sel_fin) ----------------
 #
 # After the level-0 pass k_sel_fin answers each rank from its bucket's extremes (one value: ties) or
@@ -1041,7 +1189,7 @@ FIN_CAP = 8192
 
 
 @pytest.fixture
-def fin_hooks():
+def fin_hooks(selection_only):
     """set(off) and last() -> dict for k_sel_fin's hooks; the finish back on after."""
     import ctypes
 

@@ -182,3 +182,101 @@ def test_data_shapes_large_n_windows(shape):
         ta, te = torch.from_numpy(a).bfloat16(), torch.from_numpy(e).bfloat16()
         assert_bitwise(vgct_ext.compare(ta, te, quantiles=QS).quantiles,
                        numpy_q(ta.double().numpy(), te.double().numpy(), QS))
+
+
+# ---- ranks the reduction's record answers (csrc/vgct_stats.h vgct_rank_known) -------------------
+#
+# |d| = 0 exactly when a == e (finite pairs), and at most n_unequal finite pairs differ: every
+# rank below n_finite - n_unequal is 0 and rank n_finite - 1 is max_abs_err; compare() answers
+# those from the reduction's record and selects only the rest (csrc/module.c select_unknown).
+# vgct_cpu_test_known_last = [ranks answered so, ranks selected] of the last CPU compare.
+
+def _known_last():
+    import ctypes
+
+    from vgct_ext import _C
+
+    return list((ctypes.c_longlong * 2).in_dll(ctypes.CDLL(_C.__file__), "vgct_cpu_test_known_last"))
+
+
+def _sparse(n, k, rng, dtype=np.float32, start=0):
+    """n pairs of which exactly k (random positions from `start` on) differ, by at least a quarter
+    of 1 + |e| (no rounding to dtype makes them equal again)."""
+    e = rng.standard_normal(n).astype(dtype)
+    a = e.copy()
+    idx = start + rng.choice(n - start, size=k, replace=False)
+    a[idx] += ((0.25 + rng.random(k)) * (1.0 + np.abs(e[idx]))).astype(dtype)
+    return a, e
+
+
+def _answered(nf, nu, qs):
+    """The ranks vgct_quantile_ranks asks for that fall below nf - nu or equal nf - 1."""
+    ranks = []
+    for q in qs:
+        h = (nf - 1) * q
+        ranks += [nf - 1, nf - 1] if h >= nf - 1 else [math.floor(h), math.floor(h) + 1]
+    known = sum(1 for r in ranks if r < nf - nu or r == nf - 1)
+    return [known, len(ranks) - known]
+
+
+@pytest.mark.parametrize("n", [1, 2, 1000, 65_537, (1 << 18) + 5, (1 << 20) + 3])
+def test_record_answers_at_the_zero_count_boundary(n):
+    """k differing pairs around the p99's upper rank hi: k = n - hi - 1 leaves rank hi the last
+    zero (answered 0), k = n - hi makes it the smallest nonzero key (selected; a zero count one too
+    high -- planted in vgct_rank_known, tried -- answers it 0 and fails numpy here).  Below and
+    above VGCT_PRESEL_MIN_N (the key windows), and the identical pair (k = 0: no selection)."""
+    rng = np.random.default_rng(n)
+    hi = min(math.floor((n - 1) * 0.99) + 1, n - 1)
+    qs = (0.0, 0.5, 0.99, 0.999, 1.0)
+    for k in sorted({0, 1, max(n - hi - 1, 0), n - hi, n // 20}):
+        a, e = _sparse(n, k, rng)
+        r = vgct_ext.compare(a, e, quantiles=qs)
+        assert r.n_unequal == k
+        assert_bitwise(r.quantiles, numpy_q(a, e, qs))
+        assert _known_last() == _answered(n, k, qs), (n, k, _known_last())
+
+
+def test_record_answers_with_non_finite_and_int64_pairs():
+    """NaN against a number and Inf against -Inf are unequal non-finite pairs (40), so n_finite -
+    n_unequal is 40 below the true zero count: a lower bound, still exact.  The finite zeros are
+    exactly the p99's upper rank hi, so hi is the smallest nonzero key: a zero count over all
+    pairs (n - n_unequal, 20 too many -- planted, tried) answers it 0 and fails numpy here.
+    64-bit integer pairs (exact integer differences): a == e gives |d| = 0, a != e at least 1."""
+    rng = np.random.default_rng(3)
+    n = 10_000
+    nf = n - 60
+    hi = math.floor((nf - 1) * 0.99) + 1
+    a, e = _sparse(n, nf - hi, rng, np.float64, start=60)
+    a[:30] = np.nan
+    a[30:40], e[30:40] = np.nan, np.nan
+    a[40:50], e[40:50] = np.inf, np.inf
+    a[50:60], e[50:60] = np.inf, -np.inf
+    qs = (0.5, 0.99, 1.0)
+    r = vgct_ext.compare(a, e, quantiles=qs)
+    assert r.n_finite == nf and r.n_unequal == nf - hi + 40
+    assert r.quantiles[0.99] > 0.0
+    assert_bitwise(r.quantiles, numpy_q(a, e, qs))
+    assert _known_last() == _answered(nf, r.n_unequal, qs)
+    ai = rng.integers(-(2 ** 62), 2 ** 62, n, dtype=np.int64)
+    ei = ai.copy()
+    ei[rng.choice(n, size=50, replace=False)] += 1  # 50 keys of 1, the others 0
+    qs = (0.99, 0.995, 0.996, 1.0)
+    r = vgct_ext.compare(ai, ei, quantiles=qs)
+    keys = np.sort((ai != ei).astype(np.float64))  # the exact |d|: 0 or 1
+    assert_bitwise(r.quantiles, {q: float(np.quantile(keys, q)) for q in qs})
+
+
+def test_record_answers_property():
+    """Hypothesis: any n, any number of differing pairs, any quantiles -- bitwise numpy."""
+    hyp = pytest.importorskip("hypothesis")
+    st = pytest.importorskip("hypothesis.strategies")
+
+    @hyp.settings(max_examples=150, deadline=None, derandomize=True)
+    @hyp.given(n=st.integers(1, 3000), frac=st.floats(0.0, 0.05),
+               qs=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=6), seed=st.integers(0, 2 ** 32 - 1))
+    def check(n, frac, qs, seed):
+        rng = np.random.default_rng(seed)
+        a, e = _sparse(n, int(frac * n), rng)
+        assert_bitwise(vgct_ext.compare(a, e, quantiles=tuple(qs)).quantiles, numpy_q(a, e, tuple(qs)))
+
+    check()
