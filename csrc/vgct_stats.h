@@ -442,9 +442,19 @@ VGCT_HD void vgct_acc_finalize(const vgct_acc *s, vgct_derived *out) {
   if (s->s_aa == 0.0 || s->s_ee == 0.0) {
     out->cosine = (double)NAN;
   } else {
-    /* s_ae is relative to scale_a*scale_e: the scales cancel.  Divide twice:
-       ra*re may underflow/overflow */
-    double c = s->s_ae / ra / re;
+    /* s_ae is relative to scale_a*scale_e: the scales cancel.  s_ae /
+       sqrt(s_aa s_ee), so that an identical pair (s_ae == s_aa == s_ee: the
+       same products summed in the same order) gives exactly 1: sqrt(RN(s*s))
+       is s in binary floating point (no over- or underflow), where s /
+       sqrt(s) / sqrt(s) misses 1 by an ulp for about half of all s -- a
+       bit-identical output would fail a cosine bar of 1 recorded from other
+       identical runs.  The product stays in range for every input (unscaled
+       sums of non-float64 values lie within 2^-298..2^320; scaled ones are
+       relative to their family's scale); the guard keeps the old two
+       divisions for a product out of the normal range all the same. */
+    const double prod = s->s_aa * s->s_ee;
+    double c = prod >= 0x1p-1022 && prod <= 0x1.fffffffffffffp+1023 ? s->s_ae / sqrt(prod)
+                                                                   : s->s_ae / ra / re;
     out->cosine = c > 1.0 ? 1.0 : (c < -1.0 ? -1.0 : c);
   }
   out->mean_diff = s->n_finite ? vgct_mean(s->s_d, (double)s->n_finite, s->scale_d) : (double)NAN;

@@ -42,7 +42,8 @@ the worst run (16 times for 1 - cosine, which scales like relative L2 squared): 
 drift than the others (a cache that did not hit, a feature inactive on that input) widens the log-scale spread
 without bound, and an uncapped bar would then pass any bug (a 50 % scale error passed one). A capped entry
 gets a warning to investigate, and a cosine bar is never below -1. When all runs are bitwise identical (the test ignores
-``vgct.seed``) the entry gets a warning.
+``vgct.seed``) the entry gets a warning; when they all measured no difference at all (a bit-identical feature, which
+looks the same whether or not the inputs vary) the warning says so and that the bars are 0.
 
 **Merging.** A recalibration replaces the runs of the tests it ran (all their seeds) and keeps the runs other
 tests recorded for the same entry; the bars are derived from all of them. Runs of one entry must be one
@@ -917,6 +918,11 @@ def _runs_identical(runs: Sequence[Mapping[str, Any]]) -> bool:
     return all(s == strip[0] for s in strip[1:])
 
 
+def _runs_exact(runs: Sequence[Mapping[str, Any]]) -> bool:
+    """Every run measured no difference: relative L2 and max abs error 0 (and so p99 and the per-channel ones)."""
+    return all(r.get("rel_l2") == 0.0 and r.get("max_abs_err") == 0.0 for r in runs)
+
+
 def _floor_of(runs: Sequence[Mapping[str, Any]]) -> Dict[str, float]:
     return {"rel_l2": max(float(r["rel_l2"]) for r in runs),
             "one_minus_cosine": max(1.0 - float(r["cosine"]) for r in runs),
@@ -974,8 +980,17 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
                   "investigation": (old or {}).get("investigation")})
     warnings: List[str] = []
     if _runs_identical(new_runs):
-        warnings.append(f"all {len(new_runs)} calibration runs were bitwise identical: the test does not vary its "
-                        f"inputs with vgct.seed, so the bars rest on a single input")
+        if _runs_exact(new_runs):
+            # every seed measured no difference at all: a bit-identical feature (a cache hit) looks the same
+            # whether or not the test varies its inputs, so the warning says both (new-user trial: the
+            # "does not vary its inputs" form misled on a test that did)
+            warnings.append(f"all {len(new_runs)} calibration runs measured no difference (actual == expected bit "
+                            f"for bit on every seed): the bars are 0 and cosine 1, so any difference fails this "
+                            f"gate; check that the test varies its inputs with vgct.seed (if it does not, the "
+                            f"bars rest on a single input)")
+        else:
+            warnings.append(f"all {len(new_runs)} calibration runs were bitwise identical: the test does not vary "
+                            f"its inputs with vgct.seed, so the bars rest on a single input")
     change: Dict[str, Any] = {"file": path, "key": key, "stratum": stratum, "kind": kind,
                               "status": "updated" if old else "new", "added": len(new_runs),
                               "replaced": len(replaced), "kept": len(kept),

@@ -243,6 +243,42 @@ def test_calibrate_then_gate(pytester, run, monkeypatch):
     assert strata[STRATUM]["bars"]["rel_l2"] == pytest.approx(want_bars["rel_l2"], rel=1e-3)
 
 
+T2_IDENTICAL = HEADER + """
+PLANT = int(os.environ.get("VGCT_TEST_PLANT", "-1"))
+
+@pytest.mark.t2
+@pytest.mark.component("tiny.identity")
+@pytest.mark.feature("output cache (bitwise identical)")
+def test_identical(vgct):
+    x = np.random.default_rng(vgct.seed).standard_normal((2, 128, 64)).astype(np.float32)
+    a = x.copy()
+    if PLANT >= 0:
+        a.reshape(-1)[PLANT] += np.float32(1e-3)  # one element of 16384 changed
+    vgct.assert_t2(a, x)
+"""
+
+
+def test_identical_feature_calibrated_then_gated_on_other_seeds(pytester, run, monkeypatch):
+    """A feature whose output is bit-identical (a cache hit): calibrated on seeds 0..4 -- bars 0 and
+    cosine 1 -- it passes on every other seed (its cosine is exactly 1.0: csrc/vgct_stats.h
+    vgct_acc_finalize; before, 1 - 1.1e-16 on about half the seeds failed the cosine bar of 1, found by a
+    new-user trial), and a planted change of one element in 16384 fails the gate."""
+    pytester.makepyfile(test_x=T2_IDENTICAL)
+    result = run("--vgct-calibrate")
+    result.assert_outcomes(passed=1)
+    # the inputs vary with vgct.seed, the outputs are identical: the warning says what was measured
+    result.stdout.fnmatch_lines(["*all 5 calibration runs measured no difference (actual == expected bit for bit*"])
+    assert "does not vary its inputs" not in result.stdout.str()
+    bars = _evidence(pytester)["entries"]["tiny.identity | output cache (bitwise identical)"][STRATUM]["bars"]
+    assert bars["cosine"] == 1.0 and bars["rel_l2"] == 0.0 and bars["max_abs_err"] == 0.0
+    for seed in range(5, 25):
+        run(f"--vgct-seed={seed}").assert_outcomes(passed=1)
+    monkeypatch.setenv("VGCT_TEST_PLANT", "4321")
+    result = run("--vgct-seed=7")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*T2 gate failed*"])
+
+
 def test_calibration_of_a_failing_test_is_not_recorded(pytester, run):
     pytester.makepyfile(test_x=HEADER + """
 @pytest.mark.component("c")

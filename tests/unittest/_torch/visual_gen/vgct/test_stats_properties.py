@@ -272,3 +272,29 @@ def test_float16_every_bit_pattern():
     bad = mismatches_vs_oracle(s, x.astype(np.float64), np.zeros(65536), 1e-3, 1e-3, (0.5,))
     assert not bad
     assert s.nan_actual == 2046 and s.posinf_actual == 1 and s.neginf_actual == 1
+
+
+@st.composite
+def identical_pairs(draw):
+    """An array and a bit-identical copy of it (any dtype numpy has, any layout of the copy), with
+    at least one nonzero value; sizes up to 5000 so the CPU engine's tiles and threads split it."""
+    dt = draw(st.sampled_from(NP_DTYPES))
+    n = draw(st.integers(1, 5000))
+    seed = draw(st.integers(0, 2 ** 32 - 1))
+    scale = 10.0 ** draw(st.integers(-300, 300)) if dt == "float64" else 10.0 ** draw(st.integers(-3, 3))
+    x = cast(np.random.default_rng(seed).standard_normal(n) * scale, dt)
+    if not np.any(x.astype(np.float64) != 0.0):
+        x = cast(np.ones(n), dt)
+    return x, apply_layout(x, ("step", (0,), (False,))) if draw(st.booleans()) else x.copy()
+
+
+@given(identical_pairs())
+def test_identical_pair_cosine_is_exactly_one(case):
+    """A bit-identical pair's cosine is exactly 1.0 (csrc/vgct_stats.h vgct_acc_finalize: s_ae /
+    sqrt(s_aa s_ee) on equal sums).  The two divisions used before (s_ae / sqrt(s_aa) / sqrt(s_ee))
+    gave 1 - 1.1e-16 or 1 - 2.2e-16 for about half of all sums -- and a T2 gate calibrated on
+    identical runs (cosine bar 1.0) then failed a later identical run (new-user trial)."""
+    a, e = case
+    s = vgct_ext.compare(a, e, quantiles=())
+    assert s.n_unequal == 0 and s.rel_l2 == 0.0
+    assert s.cosine == 1.0, (a.dtype, a.size, s.cosine)
