@@ -586,6 +586,26 @@ static PyObject *py_acc_fields(PyObject *self, PyObject *arg) {
       (long long)s.n_class_diff, "first_class_diff", (long long)s.first_class_diff);
 }
 
+PyDoc_STRVAR(rank_key_known_doc,
+"rank_key_known(acc, rank) -> int | None\n"
+"\n"
+"Private ([E]).  The selection key (the bits of |d| as an unsigned integer) of the\n"
+"0-based rank among the finite |a-e| of the raw vgct_acc record when the record\n"
+"decides it (vgct_rank_known: below n_finite - n_unequal the key is 0, rank\n"
+"n_finite - 1 is max_abs), else None.  Raises ValueError for a malformed record.");
+
+static PyObject *py_rank_key_known(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *acc;
+  long long r;
+  if (!PyArg_ParseTuple(args, "OL:rank_key_known", &acc, &r)) return NULL;
+  vgct_acc s;
+  if (vgpy_read_record(acc, "rank_key_known: acc", sizeof s, &s) < 0) return NULL;
+  double x;
+  if (!vgct_rank_known(&s, (int64_t)r, &x)) Py_RETURN_NONE;
+  return PyLong_FromUnsignedLongLong((unsigned long long)vgct_bits_from_f64(x));
+}
+
 PyDoc_STRVAR(quantile_ranks_doc,
 "quantile_ranks(n, quantiles) -> list[tuple[int, int]]\n"
 "\n"
@@ -885,6 +905,7 @@ static PyMethodDef methods[] = {
      remap_raw_doc},
     {"acc_fields", py_acc_fields, METH_O, acc_fields_doc},
     {"quantile_ranks", py_quantile_ranks, METH_VARARGS, quantile_ranks_doc},
+    {"rank_key_known", py_rank_key_known, METH_VARARGS, rank_key_known_doc},
     {"finalize_raw", (PyCFunction)(void (*)(void))py_finalize_raw, METH_VARARGS | METH_KEYWORDS,
      finalize_raw_doc},
     {"build_info", py_build_info, METH_NOARGS, build_info_doc},

@@ -73,8 +73,10 @@ def last_call_info() -> Dict[str, Any]:
     ``all_gather_object`` of the records: ``world_size`` x the largest pickled record plus the
     size exchange, and the summed histograms of each ``all_reduce``); ``record_bytes`` (this
     rank's pickled record); ``histogram_bytes``; ``collectives`` (number of collective calls);
-    ``histogram_passes``; ``seconds`` (wall time of the call); ``local_seconds`` (time in the
-    local C reductions and histograms). Empty before the first call.
+    ``histogram_passes`` (0 when the merged record answers every rank); ``ranks_from_record``
+    (distinct quantile ranks answered by the merged record -- zeros, the maximum -- without a
+    histogram pass); ``seconds`` (wall time of the call); ``local_seconds`` (time in the local C
+    reductions and histograms). Empty before the first call.
     """
     return dict(getattr(_last, "info", {}))
 
@@ -162,7 +164,8 @@ def compare_sharded(local_actual: Any, local_expected: Any, *, shard_dim: int,
                          "group's ranks call it)")
     qs = _quantile_tuple(quantiles)
     info: Dict[str, Any] = {"world_size": world, "comm_bytes": 0, "histogram_bytes": 0,
-                            "collectives": 0, "histogram_passes": 0, "local_seconds": 0.0}
+                            "collectives": 0, "histogram_passes": 0, "ranks_from_record": 0,
+                            "local_seconds": 0.0}
     _last.info = info
 
     # 1. Local reduction (no collective yet: a local failure is reported through the record,
@@ -219,16 +222,23 @@ def compare_sharded(local_actual: Any, local_expected: Any, *, shard_dim: int,
     if dim_n is not None:
         slices = _C.merge_slices_raw([x["slices"] for x in recs], dim_n == sd)
 
-    # 4. Exact quantiles: distributed radix selection.
+    # 4. Exact quantiles: the ranks the merged record decides (zeros below n_finite - n_unequal,
+    #    the maximum: csrc/vgct_stats.h vgct_rank_known, as compare() does), then a distributed
+    #    radix selection of the others -- none at all for an identical pair. Every rank holds the
+    #    same merged record, so every rank takes the same branch (the collectives stay matched).
     n_finite = _C.acc_fields(merged)["n_finite"]
     keys = None
     if qs and n_finite > 0:
         ranks = _C.quantile_ranks(n_finite, qs)
         wanted = sorted({k for lo_hi in ranks for k in lo_hi})
-        dev = _comm_device(torch, dist, group, *rec["device"])
-        levels = _LEVELS_CUDA if rec["device"][0] == _KDL_CUDA else _LEVELS_CPU
-        found = _radix_select(torch, dist, group, dev, a, e, stream, da, de, wanted, n_finite,
-                              levels, info)
+        found = {k: _C.rank_key_known(merged, k) for k in wanted}
+        rest = [k for k in wanted if found[k] is None]
+        info["ranks_from_record"] = len(wanted) - len(rest)
+        if rest:
+            dev = _comm_device(torch, dist, group, *rec["device"])
+            levels = _LEVELS_CUDA if rec["device"][0] == _KDL_CUDA else _LEVELS_CPU
+            found.update(_radix_select(torch, dist, group, dev, a, e, stream, da, de, rest, n_finite,
+                                       levels, info))
         keys = [found[k] for lo_hi in ranks for k in lo_hi]
 
     # 5. Finalise in C: the dict compare() builds.

@@ -147,6 +147,24 @@ def b_empty(torch, device, world):
     return torch.zeros((0, 3), device=device), torch.zeros((0, 3), device=device)
 
 
+def b_identical(torch, device, world):
+    """A bit-identical pair: every quantile rank is answered by the merged record (no histogram pass)."""
+    e, _ = _f32_noise(torch, device, (6, 40 * world + 3), 11)
+    return e.clone(), e
+
+
+def b_sparse(torch, device, world):
+    """0.5% of the pairs differ (every shard holds some), one NaN pair: the p99's ranks are zeros (the
+    merged record answers them), the p99.9 and the median of the rest are not."""
+    r = _rng(12)
+    e = r.standard_normal((8, 100 * world)).astype(np.float32)
+    a = e.copy()
+    idx = r.choice(a.size, size=a.size // 200, replace=False)
+    a.reshape(-1)[idx] += np.float32(0.5)
+    a[0, 1] = np.nan
+    return torch.from_numpy(a).to(device), torch.from_numpy(e).to(device)
+
+
 # name -> (builder, shard_dim, sizes(total, world), compare kwargs)
 CASES: Dict[str, Tuple[Callable, int, Callable, Dict[str, Any]]] = {
     "f32_even": (b_f32, 0, even_sizes, dict(quantiles=(0.0, 0.25, 0.5, 0.9, 0.99, 1.0))),
@@ -163,6 +181,8 @@ CASES: Dict[str, Tuple[Callable, int, Callable, Dict[str, Any]]] = {
     "all_nan": (b_all_nan, 1, even_sizes, dict(quantiles=(0.5, 0.99))),
     "zero_reference": (b_zero_ref, 0, uneven_sizes, dict(dim=0, quantiles=None)),
     "empty": (b_empty, 0, even_sizes, dict(dim=1)),
+    "identical": (b_identical, 1, uneven_sizes, dict(quantiles=(0.5, 0.99, 1.0))),
+    "sparse": (b_sparse, 1, uneven_sizes, dict(quantiles=(0.5, 0.99, 0.999, 1.0))),
 }
 
 

@@ -112,7 +112,7 @@ def test_stub_matches_module():
     assert "class InputChangedError(RuntimeError):" in stub
     assert public == ["acc_fields", "build_info", "compare", "device_props", "finalize_raw",
                       "fingerprint", "histogram", "merge_raw", "merge_slices_raw",
-                      "quantile_ranks", "reduce_raw", "remap_raw"]
+                      "quantile_ranks", "rank_key_known", "reduce_raw", "remap_raw"]
     for n in public:
         assert f"def {n}(" in stub
     assert (ROOT / "vgct_ext" / "py.typed").exists()

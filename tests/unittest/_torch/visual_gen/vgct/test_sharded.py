@@ -96,6 +96,32 @@ def run_all(world: int):
     return _RUNS[world]
 
 
+def _record_ranks(ref, qs):
+    """(distinct ranks the merged record answers, distinct ranks left) for compare()'s quantile ranks
+    (numpy's linear method: floor(h), floor(h) + 1 with h = (n_finite - 1) q): below the zero count
+    n_finite - n_unequal, or the last (docs/metrics.md, "Ranks the reduction answers")."""
+    nf = ref.n_finite
+    ranks = set()
+    for q in qs:
+        h = (nf - 1) * q
+        ranks |= {nf - 1} if h >= nf - 1 else {math.floor(h), math.floor(h) + 1}
+    known = sum(1 for r in ranks if r < nf - ref.n_unequal or r == nf - 1)
+    return known, len(ranks) - known
+
+
+def test_record_cases_are_meaningful():
+    """The identical case needs no histogram pass at all; the sparse one answers its p99 from the
+    record (0.0) and still selects its p99.9 (not 0)."""
+    a, e = cases.global_tensors(torch, "identical", 2)
+    s = vgct_ext.compare(a, e, quantiles=(0.5, 0.99, 1.0))
+    assert _record_ranks(s, (0.5, 0.99, 1.0))[1] == 0 and s.quantiles[0.99] == 0.0
+    a, e = cases.global_tensors(torch, "sparse", 2)
+    s = vgct_ext.compare(a, e, quantiles=(0.5, 0.99, 0.999, 1.0))
+    assert s.quantiles[0.99] == 0.0 and s.quantiles[0.999] > 0.0 and s.n_finite == a.numel() - 1
+    known, rest = _record_ranks(s, (0.5, 0.99, 0.999, 1.0))
+    assert known >= 3 and rest >= 1
+
+
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("name", NAMES)
 def test_equals_compare_on_gathered(world, name):
@@ -116,8 +142,10 @@ def test_equals_compare_on_gathered(world, name):
         else:
             assert s.as_dict() == first.as_dict(), f"{where}: ranks disagree"
         assert info["world_size"] == world
-        has_q = bool(cases.CASES[name][3].get("quantiles", (0.99,))) and ref.n_finite > 0
-        assert info["histogram_passes"] == (4 if has_q else 0), where  # CPU: 4 digits
+        qs = cases.CASES[name][3].get("quantiles", (0.99,))
+        known, rest = _record_ranks(ref, qs) if qs and ref.n_finite > 0 else (0, 0)
+        assert info["ranks_from_record"] == known, where
+        assert info["histogram_passes"] == (4 if rest else 0), where  # CPU: 4 digits
         assert info["collectives"] == 1 + info["histogram_passes"], where
         nrow_max = 2 * len(ref.quantiles)
         assert info["histogram_bytes"] <= 4 * (nrow_max * 65536 + 1) * 8, where
@@ -311,6 +339,32 @@ def test_raw_record_errors():
     with pytest.raises(ValueError, match="order keys"):
         _C.finalize_raw(r["acc"], None, (3,), "float64", "float64", 1, 0, 0.0, 0.0, (0.5,), [1],
                         None)
+    with pytest.raises(ValueError, match="bytes in this build"):
+        _C.rank_key_known(r["acc"][:-1], 0)
+
+
+def test_rank_key_known_against_the_sorted_keys():
+    """_C.rank_key_known on a raw record: the key (bits of |d|) of every rank the record decides --
+    below n_finite - n_unequal, and n_finite - 1 -- equals the sorted float64 keys; None elsewhere
+    (and outside [0, n_finite))."""
+    rng = np.random.default_rng(4)
+    e = rng.standard_normal(1000)
+    a = e.copy()
+    a[rng.choice(1000, 37, replace=False)] += 0.5
+    a[5] = np.nan  # an unequal non-finite pair: the zero count's bound drops by one
+    r = _C.reduce_raw(a, e)
+    fin = np.isfinite(a)
+    keys = np.sort(np.abs(a[fin] - e[fin])).view(np.uint64)
+    nf = int(fin.sum())
+    assert nf == 999
+    z = nf - 37 - 1  # n_finite - n_unequal
+    for k in range(-2, nf + 2):
+        got = _C.rank_key_known(r["acc"], k)
+        if 0 <= k < z or k == nf - 1:
+            assert got == int(keys[k]), k
+        else:
+            assert got is None, k
+    assert int(keys[z]) == 0 and int(keys[z + 1]) > 0  # z is a bound: one zero more than it says
 
 
 def test_public_name_and_no_torch_import():
