@@ -157,6 +157,22 @@ def quantile_linear(x: np.ndarray, p: float) -> float:
     return float(np.quantile(xs, p))
 
 
+def record_answered(nf: int, n_unequal: int, quantiles: Iterable[float], distinct: bool = False) -> list:
+    """[ranks the reduction's record answers, ranks left to the selection] for compare()'s quantile
+    ranks over nf finite pairs of which the record counts n_unequal unequal pairs (docs/metrics.md,
+    "Ranks the reduction answers": every rank below nf - n_unequal, and rank nf - 1).  The ranks are
+    numpy's linear method's, floor(h) and floor(h) + 1 with h = (nf - 1) q (both nf - 1 when h >=
+    nf - 1): two per quantile, or the distinct ones (the sharded selection's count)."""
+    ranks = []
+    for q in quantiles:
+        h = float(nf - 1) * float(q)
+        ranks += [nf - 1, nf - 1] if h >= nf - 1 else [math.floor(h), math.floor(h) + 1]
+    if distinct:
+        ranks = sorted(set(ranks))
+    known = sum(1 for r in ranks if r < nf - n_unequal or r == nf - 1)
+    return [known, len(ranks) - known]
+
+
 def _argmax_first(v: np.ndarray):
     """(value, flat index) of the max of v (entries < 0 mean 'absent'), or (None, None)."""
     if v.size == 0:

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import vgct_ext
-from oracle import SUM_FIELDS, EXACT_FIELDS, INDEX_FIELDS, mismatches_vs_oracle, rel_close, to_f64
+from oracle import (SUM_FIELDS, EXACT_FIELDS, INDEX_FIELDS, mismatches_vs_oracle, record_answered, rel_close,
+                    to_f64)
 
 
 def _skip_reason():
@@ -1084,17 +1085,6 @@ def _sparse_case(n, k, dt, seed=0):
     return a32.to(dt), e32.to(dt)
 
 
-def _record_answers(nf, k, quantiles):
-    """[ranks the record answers, ranks left] for nf finite pairs of which k differ (each finite):
-    the ranks of vgct_quantile_ranks below nf - k, or equal to nf - 1."""
-    ranks = []
-    for q in quantiles:
-        h = float(nf - 1) * float(q)
-        ranks += [nf - 1, nf - 1] if h >= nf - 1 else [math.floor(h), math.floor(h) + 1]
-    known = sum(1 for r in ranks if r < nf - k or r == nf - 1)
-    return [known, len(ranks) - known]
-
-
 def _p99_edge_ks(n):
     """k (pairs that differ) around the p99's upper rank hi: k = n - hi - 1 leaves rank hi the
     last zero (p99 = 0, answered), k = n - hi makes it the smallest nonzero key (selected): the
@@ -1116,7 +1106,7 @@ def test_record_answers_zero_and_max_ranks(n, dt, known_hooks):
         a, e = _sparse_case(n, k, dtt, seed=k % 97)
         g = check3(a, e, quantiles=QK)
         assert g.n_unequal == k
-        assert list(last) == _record_answers(n, k, QK), (k, list(last))
+        assert list(last) == record_answered(n, k, QK), (k, list(last))
         if k <= n - math.floor((n - 1) * 0.99) - 2:
             assert g.quantiles[0.99] == 0.0
         knob.value = 1
@@ -1144,7 +1134,7 @@ def test_record_answers_with_non_finite_pairs(known_hooks):
     g = check3(a, e, quantiles=QK)
     assert g.n_finite == nf and g.n_unequal == nf - hi + 40
     assert g.quantiles[0.99] > 0.0
-    assert list(last) == _record_answers(nf, g.n_unequal, QK), list(last)
+    assert list(last) == record_answered(nf, g.n_unequal, QK), list(last)
     knob.value = 1
     assert dict(vgct_ext.compare(a, e, quantiles=QK).quantiles) == dict(g.quantiles)
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import vgct_ext
-from oracle import quantile_linear
+from oracle import quantile_linear, record_answered
 
 QS = (0.0, 1e-6, 0.01, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999, 1.0 - 1e-9, 1.0)
 
@@ -209,16 +209,6 @@ def _sparse(n, k, rng, dtype=np.float32, start=0):
     return a, e
 
 
-def _answered(nf, nu, qs):
-    """The ranks vgct_quantile_ranks asks for that fall below nf - nu or equal nf - 1."""
-    ranks = []
-    for q in qs:
-        h = (nf - 1) * q
-        ranks += [nf - 1, nf - 1] if h >= nf - 1 else [math.floor(h), math.floor(h) + 1]
-    known = sum(1 for r in ranks if r < nf - nu or r == nf - 1)
-    return [known, len(ranks) - known]
-
-
 @pytest.mark.parametrize("n", [1, 2, 1000, 65_537, (1 << 18) + 5, (1 << 20) + 3])
 def test_record_answers_at_the_zero_count_boundary(n):
     """k differing pairs around the p99's upper rank hi: k = n - hi - 1 leaves rank hi the last
@@ -233,7 +223,7 @@ def test_record_answers_at_the_zero_count_boundary(n):
         r = vgct_ext.compare(a, e, quantiles=qs)
         assert r.n_unequal == k
         assert_bitwise(r.quantiles, numpy_q(a, e, qs))
-        assert _known_last() == _answered(n, k, qs), (n, k, _known_last())
+        assert _known_last() == record_answered(n, k, qs), (n, k, _known_last())
 
 
 def test_record_answers_with_non_finite_and_int64_pairs():
@@ -256,7 +246,7 @@ def test_record_answers_with_non_finite_and_int64_pairs():
     assert r.n_finite == nf and r.n_unequal == nf - hi + 40
     assert r.quantiles[0.99] > 0.0
     assert_bitwise(r.quantiles, numpy_q(a, e, qs))
-    assert _known_last() == _answered(nf, r.n_unequal, qs)
+    assert _known_last() == record_answered(nf, r.n_unequal, qs)
     ai = rng.integers(-(2 ** 62), 2 ** 62, n, dtype=np.int64)
     ei = ai.copy()
     ei[rng.choice(n, size=50, replace=False)] += 1  # 50 keys of 1, the others 0

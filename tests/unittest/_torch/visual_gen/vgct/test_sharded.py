@@ -22,6 +22,7 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
 import _sharded_cases as cases  # noqa: E402  (tests/.../vgct is on sys.path: conftest.py)
+from oracle import record_answered  # noqa: E402
 
 import vgct_ext  # noqa: E402
 from vgct_ext import _C  # noqa: E402
@@ -96,29 +97,17 @@ def run_all(world: int):
     return _RUNS[world]
 
 
-def _record_ranks(ref, qs):
-    """(distinct ranks the merged record answers, distinct ranks left) for compare()'s quantile ranks
-    (numpy's linear method: floor(h), floor(h) + 1 with h = (n_finite - 1) q): below the zero count
-    n_finite - n_unequal, or the last (docs/metrics.md, "Ranks the reduction answers")."""
-    nf = ref.n_finite
-    ranks = set()
-    for q in qs:
-        h = (nf - 1) * q
-        ranks |= {nf - 1} if h >= nf - 1 else {math.floor(h), math.floor(h) + 1}
-    known = sum(1 for r in ranks if r < nf - ref.n_unequal or r == nf - 1)
-    return known, len(ranks) - known
-
-
 def test_record_cases_are_meaningful():
     """The identical case needs no histogram pass at all; the sparse one answers its p99 from the
     record (0.0) and still selects its p99.9 (not 0)."""
     a, e = cases.global_tensors(torch, "identical", 2)
     s = vgct_ext.compare(a, e, quantiles=(0.5, 0.99, 1.0))
-    assert _record_ranks(s, (0.5, 0.99, 1.0))[1] == 0 and s.quantiles[0.99] == 0.0
+    assert record_answered(s.n_finite, s.n_unequal, (0.5, 0.99, 1.0), distinct=True)[1] == 0
+    assert s.quantiles[0.99] == 0.0
     a, e = cases.global_tensors(torch, "sparse", 2)
     s = vgct_ext.compare(a, e, quantiles=(0.5, 0.99, 0.999, 1.0))
     assert s.quantiles[0.99] == 0.0 and s.quantiles[0.999] > 0.0 and s.n_finite == a.numel() - 1
-    known, rest = _record_ranks(s, (0.5, 0.99, 0.999, 1.0))
+    known, rest = record_answered(s.n_finite, s.n_unequal, (0.5, 0.99, 0.999, 1.0), distinct=True)
     assert known >= 3 and rest >= 1
 
 
@@ -143,7 +132,8 @@ def test_equals_compare_on_gathered(world, name):
             assert s.as_dict() == first.as_dict(), f"{where}: ranks disagree"
         assert info["world_size"] == world
         qs = cases.CASES[name][3].get("quantiles", (0.99,))
-        known, rest = _record_ranks(ref, qs) if qs and ref.n_finite > 0 else (0, 0)
+        known, rest = record_answered(ref.n_finite, ref.n_unequal, qs, distinct=True) if qs and ref.n_finite > 0 \
+            else (0, 0)
         assert info["ranks_from_record"] == known, where
         assert info["histogram_passes"] == (4 if rest else 0), where  # CPU: 4 digits
         assert info["collectives"] == 1 + info["histogram_passes"], where
