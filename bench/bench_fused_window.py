@@ -2,20 +2,22 @@
 own pass over the inputs, on the data shapes of issue #13, on one GPU.
 
 For each shape of ``bench_gpu.p99_shapes`` (2^28 pairs unless ``--log2n``) it prints the median
-of CUDA-event timings of three calls in one process:
+of CUDA-event timings of four calls in one process:
 
 * ``compare(a, e, quantiles=None)`` -- the reduction alone;
 * ``compare(a, e, quantiles=(0.99,))`` as it runs by default ("auto": the window counted by the
-  reduction, or -- when the sample shows many keys at or above the window, k_win_count -- by the
-  window plan's own pass after it; the column "path" says which: fused / pass; "record" when the
+  reduction with the look at the chunks that may hold keys at or above it, or -- when the
+  sample shows many such keys, k_win_count -- with every pair classified in the fold; the
+  column "path" says which: look / every / pass; "record" when the
   reduction's record answered every rank -- csrc/vgct_stats.h vgct_rank_known: an identical pair --
   and no window was counted at all);
-* the same with the window always counted by the reduction ("fused": hook value 3);
+* the same with the window always counted by the reduction's look ("look": hook value 3) and
+  with every pair classified ("every": hook value 4);
 * the same with the fusion off ("pass": hook value 1, the window plan reads the inputs again,
   k_sel_window) -- the hook is ``vgct_cuda_test_fuse`` of cuda/reduce.cu, reached through ctypes;
 
 each as milliseconds and as a multiple of the read floor (both inputs' bytes over the device
-copy bandwidth, as ``bench_gpu.py``), and the p99 values of the three ways, which must be equal
+copy bandwidth, as ``bench_gpu.py``), and the p99 values of the four ways, which must be equal
 (it exits with status 1 when they are not).  Not a test; a table for docs/performance.md.
 
     python bench/bench_fused_window.py [--log2n K] [--reps N]
@@ -44,7 +46,8 @@ def main():
     print(f"device: {props.name}; copy bandwidth {bw / 1e12:.2f} TB/s; 2^{args.log2n} pairs; "
           f"medians of {args.reps}")
     head = (f"{'data':42s} {'floor ms':>8s} {'no q ms':>8s} {'p99 auto':>9s} {'x floor':>7s} "
-            f"{'path':>6s} {'fused':>7s} {'x floor':>7s} {'pass':>7s} {'x floor':>7s}")
+            f"{'path':>6s} {'look':>7s} {'x floor':>7s} {'every':>7s} {'x floor':>7s} "
+            f"{'pass':>7s} {'x floor':>7s}")
     print(head)
     bad = 0
     for name, a, e in p99_shapes(1 << args.log2n):
@@ -52,20 +55,21 @@ def main():
         noq = cuda_time(lambda: vgct_ext.compare(a, e, quantiles=None), args.reps)[0]
         ms, val, path = {}, {}, "?"
         try:
-            for mode in (0, 3, 1):
+            for mode in (0, 3, 4, 1):
                 off.value = mode
                 ms[mode] = cuda_time(lambda: vgct_ext.compare(a, e, quantiles=(0.99,)), args.reps)[0]
                 val[mode] = vgct_ext.compare(a, e, quantiles=(0.99,)).p99
                 if mode == 0:
-                    path = {1: "fused", 2: "pass"}.get(last.value, "none")
+                    path = {1: "look", 3: "every", 2: "pass"}.get(last.value, "none")
                     if known[1] == 0:  # no rank left to the selection: no window pass ran
                         path = "record"
         finally:
             off.value = 0
-        same = val[0] == val[3] == val[1]
+        same = val[0] == val[3] == val[4] == val[1]
         bad += not same
         print(f"{name:42s} {floor:8.3f} {noq:8.3f} {ms[0]:9.3f} {ms[0] / floor:7.2f} {path:>6s} "
-              f"{ms[3]:7.3f} {ms[3] / floor:7.2f} {ms[1]:7.3f} {ms[1] / floor:7.2f}"
+              f"{ms[3]:7.3f} {ms[3] / floor:7.2f} {ms[4]:7.3f} {ms[4] / floor:7.2f} "
+              f"{ms[1]:7.3f} {ms[1] / floor:7.2f}"
               f"{'' if same else f'  p99 DIFFERS {val!r}'}", flush=True)
         torch.cuda.empty_cache()
     return 1 if bad else 0

@@ -37,10 +37,11 @@
  *                  fastest (no registers for the bytes in flight), only for
  *                  that layout; 36-48 KiB of ring on top of the 58 KiB of
  *                  per-thread records (vg_bulk::SMEM, ~94-106 KiB a block).
- *                  WIN = 1 (float16/bfloat16/float32 pairs): it also counts
+ *                  WIN = 1 or 2 (float16/bfloat16/float32 pairs): it also counts
  *                  the exact quantiles' key window (select.cu's window plan,
- *                  "the fused key window" below) -- a stage is refilled
- *                  only after the warp's look at it, +3 KiB of stages.
+ *                  "the fused key window" below) -- with the look (1) a
+ *                  stage is refilled only after the warp's look at it;
+ *                  +3 KiB of stages.
  *   k_reduce_flat  the same layout otherwise (a misaligned base such as
  *                  bf16 x[1:], or a generic dtype pair): scalar loads, or
  *                  16-byte vector loads into registers, RU chunks in flight
@@ -97,7 +98,7 @@ struct RArgs {
   unsigned *sgate; /* row mode: 3 words per slice (zeroed before the launch), or NULL */
   vgct_acc *res;
   vgct_slice_acc *sres;
-  VgWinFuse wf;    /* k_reduce_bulk<..., WIN = 1>: the fused key window      */
+  VgWinFuse wf;    /* k_reduce_bulk<..., WIN = 1 or 2>: the fused key window */
 };
 
 template <int DA, int DE>
@@ -289,8 +290,9 @@ __device__ __forceinline__ void vg_gate_refresh(FastGate &fg, const vgct_acc *ac
 template <int CH>
 __device__ __forceinline__ bool vg_fast_or_slow(HotAcc &h, const FastGate &g, vgct_acc *acc,
                                                 const vg_f32chunk<CH> &x, int64_t f, int64_t sf,
-                                                double rtol, double atol, float *mxo = nullptr) {
-  const int r = vg_fast_chunk<CH>(h, g.g, *g.held, x.a, x.e, f, sf, rtol, atol, mxo);
+                                                double rtol, double atol, float *mxo = nullptr,
+                                                VgWinCnt *wc = nullptr) {
+  const int r = vg_fast_chunk<CH>(h, g.g, *g.held, x.a, x.e, f, sf, rtol, atol, mxo, wc);
   if (r == VG_CHUNK_DONE) return false;
   if (r == VG_CHUNK_MAXIMA) vg_slow_maxima<CH>(acc, x, f, sf, rtol, atol);
   else vg_slow_chunk<CH>(acc, x, f, sf, rtol, atol);
@@ -304,7 +306,8 @@ __device__ __forceinline__ bool vg_fast_or_slow(HotAcc &h, const FastGate &g, vg
 template <int DA, int DE, int SC>
 __device__ __forceinline__ bool vg_fold_vec(HotAcc &h, const FastGate &g, vgct_acc *acc,
                                             const VChunk<DA, DE> &c, int64_t f, int64_t sf,
-                                            double rtol, double atol, float *mxo = nullptr) {
+                                            double rtol, double atol, float *mxo = nullptr,
+                                            VgWinCnt *wc = nullptr) {
   typedef vg_chunk<DA, DE> G;
   const char *ba = reinterpret_cast<const char *>(c.va);
   const char *be = reinterpret_cast<const char *>(c.ve);
@@ -315,7 +318,7 @@ __device__ __forceinline__ bool vg_fold_vec(HotAcc &h, const FastGate &g, vgct_a
       x.a[q] = vgct_load_f32(ba + q * G::ISA, DA);
       x.e[q] = vgct_load_f32(be + q * G::ISE, DE);
     }
-    return vg_fast_or_slow<G::CH>(h, g, acc, x, f, sf, rtol, atol, mxo);
+    return vg_fast_or_slow<G::CH>(h, g, acc, x, f, sf, rtol, atol, mxo, wc);
   } else {
 #pragma unroll
     for (int q = 0; q < G::CH; ++q)
@@ -459,47 +462,50 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
   vg_reduce_finish<SC>(A, vsm);
 }
 
-/* ---- the fused key window (k_reduce_bulk<..., WIN = 1>) --------------------
+/* ---- the fused key window (k_reduce_bulk<..., WIN = 1 or 2>) --------------
  * What k_sel_window (select.cu) counts for ONE window, in the reduction's own
  * pass, for float16/bfloat16/float32 pairs: keys >= lo (ge), == lo (eql), ==
  * hi (eqh, hi != lo), and the keys with lo < key < hi appended to the
- * window's region.  Most keys are below lo (a p99 window: 99%), so a chunk is
- * looked at key by key only when its max |d32| (vg_fast_chunk's, free) does
- * not prove every key below lo:
+ * window's region.  Two ways, picked per call from the sample (select.cu
+ * k_win_count, WIN_FUSE_GE):
+ *  WIN = 1, the look (VG_WIN_LOOK), where few keys are >= lo (a p99 window of
+ *   noise: ~1% of them).  A chunk is looked at key by key only when its max
+ *   |d32| (vg_fast_chunk's, free) does not prove every key below lo:
  *   t32 = the float32 below lo (1 - 2^-21) (round down; vg_win_t32_of: why
- *   max |d32| < t32 puts every key of the chunk below lo); lo = 0 gives
- *   t32 = 0, which no chunk passes (a chunk of d == 0 only is counted as
- *   CH keys == lo without a look at each).  A chunk the definition folds
- *   (non-finite, float32 overflow) reports +Inf and is looked at.
- * The chunks looked at (~8% of them for a p99 window) are read again from
- * the ring's stage at the warp's step end and their keys split over the warp
- * (vg_win_look: counts by ballots, inside keys to the warp's stage in shared
- * memory); the last, partial chunk of the input is keyed by its own lane
+ *   max |d32| < t32 puts every key of the chunk below lo); lo = 0 gives t32 =
+ *   0, which no chunk passes (a chunk of d == 0 only is counted as CH keys
+ *   == lo without a look at each).  A chunk the definition folds (non-finite,
+ *   float32 overflow) reports +Inf and is looked at.  The chunks looked at
+ *   (~8% of them for a p99 window) are read again from the ring's stage at
+ *   the warp's step end and their keys split over the warp (vg_win_look:
+ *   counts by ballots, inside keys to the warp's stage in shared memory).
+ *   The hot loop's cost is a float compare a chunk and two bits; the look's
+ *   grows with the chunks that hold keys >= lo.
+ *  WIN = 2, every pair classified (VG_WIN_EVERY), where many keys are >= lo
+ *   (ties at lo, a constant offset): in vg_fast_chunk's own loop
+ *   (VgWinCnt, vgct_cuda_internal.cuh), four float64 comparisons of the |d|
+ *   the sums already compute with the bounds as doubles, counts in three
+ *   registers a thread: ~10 instructions a pair whatever the data.  What a
+ *   chunk leaves to its lane (vg_win_chunk): the keys strictly inside, to the
+ *   warp's stage, and a chunk with a non-finite pair, keyed pair by pair.
+ * Both: the last, partial chunk of the input is keyed by its own lane
  * (vg_win_keys: shared atomics, and past VG_WSTAGE staged keys straight to
  * the region with a global atomic).  The warp flushes its stage at its
  * warp-uniform step ends once it holds VG_WFLUSH keys (one global atomic a
- * flush).  Counters: 32-bit a warp in shared memory (vg_reduce_can_fuse
- * bounds a block's pairs below 2^31), one 64-bit atomic a warp and counter at
- * the end.  The hot loop's cost is a float compare a chunk (t32 in one
- * register) and two bits.  Counts and stored keys do not depend on order;
- * the region's order does, and the selection over it does not.  What it
- * costs on an H200: docs/performance.md. */
+ * flush).  Counters: 32-bit a thread or warp (vg_reduce_can_fuse bounds a
+ * block's pairs below 2^31), one 64-bit atomic a warp and counter at the
+ * end.  Counts and stored keys do not depend on order or on the way; the
+ * region's order does, and the selection over it does not.  What each costs
+ * on an H200: docs/performance.md. */
 #define VG_WSTAGE 48 /* staged keys a warp (8 warps: 3 KiB next to the ring) */
 #define VG_WFLUSH 16 /* a warp flushes its stage at a step end from this many */
 
-/* Per warp: the staged keys and the counts (only the keys looked at change
- * them, so they live here, not in the hot loop's registers). */
+/* Per warp: the staged keys and the counts of the pairs keyed one by one. */
 struct VgWinSh {
   unsigned long long stage[RT / 32][VG_WSTAGE];
   unsigned cnt[RT / 32];                   /* staged keys                 */
   unsigned ge[RT / 32], el[RT / 32], eh[RT / 32]; /* keys >= lo, == lo, == hi */
 };
-
-/* max |d32| < vg_win_t32(w): every key of the chunk is below window 0's lo
- * (vg_win_t32_of, vgct_cuda_internal.cuh: the bound and why it holds). */
-__device__ __forceinline__ float vg_win_t32(const WinState *w) {
-  return vg_win_t32_of(__ldg(&w->lo[0]));
-}
 
 /* One key inside the window: the warp's stage, or past it the region. */
 __device__ __forceinline__ void vg_win_put(unsigned long long key, const VgWinFuse &wf,
@@ -515,7 +521,8 @@ __device__ __forceinline__ void vg_win_put(unsigned long long key, const VgWinFu
 
 /* The keys of the first cnt pairs of a chunk, one by one by its own lane,
  * into the warp's counts and stage (shared atomics: other lanes may do the
- * same): the input's last, partial chunk -- one a kernel. */
+ * same): a chunk with a non-finite pair (WIN 2), and the input's last,
+ * partial chunk. */
 template <int CH>
 __device__ __forceinline__ void vg_win_keys(const vg_f32chunk<CH> x, int cnt, const VgWinFuse wf,
                                          VgWinSh *sh, int w) {
@@ -536,6 +543,31 @@ __device__ __forceinline__ void vg_win_keys(const vg_f32chunk<CH> x, int cnt, co
   if (eh) atomicAdd(&sh->eh[w], eh);
 }
 
+/* What vg_fast_chunk left of a whole chunk (wc.in != 0, per lane): its keys
+ * strictly inside the window to the stage, or -- VG_WIN_DEFINE -- the whole
+ * chunk keyed pair by pair.  Out of line: rare, and its registers must not
+ * count against the hot loop's. */
+template <int DA, int DE>
+__device__ __noinline__ void vg_win_chunk(const VChunk<DA, DE> c, unsigned in, const VgWinFuse wf,
+                                          VgWinSh *sh, int w) {
+  typedef vg_chunk<DA, DE> G;
+  const char *ba = reinterpret_cast<const char *>(c.va);
+  const char *be = reinterpret_cast<const char *>(c.ve);
+  vg_f32chunk<G::CH> x;
+#pragma unroll
+  for (int q = 0; q < G::CH; ++q) {
+    x.a[q] = vgct_load_f32(ba + q * G::ISA, DA);
+    x.e[q] = vgct_load_f32(be + q * G::ISE, DE);
+  }
+  if (in & VG_WIN_DEFINE) {
+    vg_win_keys<G::CH>(x, G::CH, wf, sh, w);
+    return;
+  }
+#pragma unroll 1
+  for (int q = 0; q < G::CH; ++q)
+    if ((in >> q) & 1u) vg_win_put(vg_key_narrow(x.a[q], x.e[q]), wf, sh, w);
+}
+
 /* The warp's staged keys to the region once it holds `thr` or more (1: the
  * kernel's end).  Warp-uniform: every lane reads the same count. */
 __device__ __forceinline__ void vg_win_flush(const VgWinFuse &wf, VgWinSh *sh, int w, int lane,
@@ -552,6 +584,12 @@ __device__ __forceinline__ void vg_win_flush(const VgWinFuse &wf, VgWinSh *sh, i
   __syncwarp(); /* every lane read the stage */
   if (lane == 0) sh->cnt[w] = 0;
   __syncwarp();
+}
+
+/* max |d32| < vg_win_t32(w): every key of the chunk is below window 0's lo
+ * (vg_win_t32_of, vgct_cuda_internal.cuh: the bound and why it holds). */
+__device__ __forceinline__ float vg_win_t32(const WinState *w) {
+  return vg_win_t32_of(__ldg(&w->lo[0]));
 }
 
 /* After a whole chunk's fold: its window bits (vg_fast_chunk's max |d32| mx):
@@ -632,14 +670,28 @@ __device__ __forceinline__ void vg_win_look(unsigned need, unsigned zero, int u,
   __syncwarp();
 }
 
-__device__ __forceinline__ void vg_win_begin(VgWinSh *sh, int w, int lane) {
+/* The kernel's start: the warp's counts cleared, the thread's classification
+ * set up from window 0's bounds (win_bounds / k_win_prep wrote them before the
+ * launch). */
+__device__ __forceinline__ void vg_win_begin(const VgWinFuse &wf, VgWinSh *sh, VgWinCnt &wc,
+                                             int w, int lane) {
   if (lane == 0) sh->cnt[w] = sh->ge[w] = sh->el[w] = sh->eh[w] = 0;
+  const unsigned long long lo = __ldg(&wf.w->lo[0]), hi = __ldg(&wf.w->hi[0]);
+  wc.lo = vgct_f64_from_bits(lo);
+  wc.hi = vgct_f64_from_bits(hi);
+  wc.ge = wc.el = wc.eh = wc.in = 0;
   __syncwarp();
 }
 
-/* The kernel's end: the last flush, then the warp's counts (one atomic each). */
-__device__ __forceinline__ void vg_win_end(const VgWinFuse &wf, VgWinSh *sh, int w, int lane) {
-  vg_win_flush(wf, sh, w, lane, 1u);
+/* The kernel's end: the threads' counts into the warp's, the last flush, then
+ * the warp's counts (one atomic each). */
+__device__ __forceinline__ void vg_win_end(const VgWinFuse &wf, VgWinSh *sh, const VgWinCnt &wc,
+                                           int w, int lane) {
+  if (wc.ge) atomicAdd(&sh->ge[w], wc.ge);
+  if (wc.el) atomicAdd(&sh->el[w], wc.el);
+  /* hi == lo: the ties at lo are counted once, in el (eqh stays 0) */
+  if (wc.eh && __ldg(&wf.w->hi[0]) != __ldg(&wf.w->lo[0])) atomicAdd(&sh->eh[w], wc.eh);
+  vg_win_flush(wf, sh, w, lane, 1u); /* (its __syncwarp: the lanes' atomics done) */
   if (lane == 0) {
     if (sh->ge[w]) atomicAdd(&wf.w->ge, (unsigned long long)sh->ge[w]);
     if (sh->el[w]) atomicAdd(&wf.w->eql[0], (unsigned long long)sh->el[w]);
@@ -665,6 +717,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
   typedef vg_chunk<DA, DE> G;
   typedef vg_bulk<DA, DE> B;
   static_assert(!WIN || (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok), "fused window: fast pairs");
+  static_assert(WIN >= 0 && WIN <= 2, "WIN: 0 none, 1 the look, 2 every pair classified");
   extern __shared__ __align__(16) VAcc vsm[]; /* 16: the ring's bulk copies */
   __shared__ uint64_t bar[RT / 32][VG_BP];
   const IterSpec &it = A.it;
@@ -673,11 +726,10 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
   /* the fused window's stages after the ring (SMEM_W) */
   VgWinSh *wsh = reinterpret_cast<VgWinSh *>(reinterpret_cast<char *>(vsm + RT) +
                                              (size_t)(RT / 32) * VG_BP * B::STAGE);
-  float t32 = 0.0f; /* the fused window's chunk test (vg_win_t32) */
-  if constexpr (WIN) {
-    t32 = vg_win_t32(A.wf.w);
-    vg_win_begin(wsh, w, lane);
-  }
+  VgWinCnt wc;      /* the fused window's bounds and this thread's counts (WIN 2) */
+  float t32 = 0.0f; /* the look's chunk test (WIN 1: vg_win_t32) */
+  if constexpr (WIN) vg_win_begin(A.wf, wsh, wc, w, lane);
+  if constexpr (WIN == 1) t32 = vg_win_t32(A.wf.w);
   if (lane == 0) {
     for (int p = 0; p < VG_BP; ++p) vg_mbar_init(&bar[w][p], 1);
     vg_mbar_init_fence();
@@ -737,23 +789,27 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
       }
     }
     const int pc = p; /* this step's stage */
-    if constexpr (!WIN) {
+    if constexpr (WIN != 1) { /* (the look reads the stage again after the fold) */
       __syncwarp(); /* every lane has read stage p: lane 0 may refill it */
       if (lane == 0 && k + VG_BP < nstep) issue(cb + VG_BP * CSTEP, pc);
     }
     if (++p == VG_BP) { p = 0; phase ^= 1u; }
     bool slow = false;
-    unsigned wb = 0; /* the fused window: 2 bits a chunk (vg_win_bits) */
+    unsigned wb = 0; /* WIN 1: 2 bits a chunk (vg_win_bits) */
 #pragma unroll
     for (int u = 0; u < B::RB; ++u) {
       const int j = lane + 32 * u;
       const int64_t cc = cb + j, i0 = cc * G::CH;
       if (j < nf) {
-        if constexpr (WIN) {
+        if constexpr (WIN == 1) {
           float mx;
           slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], it.f0 + i0 * sf, sf, A.rtol,
                                           A.atol, &mx);
           wb |= vg_win_bits(t32, mx) << (2 * u);
+        } else if constexpr (WIN == 2) {
+          slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], it.f0 + i0 * sf, sf, A.rtol,
+                                          A.atol, nullptr, &wc);
+          if (wc.in) vg_win_chunk<DA, DE>(ch[u], wc.in, A.wf, wsh, w); /* rare, per lane */
         } else {
           slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], it.f0 + i0 * sf, sf, A.rtol, A.atol);
         }
@@ -772,7 +828,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
         }
       }
     }
-    if constexpr (WIN) {
+    if constexpr (WIN == 1) {
       const unsigned look = __ballot_sync(0xffffffffu, wb & 0x55555555u); /* any chunk to look at */
       if (look) {
 #pragma unroll
@@ -786,9 +842,10 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
                                                       done with stage pc) */
       if (lane == 0 && k + VG_BP < nstep) issue(cb + VG_BP * CSTEP, pc);
     }
+    if constexpr (WIN == 2) vg_win_flush(A.wf, wsh, w, lane, VG_WFLUSH); /* warp-uniform */
     vg_thread_step<DA, DE, SC>(gate, h, part, acc, slow, since, B::RB * G::CH);
   }
-  if constexpr (WIN) vg_win_end(A.wf, wsh, w, lane);
+  if constexpr (WIN) vg_win_end(A.wf, wsh, wc, w, lane);
   vg_thread_flush<SC>(h, part, acc);
   vg_reduce_finish<SC>(A, vsm);
 }
@@ -989,7 +1046,8 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_lean(const __grid_constant__ R
 template <int DA, int DE, int SC>
 static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_t s,
                                  int *fused) {
-  static int done[6][64]; /* per kernel: flat, gen, col, bulk, gen with RG = 1, bulk + window */
+  static int done[7][64]; /* per kernel: flat, gen, col, bulk, gen with RG = 1, bulk + window
+                             (the look, every pair classified) */
   cudaError_t e;
   if constexpr (DA >= 0 && DE >= 0) {
     if (kind == 3) {
@@ -1006,11 +1064,17 @@ static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_
       }
       if (dev >= 0 && dev < 64 && ring_ok[dev] > 0) {
         if constexpr (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok) {
-          if (A.wf.w) { /* the fused key window */
+          if (A.wf.w) { /* the fused key window: the look, or every pair classified */
             const int bytes = vg_bulk<DA, DE>::SMEM_W;
-            if ((e = vg_smem_optin(k_reduce_bulk<DA, DE, SC, 1>, done[5], bytes)) != cudaSuccess)
-              return e;
-            k_reduce_bulk<DA, DE, SC, 1><<<grid, RT, bytes, s>>>(A);
+            if (A.wf.mode == VG_WIN_EVERY) {
+              if ((e = vg_smem_optin(k_reduce_bulk<DA, DE, SC, 2>, done[6], bytes)) != cudaSuccess)
+                return e;
+              k_reduce_bulk<DA, DE, SC, 2><<<grid, RT, bytes, s>>>(A);
+            } else {
+              if ((e = vg_smem_optin(k_reduce_bulk<DA, DE, SC, 1>, done[5], bytes)) != cudaSuccess)
+                return e;
+              k_reduce_bulk<DA, DE, SC, 1><<<grid, RT, bytes, s>>>(A);
+            }
             *fused = 1;
             return cudaGetLastError();
           }
@@ -1124,11 +1188,15 @@ static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 /* Test/bench hooks (not an API; ctypes on vgct_ext._C, like the others):
  * vgct_cuda_test_fuse: 0 automatic; 1 never fuse the key window into the
- * reduction (the window plan then makes its own pass, k_sel_window); 2 fuse
- * but have k_win_count always skip (the pass after the reduction); 3 fuse and
- * never skip (2 and 3 also below select.cu's WIN_FUSE_MIN pairs).  vgct_cuda_test_fuse_last: 1 when the last vgct_cuda_compare
- * counted its window in the reduction, 2 when it fused but k_win_count
- * skipped, 0 otherwise. */
+ * reduction (the window plan then makes its own pass, k_sel_window); 2 start
+ * the fused plan but always skip the window in the reduction (the window
+ * pass after it); 3 fuse with the look (VG_WIN_LOOK) and never skip, not
+ * even a window [0, 0]; 4 the same with every pair classified (VG_WIN_EVERY)
+ * (2, 3 and 4 also below select.cu's WIN_FUSE_MIN pairs).
+ * vgct_cuda_test_fuse_last: 1 when the last vgct_cuda_compare counted its
+ * window in the reduction with the look, 3 with every pair classified, 2
+ * when it started the fused plan but skipped the window (hook 2, or a window
+ * [0, 0] left to the record), 0 otherwise. */
 extern "C" {
 __attribute__((visibility("default"))) long long vgct_cuda_test_fuse = 0;
 __attribute__((visibility("default"))) long long vgct_cuda_test_fuse_last = 0;

@@ -51,11 +51,16 @@
  *       steps a-b run BEFORE the reduction (windows predicted for n finite
  *       pairs), k_win_prep writes the window's bounds, k_win_count counts the
  *       sample's keys at or above lo (one round trip reads its verdict), and
- *       the reduction counts the window in its own pass (cuda/reduce.cu,
- *       vg_win_look): no pass of the selection over the inputs.  Past
- *       WIN_FUSE_GE of the sample's keys at or above lo, the reduction runs
- *       without it and c runs after it.  Then d, with the reduction's
- *       n_finite as the pass's count and lt = n_finite - (keys >= lo).
+ *       the reduction counts the window in its own pass (cuda/reduce.cu): no
+ *       pass of the selection over the inputs.  Up to WIN_FUSE_GE of the
+ *       sample's keys at or above lo, the reduction looks at the few chunks
+ *       that may hold such keys (vg_win_look); past it, it classifies every
+ *       pair in its fold (VgWinCnt), at a cost that does not depend on the
+ *       data.  A window [0, 0] (the sample's keys at both ranks are 0) is left
+ *       to the reduction's record (vgct_rank_known): the reduction runs
+ *       without it, and c runs after it only when the record does not
+ *       answer.  Then d, with the reduction's n_finite as the pass's count
+ *       and lt = n_finite - (keys >= lo).
  * 2. Store-all (n < SEL_WIN_MIN, or ranks left by the windows, n <= SEL_CAP):
  *    k_sel_data stores every key at its position while it builds the level-0
  *    histogram (on every SM), then k_sel_fin (the one-block finish, below)
@@ -109,7 +114,8 @@
  *                      noise the kernel 16-28% faster, the p99 call 14%
  *                      (docs/performance.md, 2026-12-01 19:31 section).
  *   k_win_prep, k_win_count  the fused window's bounds and the sample's verdict
- *                      (c' above; one block, then a small grid over the sample).
+ *                      (c' above: the look or every pair; one block, then a
+ *                      small grid over the sample).
  *   Each histogram kernel's last block (integer counter) scans the histogram
  *   and moves every rank one level down (vg_sel_scan), so consecutive levels
  *   need no host round trip.
@@ -1267,8 +1273,13 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
  *   [2] ranks answered by a selection over a window's stored keys
  *   [3] windows that overflowed their region
  *   [4] ranks left to the radix path (store-all or the data histograms)
- *   [5] the radix path's plan: 0 not run, 1 store-all, 2 data histograms */
+ *   [5] the radix path's plan: 0 not run, 1 store-all, 2 data histograms
+ * vgct_cuda_test_win_last (written by every window answer): window 0's counts
+ *   -- keys below lo, == lo, == hi (hi != lo), stored strictly inside -- the
+ *   same whichever pass counted them (the window pass, the fused look, every
+ *   pair classified: the tests compare the three) */
 extern "C" {
+__attribute__((visibility("default"))) long long vgct_cuda_test_win_last[4] = {-1, -1, -1, -1};
 __attribute__((visibility("default"))) long long vgct_cuda_test_sel[4] = {0, 0, 0, 0};
 __attribute__((visibility("default"))) long long vgct_cuda_test_sel_last[6] = {0, 0, 0, 0, 0, 0};
 __attribute__((visibility("default"))) long long vgct_cuda_test_sel_kpt = 0;
@@ -1476,17 +1487,21 @@ __global__ void k_win_prep(const __grid_constant__ WArgs A) {
   A.w->hi[0] = hi;
 }
 
-/* The fused pass looks at every chunk holding a key >= lo (cuda/reduce.cu,
- * vg_win_look): cheap while such keys are few (a p99 window: ~1% of the keys,
- * ~8% of the chunks), dearer than the window plan's own pass when ties at lo
- * make them many (H200, 2^28 pairs, 2026-12-01: 1.1% of the keys >= lo,
- * fused 1.32-1.34 ms against 1.55-1.65 ms with the own pass; bfloat16
- * rounding differences, 3.0% (ties at lo), 1.62 against 1.51 ms; a constant
- * offset, 27%, 2.78 against 1.84 ms).  k_win_count counts the sample's finite
- * keys >= lo (sge) and its last block sets skip when they are more than
- * WIN_FUSE_GE of the sample's finite keys; vgct_cuda_compare reads it (one
- * round trip) and then reduces without the window, which the window plan's
- * own pass counts after the reduction (win_answer). */
+/* The fused pass's two ways (cuda/reduce.cu): the look (VG_WIN_LOOK) reads
+ * again every chunk that may hold a key >= lo -- cheap while such keys are
+ * few (a p99 window: ~1% of the keys, ~8% of the chunks), dearer than the
+ * window plan's own pass when ties at lo make them many (H200, 2^28 pairs,
+ * 2026-12-01: 1.1% of the keys >= lo, fused 1.32-1.34 ms against 1.55-1.65 ms
+ * with the own pass; bfloat16 rounding differences, 3.0% (ties at lo), 1.62
+ * against 1.51 ms; a constant offset, 27%, 2.78 against 1.84 ms); every pair
+ * classified in the fold (VG_WIN_EVERY) costs the same whatever the data --
+ * ~10 instructions a pair, more than the look on a p99 window of noise
+ * (fp32: 1.45-1.50 against 1.33-1.40 ms), far less than the look or the own
+ * pass where keys >= lo are many (bf16 ties 1.11-1.18 ms, the constant
+ * offset 1.32-1.43 ms: docs/performance.md, "2026-12-01, 22:25-22:45 UTC").
+ * k_win_count counts the sample's finite keys >= lo (sge) and its last block
+ * sets dense when they are more than WIN_FUSE_GE of the sample's finite keys;
+ * vgct_cuda_compare reads it (one round trip) and picks the way. */
 #define WIN_FUSE_GE 0.02
 /* ...and only from WIN_FUSE_MIN pairs on: the window pass it saves is ~9 us at
  * 2^22 pairs and ~37 us at 2^24 (H200), the verdict's round trip and
@@ -1494,6 +1509,8 @@ __global__ void k_win_prep(const __grid_constant__ WArgs A) {
  * of each other, at 2^22 the fused calls up to 20% slower (docs/performance.md) */
 #define WIN_FUSE_MIN (INT64_C(1) << 25)
 #define CNT_WIN 6 /* k_win_count's last-block counter (index in WS_SEL_CNT) */
+/* force: 0 the sample decides; 1 dense (every pair classified: hook 4); 2
+ * never dense (the look: hook 3) */
 __global__ void __launch_bounds__(WT) k_win_count(const __grid_constant__ WArgs A, long long nkeys,
                                                   unsigned *counter, int force) {
   const unsigned long long lo = A.w->lo[0];
@@ -1510,7 +1527,7 @@ __global__ void __launch_bounds__(WT) k_win_count(const __grid_constant__ WArgs 
   if (!vg_last_block(counter)) return;
   if (threadIdx.x == 0) {
     const unsigned long long sge = *(volatile unsigned long long *)&A.w->sge;
-    A.w->skip = force == 1 || (force == 0 && (double)sge > WIN_FUSE_GE * (double)A.sst->total);
+    A.w->dense = force == 1 || (force == 0 && (double)sge > WIN_FUSE_GE * (double)A.sst->total);
   }
 }
 
@@ -1548,7 +1565,7 @@ static int win_start(CallCtx &cx, const KArgs &B, WinRun *run, bool with_prep) {
     const int64_t gc = cdiv(run->skeys, (int64_t)WT * 16);
     k_win_count<<<(int)(gc < ws->sms ? (gc < 1 ? 1 : gc) : ws->sms), WT, 0, cx.stream>>>(
         run->WA, (long long)run->skeys, (unsigned *)(d + WS_SEL_CNT) + CNT_WIN,
-        vgct_cuda_test_fuse == 2 ? 1 : vgct_cuda_test_fuse == 3 ? 2 : 0);
+        vgct_cuda_test_fuse == 4 ? 1 : vgct_cuda_test_fuse == 3 ? 2 : 0);
     WIN_CK(cudaGetLastError(), "k_win_count launch");
   }
 wout:
@@ -1600,6 +1617,10 @@ static int win_answer(CallCtx &cx, const KArgs &B, const vgct_params *p, WinRun 
       goto wout;
     }
     for (int g = 0; g < W.nw; ++g) R[3] += h.pos[g] > (unsigned long long)WA.cap[g];
+    vgct_cuda_test_win_last[0] = (long long)h.lt[0];
+    vgct_cuda_test_win_last[1] = (long long)h.eql[0];
+    vgct_cuda_test_win_last[2] = (long long)h.eqh[0];
+    vgct_cuda_test_win_last[3] = (long long)h.pos[0];
     /* each rank: a pivot's value, a rank among the window's stored keys, or
        not covered (left to the radix path) */
     irk = (int64_t *)malloc((sizeof(int64_t) + 2 * sizeof(int)) * (size_t)nu);
@@ -2025,7 +2046,9 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
          pair, sparse differences): the reduction's zero count will most likely
          answer every rank (vgct_rank_known), so it runs without the window;
          when it does not, the window plan's own pass counts it after all */
-      skip = hv.skip != 0 || (hv.hi[0] == 0 && vgct_cuda_test_known == 0 && vgct_cuda_test_fuse == 0);
+      skip = vgct_cuda_test_fuse == 2 ||
+             (hv.hi[0] == 0 && vgct_cuda_test_known == 0 && vgct_cuda_test_fuse == 0);
+      wf.mode = hv.dense ? VG_WIN_EVERY : VG_WIN_LOOK;
       wf.w = run.WA.w;
       wf.cand = run.WA.cand + run.WA.off[0];
       wf.cap = run.WA.cap[0];
@@ -2036,7 +2059,8 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
   }
   rc = vg_reduce_run(cx, a, e, p, out, slices, pre && !skip ? &wf : NULL, err, errlen);
   if (rc != VGCT_OK) return rc;
-  vgct_cuda_test_fuse_last = pre ? (skip ? 2 : wf.used != 0) : 0;
+  vgct_cuda_test_fuse_last =
+      pre ? (skip ? 2 : wf.used == 0 ? 0 : wf.mode == VG_WIN_EVERY ? 3 : 1) : 0;
   if (nq == 0 || out->n_finite == 0) return VGCT_OK;
   int64_t ranks[2 * VGCT_MAX_QUANTILES], sub[2 * VGCT_MAX_QUANTILES];
   double subv[2 * VGCT_MAX_QUANTILES];

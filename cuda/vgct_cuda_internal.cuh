@@ -441,6 +441,27 @@ __host__ __device__ __forceinline__ int vg_popc(uint32_t x) {
 #endif
 }
 
+/* The fused key window's classification of each pair (cuda/reduce.cu,
+ * k_reduce_bulk<..., WIN = 1>), in vg_fast_chunk's own loop over the pairs:
+ * window 0's bounds as the doubles whose bits they are.  A finite pair's key
+ * is bits(|fl64(a - e)|) (vg_key_narrow), and the bits of non-negative
+ * doubles order like their values, so comparing |d| -- the float64
+ * difference the sums already need -- with these doubles compares the keys
+ * exactly.  The bounds' special keys come out right as doubles too: INF_KEY
+ * is +Inf (above every finite pair's |d|), WIN_SENT a NaN (no comparison
+ * holds: no window).
+ * The counts are a thread's, over its whole finite chunks (a chunk with a
+ * non-finite pair is keyed one pair at a time by the caller: `in` says so). */
+struct VgWinCnt {
+  double lo, hi;       /* bounds                                               */
+  unsigned ge, el, eh; /* keys >= lo, == lo, == hi (eh: also the ties at lo
+                          when hi == lo, which the kernel's end drops)        */
+  unsigned in;         /* out, the last chunk: bit q when lo < key_q < hi;
+                          VG_WIN_DEFINE when the chunk has a non-finite pair
+                          (nothing counted: the caller keys it pair by pair)  */
+};
+#define VG_WIN_DEFINE 0x80000000u
+
 /* Fold the CH pairs (a[q], e[q]) at flat indices f + q*sf: sums and counters
  * into h, and the gate's proof that the maxima cannot change (see the enum
  * above for the outcomes).  g: the thresholds; held: the warp's own held
@@ -453,8 +474,9 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
                                                       const GateHeld &held,
                                                       const float (&a)[CH], const float (&e)[CH],
                                                       int64_t f, int64_t sf, double rtol,
-                                                      double atol, float *mxo = nullptr) {
-  static_assert(CH >= 1 && CH <= 32, "vg_fast_chunk: the counters are 32-bit masks");
+                                                      double atol, float *mxo = nullptr,
+                                                      VgWinCnt *wc = nullptr) {
+  static_assert(CH >= 1 && CH <= 31, "vg_fast_chunk: the counters are 32-bit masks");
   float mxd = 0.0f;                    /* max |d32| (fmaxf: a NaN is ignored here,
                                           caught by the sum t_d below)          */
   uint32_t mnb = 0xffffffffu;          /* min of 2 bits(|e|) - 1 over e != 0     */
@@ -462,6 +484,7 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
   float X = -(float)INFINITY;          /* max fl32(|d32| - r32 |e|)            */
   uint32_t nz = 0;                     /* bit q: d32 != 0                       */
   double t_aa = 0.0, t_ee = 0.0, t_ae = 0.0, t_dd = 0.0, t_d = 0.0;
+  unsigned wge = 0, wel = 0, weh = 0, win = 0; /* the fused window's (wc) */
 #pragma unroll
   for (int q = 0; q < CH; ++q) {
     const float d32 = a[q] - e[q], ae32 = fabsf(e[q]), ad32 = fabsf(d32);
@@ -477,14 +500,30 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
     const double d = a64 - e64;
     t_aa += a64 * a64; t_ee += e64 * e64; t_ae += a64 * e64;
     t_dd += d * d; t_d += d;
+    if (wc) { /* the fused window (VgWinCnt): the key compared through |d| */
+      const double ad = fabs(d);
+      wge += ad >= wc->lo ? 1u : 0u;
+      wel += ad == wc->lo ? 1u : 0u;
+      weh += ad == wc->hi ? 1u : 0u;
+      win |= (ad > wc->lo && ad < wc->hi ? 1u : 0u) << q;
+    }
   }
   /* A non-finite pair makes its float64 difference, and so t_d, non-finite
      (a sum of CH <= 32 finite differences of binary32 values cannot overflow);
      a finite pair whose float32 difference overflows makes mxd infinite. */
   const bool define = !(fabs(t_d) <= 0x1.fffffffffffffp+1023) || !(mxd <= 0x1.fffffep+127f);
-  /* mxo (the fused key window, reduce.cu): max |d32| of a finite chunk, +Inf
+  /* mxo (the fused window's look, reduce.cu): max |d32| of a finite chunk, +Inf
      for a chunk the definition folds (a NaN there is not in mxd) */
   if (mxo) *mxo = define ? (float)INFINITY : mxd;
+  if (wc) { /* a non-finite pair's key is none: such a chunk is keyed pair by
+               pair (a finite pair whose float32 difference overflows, too) */
+    if (define) {
+      wc->in = VG_WIN_DEFINE;
+    } else {
+      wc->ge += wge; wc->el += wel; wc->eh += weh;
+      wc->in = win;
+    }
+  }
   if (define) return VG_CHUNK_DEFINE;
   const uint32_t mb = vgct_bits_from_f32(mxd); /* bits of max |d32| */
   /* the float32 below min |e| over e != 0 (+inf when every e == 0) */
@@ -689,9 +728,8 @@ struct WinState {
   unsigned long long total;
   unsigned long long ge;   /* fused: keys >= lo[0]                              */
   unsigned long long sge;  /* fused: the sample's finite keys >= lo[0]          */
-  int skip;                /* fused: too many of them -- the reduction runs without
-                              the window and the window plan makes its own pass
-                              after it (select.cu k_win_count) */
+  int dense;               /* fused: too many of them for the look -- every pair
+                              classified instead (select.cu k_win_count)       */
 };
 
 /* The fused window's chunk test (cuda/reduce.cu, k_reduce_bulk<..., WIN = 1>):
@@ -751,7 +789,10 @@ struct VgWinFuse {
   long long cap;
   vgct_acc *part;
   int used;
+  int mode; /* VG_WIN_LOOK or VG_WIN_EVERY (cuda/reduce.cu, the fused key window) */
 };
+#define VG_WIN_LOOK 1  /* k_reduce_bulk<..., 1>: chunks not proved below lo looked at */
+#define VG_WIN_EVERY 2 /* k_reduce_bulk<..., 2>: every pair classified in the fold */
 
 /* A chunk as read from memory: its 16-byte vectors when it is full, unit-
  * stride and both pointers are 16-byte aligned (`v`), else the pointers to

@@ -84,17 +84,28 @@ def main():
         # stages (keys straight to the region)
         # every rank to the selection (the identical pair's p99 would be answered by the record)
         lean.value, sel[0], fuse.value, known.value = 0, 1, 3, 1  # fuse below WIN_FUSE_MIN, never skip
+        ov_a, ov_e = a4.float(), e4.float()  # NaN, Inf, a float32 overflow: chunks keyed pair by pair
+        ov_a[::997], ov_a[5::1999], ov_a[7::4001], ov_e[7::4001] = float("nan"), float("inf"), 3e38, -3e38
         fused = [("fused bf16", a, e), ("fused bf16 vs fp32", a4.to(torch.bfloat16), e4.to(torch.float32)),
-                 ("fused fp16 (1.7M)", big_a, big_e), ("fused identical", e, e.clone())]
+                 ("fused fp16 (1.7M)", big_a, big_e), ("fused identical", e, e.clone()),
+                 ("fused fp32 NaN/Inf/overflow", ov_a, ov_e)]
         for sample in (0, 64):
             sel[1] = sample
             for name, x, y in fused:
                 s = vgct_ext.compare(x, y, quantiles=(0.99,))
                 print(f"[fused, sample {sample}] {name}: n={s.n} p99={s.quantiles[0.99]:.3e}", flush=True)
         sel[1] = 0
-        fuse.value = 2  # fused, but k_win_count skips: the window pass after the reduction
+        fuse.value = 2  # the fused plan, the window skipped: the window pass after the reduction
         s = vgct_ext.compare(a, e, quantiles=(0.99,))
         print(f"[fused, skipped] fused bf16: n={s.n} p99={s.quantiles[0.99]:.3e}", flush=True)
+        fuse.value = 4  # every pair classified in the fold (VG_WIN_EVERY)
+        for sample in (0, 64):
+            sel[1] = sample
+            for name, x, y in fused:
+                s = vgct_ext.compare(x, y, quantiles=(0.99,))
+                print(f"[fused, every pair, sample {sample}] {name}: n={s.n} "
+                      f"p99={s.quantiles[0.99]:.3e}", flush=True)
+        sel[1] = 0
         fuse.value = 0
         sel[0] = 2  # no window plan: the data histograms and the compaction
         s = vgct_ext.compare(big_a, big_e, quantiles=(0.5, 0.99))

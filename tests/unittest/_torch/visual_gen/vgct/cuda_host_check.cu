@@ -25,7 +25,13 @@
  *  5. the exact integer pairs (vgct_int_pair) against 128-bit arithmetic;
  *  6. the fused key window's chunk test (vg_win_t32_of): no pair whose key
  *     is at or above lo passes it, and a bound 2^-20 too high is caught;
- *  7. the selection's distinct ascending ranks (vg_distinct_ascending).
+ *  7. the selection's distinct ascending ranks (vg_distinct_ascending);
+ *  8. the fused window's per-pair classification (vg_fast_chunk with a
+ *     VgWinCnt) against vg_key_narrow and the key comparisons k_sel_window
+ *     makes: counts >= lo, == lo, == hi and the inside bits, on chunks of
+ *     every kind of pair with windows at a chunk's own keys, at 0, at
+ *     INF_KEY and WIN_SENT; a chunk with a non-finite pair or a float32
+ *     overflow must say VG_WIN_DEFINE and count nothing.
  * Prints "N passed, M failed" last; exit status 1 on any failure.
  */
 #include <math.h>
@@ -493,6 +499,76 @@ static int check_win_t32(long *n_pairs) {
   return bad != 0;
 }
 
+/* The fused window's classification in vg_fast_chunk (VgWinCnt, cuda/reduce.cu k_reduce_bulk<...,
+ * WIN = 1>) against the keys themselves: for chunks of 8 binary32 pairs of every kind (float32 and
+ * bfloat16 values, ties, zeros, subnormals, near FLT_MAX, a few NaN/Inf), windows [lo, hi] whose
+ * bounds are keys of the chunk (ties at lo and hi), the doubles next to them, 0, INF_KEY and
+ * WIN_SENT (no window), hi == lo among them: ge, el, eh and the inside bits equal what
+ * vg_key_narrow's keys give (eh: the kernel drops it when hi == lo, vg_win_end; so does this
+ * reference), and a chunk the definition folds says VG_WIN_DEFINE and counts nothing. */
+static int check_win_classify(long *n_chunks) {
+  int bad = 0;
+  HotGate g;
+  GateHeld held;
+  vg_gate_init(g, held, 1e-3);
+  for (long t = 0; t < 400000; ++t) {
+    const int kind = (int)(R() % 2);
+    float a[8], e[8];
+    unsigned long long keys[8];
+    bool fin = true, ovf = false;
+    for (int q = 0; q < 8; ++q) {
+      a[q] = fval(kind);
+      e[q] = (R() & 1) ? a[q] : fval(kind);
+      if (R() % 3 == 0) e[q] = vgct_f32_from_bits(vgct_bits_from_f32(a[q]) + (uint32_t)(R() % 5) * (kind ? 0x10000u : 1u));
+      if (R() % 400 == 0) a[q] = (R() & 1) ? NAN : INFINITY;
+      if (R() % 400 == 0) { a[q] = 3e38f; e[q] = -3e38f; }
+      keys[q] = vg_key_narrow(a[q], e[q]);
+      fin = fin && keys[q] != VG_KEY_NONE;
+      ovf = ovf || !(fabsf(a[q] - e[q]) <= 3.4028235e38f);
+    }
+    unsigned long long lo, hi;
+    const int wk = (int)(R() % 6);
+    if (wk == 0) { lo = 0; hi = keys[R() % 8]; }
+    else if (wk == 1) { lo = keys[R() % 8]; hi = INF_KEY; }
+    else if (wk == 2) { lo = hi = WIN_SENT; }
+    else { lo = keys[R() % 8]; hi = (R() & 1) ? lo : keys[R() % 8]; }
+    if (lo == VG_KEY_NONE) lo = 0;
+    if (hi == VG_KEY_NONE) hi = INF_KEY;
+    if (R() % 4 == 0 && lo > 0 && lo < INF_KEY) lo += (R() & 1) ? 1 : -1; /* next to a key */
+    if (hi < lo) std::swap(lo, hi);
+    VgWinCnt wc;
+    wc.lo = vgct_f64_from_bits(lo);
+    wc.hi = vgct_f64_from_bits(hi);
+    wc.ge = wc.el = wc.eh = 7;
+    wc.in = 12345;
+    HotAcc h;
+    vg_hot_init(h);
+    vg_fast_chunk<8>(h, g, held, a, e, 0, 1, 1e-3, 1e-3, nullptr, &wc);
+    ++*n_chunks;
+    unsigned ge = 7, el = 7, eh = 7, in = 0;
+    if (!fin || ovf) {
+      in = VG_WIN_DEFINE;
+    } else {
+      for (int q = 0; q < 8; ++q) {
+        const unsigned long long k = keys[q];
+        ge += k >= lo;
+        el += k == lo;
+        eh += k == hi && lo != WIN_SENT;
+        in |= (k > lo && k < hi ? 1u : 0u) << q;
+      }
+    }
+    unsigned weh = wc.eh;
+    if (hi == lo) { weh = 7; eh = 7; } /* dropped by the kernel's end */
+    if (wc.ge != ge || wc.el != el || weh != eh || wc.in != in) {
+      if (++bad <= 5)
+        printf("  classify: lo %llx hi %llx: ge %u/%u el %u/%u eh %u/%u in %x/%x\n", lo, hi, wc.ge,
+               ge, wc.el, el, weh, eh, wc.in, in);
+    }
+  }
+  printf("fused window classification: %ld chunks\n", *n_chunks);
+  return bad != 0;
+}
+
 /* vg_distinct_ascending (the selection's wanted ranks) against std::sort + std::unique, on lists
  * of 0..300 ranks drawn from small and int64-edge ranges (many duplicates, or none). */
 static int check_distinct(void) {
@@ -518,11 +594,12 @@ int main() {
   long nc = 0;
   const int fc = check_fast_counts<8>(&nc) + check_fast_counts<4>(&nc);
   printf("fast path counters at the tolerance boundary: %ld chunks folded\n", nc);
-  long nw = 0;
-  const int r[9] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
-                    fc + (nc < 100000), check_key_narrow(), check_int_pairs(),
-                    check_win_t32(&nw) + (nw < 1000000), check_distinct()};
-  const char *names[9] = {"register accumulator == vgct_acc_update (bitwise)",
+  long nw = 0, nk = 0;
+  const int r[10] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
+                     fc + (nc < 100000), check_key_narrow(), check_int_pairs(),
+                     check_win_t32(&nw) + (nw < 1000000), check_distinct(),
+                     check_win_classify(&nk)};
+  const char *names[10] = {"register accumulator == vgct_acc_update (bitwise)",
                           "periodic flushes: maxima/counters exact, sums 1e-13",
                           "FastDiv == '/'",
                           "narrow-dtype chunk fast path: maxima/counters exact, sums 1e-13",
@@ -530,8 +607,9 @@ int main() {
                           "vg_key_narrow == vgct_absdiff_key",
                           "vgct_int_pair == 128-bit integer arithmetic",
                           "fused window: max |d32| < t32(lo) => every key < lo",
-                          "vg_distinct_ascending == std::sort + std::unique"};
-  for (int i = 0; i < 9; ++i) {
+                          "vg_distinct_ascending == std::sort + std::unique",
+                          "fused window: the fold's classification == the keys' comparisons"};
+  for (int i = 0; i < 10; ++i) {
     printf("%s: %s\n", names[i], r[i] ? "FAIL" : "ok");
     r[i] ? ++failed : ++passed;
   }

@@ -778,10 +778,17 @@ def _window_case(kind, n, seed=0):
         return a, e
     if kind == "noise_fp32":
         return e32 + 1e-3 * noise, e32
+    if kind == "f32_overflow":  # 1% of the pairs (3e38, -3e38): finite, |d| overflows float32
+        a = e32 + 1e-3 * noise
+        e = e32.clone()
+        k = torch.rand(n, generator=g, device=DEV) < 0.01
+        a[k], e[k] = 3e38, -3e38
+        return a, e
     raise ValueError(kind)
 
 
-WINDOW_KINDS = ["bf16_rounding", "identical", "offset", "cauchy", "outliers", "nan_inf", "noise_fp32"]
+WINDOW_KINDS = ["bf16_rounding", "identical", "offset", "cauchy", "outliers", "nan_inf", "noise_fp32",
+                "f32_overflow"]
 
 
 @pytest.mark.parametrize("kind", WINDOW_KINDS)
@@ -915,6 +922,15 @@ def test_window_plan_is_automatic_above_sel_cap(kind, sel_hooks):
 # stored.  The hooks: vgct_cuda_test_fuse (1 = never fuse), vgct_cuda_test_fuse_last (1 = the last
 # compare fused); lean_max = 0 keeps small inputs on the ring kernel, plan = 1 forces the windows.
 
+def _win_counts_hook():
+    """cuda/select.cu vgct_cuda_test_win_last: window 0's counts of the last window answer."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    return (ctypes.c_longlong * 4).in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_win_last")
+
+
 @pytest.fixture
 def fuse_hooks(selection_only):
     """(off, last): the fused window's hooks; off reset to 0 after."""
@@ -937,14 +953,16 @@ FUSE_DT = {"bf16": (torch.bfloat16, torch.bfloat16), "fp16": (torch.float16, tor
 @pytest.mark.parametrize("q", [0.0, 0.5, 0.99, 1.0])
 @pytest.mark.parametrize("kind", WINDOW_KINDS)
 @pytest.mark.parametrize("dt", ["bf16", "fp16", "fp32", "bf16_fp32"])
-@pytest.mark.parametrize("mode", [3, 2])
+@pytest.mark.parametrize("mode", [3, 4, 2])
 def test_fused_window_every_distribution(mode, dt, kind, q, sel_hooks, lean_max, fuse_hooks):
-    """The reduction's own pass counts the window (mode 3: fuse_last == 1) -- or, when the sample
-    says the keys at or above lo are too many, leaves it to the window pass after the reduction
-    (mode 2, forced: fuse_last == 2) -- for every dtype pair with a fast path, every |d|
-    distribution (ties at lo == hi, all d == 0, non-finite pairs, huge outliers) and a window at
-    either end (q = 0: lo = 0; q = 1: hi = +Inf) or inside; the last chunk is partial (n = 2^17 +
-    5: its keys one by one).  GPU == CPU engine == np.quantile."""
+    """The reduction's own pass counts the window -- mode 3, the look at the chunks not proved
+    below lo (fuse_last == 1); mode 4, every pair of a whole finite chunk classified in the fold,
+    VgWinCnt (fuse_last == 3) -- or, mode 2, the plan started and the window left to the window
+    pass after the reduction (fuse_last == 2), for every dtype pair with a fast path, every |d|
+    distribution (ties at lo == hi, all d == 0, a constant offset, non-finite pairs, huge
+    outliers, finite pairs whose float32 difference overflows: chunks keyed pair by pair) and a
+    window at either end (q = 0: lo = 0; q = 1: hi = +Inf) or inside; the last chunk is partial
+    (n = 2^17 + 5: its keys one by one).  GPU == CPU engine == np.quantile."""
     a, e = _window_case(kind, (1 << 17) + 5)
     ta, te = FUSE_DT[dt]
     a, e = a.to(ta), e.to(te)
@@ -952,64 +970,84 @@ def test_fused_window_every_distribution(mode, dt, kind, q, sel_hooks, lean_max,
     lean_max.value = 0
     fuse_hooks[0].value = mode
     check3(a, e, quantiles=(q,))
-    assert fuse_hooks[1].value == (1 if mode == 3 else 2)
+    assert fuse_hooks[1].value == {3: 1, 4: 3, 2: 2}[mode]
     last = sel_hooks.last()
     assert last["windows"] == 1 and last["overflowed"] == 0, last
-    if kind != "nan_inf":  # n_finite < n: the windows were predicted for n finite pairs
-        assert last["radix_ranks"] == 0, last
+    if kind != "nan_inf" and not (kind == "f32_overflow" and dt == "fp16"):  # fp16: 3e38 is inf
+        assert last["radix_ranks"] == 0, last  # (nan_inf: n_finite < n, the windows were
+        # predicted for n finite pairs)
 
 
-@pytest.mark.parametrize("dt", ["bf16", "fp32"])
-def test_fused_window_equals_the_window_pass(dt, sel_hooks, lean_max, fuse_hooks):
-    """The same call fused and with the window pass (hook off): every field and the quantiles
-    equal bit for bit, and the window's counts are the same (same ranks answered the same way)."""
-    a, e = _window_case("bf16_rounding" if dt == "bf16" else "noise_fp32", (1 << 18) + 77, seed=7)
+@pytest.mark.parametrize("kind", ["bf16_rounding", "noise_fp32", "offset", "outliers", "f32_overflow"])
+def test_fused_window_equals_the_window_pass(kind, sel_hooks, lean_max, fuse_hooks):
+    """The same call fused both ways (the look, hook 3; every pair classified, hook 4) and with the
+    window pass (hook 1): every field and the quantiles equal bit for bit, and the window's
+    counts are the same (same ranks answered the same way) -- ties at lo (bf16 rounding), a
+    quarter of the keys at or above lo (offset), outliers, chunks keyed pair by pair
+    (f32_overflow)."""
+    a, e = _window_case(kind, (1 << 18) + 77, seed=7)
     sel_hooks.set(plan=1)
     lean_max.value = 0
     qs = (0.99,)
-    fuse_hooks[0].value = 3
-    g1 = vgct_ext.compare(a, e, quantiles=qs)
-    assert fuse_hooks[1].value == 1
-    l1 = sel_hooks.last()
+    counts = _win_counts_hook()
     fuse_hooks[0].value = 1
     g0 = vgct_ext.compare(a, e, quantiles=qs)
     assert fuse_hooks[1].value == 0
-    l0 = sel_hooks.last()
-    assert_same_stats(g1, g0, tol=0.0)
-    assert dict(g1.quantiles) == dict(g0.quantiles)
-    assert l1 == l0, (l1, l0)
+    l0, c0 = sel_hooks.last(), list(counts)
+    assert c0[0] >= 0 and c0[0] + c0[1] + c0[2] + c0[3] <= a.numel(), c0
+    for hook, last in ((3, 1), (4, 3)):
+        fuse_hooks[0].value = hook
+        g1 = vgct_ext.compare(a, e, quantiles=qs)
+        assert fuse_hooks[1].value == last
+        l1 = sel_hooks.last()
+        assert_same_stats(g1, g0, tol=0.0)
+        assert dict(g1.quantiles) == dict(g0.quantiles)
+        assert l1 == l0, (hook, l1, l0)
+        # window 0's counts (below lo, == lo, == hi, stored inside): the same keys counted
+        assert list(counts) == c0, (hook, list(counts), c0)
 
 
+@pytest.mark.parametrize("hook,way", [(3, 1), (4, 3)])
 @pytest.mark.parametrize("shift", [1 << 12, -(1 << 12), 1 << 30])
-def test_fused_window_planted_misprediction_falls_back(shift, sel_hooks, lean_max, fuse_hooks):
+def test_fused_window_planted_misprediction_falls_back(shift, hook, way, sel_hooks, lean_max,
+                                                       fuse_hooks):
     """Planted fault: the fused window moved off the true p99 (above, below, to the top): the
-    reduction still counts it, the ranks it misses go to the radix path, the values stay exact."""
+    reduction still counts it (the look, hook 3; every pair classified, hook 4), the ranks it
+    misses go to the radix path, the values stay exact."""
     a, e = _window_case("noise_fp32", 1 << 17, seed=8)
     sel_hooks.set(plan=1, shift=shift)
     lean_max.value = 0
-    fuse_hooks[0].value = 3  # a shifted window may hold many keys: fuse all the same
+    fuse_hooks[0].value = hook  # a shifted window may hold many keys: fuse all the same
     check3(a, e, quantiles=(0.99,))
-    assert fuse_hooks[1].value == 1
+    assert fuse_hooks[1].value == way
     last = sel_hooks.last()
     assert last["windows"] == 1 and last["radix_ranks"] >= 1, last
 
 
-def test_fused_window_overflow_and_wide_windows(sel_hooks, lean_max, fuse_hooks):
+@pytest.mark.parametrize("hook,way", [(3, 1), (4, 3)])
+def test_fused_window_overflow_and_wide_windows(hook, way, sel_hooks, lean_max, fuse_hooks):
     """Planted faults: a region of 8 keys (the window overflows: every rank falls back), and a
     64-key sample whose window holds most keys (warps stage far more than their 48 slots: the
-    keys go straight to the region).  Exact both ways."""
+    keys go straight to the region).  Exact both ways, with the look (hook 3) and with every
+    pair classified (hook 4), and the wide window's counts equal the window pass's."""
     a, e = _window_case("cauchy", (1 << 18) + 3, seed=9)
     lean_max.value = 0
-    fuse_hooks[0].value = 3
+    fuse_hooks[0].value = hook
     sel_hooks.set(plan=1, cap=8)
     check3(a, e, quantiles=(0.99,))
-    assert fuse_hooks[1].value == 1
+    assert fuse_hooks[1].value == way
     last = sel_hooks.last()
     assert last["overflowed"] == 1 and last["radix_ranks"] == 2, last
     sel_hooks.set(plan=1, sample=64)
     check3(a, e, quantiles=(0.5,))
-    assert fuse_hooks[1].value == 1
+    assert fuse_hooks[1].value == way
     assert sel_hooks.last()["windows"] == 1
+    counts = _win_counts_hook()
+    fused = list(counts)
+    fuse_hooks[0].value = 1
+    vgct_ext.compare(a, e, quantiles=(0.5,))
+    assert fuse_hooks[1].value == 0 and list(counts) == fused, (list(counts), fused)
+    assert fused[3] > 48 * 8 * 2, fused  # more stored keys than a block's stages hold
 
 
 @pytest.mark.parametrize("layout", ["misaligned", "transposed", "two_windows", "dim", "fp64"])
@@ -1034,14 +1072,15 @@ def test_fused_window_only_where_it_applies(layout, sel_hooks, lean_max, fuse_ho
     assert fuse_hooks[1].value == 0
 
 
-@pytest.mark.parametrize("kind,fused", [("bf16_rounding", 2), ("identical", 1), ("noise_fp32", 1),
-                                        ("cauchy", 1)])
+@pytest.mark.parametrize("kind,fused", [("bf16_rounding", 3), ("offset", 3), ("identical", 1),
+                                        ("noise_fp32", 1), ("cauchy", 1), ("outliers", 1)])
 def test_fused_window_is_automatic(kind, fused, sel_hooks, fuse_hooks):
     """From WIN_FUSE_MIN (2^25) pairs on, the default p99 of a contiguous pair is counted by the
-    reduction without any hook (fuse_last 1: ~1.1% of the keys at or above the window's low end;
-    all d == 0 is counted chunk by chunk), or -- bf16 rounding differences, ~3% of the sample's
-    keys tied at or above it, more than WIN_FUSE_GE = 2% -- by the window pass after it (2);
-    answered from the window either way.  Below 2^25 pairs: no fusion (0)."""
+    reduction without any hook: with the look (fuse_last 1) where ~1.1% of the keys are at or
+    above the window's low end (all d == 0 is counted chunk by chunk), with every pair classified
+    (3) where more than WIN_FUSE_GE = 2% of the sample's keys are -- bf16 rounding differences
+    (~3%, tied), a constant offset (~27%: the float32 roundings of e + 0.25 - e); answered from
+    the window either way.  Below 2^25 pairs: no fusion (0)."""
     a, e = _window_case(kind, (1 << 25) + 1001, seed=11)
     check3(a, e, quantiles=(0.99,), oracle=False)
     assert fuse_hooks[1].value == fused
