@@ -442,14 +442,16 @@ __host__ __device__ __forceinline__ int vg_popc(uint32_t x) {
 }
 
 /* The fused key window's classification of each pair (cuda/reduce.cu,
- * k_reduce_bulk<..., WIN = 1>), in vg_fast_chunk's own loop over the pairs:
+ * k_reduce_bulk<..., WIN = 2>), in vg_fast_chunk's own loop over the pairs:
  * window 0's bounds as the doubles whose bits they are.  A finite pair's key
  * is bits(|fl64(a - e)|) (vg_key_narrow), and the bits of non-negative
  * doubles order like their values, so comparing |d| -- the float64
  * difference the sums already need -- with these doubles compares the keys
  * exactly.  The bounds' special keys come out right as doubles too: INF_KEY
  * is +Inf (above every finite pair's |d|), WIN_SENT a NaN (no comparison
- * holds: no window).
+ * holds: no window).  (Comparing the key bits as 64-bit integers instead --
+ * off the float64 pipe the sums load -- measured slower: more instructions a
+ * pair; docs/performance.md, 2026-12-01 22:25-22:58 UTC, call 4.)
  * The counts are a thread's, over its whole finite chunks (a chunk with a
  * non-finite pair is keyed one pair at a time by the caller: `in` says so). */
 struct VgWinCnt {
