@@ -699,11 +699,17 @@ __device__ __forceinline__ void vg_win_end(const VgWinFuse &wf, VgWinSh *sh, con
   }
 }
 
-/* Geometry of k_reduce_bulk's shared-memory ring for a dtype pair. */
+/* Geometry of k_reduce_bulk's shared-memory ring for a dtype pair (and its
+ * WIN).  RB: two chunks a lane and step for 16-bit pairs (one 16-byte vector
+ * an operand), one otherwise -- and one for every pair classified (WIN 2),
+ * whose counters would not fit the registers beside two chunks of 16-bit
+ * pairs (ptxas sm_90: bfloat16 pairs spilled 144 bytes with two, 8 with one;
+ * the 2^28 bf16 p99 of ties 1.06-1.09 -> 0.96 ms: docs/performance.md,
+ * 2026-12-01 22:25-23:38 UTC, call 5). */
 #define VG_BP 3 /* stages per warp: while one is folded, VG_BP - 1 are being filled */
-template <int DA, int DE> struct vg_bulk {
+template <int DA, int DE, int WIN = 0> struct vg_bulk {
   typedef vg_chunk<DA, DE> G;
-  static constexpr int RB = (G::NVA + G::NVE > 2) ? 1 : 2; /* chunks per lane per step */
+  static constexpr int RB = (G::NVA + G::NVE > 2 || WIN == 2) ? 1 : 2; /* chunks a lane a step */
   static constexpr int CW = 32 * RB;                        /* chunks per warp step     */
   static constexpr int BA = CW * 16 * G::NVA;               /* bytes of `actual`        */
   static constexpr int BE = CW * 16 * G::NVE;               /* bytes of `expected`      */
@@ -715,7 +721,7 @@ template <int DA, int DE> struct vg_bulk {
 template <int DA, int DE, int SC, int WIN = 0>
 __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ RArgs A) {
   typedef vg_chunk<DA, DE> G;
-  typedef vg_bulk<DA, DE> B;
+  typedef vg_bulk<DA, DE, WIN> B;
   static_assert(!WIN || (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok), "fused window: fast pairs");
   static_assert(WIN >= 0 && WIN <= 2, "WIN: 0 none, 1 the look, 2 every pair classified");
   extern __shared__ __align__(16) VAcc vsm[]; /* 16: the ring's bulk copies */
@@ -1065,12 +1071,13 @@ static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_
       if (dev >= 0 && dev < 64 && ring_ok[dev] > 0) {
         if constexpr (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok) {
           if (A.wf.w) { /* the fused key window: the look, or every pair classified */
-            const int bytes = vg_bulk<DA, DE>::SMEM_W;
             if (A.wf.mode == VG_WIN_EVERY) {
+              const int bytes = vg_bulk<DA, DE, 2>::SMEM_W;
               if ((e = vg_smem_optin(k_reduce_bulk<DA, DE, SC, 2>, done[6], bytes)) != cudaSuccess)
                 return e;
               k_reduce_bulk<DA, DE, SC, 2><<<grid, RT, bytes, s>>>(A);
             } else {
+              const int bytes = vg_bulk<DA, DE, 1>::SMEM_W;
               if ((e = vg_smem_optin(k_reduce_bulk<DA, DE, SC, 1>, done[5], bytes)) != cudaSuccess)
                 return e;
               k_reduce_bulk<DA, DE, SC, 1><<<grid, RT, bytes, s>>>(A);

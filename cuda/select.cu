@@ -1498,7 +1498,7 @@ __global__ void k_win_prep(const __grid_constant__ WArgs A) {
  * ~10 instructions a pair, more than the look on a p99 window of noise
  * (fp32: 1.45-1.50 against 1.33-1.40 ms), far less than the look or the own
  * pass where keys >= lo are many (bf16 ties 1.11-1.18 ms, the constant
- * offset 1.32-1.43 ms: docs/performance.md, "2026-12-01, 22:25-22:58 UTC").
+ * offset 1.32-1.43 ms: docs/performance.md, "2026-12-01, 22:25-23:38 UTC").
  * k_win_count counts the sample's finite keys >= lo (sge) and its last block
  * sets dense when they are more than WIN_FUSE_GE of the sample's finite keys;
  * vgct_cuda_compare reads it (one round trip) and picks the way. */

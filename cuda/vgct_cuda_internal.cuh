@@ -451,7 +451,7 @@ __host__ __device__ __forceinline__ int vg_popc(uint32_t x) {
  * is +Inf (above every finite pair's |d|), WIN_SENT a NaN (no comparison
  * holds: no window).  (Comparing the key bits as 64-bit integers instead --
  * off the float64 pipe the sums load -- measured slower: more instructions a
- * pair; docs/performance.md, 2026-12-01 22:25-22:58 UTC, call 4.)
+ * pair; docs/performance.md, 2026-12-01 22:25-23:38 UTC, call 4.)
  * The counts are a thread's, over its whole finite chunks (a chunk with a
  * non-finite pair is keyed one pair at a time by the caller: `in` says so). */
 struct VgWinCnt {
