@@ -4,8 +4,11 @@ Prints median wall microseconds of: the full Python call, the _C.compare call al
 engine), the same on a 1-element CPU tensor (bridge + Python, no engine work), with and without
 quantiles, for a few sizes; and a torch launch+sync for scale.  With --ncu-target it instead runs
 one compare of 2^26 bf16 pairs (bench_gpu.py's data; --ncu-small: 2^10) (for `ncu --kernel-name regex:k_reduce --launch-count 1`).
+With --ncu-shape K [--fuse M] it runs one compare of 2^26 pairs of bench_gpu.p99_shapes' K-th
+shape: without quantiles when M is -1 (the default), else with p99 and the fused window's hook
+``vgct_cuda_test_fuse`` set to M (3: the look, 4: every pair classified; cuda/reduce.cu).
 
-    python bench/gpu_diag.py [--ncu-target]
+    python bench/gpu_diag.py [--ncu-target | --ncu-small | --ncu-shape K [--fuse M]]
 """
 import statistics
 import sys
@@ -44,6 +47,18 @@ def main():
         e = (a.float() + 1e-2).to(torch.bfloat16)
         for _ in range(3):
             vgct_ext.compare(a, e, quantiles=(0.99,))
+        torch.cuda.synchronize()
+        return 0
+    if "--ncu-shape" in sys.argv:
+        import ctypes
+        from bench_gpu import p99_shapes  # bench/ is sys.path[0]
+        k = int(sys.argv[sys.argv.index("--ncu-shape") + 1])
+        m = int(sys.argv[sys.argv.index("--fuse") + 1]) if "--fuse" in sys.argv else -1
+        name, a, e = next(s for i, s in enumerate(p99_shapes(1 << 26)) if i == k)
+        print(f"ncu target: {name}, fuse hook {m}", flush=True)
+        if m >= 0:
+            ctypes.c_longlong.in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_fuse").value = m
+        vgct_ext.compare(a, e, quantiles=None if m < 0 else (0.99,))
         torch.cuda.synchronize()
         return 0
     if "--ncu-target" in sys.argv:

@@ -104,6 +104,7 @@
 #include <time.h>
 
 #include "vgct_engine.h"
+#include "vgct_fpenv.h"
 
 #define TILE 512
 #define NLANE 8
