@@ -33,6 +33,7 @@
 #include <numpy/arrayobject.h>
 
 #include "module_args.h"
+#include "vgct_fpenv.h"
 
 /* Worker threads the CPU engine may use: VGCT_NUM_THREADS, else the online
  * CPU count; set once at import. */
@@ -69,17 +70,51 @@ void vgpy_raise_engine(int rc, const char *msg) {
  * signal handlers: SIGINT raises KeyboardInterrupt), release it again.
  * Nonzero when a handler raised (its exception stays pending for
  * vgpy_raise_engine).  Called only from the thread that released the GIL. */
+/* ---- the floating-point environment (vgct_fpenv.h) ------------------------
+ * The environment of the innermost vgpy_in_fpenv_* call on this thread (NULL
+ * outside one): the Ctrl-C poll and vgpy_nogil_begin reach it here. */
+static _Thread_local vgct_fpenv *vgpy_fpenv_cur = NULL;
+
+PyObject *vgpy_in_fpenv_kw(vgpy_method_kw fn, PyObject *self, PyObject *args, PyObject *kwargs) {
+  vgct_fpenv env, *prev = vgpy_fpenv_cur;
+  vgct_fpenv_enter(&env);
+  vgpy_fpenv_cur = &env;
+  PyObject *r = fn(self, args, kwargs);
+  vgpy_fpenv_cur = prev;
+  vgct_fpenv_leave(&env);
+  return r;
+}
+
+PyObject *vgpy_in_fpenv_1(vgpy_method_1 fn, PyObject *self, PyObject *arg) {
+  vgct_fpenv env, *prev = vgpy_fpenv_cur;
+  vgct_fpenv_enter(&env);
+  vgpy_fpenv_cur = &env;
+  PyObject *r = fn(self, arg);
+  vgpy_fpenv_cur = prev;
+  vgct_fpenv_leave(&env);
+  return r;
+}
+
 static int poll_signals(void *ctx) {
   PyThreadState **ts = (PyThreadState **)ctx;
+  vgct_fpenv *env = vgpy_fpenv_cur;
   PyEval_RestoreThread(*ts);
+  /* the handlers are the caller's code: they run in the caller's environment,
+     and a mode they set is the caller's from then on (the engine goes on in
+     the default) */
+  if (env != NULL) vgct_fpenv_leave(env);
   int r = PyErr_CheckSignals();
+  if (env != NULL) vgct_fpenv_enter(env);
   *ts = PyEval_SaveThread();
   return r < 0;
 }
 
 /* Release the GIL around an engine call, with the interrupt poll wired in
- * (p->interrupt_ctx points at *ts until vgpy_nogil_end). */
+ * (p->interrupt_ctx points at *ts until vgpy_nogil_end); Python code that
+ * ran since the method began (a producer's __dlpack__) may have changed the
+ * floating-point mode: the engine computes in the default again. */
 void vgpy_nogil_begin(vgct_params *p, PyThreadState **ts) {
+  if (vgpy_fpenv_cur != NULL) vgct_fpenv_sync(vgpy_fpenv_cur);
   *ts = PyEval_SaveThread();
   p->interrupt = poll_signals;
   p->interrupt_ctx = ts;
@@ -253,10 +288,15 @@ PyObject *vgpy_shape_tuple(const vgct_view *v) {
 /* ---- argument helpers --------------------------------------------------- */
 
 /* rtol/atol: finite and >= 0 (a negative or NaN tolerance makes every
- * comparison meaningless). */
-int vgpy_check_tol(const char *name, double x) {
-  if (isfinite(x) && x >= 0.0) return 0;
-  PyObject *f = PyFloat_FromDouble(x);
+ * comparison meaningless); -0.0 becomes 0.0, the same tolerance, so that the
+ * result reports the zero it is (here, in the engines' environment: the
+ * caller's could flush a subnormal tolerance on the way). */
+int vgpy_check_tol(const char *name, double *x) {
+  if (isfinite(*x) && *x >= 0.0) {
+    *x += 0.0;
+    return 0;
+  }
+  PyObject *f = PyFloat_FromDouble(*x);
   if (f == NULL) return -1;
   PyErr_Format(PyExc_ValueError, "%s must be a finite number >= 0, got %R", name, f);
   Py_DECREF(f);

@@ -36,12 +36,18 @@ extern PyObject *vgpy_input_changed;   /* vgct_ext._C.InputChangedError, created
 int vgpy_pick_threads(int64_t n);
 void vgpy_raise_engine(int rc, const char *msg);
 void vgpy_nogil_begin(vgct_params *p, PyThreadState **ts);
+/* A method of _C run in the engines' floating-point environment (vgct_fpenv.h),
+ * the caller's restored on return, on every path. */
+typedef PyObject *(*vgpy_method_kw)(PyObject *, PyObject *, PyObject *);
+typedef PyObject *(*vgpy_method_1)(PyObject *, PyObject *);
+PyObject *vgpy_in_fpenv_kw(vgpy_method_kw fn, PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *vgpy_in_fpenv_1(vgpy_method_1 fn, PyObject *self, PyObject *arg);
 void vgpy_nogil_end(vgct_params *p, PyThreadState **ts);
 vgct_slice_acc *vgpy_alloc_slices(int64_t count, long dim);
 
 /* ---- arguments ---------------------------------------------------------- */
 
-int vgpy_check_tol(const char *name, double x);
+int vgpy_check_tol(const char *name, double *x);
 int vgpy_parse_dtype_override(const char *argname, PyObject *o);
 int vgpy_parse_stream(PyObject *o, uintptr_t *out);
 int vgpy_check_devices(const vgct_device *da, const vgct_device *de);

@@ -13,19 +13,30 @@
  *   - fesetround(FE_UPWARD) would round every sum and difference up;
  *   - feenableexcept(FE_OVERFLOW | FE_INVALID) would turn the engine's
  *     documented Inf/NaN handling into SIGFPE.
- * vgct_fpenv_enter saves the calling thread's control register and sets the
- * default environment; vgct_fpenv_leave restores the saved value (the status
- * flags the engine raised are dropped with it: they are not the caller's).
- * The bridge (module.c) brackets each Python entry point that computes with
- * them; the CPU engine's worker threads (cpu_threads.inc, par_worker) set the
- * default themselves, whatever a new thread inherits on the platform.
+ * vgct_fpenv_enter saves the calling thread's floating-point control and status
+ * registers and sets the default environment; vgct_fpenv_leave restores the
+ * saved values, status flags included (the flags the engine raised are not
+ * the caller's); vgct_fpenv_sync, for a point where Python code may have run
+ * since enter (a producer's __dlpack__, a signal handler), takes a control
+ * value other than the default as the caller's new one and sets the default
+ * again.  The bridge (module_args.c, vgpy_in_fpenv_*) brackets each Python
+ * entry point that computes, syncs before each engine call, and runs the
+ * signal handlers of the Ctrl-C poll in the caller's environment; the CPU
+ * engine's worker threads (cpu_threads.inc, par_worker) set the default
+ * themselves, whatever a new thread inherits on the platform.
+ *
+ * Ordering: the computing code runs in functions called between enter and
+ * leave through a function pointer or across translation units, which a
+ * compiler cannot move across the register accesses (GCC and clang do not
+ * model the floating-point environment, #pragma STDC FENV_ACCESS); the
+ * AArch64 accesses are volatile asm with a memory clobber.
  *
  * Registers: x86-64 MXCSR (Intel SDM vol. 1, 10.2.3: default 0x1F80 -- all
  * six exception masks set, RC = 00 nearest, FZ (bit 15) = DAZ (bit 6) = 0);
  * AArch64 FPCR (Arm ARM, "FPCR": 0 -- RMode nearest, FZ/FZ16/DN/AH/FIZ off,
- * no trap enabled).  Elsewhere C99 <fenv.h> fesetenv(FE_DFL_ENV), which sets
- * rounding and exceptions (a platform's flush-to-zero mode, if any, is not
- * covered there).
+ * no trap enabled; no RES1 bits) and FPSR (the cumulative flags).  Elsewhere
+ * C99 <fenv.h> fesetenv(FE_DFL_ENV), which sets rounding and exceptions (a
+ * platform's flush-to-zero mode, if any, is not covered there).
  */
 #ifndef VGCT_FPENV_H
 #define VGCT_FPENV_H
@@ -39,43 +50,67 @@
 #define VGCT_MXCSR_FLAGS 0x3Fu     /* the six status flags                       */
 
 typedef struct {
-  unsigned int saved; /* the caller's MXCSR                                  */
-  int changed;        /* whether enter wrote MXCSR (leave restores only then) */
+  unsigned int saved; /* the caller's MXCSR, flags included */
 } vgct_fpenv;
 
 static inline void vgct_fpenv_enter(vgct_fpenv *env) {
   env->saved = _mm_getcsr();
-  env->changed = (env->saved & ~VGCT_MXCSR_FLAGS) != VGCT_MXCSR_DEFAULT;
-  if (env->changed) _mm_setcsr(VGCT_MXCSR_DEFAULT);
+  if ((env->saved & ~VGCT_MXCSR_FLAGS) != VGCT_MXCSR_DEFAULT) _mm_setcsr(VGCT_MXCSR_DEFAULT);
 }
 
-static inline void vgct_fpenv_leave(const vgct_fpenv *env) {
-  if (env->changed) _mm_setcsr(env->saved);
+static inline void vgct_fpenv_leave(const vgct_fpenv *env) { _mm_setcsr(env->saved); }
+
+static inline void vgct_fpenv_sync(vgct_fpenv *env) {
+  const unsigned int now = _mm_getcsr();
+  if ((now & ~VGCT_MXCSR_FLAGS) != VGCT_MXCSR_DEFAULT) {
+    env->saved = (now & ~VGCT_MXCSR_FLAGS) | (env->saved & VGCT_MXCSR_FLAGS);
+    _mm_setcsr(VGCT_MXCSR_DEFAULT | (now & VGCT_MXCSR_FLAGS));
+  }
 }
 
 #elif defined(__aarch64__)
 
 typedef struct {
-  uint64_t saved; /* the caller's FPCR */
-  int changed;
+  uint64_t fpcr, fpsr; /* the caller's control and status registers */
 } vgct_fpenv;
 
 static inline uint64_t vgct_fpcr_get(void) {
   uint64_t v;
-  __asm__ __volatile__("mrs %0, fpcr" : "=r"(v));
+  __asm__ __volatile__("mrs %0, fpcr" : "=r"(v) : : "memory");
   return v;
 }
 
-static inline void vgct_fpcr_set(uint64_t v) { __asm__ __volatile__("msr fpcr, %0" : : "r"(v)); }
+static inline void vgct_fpcr_set(uint64_t v) {
+  __asm__ __volatile__("msr fpcr, %0" : : "r"(v) : "memory");
+}
+
+static inline uint64_t vgct_fpsr_get(void) {
+  uint64_t v;
+  __asm__ __volatile__("mrs %0, fpsr" : "=r"(v) : : "memory");
+  return v;
+}
+
+static inline void vgct_fpsr_set(uint64_t v) {
+  __asm__ __volatile__("msr fpsr, %0" : : "r"(v) : "memory");
+}
 
 static inline void vgct_fpenv_enter(vgct_fpenv *env) {
-  env->saved = vgct_fpcr_get();
-  env->changed = env->saved != 0;
-  if (env->changed) vgct_fpcr_set(0);
+  env->fpcr = vgct_fpcr_get();
+  env->fpsr = vgct_fpsr_get();
+  if (env->fpcr != 0) vgct_fpcr_set(0);
 }
 
 static inline void vgct_fpenv_leave(const vgct_fpenv *env) {
-  if (env->changed) vgct_fpcr_set(env->saved);
+  if (vgct_fpcr_get() != env->fpcr) vgct_fpcr_set(env->fpcr);
+  vgct_fpsr_set(env->fpsr);
+}
+
+static inline void vgct_fpenv_sync(vgct_fpenv *env) {
+  const uint64_t now = vgct_fpcr_get();
+  if (now != 0) {
+    env->fpcr = now;
+    vgct_fpcr_set(0);
+  }
 }
 
 #else
@@ -83,15 +118,22 @@ static inline void vgct_fpenv_leave(const vgct_fpenv *env) {
 
 typedef struct {
   fenv_t saved;
-  int changed;
+  int ok; /* fegetenv succeeded */
 } vgct_fpenv;
 
 static inline void vgct_fpenv_enter(vgct_fpenv *env) {
-  env->changed = fegetenv(&env->saved) == 0 && fesetenv(FE_DFL_ENV) == 0;
+  env->ok = fegetenv(&env->saved) == 0;
+  if (env->ok) fesetenv(FE_DFL_ENV);
 }
 
 static inline void vgct_fpenv_leave(const vgct_fpenv *env) {
-  if (env->changed) fesetenv(&env->saved);
+  if (env->ok) fesetenv(&env->saved);
+}
+
+/* (no portable way to tell a changed environment from the default: the
+   caller's stays the one saved at enter) */
+static inline void vgct_fpenv_sync(vgct_fpenv *env) {
+  if (env->ok) fesetenv(FE_DFL_ENV);
 }
 #endif
 

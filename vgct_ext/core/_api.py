@@ -54,16 +54,18 @@ def _quantile_tuple(quantiles: Any) -> tuple:
 
 
 def _tolerance(name: str, x: Any) -> float:
-    """``rtol`` / ``atol`` as a float for ``_C`` (which checks finite and >= 0): a real
-    number -- Python or NumPy scalar, or a 0-d array/tensor -- never a bool or a string
-    (TypeError naming the argument).  ``-0.0`` becomes ``0.0`` (``x + 0.0``), the same
-    tolerance, so that the result reports it as the zero it is."""
+    """``rtol`` / ``atol`` as a float for ``_C`` (which checks finite and >= 0, and makes
+    ``-0.0`` the ``0.0`` it is): a real number -- Python or NumPy scalar, or a 0-d
+    array/tensor -- never a bool or a string (TypeError naming the argument).  No
+    arithmetic here: Python's runs in the caller's floating-point environment, where
+    flush-to-zero would turn a subnormal tolerance into 0 (``_C`` computes in the
+    default one, docs/metrics.md)."""
     if type(x) is float:
-        return x + 0.0
+        return x
     if not _is_bool(x) and not isinstance(x, (str, bytes)) and (
             isinstance(x, numbers.Real) or getattr(x, "ndim", None) == 0):
         try:
-            return float(x) + 0.0
+            return float(x)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{name} must be a real number >= 0 (a float), got "
                             f"{type(x).__name__}") from exc

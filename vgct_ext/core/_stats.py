@@ -62,6 +62,15 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
+def _order_bits(x: np.ndarray) -> np.ndarray:
+    """Non-negative float64 values (or NaN) as int64 keys that order like the values: their
+    bits, NaN as -1 (below every value), -0.0 as 0.  Integer comparisons: no floating-point
+    mode of the caller changes them."""
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    b = x.view(np.int64) & np.int64(0x7FFFFFFFFFFFFFFF)  # -0.0 -> 0 (the values are >= 0)
+    return np.where(np.isnan(x), np.int64(-1), b)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class SliceStats:
     """Per-index statistics along one axis (``compare(..., dim=k)``).
@@ -109,18 +118,21 @@ class SliceStats:
         A zero-reference slice (``ref_rms == 0``) with a non-zero error is worse than any
         relative error: among those the largest ``max_abs_err`` wins. Otherwise the largest
         ``rel_l2``; when every ``rel_l2`` is undefined, the largest ``max_abs_err``.
-        Ties go to the lowest index.
+        Ties go to the lowest index.  The values are compared by their bits (a
+        non-negative float64 orders like its bits as an integer): the same answer in any
+        floating-point environment of the caller -- under flush-to-zero a subnormal error
+        would otherwise compare equal to 0 (docs/metrics.md, "Floating-point environment").
         """
         has = self.count > 0
         if not has.any():
             return None
-        zero_ref = has & (self.ref_rms == 0) & (self.max_abs_err > 0)
+        mabs, ref = _order_bits(self.max_abs_err), _order_bits(self.ref_rms)
+        zero_ref = has & (ref == 0) & (mabs > 0)
         if zero_ref.any():
-            return int(np.argmax(np.where(zero_ref, self.max_abs_err, -np.inf)))
-        rel = np.where(np.isnan(self.rel_l2), -np.inf, self.rel_l2)
-        if np.isfinite(rel).any():
-            return int(np.argmax(rel))
-        return int(np.argmax(np.where(has, self.max_abs_err, -np.inf)))
+            return int(np.argmax(np.where(zero_ref, mabs, -1)))
+        if np.isfinite(self.rel_l2).any():
+            return int(np.argmax(_order_bits(self.rel_l2)))
+        return int(np.argmax(np.where(has, mabs, -1)))
 
     def as_dict(self) -> Dict[str, Any]:
         """Strict-JSON dict (``json.dumps(..., allow_nan=False)`` works): arrays become lists,

@@ -477,10 +477,19 @@ def _parse(raw: bytes, p: Path) -> Dict[str, Any]:
     return validate(data, p)
 
 
-def _calibrate_hint(stratum: str) -> str:
+def _calibrate_hint(stratum: str, key: Optional[str] = None) -> str:
+    """How to record the missing evidence: calibrate the running test -- unless the gate runs inside
+    :func:`vgct_ext.expect_gate_failure` (a planted-fault test), which records nothing under
+    calibration: then the clean test that gates the same key must be calibrated."""
+    from .gates import _EXPECTING
     t = _context.current_test()
-    tid = t.nodeid if t is not None else "<test id>"
     where = "on this machine" if stratum.startswith("cpu") else f"on a {stratum} GPU"
+    if _EXPECTING[0]:
+        what = f"key {key!r}" if key else "this gate's key"
+        return (f"This gate runs inside expect_gate_failure (a planted-fault test), which records no "
+                f"evidence: record it {where} by calibrating the clean test that gates {what} (and "
+                f"commit the JSON file), e.g.\n    pytest --vgct-calibrate -k <that test>")
+    tid = t.nodeid if t is not None else "<test id>"
     return f"Record it {where} (and commit the JSON file):\n    pytest --vgct-calibrate \"{tid}\""
 
 
@@ -542,30 +551,30 @@ def _find_entry(path: Path, key: str, stratum: str, what: str) -> Tuple[Optional
     try:
         data = _load_for_gate(path)
     except (OSError, ValueError) as exc:
-        return None, f"evidence file unreadable: {exc}. {_calibrate_hint(stratum)}"
+        return None, f"evidence file unreadable: {exc}. {_calibrate_hint(stratum, key)}"
     strata = data["entries"].get(key)
     if not strata:
         return None, (f"no {what} evidence for {key!r} in {path}. {what} bars come only from recorded calibration "
-                      f"evidence, never from a default. {_calibrate_hint(stratum)}")
+                      f"evidence, never from a default. {_calibrate_hint(stratum, key)}")
     entry = strata.get(stratum)
     if entry is None:
         if stratum.startswith("cpu-") and LEGACY_CPU_STRATUM in strata:
             return None, (f"no {what} evidence for stratum {stratum} under {key!r} in {path}: it has evidence for "
                           f"the plain stratum {LEGACY_CPU_STRATUM!r}, recorded before strata named the CPU "
                           f"instruction set that decides the kernels; it is not used. Recalibrate on a "
-                          f"{stratum} machine. {_calibrate_hint(stratum)}")
+                          f"{stratum} machine. {_calibrate_hint(stratum, key)}")
         return None, (f"no {what} evidence for stratum {stratum} under {key!r} in {path} (recorded strata: "
                       f"{', '.join(sorted(strata))}). A bar from another stratum does not apply. "
-                      f"{_calibrate_hint(stratum)}")
+                      f"{_calibrate_hint(stratum, key)}")
     missing = [k for k in ("dtype_actual", "dtype_expected", "shape", "dim") if k not in entry]
     if missing:
         return None, (f"{what} evidence for {key!r} on {stratum} in {path} lacks the field(s) "
-                      f"{', '.join(missing)}. Recalibrate. {_calibrate_hint(stratum)}")
+                      f"{', '.join(missing)}. Recalibrate. {_calibrate_hint(stratum, key)}")
     try:
         return copy.deepcopy(entry), None
     except RecursionError:  # a field nested deeper than copying allows: no calibration writes such an entry
         return None, (f"{what} evidence for {key!r} on {stratum} in {path} has a field nested too deeply to "
-                      f"read; not evidence this library wrote. Recalibrate. {_calibrate_hint(stratum)}")
+                      f"read; not evidence this library wrote. Recalibrate. {_calibrate_hint(stratum, key)}")
 
 
 def _axis(dim: Any, shape: Any) -> Any:
@@ -611,7 +620,7 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
       (a case added or left out of calibration would gate on its siblings' bars: the pooling check cannot see
       a case that has no runs).  Not inside :func:`vgct_ext.expect_gate_failure` (a planted fault reads the
       clean case's evidence on purpose)."""
-    hint = f"Recalibrate. {_calibrate_hint(stratum)}"
+    hint = f"Recalibrate. {_calibrate_hint(stratum, key)}"
     if kind == "t2":
         h = entry.get("headroom", 0.5)
         if not headroom_ok(h):
@@ -664,15 +673,15 @@ def lookup(path: Path, key: str, stratum: str, stats: Any, dim: Optional[int]) -
     diff = _same_experiment(entry, stats, dim)
     if diff:
         return None, (f"T2 evidence for {key!r} on {stratum} in {path} was recorded for a different experiment ("
-                      + "; ".join(diff) + f"). Recalibrate. {_calibrate_hint(stratum)}")
+                      + "; ".join(diff) + f"). Recalibrate. {_calibrate_hint(stratum, key)}")
     bars = entry.get("bars")
     if not isinstance(bars, dict) or not bars:
-        return None, f"T2 evidence for {key!r} on {stratum} in {path} has no bars. {_calibrate_hint(stratum)}"
+        return None, f"T2 evidence for {key!r} on {stratum} in {path} has no bars. {_calibrate_hint(stratum, key)}"
     stray = [k for k in PER_CHANNEL if k in bars] if dim is None else []
     if stray:  # calibration never writes these without dim: a hand edit, or another entry's bars
         return None, (f"T2 evidence for {key!r} on {stratum} in {path} has per-channel bar(s) "
                       f"{', '.join(stray)} but no dim, so they cannot be gated: the entry does not fit this "
-                      f"gate. Recalibrate. {_calibrate_hint(stratum)}")
+                      f"gate. Recalibrate. {_calibrate_hint(stratum, key)}")
     zero = bool(stats.zero_reference)
     need = required_bars(dim, zero_reference=zero)
     missing = [k for k in need if k not in bars]
@@ -687,7 +696,7 @@ def lookup(path: Path, key: str, stratum: str, stats: Any, dim: Optional[int]) -
                       f"needs a calibrated bar for each of {', '.join(need)}"
                       + (" (relative L2 and cosine are not required: the reference has zero norm)" if zero else "")
                       + f"; a statistic is never left ungated. Recalibrate{_with_tests(entry)}. "
-                      f"{_calibrate_hint(stratum)}")
+                      f"{_calibrate_hint(stratum, key)}")
     why = _unusable(entry, path, key, stratum, "t2")
     if why:
         return None, why
@@ -883,7 +892,7 @@ def tighten_t1(bars: Any, tighten: Optional[float], stats: Any, *, component: st
             if diff or miss:
                 why = (f"T1 floor evidence for {key!r} on {stratum} in {path} does not fit: "
                        + "; ".join(diff + [f"no floor for {m}" for m in miss]) + ". Recalibrate. "
-                       + _calibrate_hint(stratum))
+                       + _calibrate_hint(stratum, key))
                 entry = None
     if entry is None:
         from .gates import EvidenceMissing

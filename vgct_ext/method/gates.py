@@ -70,8 +70,10 @@ __all__ = [
 class Relax(str, enum.Enum):
     """The named accumulation causes for which the method allows relaxing a T1 gate.
 
-    Pass a member or its exact value (``"reduction reordering"``, ``"backend or kernel swap"``,
-    ``"compile fusion"``, ``"parallel partial-sum merge"``) as ``assert_t1(..., relax=...)``.
+    Pass a member, its value (``"reduction reordering"``, ``"backend or kernel swap"``,
+    ``"compile fusion"``, ``"parallel partial-sum merge"``) or its name (``"BACKEND_SWAP"``) as
+    ``assert_t1(..., relax=...)``; case, surrounding spaces and ``_`` versus a space are ignored
+    (``"backend swap"`` is the name ``BACKEND_SWAP``), any other string is refused (:meth:`parse`).
     """
 
     REDUCTION_REORDERING = "reduction reordering"
@@ -1033,7 +1035,9 @@ def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
             one run raises :class:`vgct_ext.evidence.AmbiguousGate` (a ValueError): each output needs its own
             label, else both would share one bar.
         dim: the channel axis of a quantization feature: the per-channel mean shift
-            ``max_c |mean(a-e)[c]|`` (units of the tensor) is then recorded and gated.
+            ``max_c |mean(a-e)[c]|`` (units of the tensor) and the per-channel relative L2
+            ``max_c ||a-e||_c / ||e||_c`` (over the channels whose reference norm is nonzero) are then
+            recorded and gated.
         quantiles: quantiles of ``|a-e|`` to report (0.99 is always added and gated as ``p99``).
 
     The stratum is ``"cpu-<isa>"`` (``cpu-avx512``, ``cpu-avx2``, ``cpu-neon``, ...) for CPU tensors and
@@ -1042,8 +1046,8 @@ def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
     (bar rule: :mod:`vgct_ext.evidence`).
 
     Gated statistics (bars from the evidence): relative L2 ``<=``, cosine ``>=``, p99 abs error ``<=``,
-    max abs error ``<=``, per-channel mean shift ``<=`` (with ``dim``); no non-finite pair; at least one
-    element. Every one of these bars must be in the evidence entry -- an entry lacking one (e.g. only a
+    max abs error ``<=``, per-channel mean shift and per-channel relative L2 ``<=`` (with ``dim``); no
+    non-finite pair; at least one element. Every one of these bars must be in the evidence entry -- an entry lacking one (e.g. only a
     ``max_abs_err`` bar) is refused with :class:`EvidenceMissing` and a recalibration hint, never gated on
     the bars it has. The only exception: when the gated run's reference has zero norm, relative L2 and cosine
     are undefined, their bars are not required, and the gate says it gates on absolute error. Under

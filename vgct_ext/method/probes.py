@@ -403,6 +403,11 @@ class ExpectedFailure:
         #: True when the block ended at a T2 gate under ``--vgct-calibrate`` (nothing checked, nothing recorded)
         self.calibrating = False
 
+    def __repr__(self) -> str:
+        first = (str(self.error).splitlines() or [""])[0]
+        err = None if self.error is None else f"{type(self.error).__name__}: {first}"
+        return f"ExpectedFailure(failed={self.failed!r}, calibrating={self.calibrating!r}, error={err!r})"
+
 
 #: The statistic names a gate can fail on (the ``Check`` names of vgct_ext.gates).
 GATED_STATISTICS = ("rel_l2", "cosine", "mismatches", "max_abs_err", "p99", "channel_mean_shift",

@@ -328,6 +328,29 @@ def test_lossy(vgct):
     result.stdout.fnmatch_lines(["*planted fault not caught: the gate passed*"])
 
 
+def test_missing_evidence_hint_inside_a_planted_fault_names_the_clean_test(pytester, run):
+    """A planted-fault test run before any calibration: its EvidenceMissing hint must not tell the user to
+    calibrate the planted-fault test itself (under --vgct-calibrate a T2 gate inside expect_gate_failure
+    records nothing), but the clean test that gates the same key; a clean test's hint names itself."""
+    pytester.makepyfile(test_x=HEADER + """
+from vgct_ext import expect_gate_failure
+
+def test_fault(vgct):
+    with expect_gate_failure(any_of=("rel_l2",), component="toy"):
+        vgct.assert_t2(E * 1.5, E, component="toy", feature="bf16")
+
+def test_clean(vgct):
+    vgct.assert_t2(E + 1e-3 * np.sin(E), E, component="toy", feature="bf16")
+""")
+    result = run("-rf")
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    assert 'pytest --vgct-calibrate "test_x.py::test_fault"' not in out
+    result.stdout.fnmatch_lines(["*inside expect_gate_failure (a planted-fault test), which records no evidence*"
+                                 "calibrating the clean test that gates key 'toy | bf16'*",
+                                 '*pytest --vgct-calibrate "test_x.py::test_clean"*'])
+
+
 def test_cosine_bar_under_floor_needs_investigation(pytester, run):
     pytester.makepyfile(test_x=HEADER + """
 @pytest.mark.component("c")

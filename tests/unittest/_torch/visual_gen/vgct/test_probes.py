@@ -497,6 +497,8 @@ def test_expect_gate_failure_checks_the_failing_statistics():
     with expect_gate_failure(statistics=("rel_l2",), component="c") as caught:
         assert_t1(e * 1.01, e, component="c", feature="f")
     assert "rel_l2" in caught.failed and caught.error.stats.rel_l2 == pytest.approx(0.01, rel=1e-6)
+    assert repr(caught).startswith("ExpectedFailure(failed=[") and "'rel_l2'" in repr(caught)
+    assert "GateFailure: T1 gate failed" in repr(caught)  # the failure's first line, not an address
     with pytest.raises(AssertionError, match="planted fault not caught"):
         with expect_gate_failure():
             assert_t1(e, e, component="c", feature="f")
