@@ -419,6 +419,7 @@ static PyObject *py_merge_raw(PyObject *self, PyObject *arg) {
       Py_DECREF(seq);
       return NULL;
     }
+    vgpy_fpenv_sync(); /* (a record's buffer export may run Python code) */
     vgct_acc_merge(&s, &o);
   }
   Py_DECREF(seq);
@@ -480,6 +481,7 @@ static PyObject *py_merge_slices_raw(PyObject *self, PyObject *args) {
     vgct_slice_acc *dst = (vgct_slice_acc *)PyBytes_AS_STRING(result);
     size_t k = (size_t)bufs[0].len / sz;
     if (k) memcpy(dst, bufs[0].buf, k * sz);
+    vgpy_fpenv_sync(); /* (the buffer exports may have run Python code) */
     for (Py_ssize_t i = 1; i < n; ++i) {
       const char *src = (const char *)bufs[i].buf;
       for (size_t j = 0; j < k; ++j) {
@@ -602,6 +604,7 @@ static PyObject *py_rank_key_known(PyObject *self, PyObject *args) {
   vgct_acc s;
   if (vgpy_read_record(acc, "rank_key_known: acc", sizeof s, &s) < 0) return NULL;
   double x;
+  vgpy_fpenv_sync();
   if (!vgct_rank_known(&s, (int64_t)r, &x)) Py_RETURN_NONE;
   return PyLong_FromUnsignedLongLong((unsigned long long)vgct_bits_from_f64(x));
 }
@@ -626,6 +629,7 @@ static PyObject *py_quantile_ranks(PyObject *self, PyObject *args) {
   if (vgpy_parse_quantiles(qobj, qs, &nq) < 0) return NULL;
   PyObject *out = PyList_New(nq);
   if (out == NULL) return NULL;
+  vgpy_fpenv_sync(); /* (the probabilities' __float__ may have run Python code) */
   for (int i = 0; i < nq; ++i) {
     int64_t lo, hi;
     double gamma;
@@ -723,6 +727,7 @@ static PyObject *py_finalize_raw(PyObject *self, PyObject *args, PyObject *kwarg
       vals[i] = vgct_f64_from_bits((uint64_t)k);
     }
     Py_DECREF(seq);
+    vgpy_fpenv_sync(); /* (the arguments' conversions may have run Python code) */
     vgpy_lerp_quantiles(s.n_finite, nq, qs, vals, qv);
   } else {
     for (int i = 0; i < nq; ++i) qv[i] = (double)NAN;
@@ -752,6 +757,7 @@ static PyObject *py_finalize_raw(PyObject *self, PyObject *args, PyObject *kwarg
   p.rtol = rtol;
   p.atol = atol;
   p.dim = has_dim ? (int)dim : -1;
+  vgpy_fpenv_sync(); /* (the slices' buffer export may have run Python code) */
   PyObject *result = vgpy_result_dict(&m, &p, &s, nq, qs, qv, slices);
   PyMem_RawFree(slices);
   return result;
@@ -791,6 +797,7 @@ static PyObject *py_fingerprint(PyObject *self, PyObject *args, PyObject *kwargs
   err[0] = '\0';
   int rc;
   int nthreads = vgpy_pick_threads(vgct_numel(&ix.view));
+  vgpy_fpenv_sync(); /* (a mode the producer's __dlpack__ set holds after the call) */
   Py_BEGIN_ALLOW_THREADS
   if (ix.view.device_type == kDLCUDA) {
 #ifdef VGCT_HAVE_CUDA

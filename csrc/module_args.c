@@ -109,6 +109,10 @@ static int poll_signals(void *ctx) {
   return r < 0;
 }
 
+void vgpy_fpenv_sync(void) {
+  if (vgpy_fpenv_cur != NULL) vgct_fpenv_sync(vgpy_fpenv_cur);
+}
+
 /* Release the GIL around an engine call, with the interrupt poll wired in
  * (p->interrupt_ctx points at *ts until vgpy_nogil_end); Python code that
  * ran since the method began (a producer's __dlpack__) may have changed the
@@ -292,8 +296,12 @@ PyObject *vgpy_shape_tuple(const vgct_view *v) {
  * result reports the zero it is (here, in the engines' environment: the
  * caller's could flush a subnormal tolerance on the way). */
 int vgpy_check_tol(const char *name, double *x) {
-  if (isfinite(*x) && *x >= 0.0) {
-    *x += 0.0;
+  /* by the bits (signbit, the exponent field): the same verdict in any
+     floating-point mode (a flushing one would take -5e-310 >= 0.0 as true) */
+  const uint64_t b = vgct_bits_from_f64(*x);
+  if ((b & 0x7FF0000000000000ull) != 0x7FF0000000000000ull && (b >> 63) == 0) return 0;
+  if (b == 0x8000000000000000ull) { /* -0.0: the same tolerance, reported as the 0 it is */
+    *x = 0.0;
     return 0;
   }
   PyObject *f = PyFloat_FromDouble(*x);

@@ -42,6 +42,11 @@ typedef PyObject *(*vgpy_method_kw)(PyObject *, PyObject *, PyObject *);
 typedef PyObject *(*vgpy_method_1)(PyObject *, PyObject *);
 PyObject *vgpy_in_fpenv_kw(vgpy_method_kw fn, PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *vgpy_in_fpenv_1(vgpy_method_1 fn, PyObject *self, PyObject *arg);
+/* Before computing after Python code may have run inside the method (a
+ * generator of records, an argument's __float__): what that code changed in
+ * the floating-point mode becomes the caller's (restored on return), and the
+ * computation runs in the default (vgct_fpenv_sync). */
+void vgpy_fpenv_sync(void);
 void vgpy_nogil_end(vgct_params *p, PyThreadState **ts);
 vgct_slice_acc *vgpy_alloc_slices(int64_t count, long dim);
 

@@ -19,9 +19,10 @@
  * the caller's); vgct_fpenv_sync, for a point where Python code may have run
  * since enter (a producer's __dlpack__, a signal handler), takes a control
  * value other than the default as the caller's new one and sets the default
- * again.  The bridge (module_args.c, vgpy_in_fpenv_*) brackets each Python
- * entry point that computes, syncs before each engine call, and runs the
- * signal handlers of the Ctrl-C poll in the caller's environment; the CPU
+ * The bridge (module_args.c, vgpy_in_fpenv_*) brackets each Python entry
+ * point that computes, syncs before each computation that follows Python code
+ * (vgpy_fpenv_sync), and runs the signal handlers of the Ctrl-C poll in the
+ * caller's environment; the CPU
  * engine's worker threads (cpu_threads.inc, par_worker) set the default
  * themselves, whatever a new thread inherits on the platform.
  *
@@ -60,11 +61,21 @@ static inline void vgct_fpenv_enter(vgct_fpenv *env) {
 
 static inline void vgct_fpenv_leave(const vgct_fpenv *env) { _mm_setcsr(env->saved); }
 
+#define VGCT_MXCSR_RC 0x6000u /* the rounding-control field */
+
 static inline void vgct_fpenv_sync(vgct_fpenv *env) {
-  const unsigned int now = _mm_getcsr();
-  if ((now & ~VGCT_MXCSR_FLAGS) != VGCT_MXCSR_DEFAULT) {
-    env->saved = (now & ~VGCT_MXCSR_FLAGS) | (env->saved & VGCT_MXCSR_FLAGS);
-    _mm_setcsr(VGCT_MXCSR_DEFAULT | (now & VGCT_MXCSR_FLAGS));
+  const unsigned int now = _mm_getcsr() & ~VGCT_MXCSR_FLAGS;
+  if (now != VGCT_MXCSR_DEFAULT) {
+    /* Python code changed the default it ran in: apply ITS changes to the
+       caller's saved value -- the bits it set (FTZ, DAZ), the masks it
+       cleared (a trap unmasked), a rounding direction -- keeping the caller's
+       other bits */
+    const unsigned int rc = now & VGCT_MXCSR_RC;
+    unsigned int c = env->saved & ~VGCT_MXCSR_FLAGS;
+    c = (c | (now & ~VGCT_MXCSR_DEFAULT & ~VGCT_MXCSR_RC)) & ~(VGCT_MXCSR_DEFAULT & ~now);
+    if (rc != 0) c = (c & ~VGCT_MXCSR_RC) | rc;
+    env->saved = c | (env->saved & VGCT_MXCSR_FLAGS);
+    _mm_setcsr(VGCT_MXCSR_DEFAULT | (_mm_getcsr() & VGCT_MXCSR_FLAGS));
   }
 }
 
@@ -105,10 +116,14 @@ static inline void vgct_fpenv_leave(const vgct_fpenv *env) {
   vgct_fpsr_set(env->fpsr);
 }
 
+#define VGCT_FPCR_RMODE 0xC00000u /* the rounding-mode field */
+
 static inline void vgct_fpenv_sync(vgct_fpenv *env) {
   const uint64_t now = vgct_fpcr_get();
-  if (now != 0) {
-    env->fpcr = now;
+  if (now != 0) { /* as on x86-64: the bits Python code set, its rounding mode */
+    uint64_t c = env->fpcr | (now & ~(uint64_t)VGCT_FPCR_RMODE);
+    if (now & VGCT_FPCR_RMODE) c = (c & ~(uint64_t)VGCT_FPCR_RMODE) | (now & VGCT_FPCR_RMODE);
+    env->fpcr = c;
     vgct_fpcr_set(0);
   }
 }

@@ -43,6 +43,12 @@ torch = pytest.importorskip("torch")
 N = 1 << 18  # several engine threads (vgpy_pick_threads: n / 2^16)
 QS = (0.0, 0.5, 0.99, 1.0)
 
+_LIBM_PATH = ctypes.util.find_library("m")
+_GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+_FE = {"x86_64": {"up": 0x800, "down": 0x400, "zero": 0xC00, "nearest": 0},
+       "aarch64": {"up": 0x400000, "down": 0x800000, "zero": 0xC00000, "nearest": 0}}.get(
+           platform.machine())
+
 
 def _bits(d: dict) -> dict:
     """A _C.compare dict with every float as its bit pattern (an exact, env-free comparison)."""
@@ -160,6 +166,54 @@ def test_a_producer_that_changes_the_mode_inside_the_call():
     assert got == want
 
 
+@pytest.mark.skipif(not (_GLIBC and _LIBM_PATH and _FE), reason="needs glibc's fesetround")
+def test_a_producer_that_sets_a_rounding_direction_keeps_the_callers_flush_mode():
+    """Python code inside the call changes one thing (a rounding direction): on return the caller has
+    it AND keeps its own flush-to-zero mode; the engine computed in the default either way."""
+    libm = ctypes.CDLL(_LIBM_PATH)
+    a, e = _subnormal_pair(torch.float32, seed=19)
+    want = _canon(_C.compare(a, e, 1e-3, 1e-3, QS, None, None, None, None))
+
+    class Rounding(_FlushingProducer):
+        def __dlpack__(self, **kw):
+            libm.fesetround(_FE["up"])
+            return self.t.__dlpack__(**kw)
+
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU has no flush-denormal mode")
+    try:
+        got = _canon(_C.compare(Rounding(a), e, 1e-3, 1e-3, QS, None, None, None, None))
+        flush, rnd = _probe_flushes(), libm.fegetround()
+    finally:
+        libm.fesetround(0)
+        torch.set_flush_denormal(False)
+    assert (flush, rnd) == (True, _FE["up"])
+    assert got == want
+
+
+def test_a_generator_of_records_that_changes_the_mode():
+    """merge_raw over a generator whose next() turns flush-to-zero on between records: the merge
+    computes in the default (a subnormal maximum survives), and the mode holds after the call."""
+    a = torch.tensor([1e-310, 3e-310], dtype=torch.float64)
+    e = torch.zeros(2, dtype=torch.float64)
+    recs = [_C.reduce_raw(a[i:i + 1], e[i:i + 1], 1e-3, 1e-3)["acc"] for i in (0, 1)]
+    want = _canon(_C.acc_fields(_C.merge_raw(recs)))
+
+    def gen():
+        yield recs[0]
+        torch.set_flush_denormal(True)
+        yield recs[1]
+
+    try:
+        got = _C.merge_raw(gen())
+        kept = _probe_flushes()
+    finally:
+        torch.set_flush_denormal(False)
+    if not kept:
+        pytest.skip("this CPU has no flush-denormal mode")
+    assert _canon(_C.acc_fields(got)) == want
+
+
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer")
 def test_a_signal_handler_that_changes_the_mode_during_the_call():
     """A SIGALRM handler run by the Ctrl-C poll (between tiles) turns flush-to-zero on: the
@@ -271,11 +325,6 @@ def _mixed_pair(dtype, seed):
     return a.to(dtype), e.to(dtype)
 
 
-_LIBM_PATH = ctypes.util.find_library("m")
-_GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
-_FE = {"x86_64": {"up": 0x800, "down": 0x400, "zero": 0xC00, "nearest": 0},
-       "aarch64": {"up": 0x400000, "down": 0x800000, "zero": 0xC00000, "nearest": 0}}.get(
-           platform.machine())
 
 
 def test_every_entry_point_in_concurrent_threads_with_their_own_modes():

@@ -17,6 +17,12 @@ try:  # the Student's t oracle, imported once for the same reason (pytester's sy
 except ImportError:
     pass
 
+# vgct_ext's public shims, imported before any pytester run for the same reason: a pytester run that imports
+# vgct_ext.gates first would leave, after its sys.modules restore, a stale ``gates`` attribute on
+# vgct_ext.method, and a later test's ``vgct_ext.gates`` and ``vgct_ext.probes`` would then hold two different
+# GateFailure classes (expect_gate_failure's ``except GateFailure`` missing the gate's).
+import vgct_ext.gates  # noqa: F401,E402
+import vgct_ext.probes  # noqa: F401,E402
 from vgct_ext.method._hardware import stratum_of
 
 STRATUM = stratum_of("cpu")  # "cpu-avx512" on an AVX-512 machine, "cpu-neon" on ARM, ...
