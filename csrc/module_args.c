@@ -65,36 +65,44 @@ void vgpy_raise_engine(int rc, const char *msg) {
   PyErr_Format(type, "%s", msg[0] ? msg : "vgct_ext engine failed (no message)");
 }
 
-/* vgct_params.interrupt for engines running with the GIL released by
- * vgpy_nogil_begin: take the GIL back, run PyErr_CheckSignals (the Python-level
- * signal handlers: SIGINT raises KeyboardInterrupt), release it again.
- * Nonzero when a handler raised (its exception stays pending for
- * vgpy_raise_engine).  Called only from the thread that released the GIL. */
 /* ---- the floating-point environment (vgct_fpenv.h) ------------------------
  * The environment of the innermost vgpy_in_fpenv_* call on this thread (NULL
  * outside one): the Ctrl-C poll and vgpy_nogil_begin reach it here. */
 static _Thread_local vgct_fpenv *vgpy_fpenv_cur = NULL;
 
-PyObject *vgpy_in_fpenv_kw(vgpy_method_kw fn, PyObject *self, PyObject *args, PyObject *kwargs) {
-  vgct_fpenv env, *prev = vgpy_fpenv_cur;
-  vgct_fpenv_enter(&env);
-  vgpy_fpenv_cur = &env;
-  PyObject *r = fn(self, args, kwargs);
+/* Enter the engines' environment for a method call on this thread (the
+ * previous innermost one returned, for fpenv_pop), and leave it. */
+static vgct_fpenv *fpenv_push(vgct_fpenv *env) {
+  vgct_fpenv *prev = vgpy_fpenv_cur;
+  vgct_fpenv_enter(env);
+  vgpy_fpenv_cur = env;
+  return prev;
+}
+
+static void fpenv_pop(const vgct_fpenv *env, vgct_fpenv *prev) {
   vgpy_fpenv_cur = prev;
-  vgct_fpenv_leave(&env);
+  vgct_fpenv_leave(env);
+}
+
+PyObject *vgpy_in_fpenv_kw(vgpy_method_kw fn, PyObject *self, PyObject *args, PyObject *kwargs) {
+  vgct_fpenv env, *prev = fpenv_push(&env);
+  PyObject *r = fn(self, args, kwargs);
+  fpenv_pop(&env, prev);
   return r;
 }
 
 PyObject *vgpy_in_fpenv_1(vgpy_method_1 fn, PyObject *self, PyObject *arg) {
-  vgct_fpenv env, *prev = vgpy_fpenv_cur;
-  vgct_fpenv_enter(&env);
-  vgpy_fpenv_cur = &env;
+  vgct_fpenv env, *prev = fpenv_push(&env);
   PyObject *r = fn(self, arg);
-  vgpy_fpenv_cur = prev;
-  vgct_fpenv_leave(&env);
+  fpenv_pop(&env, prev);
   return r;
 }
 
+/* vgct_params.interrupt for engines running with the GIL released by
+ * vgpy_nogil_begin: take the GIL back, run PyErr_CheckSignals (the Python-level
+ * signal handlers: SIGINT raises KeyboardInterrupt), release it again.
+ * Nonzero when a handler raised (its exception stays pending for
+ * vgpy_raise_engine).  Called only from the thread that released the GIL. */
 static int poll_signals(void *ctx) {
   PyThreadState **ts = (PyThreadState **)ctx;
   vgct_fpenv *env = vgpy_fpenv_cur;
@@ -118,7 +126,7 @@ void vgpy_fpenv_sync(void) {
  * ran since the method began (a producer's __dlpack__) may have changed the
  * floating-point mode: the engine computes in the default again. */
 void vgpy_nogil_begin(vgct_params *p, PyThreadState **ts) {
-  if (vgpy_fpenv_cur != NULL) vgct_fpenv_sync(vgpy_fpenv_cur);
+  vgpy_fpenv_sync();
   *ts = PyEval_SaveThread();
   p->interrupt = poll_signals;
   p->interrupt_ctx = ts;

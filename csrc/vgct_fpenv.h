@@ -64,19 +64,17 @@ static inline void vgct_fpenv_leave(const vgct_fpenv *env) { _mm_setcsr(env->sav
 #define VGCT_MXCSR_RC 0x6000u /* the rounding-control field */
 
 static inline void vgct_fpenv_sync(vgct_fpenv *env) {
-  const unsigned int now = _mm_getcsr() & ~VGCT_MXCSR_FLAGS;
-  if (now != VGCT_MXCSR_DEFAULT) {
-    /* Python code changed the default it ran in: apply ITS changes to the
-       caller's saved value -- the bits it set (FTZ, DAZ), the masks it
-       cleared (a trap unmasked), a rounding direction -- keeping the caller's
-       other bits */
-    const unsigned int rc = now & VGCT_MXCSR_RC;
-    unsigned int c = env->saved & ~VGCT_MXCSR_FLAGS;
-    c = (c | (now & ~VGCT_MXCSR_DEFAULT & ~VGCT_MXCSR_RC)) & ~(VGCT_MXCSR_DEFAULT & ~now);
-    if (rc != 0) c = (c & ~VGCT_MXCSR_RC) | rc;
-    env->saved = c | (env->saved & VGCT_MXCSR_FLAGS);
-    _mm_setcsr(VGCT_MXCSR_DEFAULT | (_mm_getcsr() & VGCT_MXCSR_FLAGS));
-  }
+  const unsigned int raw = _mm_getcsr(), now = raw & ~VGCT_MXCSR_FLAGS;
+  if (now == VGCT_MXCSR_DEFAULT) return;
+  /* Python code changed the default it ran in: apply ITS changes to the
+     caller's saved value -- the bits it set (FTZ, DAZ), the masks it cleared
+     (a trap unmasked), a rounding direction -- keeping the caller's other bits */
+  const unsigned int set = now & ~VGCT_MXCSR_DEFAULT & ~VGCT_MXCSR_RC;
+  const unsigned int cleared = VGCT_MXCSR_DEFAULT & ~now;
+  unsigned int c = ((env->saved & ~VGCT_MXCSR_FLAGS) | set) & ~cleared;
+  if (now & VGCT_MXCSR_RC) c = (c & ~VGCT_MXCSR_RC) | (now & VGCT_MXCSR_RC);
+  env->saved = c | (env->saved & VGCT_MXCSR_FLAGS);
+  _mm_setcsr(VGCT_MXCSR_DEFAULT | (raw & VGCT_MXCSR_FLAGS));
 }
 
 #elif defined(__aarch64__)
@@ -85,25 +83,18 @@ typedef struct {
   uint64_t fpcr, fpsr; /* the caller's control and status registers */
 } vgct_fpenv;
 
-static inline uint64_t vgct_fpcr_get(void) {
-  uint64_t v;
-  __asm__ __volatile__("mrs %0, fpcr" : "=r"(v) : : "memory");
-  return v;
-}
-
-static inline void vgct_fpcr_set(uint64_t v) {
-  __asm__ __volatile__("msr fpcr, %0" : : "r"(v) : "memory");
-}
-
-static inline uint64_t vgct_fpsr_get(void) {
-  uint64_t v;
-  __asm__ __volatile__("mrs %0, fpsr" : "=r"(v) : : "memory");
-  return v;
-}
-
-static inline void vgct_fpsr_set(uint64_t v) {
-  __asm__ __volatile__("msr fpsr, %0" : : "r"(v) : "memory");
-}
+/* vgct_<reg>_get / vgct_<reg>_set for the system registers fpcr and fpsr */
+#define VGCT_A64_SYSREG(reg)                                                    \
+  static inline uint64_t vgct_##reg##_get(void) {                               \
+    uint64_t v;                                                                 \
+    __asm__ __volatile__("mrs %0, " #reg : "=r"(v) : : "memory");               \
+    return v;                                                                   \
+  }                                                                             \
+  static inline void vgct_##reg##_set(uint64_t v) {                             \
+    __asm__ __volatile__("msr " #reg ", %0" : : "r"(v) : "memory");             \
+  }
+VGCT_A64_SYSREG(fpcr)
+VGCT_A64_SYSREG(fpsr)
 
 static inline void vgct_fpenv_enter(vgct_fpenv *env) {
   env->fpcr = vgct_fpcr_get();

@@ -1047,8 +1047,8 @@ def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
 
     Gated statistics (bars from the evidence): relative L2 ``<=``, cosine ``>=``, p99 abs error ``<=``,
     max abs error ``<=``, per-channel mean shift and per-channel relative L2 ``<=`` (with ``dim``); no
-    non-finite pair; at least one element. Every one of these bars must be in the evidence entry -- an entry lacking one (e.g. only a
-    ``max_abs_err`` bar) is refused with :class:`EvidenceMissing` and a recalibration hint, never gated on
+    non-finite pair; at least one element. Every one of these bars must be in the evidence entry -- an entry
+    lacking one (e.g. only a ``max_abs_err`` bar) is refused with :class:`EvidenceMissing` and a recalibration hint, never gated on
     the bars it has. The only exception: when the gated run's reference has zero norm, relative L2 and cosine
     are undefined, their bars are not required, and the gate says it gates on absolute error. Under
     calibration a run with a non-finite pair, a zero-norm reference or an undefined statistic is refused
