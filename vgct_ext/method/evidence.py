@@ -481,10 +481,10 @@ def _calibrate_hint(stratum: str, key: Optional[str] = None) -> str:
     """How to record the missing evidence: calibrate the running test -- unless the gate runs inside
     :func:`vgct_ext.expect_gate_failure` (a planted-fault test), which records nothing under
     calibration: then the clean test that gates the same key must be calibrated."""
-    from .gates import _EXPECTING
+    from .gates import _expecting
     t = _context.current_test()
     where = "on this machine" if stratum.startswith("cpu") else f"on a {stratum} GPU"
-    if _EXPECTING[0]:
+    if _expecting():
         what = f"key {key!r}" if key else "this gate's key"
         return (f"This gate runs inside expect_gate_failure (a planted-fault test), which records no "
                 f"evidence: record it {where} by calibrating the clean test that gates {what} (and "
@@ -640,11 +640,11 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
     tests = entry.get("tests")
     if t is not None and getattr(t, "paired", False) and "[" in t.nodeid and isinstance(tests, list) and tests \
             and t.nodeid not in tests:
-        from .gates import _EXPECTING
+        from .gates import _expecting
 
         fn = t.nodeid.split("[", 1)[0]
         siblings = [x for x in tests if isinstance(x, str) and x.split("[", 1)[0] == fn]
-        if siblings and not _EXPECTING[0]:
+        if siblings and not _expecting():
             return (f"{kind} evidence for {key!r} on {stratum} in {path} was recorded by {', '.join(siblings)}, "
                     f"not by this case ({t.nodeid}): a case gates on its own runs (calibrate it, and give it its "
                     f"own {'name=' if kind == 't1_floor' else 'case='} when it is another experiment). {hint}")
@@ -739,9 +739,9 @@ def add_calibration_run(session: Any, path: Path, key: str, stratum: str, stats:
     for a run :func:`check_calibration_run` rejects (T2 only): a non-finite pair, a zero-norm reference, or an
     undefined/non-finite statistic; and :class:`AmbiguousGate` when the runs queued for one key disagree on
     dtype, shape or dim."""
-    from .gates import _EXPECTING
+    from .gates import _expecting
 
-    if _EXPECTING[0]:
+    if _expecting():
         return
     what = "calibration" if kind == "t2" else "T1 floor calibration"
     if kind == "t2":
@@ -859,7 +859,9 @@ def tighten_t1(bars: Any, tighten: Optional[float], stats: Any, *, component: st
     ``rel_l2 bar = min(bar, k * max(floor rel L2, u))`` and ``cosine bar = max(bar, 1 - k * max(floor of
     1 - cosine, u^2 / 2))``, u the unit roundoff of the less precise dtype of the pair (a floor below the
     dtype's resolution is not a floor: bit-exactness is never required). Raises ``ValueError`` for ``k``
-    outside [1, 1e6] and :class:`vgct_ext.gates.EvidenceMissing` when no usable floor is recorded.
+    outside [1, 1e6], :class:`vgct_ext.gates.EvidenceMissing` when no usable floor is recorded, and -- under
+    ``--vgct-calibrate`` inside :func:`vgct_ext.expect_gate_failure`, before anything is recorded --
+    :class:`vgct_ext.gates.PlantedFaultWhileCalibrating` (the block ends quietly on it, as for T2 gates).
     """
     if tighten is None:
         return bars, {}
@@ -875,6 +877,16 @@ def tighten_t1(bars: Any, tighten: Optional[float], stats: Any, *, component: st
     session = _context.current_session()
     extra: Dict[str, Any] = {"tighten": k, "evidence": str(path), "evidence_key": key}
     if session is not None and session.calibrate:
+        from .gates import PlantedFaultWhileCalibrating, _expecting
+
+        if _expecting():
+            # a planted fault (expect_gate_failure) under --vgct-calibrate: the gate would record its floor and
+            # gate at the loose bars, which a fault only floor x k catches passes -- a false "not caught" alarm;
+            # the fault is checked in the gating run, and its run must never become the floor
+            raise PlantedFaultWhileCalibrating(
+                f"planted fault around the tightened T1 gate of {component!r} | {feature!r}: not checked under "
+                f"--vgct-calibrate (a tightened T1 gate records its floor instead of gating at it); nothing was "
+                f"recorded from it")
         add_calibration_run(session, path, key, stratum, stats, floor_statistics(stats), component=component,
                             feature=feature, case=label, dim=None, kind="t1_floor")
         extra["calibrating"] = True

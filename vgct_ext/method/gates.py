@@ -27,9 +27,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import contextlib
+import contextvars
 import math
 import os
 import sys
+import threading
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _context
@@ -301,9 +303,9 @@ class GateFailure(_GateError):
 
 
 class PlantedFaultWhileCalibrating(Exception):
-    """A T2 gate inside :func:`vgct_ext.expect_gate_failure` under ``pytest --vgct-calibrate``: T2 gates record
-    instead of gating there, so a planted fault cannot be checked, and its (faulty) run must never become
-    evidence.  Raised by the gate before anything is recorded; ``expect_gate_failure`` ends its block quietly
+    """A T2 gate or a tightened T1 gate (``tighten=k``) inside :func:`vgct_ext.expect_gate_failure` under
+    ``pytest --vgct-calibrate``: such gates record instead of gating at their evidence there, so a planted fault
+    cannot be checked, and its (faulty) run must never become evidence.  Raised by the gate before anything is recorded; ``expect_gate_failure`` ends its block quietly
     on it (the fault is checked in the gating run).  Not raised outside such a block."""
 
 
@@ -631,9 +633,55 @@ def is_structure(x: Any) -> bool:
     return _is_mapping(x) or _is_sequence(x)
 
 
-# Soft mode: a stack of collectors; a list collects failures, None (pushed by expect_gate_failure) raises them.
-_SOFT: List[Optional[List[_GateError]]] = []
-_EXPECTING: List[int] = [0]
+# Soft mode, per thread (and per asyncio task: context variables): a stack of entries, innermost last -- a
+# _Collect gathers failures, a _Raise (pushed by expect_gate_failure) raises them; and how many expect_gate_failure
+# blocks are open.  Each entry and the count carry the thread that opened them and count only in it (a thread whose
+# context was copied from another's -- Python 3.14's free-threaded builds copy it into new threads -- starts
+# afresh).  Process-wide state let one thread's soft block swallow another thread's failing gate (that gate
+# returned, its test passed) and one thread's planted fault mark another thread's records.
+class _Collect(list):
+    """A soft-mode stack entry that collects failures (the list :func:`soft_gates` yields), for its thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.thread = threading.get_ident()
+
+
+class _Raise:
+    """A soft-mode stack entry under which gates raise (one object per block: entries are removed by identity)."""
+
+
+_SOFT: "contextvars.ContextVar[Tuple[Union[_Collect, _Raise], ...]]" = contextvars.ContextVar(
+    "vgct_soft_gates", default=())
+_EXPECTING: "contextvars.ContextVar[Tuple[int, int]]" = contextvars.ContextVar("vgct_expecting", default=(0, 0))
+
+
+def _expecting() -> int:
+    """How many :func:`vgct_ext.expect_gate_failure` blocks this thread has open (0: none)."""
+    thread, n = _EXPECTING.get()
+    return n if thread == threading.get_ident() else 0
+
+
+def _collector() -> Optional[_Collect]:
+    """The innermost soft block's collector when it is open in this thread and no ``_Raise`` is above it."""
+    stack = _SOFT.get()
+    top = stack[-1] if stack else None
+    return top if isinstance(top, _Collect) and top.thread == threading.get_ident() else None
+
+
+@contextlib.contextmanager
+def _pushed(entry: Union[_Collect, _Raise]) -> Iterator[None]:
+    """``entry`` on top of this thread's soft-mode stack for the block; on leaving, that entry -- found by
+    identity, so that blocks left out of order (``__exit__`` called by hand) never leave one behind -- is removed."""
+    _SOFT.set(_SOFT.get() + (entry,))
+    try:
+        yield
+    finally:
+        stack = _SOFT.get()
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i] is entry:
+                _SOFT.set(stack[:i] + stack[i + 1:])
+                break
 
 
 def _combine(failures: Sequence[_GateError], what: str) -> _GateError:
@@ -661,8 +709,9 @@ def _raise_or_collect(failures: Sequence[_GateError], gate: str, component: str,
     if not failures:
         return
     exc = _combine(failures, f"{gate} gates on leaves of one output ({component!r}, {feature!r})")
-    if _SOFT and _SOFT[-1] is not None:
-        _SOFT[-1].append(exc)
+    into = _collector()
+    if into is not None:
+        into.append(exc)
         return
     raise exc
 
@@ -679,23 +728,20 @@ def soft_gates() -> Iterator[List[_GateError]]:
     names every failed gate with its failing statistics, the rest holds each gate's full message, ``.failures``
     the individual exceptions and ``.checks`` all their checks. An exception raised by the block itself
     propagates unchanged (with the collected failures added as a note). Blocks nest; a failure belongs to the
-    innermost block. Also ``vgct.soft()`` on the pytest fixture.
+    innermost block. The block is the calling thread's (and asyncio task's): a gate run in another thread meanwhile
+    raises there as usual -- also in a thread started inside the block, which does not inherit it. Also
+    ``vgct.soft()`` on the pytest fixture.
     """
     __tracebackhide__ = True
-    collected: List[_GateError] = []
-    _SOFT.append(collected)
+    collected = _Collect()
     try:
-        yield collected
+        with _pushed(collected):
+            yield collected
     except BaseException as exc:
         if collected and hasattr(exc, "add_note"):
             exc.add_note("vgct soft_gates: also failed in this block:\n" +
                          "\n".join(str(f).split("\n", 1)[0] for f in collected))
         raise
-    finally:
-        for i in range(len(_SOFT) - 1, -1, -1):
-            if _SOFT[i] is collected:
-                del _SOFT[i]
-                break
     if collected:
         raise _combine(collected, "gates")
 
@@ -704,18 +750,14 @@ def soft_gates() -> Iterator[List[_GateError]]:
 def _hard_gates(expecting: bool = False) -> Iterator[None]:
     """Gates raise inside this block even within :func:`soft_gates` (for ``expect_gate_failure``); with
     ``expecting`` their records are marked ``"expected_failure": True``."""
-    _SOFT.append(None)
     if expecting:
-        _EXPECTING[0] += 1
+        _EXPECTING.set((threading.get_ident(), _expecting() + 1))
     try:
-        yield
+        with _pushed(_Raise()):
+            yield
     finally:
         if expecting:
-            _EXPECTING[0] -= 1
-        for i in range(len(_SOFT) - 1, -1, -1):
-            if _SOFT[i] is None:
-                del _SOFT[i]
-                break
+            _EXPECTING.set((threading.get_ident(), _expecting() - 1))
 
 
 def _record(kind: str, component: str, feature: str, stats: Any, checks: Sequence[Check], *,
@@ -742,7 +784,7 @@ def _record(kind: str, component: str, feature: str, stats: Any, checks: Sequenc
         rec.update(extra)
     rec.setdefault("name", None)
     rec.setdefault("slack", slack(checks))
-    if _EXPECTING[0]:
+    if _expecting():
         rec["expected_failure"] = True
     return _context.record(rec)
 
@@ -1074,15 +1116,12 @@ def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
     if is_structure(actual) or is_structure(expected):
         results: Dict[str, Any] = {}
         leaves = paired_leaves(actual, expected, name)
-        collected: List[_GateError] = []
-        _SOFT.append(collected)  # gate every leaf, then report the failed ones together
-        try:
+        collected = _Collect()
+        with _pushed(collected):  # gate every leaf, then report the failed ones together
             for path, a, e in leaves:
                 results[str(path)] = assert_t2(a, e, component=component, feature=feature, evidence=evidence,
                                                case=str(path) if case is None else f"{case}: {path}", dim=dim,
                                                quantiles=quantiles, name=path)
-        finally:
-            _SOFT.remove(collected)
         _raise_or_collect(collected, "T2", component, feature)
         return results
     stats = compare(actual, expected, quantiles=_quantiles(quantiles), dim=dim)
@@ -1096,7 +1135,7 @@ def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
     base_extra = {"gate": "T2", "case": label, "evidence": str(path), "evidence_key": key, "name": name}
 
     if session is not None and session.calibrate:
-        if _EXPECTING[0]:
+        if _expecting():
             # a planted fault (expect_gate_failure) under --vgct-calibrate: T2 gates record instead of gating, so
             # the fault cannot be checked here, and its run must never become evidence
             raise PlantedFaultWhileCalibrating(

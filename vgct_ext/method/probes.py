@@ -395,12 +395,14 @@ class CompileProbe:
 
 class ExpectedFailure:
     """What :func:`expect_gate_failure` caught: ``.error`` (the GateFailure), ``.failed`` (failed statistics),
-    ``.calibrating`` (the block ended at a T2 gate under ``--vgct-calibrate``: nothing was checked)."""
+    ``.calibrating`` (the block ended at a T2 gate or a tightened T1 gate under ``--vgct-calibrate``: nothing was
+    checked)."""
 
     def __init__(self) -> None:
         self.error: Any = None
         self.failed: List[str] = []
-        #: True when the block ended at a T2 gate under ``--vgct-calibrate`` (nothing checked, nothing recorded)
+        #: True when the block ended at a T2 or tightened T1 gate under ``--vgct-calibrate`` (nothing checked,
+        #: nothing recorded)
         self.calibrating = False
 
     def __repr__(self) -> str:
@@ -434,7 +436,8 @@ def expect_gate_failure(*, statistics: Optional[Sequence[str]] = None, any_of: O
 
     The block must raise :class:`vgct_ext.gates.GateFailure` (also inside :func:`vgct_ext.soft_gates`: gates
     raise in this block); its records are marked ``"expected_failure": True`` so the summary does not count
-    them as failures. Then:
+    them as failures. The block is the calling thread's: gates that other threads run meanwhile are neither
+    marked nor made to raise. Then:
 
     * ``statistics``: every one of these statistic names (``"rel_l2"``, ``"cosine"``, ``"mismatches"``,
       ``"max_abs_err"``, ``"p99"``, ``"channel_mean_shift"``, ``"channel_rel_l2"``, ``"non_finite_pairs"``) must be
@@ -445,8 +448,9 @@ def expect_gate_failure(*, statistics: Optional[Sequence[str]] = None, any_of: O
     Yields an :class:`ExpectedFailure` filled in on exit. Raises ``AssertionError`` (pytest reports it as a
     test failure) when the block passes -- the gate let the planted fault through -- or fails on other
     statistics; other exceptions propagate. :class:`EvidenceMissing` does not count: a T2 gate without evidence
-    proves nothing about the fault. Under ``pytest --vgct-calibrate`` a T2 gate in the block records nothing and
-    ends the block quietly (``.calibrating`` is True): T2 gates record instead of gating there, so the fault is
+    proves nothing about the fault. Under ``pytest --vgct-calibrate`` a T2 gate or a tightened T1 gate
+    (``tighten=k``) in the block records nothing and ends the block quietly (``.calibrating`` is True): such gates
+    record instead of gating at their evidence there, so the fault is
     checked in the gating run, and a faulty run never becomes evidence; the test's other gates still calibrate.
     """
     __tracebackhide__ = True

@@ -793,3 +793,95 @@ def test_soft_gates_run_every_gate_then_raise_one_failure():
         with soft_gates():
             assert_t1(e * 1.01, e, component="c", feature="f")
             raise KeyError("x")
+
+
+def _in_thread(fn):
+    """Run ``fn`` in a new thread; return what it returned or raised."""
+    import threading
+
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+            out["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    return out
+
+
+def test_soft_block_of_one_thread_does_not_swallow_another_threads_failure():
+    # planted fault: a failing gate in thread B while thread A sits inside soft_gates() -- B's gate must raise in
+    # B (its test fails), not be collected into A's block (with process-wide state B's gate returned, B passed)
+    e = _ref().astype(np.float32)
+    with pytest.raises(GateFailure) as ei:
+        with soft_gates() as failures:
+            out = _in_thread(lambda: assert_t1(e * 1.01, e, component="c", feature="other thread"))
+            assert isinstance(out.get("error"), GateFailure), out
+            assert failures == []  # nothing of thread B's in thread A's block
+            assert_t1(e * 1.02, e, component="c", feature="this thread")
+    assert "this thread" in str(ei.value) and "other thread" not in str(ei.value)
+
+
+def test_expect_gate_failure_of_one_thread_does_not_mark_another_threads_gates():
+    # a planted-fault block in thread A must not make thread B's gates raise through soft mode nor mark B's
+    # records as expected failures
+    e = _ref().astype(np.float32)
+    with soft_gates() as failures:
+        with expect_gate_failure(statistics=("rel_l2",), component="c"):
+            out = _in_thread(lambda: _soft_failure_count(e))
+            assert_t1(e * 1.01, e, component="c", feature="planted")
+    assert out == {"value": 1}, out
+    assert failures == []
+
+
+def _soft_failure_count(e):
+    """A failing gate inside this thread's own soft block: collected there (1), not raised."""
+    from vgct_ext.method import gates as g
+
+    with pytest.raises(GateFailure):
+        with soft_gates() as mine:
+            assert_t1(e * 1.01, e, component="c", feature="thread B")
+            n = len(mine)
+            assert not g._expecting(), "thread A's expect_gate_failure leaked into thread B"
+    return n
+
+
+def test_soft_block_copied_into_another_threads_context_does_not_collect_its_failures():
+    # a thread that runs in a copy of the soft block's context (what Python 3.14's free-threaded builds do for
+    # every new thread) still raises its own failing gate: the copied collector belongs to the first thread
+    import contextvars
+
+    e = _ref().astype(np.float32)
+    with soft_gates() as failures:
+        ctx = contextvars.copy_context()
+        with expect_gate_failure(statistics=("rel_l2",)):
+            ctx2 = contextvars.copy_context()
+            assert_t1(e * 1.01, e, component="c", feature="planted")
+        out = _in_thread(lambda: ctx.run(assert_t1, e * 1.01, e, component="c", feature="copied context"))
+        out2 = _in_thread(lambda: ctx2.run(_expecting_now))
+    assert isinstance(out.get("error"), GateFailure), out
+    assert failures == []
+    assert out2 == {"value": 0}, out2
+
+
+def _expecting_now():
+    from vgct_ext.method import gates as g
+
+    return g._expecting()
+
+
+def test_soft_blocks_left_out_of_order_leave_no_collector_behind():
+    # planted fault: __exit__ called by hand in the wrong order must not leave a collector on the stack, where it
+    # would swallow every later failing gate of the thread
+    e = _ref().astype(np.float32)
+    outer, inner = soft_gates(), soft_gates()
+    outer.__enter__()
+    inner.__enter__()
+    outer.__exit__(None, None, None)
+    inner.__exit__(None, None, None)
+    with pytest.raises(GateFailure):
+        assert_t1(e * 1.01, e, component="c", feature="after the blocks")

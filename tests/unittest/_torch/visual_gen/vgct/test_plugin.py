@@ -334,6 +334,43 @@ def test_lossy(vgct):
     result.stdout.fnmatch_lines(["*planted fault not caught: the gate passed*"])
 
 
+def test_a_planted_fault_around_a_tightened_t1_gate_under_calibrate_records_nothing(pytester, run, monkeypatch):
+    """The same for a tightened T1 gate (``tighten=k``): under --vgct-calibrate it records its floor instead of
+    gating at floor x k, so a fault only the tightened bar catches cannot be checked there -- the block ends
+    quietly (before, it reported "planted fault not caught" at the loose bars) and records nothing.  Gating,
+    the tightened bar catches the fault, and without the fault the planted-fault check fails."""
+    pytester.makepyfile(test_x=HEADER + """
+import os
+from vgct_ext import expect_gate_failure
+
+E32 = E.astype(np.float32)
+
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_tight(vgct):
+    noise = np.random.default_rng(0).standard_normal(E.shape).astype(np.float32)
+    clean = E32 + np.float32(1e-8) * noise  # a floor near float32's resolution
+    vgct.assert_t1(clean, E32, tighten=4, name="clean")
+    scale = float(os.environ.get("VGCT_TEST_FAULT", "3e-7"))  # rel L2 ~5e-7: under the default bar 16u, over 4u
+    with expect_gate_failure(any_of=("rel_l2", "cosine")) as caught:
+        vgct.assert_t1(E32 + np.float32(scale) * noise, E32, tighten=4, name="planted")
+    assert caught.calibrating == vgct.calibrating
+""")
+    result = run("--vgct-calibrate")
+    result.assert_outcomes(passed=1)
+    assert "planted fault not caught" not in result.stdout.str()
+    entries = _evidence(pytester)["entries"]
+    assert set(entries) == {"T1 floor | c | f | clean"}, set(entries)  # the faulty run is not evidence
+    data = _evidence(pytester)
+    data["entries"]["T1 floor | c | f | planted"] = data["entries"]["T1 floor | c | f | clean"]
+    (pytester.path / "test_x.vgct-evidence.json").write_text(json.dumps(data))
+    run().assert_outcomes(passed=1)  # gating: floor x 4 catches the fault
+    monkeypatch.setenv("VGCT_TEST_FAULT", "1e-8")  # no fault: the gate passes, so the planted-fault check fails
+    result = run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*planted fault not caught: the gate passed*"])
+
+
 def test_missing_evidence_hint_inside_a_planted_fault_names_the_clean_test(pytester, run):
     """A planted-fault test run before any calibration: its EvidenceMissing hint must not tell the user to
     calibrate the planted-fault test itself (under --vgct-calibrate a T2 gate inside expect_gate_failure
