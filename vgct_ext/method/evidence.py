@@ -734,14 +734,14 @@ def add_calibration_run(session: Any, path: Path, key: str, stratum: str, stats:
                         dim: Optional[int], kind: str = "t2") -> None:
     """Queue one calibration run (written by :func:`write_calibration` at the end of the session).
 
-    A run made inside :func:`vgct_ext.expect_gate_failure` (a planted fault) is never queued: a faulty run
-    must not become evidence (a floor or a bar).  Raises ``ValueError`` (the run is refused, nothing queued)
+    A run made inside :func:`vgct_ext.expect_gate_failure` (a planted fault), or while such a block is open in
+    any thread of the process, is never queued: a faulty run must not become evidence (a floor or a bar).  Raises ``ValueError`` (the run is refused, nothing queued)
     for a run :func:`check_calibration_run` rejects (T2 only): a non-finite pair, a zero-norm reference, or an
     undefined/non-finite statistic; and :class:`AmbiguousGate` when the runs queued for one key disagree on
     dtype, shape or dim."""
-    from .gates import _expecting
+    from .gates import _expecting, _planted_open
 
-    if _expecting():
+    if _expecting() or _planted_open():
         return
     what = "calibration" if kind == "t2" else "T1 floor calibration"
     if kind == "t2":
@@ -877,16 +877,14 @@ def tighten_t1(bars: Any, tighten: Optional[float], stats: Any, *, component: st
     session = _context.current_session()
     extra: Dict[str, Any] = {"tighten": k, "evidence": str(path), "evidence_key": key}
     if session is not None and session.calibrate:
-        from .gates import PlantedFaultWhileCalibrating, _expecting
+        from .gates import PlantedFaultWhileCalibrating, _expecting, _planted_message, _planted_open
 
-        if _expecting():
+        if _expecting() or _planted_open():
             # a planted fault (expect_gate_failure) under --vgct-calibrate: the gate would record its floor and
             # gate at the loose bars, which a fault only floor x k catches passes -- a false "not caught" alarm;
-            # the fault is checked in the gating run, and its run must never become the floor
-            raise PlantedFaultWhileCalibrating(
-                f"planted fault around the tightened T1 gate of {component!r} | {feature!r}: not checked under "
-                f"--vgct-calibrate (a tightened T1 gate records its floor instead of gating at it); nothing was "
-                f"recorded from it")
+            # the fault is checked in the gating run, and no run becomes a floor while a planted-fault block is
+            # open in any thread
+            raise PlantedFaultWhileCalibrating(_planted_message("tightened T1 gate", component, feature))
         add_calibration_run(session, path, key, stratum, stats, floor_statistics(stats), component=component,
                             feature=feature, case=label, dim=None, kind="t1_floor")
         extra["calibrating"] = True

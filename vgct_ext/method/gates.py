@@ -633,55 +633,88 @@ def is_structure(x: Any) -> bool:
     return _is_mapping(x) or _is_sequence(x)
 
 
-# Soft mode, per thread (and per asyncio task: context variables): a stack of entries, innermost last -- a
-# _Collect gathers failures, a _Raise (pushed by expect_gate_failure) raises them; and how many expect_gate_failure
-# blocks are open.  Each entry and the count carry the thread that opened them and count only in it (a thread whose
-# context was copied from another's -- Python 3.14's free-threaded builds copy it into new threads -- starts
-# afresh).  Process-wide state let one thread's soft block swallow another thread's failing gate (that gate
-# returned, its test passed) and one thread's planted fault mark another thread's records.
-class _Collect(list):
-    """A soft-mode stack entry that collects failures (the list :func:`soft_gates` yields), for its thread."""
+# Soft mode, per thread (and per asyncio task: context variables): a stack of entries, innermost last -- a _Collect
+# gathers failures, a _Raise (pushed by expect_gate_failure) makes gates raise.  An entry counts only while its block
+# is open (closed on leaving, wherever that happens: a generator finished in another thread, a task that outlives
+# the block) and only in the thread that opened it (a context copied into another thread -- Python 3.14's
+# free-threaded builds copy it into new threads -- starts afresh); closed or foreign entries are skipped, so a
+# leftover can never swallow a failure.  Process-wide state let one thread's soft block swallow another thread's
+# failing gate (that gate returned, its test passed) and one thread's planted fault mark another thread's records.
+# Separately, _PLANTED counts the planted-fault blocks open in the whole process: while any is open, nothing is
+# recorded as calibration evidence by any thread (a faulty run must never become evidence).
+class _Entry:
+    """A soft-mode stack entry: open until its block is left; owned by the thread that opened it."""
+
+    def _own(self) -> None:
+        self.open = True
+        self.thread = threading.get_ident()
+
+    def live(self) -> bool:
+        """Whether this entry counts here: its block is open and this is its thread."""
+        return self.open and self.thread == threading.get_ident()
+
+
+class _Collect(list, _Entry):
+    """A soft-mode stack entry that collects failures (the list :func:`soft_gates` yields)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.thread = threading.get_ident()
+        self._own()
 
 
-class _Raise:
-    """A soft-mode stack entry under which gates raise (one object per block: entries are removed by identity)."""
+class _Raise(_Entry):
+    """A soft-mode stack entry under which gates raise (``expecting``: an expect_gate_failure block)."""
+
+    def __init__(self, expecting: bool = False) -> None:
+        self.expecting = expecting
+        self._own()
 
 
-_SOFT: "contextvars.ContextVar[Tuple[Union[_Collect, _Raise], ...]]" = contextvars.ContextVar(
-    "vgct_soft_gates", default=())
-_EXPECTING: "contextvars.ContextVar[Tuple[int, int]]" = contextvars.ContextVar("vgct_expecting", default=(0, 0))
+_SOFT: "contextvars.ContextVar[Tuple[_Entry, ...]]" = contextvars.ContextVar("vgct_soft_gates", default=())
+_PLANTED = [0]  # planted-fault blocks open in the process (under _PLANTED_LOCK)
+_PLANTED_LOCK = threading.Lock()
 
 
 def _expecting() -> int:
-    """How many :func:`vgct_ext.expect_gate_failure` blocks this thread has open (0: none)."""
-    thread, n = _EXPECTING.get()
-    return n if thread == threading.get_ident() else 0
+    """How many :func:`vgct_ext.expect_gate_failure` blocks this thread has open here (0: none)."""
+    return sum(1 for x in _SOFT.get() if isinstance(x, _Raise) and x.expecting and x.live())
+
+
+def _planted_open() -> int:
+    """How many :func:`vgct_ext.expect_gate_failure` blocks are open in this process, in any thread."""
+    with _PLANTED_LOCK:
+        return _PLANTED[0]
+
+
+def _planted_message(gate: str, component: str, feature: str) -> str:
+    """Why a calibrating ``gate`` records nothing: it runs inside a planted-fault block, or one is open in
+    another thread."""
+    where = ("inside expect_gate_failure" if _expecting() else
+             "while an expect_gate_failure block is open in another thread of this process (its gates may run "
+             "the faulty code)")
+    return (f"planted fault around the {gate} of {component!r} | {feature!r}: not checked under --vgct-calibrate "
+            f"({gate}s record instead of gating there), and nothing is recorded {where}; the fault is checked "
+            f"in the gating run")
 
 
 def _collector() -> Optional[_Collect]:
-    """The innermost soft block's collector when it is open in this thread and no ``_Raise`` is above it."""
-    stack = _SOFT.get()
-    top = stack[-1] if stack else None
-    return top if isinstance(top, _Collect) and top.thread == threading.get_ident() else None
+    """The innermost live entry's collector, or None when it is a _Raise or there is none (gates raise)."""
+    for x in reversed(_SOFT.get()):
+        if x.live():
+            return x if isinstance(x, _Collect) else None
+    return None
 
 
 @contextlib.contextmanager
-def _pushed(entry: Union[_Collect, _Raise]) -> Iterator[None]:
-    """``entry`` on top of this thread's soft-mode stack for the block; on leaving, that entry -- found by
-    identity, so that blocks left out of order (``__exit__`` called by hand) never leave one behind -- is removed."""
+def _pushed(entry: _Entry) -> Iterator[None]:
+    """``entry`` on top of this thread's soft-mode stack for the block.  On leaving it is closed (it never counts
+    again, whichever context still holds it) and removed from the leaving context's stack by identity."""
     _SOFT.set(_SOFT.get() + (entry,))
     try:
         yield
     finally:
-        stack = _SOFT.get()
-        for i in range(len(stack) - 1, -1, -1):
-            if stack[i] is entry:
-                _SOFT.set(stack[:i] + stack[i + 1:])
-                break
+        entry.open = False
+        _SOFT.set(tuple(x for x in _SOFT.get() if x is not entry and x.open))
 
 
 def _combine(failures: Sequence[_GateError], what: str) -> _GateError:
@@ -728,9 +761,10 @@ def soft_gates() -> Iterator[List[_GateError]]:
     names every failed gate with its failing statistics, the rest holds each gate's full message, ``.failures``
     the individual exceptions and ``.checks`` all their checks. An exception raised by the block itself
     propagates unchanged (with the collected failures added as a note). Blocks nest; a failure belongs to the
-    innermost block. The block is the calling thread's (and asyncio task's): a gate run in another thread meanwhile
-    raises there as usual -- also in a thread started inside the block, which does not inherit it. Also
-    ``vgct.soft()`` on the pytest fixture.
+    innermost block. The block belongs to the thread that opens it: a gate run in another thread meanwhile raises
+    there as usual -- also in a thread started inside the block. asyncio tasks created inside the block share it
+    while it is open (their failures are collected when they run before it ends); a gate that runs after the block
+    has ended raises, wherever the block's context was copied. Also ``vgct.soft()`` on the pytest fixture.
     """
     __tracebackhide__ = True
     collected = _Collect()
@@ -751,13 +785,15 @@ def _hard_gates(expecting: bool = False) -> Iterator[None]:
     """Gates raise inside this block even within :func:`soft_gates` (for ``expect_gate_failure``); with
     ``expecting`` their records are marked ``"expected_failure": True``."""
     if expecting:
-        _EXPECTING.set((threading.get_ident(), _expecting() + 1))
+        with _PLANTED_LOCK:
+            _PLANTED[0] += 1
     try:
-        with _pushed(_Raise()):
+        with _pushed(_Raise(expecting)):
             yield
     finally:
         if expecting:
-            _EXPECTING.set((threading.get_ident(), _expecting() - 1))
+            with _PLANTED_LOCK:
+                _PLANTED[0] -= 1
 
 
 def _record(kind: str, component: str, feature: str, stats: Any, checks: Sequence[Check], *,
@@ -1135,12 +1171,11 @@ def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
     base_extra = {"gate": "T2", "case": label, "evidence": str(path), "evidence_key": key, "name": name}
 
     if session is not None and session.calibrate:
-        if _expecting():
+        if _expecting() or _planted_open():
             # a planted fault (expect_gate_failure) under --vgct-calibrate: T2 gates record instead of gating, so
-            # the fault cannot be checked here, and its run must never become evidence
-            raise PlantedFaultWhileCalibrating(
-                f"planted fault around the T2 gate of {component!r} | {feature!r}: not checked under "
-                f"--vgct-calibrate (T2 gates record instead of gating); nothing was recorded from it")
+            # the fault cannot be checked here, and its run must never become evidence -- nor any run while a
+            # planted-fault block is open in another thread (the gate may be running the faulty code for it)
+            raise PlantedFaultWhileCalibrating(_planted_message("T2 gate", component, feature))
         ev.add_calibration_run(session, path, key, stratum, stats, observed, component=component,
                                feature=feature, case=label, dim=dim)
         checks = _t2_report_checks(stats, observed)

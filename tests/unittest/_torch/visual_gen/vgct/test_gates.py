@@ -885,3 +885,61 @@ def test_soft_blocks_left_out_of_order_leave_no_collector_behind():
     inner.__exit__(None, None, None)
     with pytest.raises(GateFailure):
         assert_t1(e * 1.01, e, component="c", feature="after the blocks")
+
+
+def test_a_task_that_outlives_its_soft_block_raises_its_own_failure():
+    # an asyncio task created inside a soft block copies its context; a failing gate that runs after the block
+    # has ended must raise in the task, not be appended to the ended block's list
+    import asyncio
+
+    e = _ref().astype(np.float32)
+
+    async def worker():
+        await asyncio.sleep(0)
+        assert_t1(e * 1.01, e, component="c", feature="late task")
+
+    async def main():
+        with soft_gates() as failures:
+            task = asyncio.create_task(worker())
+        with pytest.raises(GateFailure):
+            await task
+        return failures
+
+    assert asyncio.run(main()) == []
+
+
+def test_a_soft_block_left_in_another_thread_leaves_nothing_behind():
+    # a generator that yields inside soft_gates(), started here and finished in another thread: the block ends in
+    # the other thread's context, and this thread's later failing gates must still raise
+    e = _ref().astype(np.float32)
+
+    def steps():
+        with soft_gates():
+            yield 1
+        yield 2
+
+    g = steps()
+    next(g)
+    assert _in_thread(lambda: next(g)) == {"value": 2}
+    with pytest.raises(GateFailure):
+        assert_t1(e * 1.01, e, component="c", feature="after the block")
+
+
+def test_a_planted_fault_block_left_in_another_thread_marks_nothing_afterwards():
+    from vgct_ext.method import gates as g
+
+    e = _ref().astype(np.float32)
+
+    def steps():
+        with expect_gate_failure(statistics=("rel_l2",)):
+            yield 1
+            assert_t1(e * 1.01, e, component="c", feature="planted")  # runs in the other thread
+        yield 2
+
+    it = steps()
+    next(it)
+    assert g._expecting() == 1 and g._planted_open() == 1
+    assert _in_thread(lambda: (next(it), g._expecting())) == {"value": (2, 0)}
+    assert g._expecting() == 0 and g._planted_open() == 0
+    with pytest.raises(GateFailure):
+        assert_t1(e * 1.01, e, component="c", feature="after the block")

@@ -371,6 +371,35 @@ def test_tight(vgct):
     result.stdout.fnmatch_lines(["*planted fault not caught: the gate passed*"])
 
 
+def test_no_evidence_is_recorded_while_a_planted_fault_block_is_open_in_another_thread(pytester, run):
+    """Under --vgct-calibrate a T2 gate or a tightened T1 gate run by a worker thread (one per simulated rank,
+    say) while the test's expect_gate_failure block is open records nothing: the worker may be running the
+    faulty code, and a faulty run as evidence would loosen the bars for good.  The worker's gate raises
+    PlantedFaultWhileCalibrating, which the block takes as "not checked while calibrating"."""
+    pytester.makepyfile(test_x=HEADER + """
+import concurrent.futures as cf
+from vgct_ext import expect_gate_failure
+
+E32 = E.astype(np.float32)
+NOISE = np.random.default_rng(0).standard_normal(E.shape).astype(np.float32)
+
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_planted(vgct):
+    vgct.assert_t2(E32 + np.float32(1e-3) * NOISE, E32, name="clean")
+    faulty = E32 + np.float32(0.5) * NOISE
+    for gate in (lambda: vgct.assert_t2(faulty, E32, name="out"),
+                 lambda: vgct.assert_t1(faulty, E32, tighten=4, name="tight")):
+        with expect_gate_failure(any_of=("rel_l2",)) as caught:
+            with cf.ThreadPoolExecutor(1) as ex:
+                ex.submit(gate).result()
+        assert caught.calibrating == vgct.calibrating
+""")
+    result = run("--vgct-calibrate")
+    result.assert_outcomes(passed=1)
+    assert set(_evidence(pytester)["entries"]) == {"c | f | clean"}  # nothing from the faulty runs
+
+
 def test_missing_evidence_hint_inside_a_planted_fault_names_the_clean_test(pytester, run):
     """A planted-fault test run before any calibration: its EvidenceMissing hint must not tell the user to
     calibrate the planted-fault test itself (under --vgct-calibrate a T2 gate inside expect_gate_failure
