@@ -640,11 +640,11 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
     tests = entry.get("tests")
     if t is not None and getattr(t, "paired", False) and "[" in t.nodeid and isinstance(tests, list) and tests \
             and t.nodeid not in tests:
-        from .gates import _expecting
+        from .gates import _expecting, _planted_open
 
         fn = t.nodeid.split("[", 1)[0]
         siblings = [x for x in tests if isinstance(x, str) and x.split("[", 1)[0] == fn]
-        if siblings and not _expecting():
+        if siblings and not (_expecting() or _planted_open()):  # a planted fault gates on its clean sibling's
             return (f"{kind} evidence for {key!r} on {stratum} in {path} was recorded by {', '.join(siblings)}, "
                     f"not by this case ({t.nodeid}): a case gates on its own runs (calibrate it, and give it its "
                     f"own {'name=' if kind == 't1_floor' else 'case='} when it is another experiment). {hint}")
@@ -734,15 +734,17 @@ def add_calibration_run(session: Any, path: Path, key: str, stratum: str, stats:
                         dim: Optional[int], kind: str = "t2") -> None:
     """Queue one calibration run (written by :func:`write_calibration` at the end of the session).
 
-    A run made inside :func:`vgct_ext.expect_gate_failure` (a planted fault), or while such a block is open in
-    any thread of the process, is never queued: a faulty run must not become evidence (a floor or a bar).  Raises ``ValueError`` (the run is refused, nothing queued)
+    A run made inside :func:`vgct_ext.expect_gate_failure` (a planted fault), or while such a block is open
+    anywhere in the process, is never queued: a faulty run must not become evidence (a floor or a bar); the
+    gates raise :class:`vgct_ext.gates.PlantedFaultWhileCalibrating` before calling this, and so does this
+    (a block opened in between).  Raises ``ValueError`` (the run is refused, nothing queued)
     for a run :func:`check_calibration_run` rejects (T2 only): a non-finite pair, a zero-norm reference, or an
     undefined/non-finite statistic; and :class:`AmbiguousGate` when the runs queued for one key disagree on
     dtype, shape or dim."""
-    from .gates import _expecting, _planted_open
+    from .gates import PlantedFaultWhileCalibrating, _expecting, _planted_message, _planted_open
 
-    if _expecting() or _planted_open():
-        return
+    if _expecting() or _planted_open():  # never a silent skip: a bar built from fewer runs than claimed
+        raise PlantedFaultWhileCalibrating(_planted_message("calibration run", component, feature))
     what = "calibration" if kind == "t2" else "T1 floor calibration"
     if kind == "t2":
         why = check_calibration_run(stats, observed, dim)
@@ -860,8 +862,9 @@ def tighten_t1(bars: Any, tighten: Optional[float], stats: Any, *, component: st
     1 - cosine, u^2 / 2))``, u the unit roundoff of the less precise dtype of the pair (a floor below the
     dtype's resolution is not a floor: bit-exactness is never required). Raises ``ValueError`` for ``k``
     outside [1, 1e6], :class:`vgct_ext.gates.EvidenceMissing` when no usable floor is recorded, and -- under
-    ``--vgct-calibrate`` inside :func:`vgct_ext.expect_gate_failure`, before anything is recorded --
-    :class:`vgct_ext.gates.PlantedFaultWhileCalibrating` (the block ends quietly on it, as for T2 gates).
+    ``--vgct-calibrate`` inside :func:`vgct_ext.expect_gate_failure` or while such a block is open elsewhere in
+    the process, before anything is recorded -- :class:`vgct_ext.gates.PlantedFaultWhileCalibrating` (the block
+    ends quietly on it, as for T2 gates).
     """
     if tighten is None:
         return bars, {}

@@ -32,6 +32,7 @@ import math
 import os
 import sys
 import threading
+import warnings
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _context
@@ -303,10 +304,13 @@ class GateFailure(_GateError):
 
 
 class PlantedFaultWhileCalibrating(Exception):
-    """A T2 gate or a tightened T1 gate (``tighten=k``) inside :func:`vgct_ext.expect_gate_failure` under
-    ``pytest --vgct-calibrate``: such gates record instead of gating at their evidence there, so a planted fault
-    cannot be checked, and its (faulty) run must never become evidence.  Raised by the gate before anything is recorded; ``expect_gate_failure`` ends its block quietly
-    on it (the fault is checked in the gating run).  Not raised outside such a block."""
+    """A T2 gate or a tightened T1 gate (``tighten=k``) under ``pytest --vgct-calibrate`` inside
+    :func:`vgct_ext.expect_gate_failure`, or while such a block is open elsewhere in the process (another thread
+    or asyncio task: the gate may be running the planted fault's code): such gates record instead of gating at
+    their evidence there, so a planted fault cannot be checked, and a faulty run must never become evidence.
+    Raised by the gate before anything is recorded; ``expect_gate_failure`` ends its block quietly on it (the
+    fault is checked in the gating run).  Outside a planted-fault block it fails the calibrating test, naming
+    the open block as the reason."""
 
 
 class EvidenceMissing(_GateError):
@@ -633,68 +637,98 @@ def is_structure(x: Any) -> bool:
     return _is_mapping(x) or _is_sequence(x)
 
 
-# Soft mode, per thread (and per asyncio task: context variables): a stack of entries, innermost last -- a _Collect
-# gathers failures, a _Raise (pushed by expect_gate_failure) makes gates raise.  An entry counts only while its block
-# is open (closed on leaving, wherever that happens: a generator finished in another thread, a task that outlives
-# the block) and only in the thread that opened it (a context copied into another thread -- Python 3.14's
-# free-threaded builds copy it into new threads -- starts afresh); closed or foreign entries are skipped, so a
-# leftover can never swallow a failure.  Process-wide state let one thread's soft block swallow another thread's
-# failing gate (that gate returned, its test passed) and one thread's planted fault mark another thread's records.
-# Separately, _PLANTED counts the planted-fault blocks open in the whole process: while any is open, nothing is
-# recorded as calibration evidence by any thread (a faulty run must never become evidence).
+# Soft mode.  A stack of entries per context (context variables: per thread, and per asyncio task), innermost last:
+# a _Collect gathers failures (soft_gates), a _Raise makes gates raise (expect_gate_failure).  An entry counts only
+# while its block is open -- it is closed when the block is left, wherever that happens (a generator finished in
+# another thread, a task that outlives the block), and the pytest plugin closes what a test leaves open -- and only
+# in the thread that opened it (a thread-local token: a context copied into another thread, as Python 3.14's
+# free-threaded builds copy it into new threads, keeps the entries but they are skipped there, even when the OS
+# reuses a dead thread's id).  Process-wide state let one thread's soft block swallow another thread's failing gate
+# (that gate returned, its test passed) and one thread's planted fault mark another thread's records.
+# Separately, _PLANTED holds the planted-fault blocks open in the whole process: while any is open, no thread
+# records calibration evidence (a faulty run must never become evidence).
+_THREAD = threading.local()
+
+
+def _thread_token() -> object:
+    """An object unique to the calling thread for its lifetime (unlike its id, never reused by a later thread)."""
+    tok = getattr(_THREAD, "token", None)
+    if tok is None:
+        tok = _THREAD.token = object()
+    return tok
+
+
 class _Entry:
-    """A soft-mode stack entry: open until its block is left; owned by the thread that opened it."""
+    """A soft-mode stack entry: open until closed (when its block is left); owned by the thread that opened it."""
 
     def _own(self) -> None:
         self.open = True
-        self.thread = threading.get_ident()
+        self.owner = _thread_token()
 
     def live(self) -> bool:
         """Whether this entry counts here: its block is open and this is its thread."""
-        return self.open and self.thread == threading.get_ident()
+        return self.open and self.owner is _thread_token()
+
+    def close(self) -> None:
+        """Never count again (idempotent)."""
+        self.open = False
 
 
 class _Collect(list, _Entry):
-    """A soft-mode stack entry that collects failures (the list :func:`soft_gates` yields)."""
+    """A soft-mode stack entry that collects failures (the list :func:`soft_gates` yields); ``reported``: the
+    pytest plugin already failed a test with them (a block the test left open), so its block's end is quiet."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.reported = False
         self._own()
 
 
 class _Raise(_Entry):
-    """A soft-mode stack entry under which gates raise (``expecting``: an expect_gate_failure block)."""
+    """A soft-mode stack entry under which gates raise; ``expecting``: an expect_gate_failure block, also listed
+    in _PLANTED while open."""
 
     def __init__(self, expecting: bool = False) -> None:
         self.expecting = expecting
         self._own()
+        if expecting:
+            with _PLANTED_LOCK:
+                _PLANTED.add(self)
+
+    def close(self) -> None:
+        self.open = False
+        if self.expecting:
+            with _PLANTED_LOCK:
+                _PLANTED.discard(self)
 
 
 _SOFT: "contextvars.ContextVar[Tuple[_Entry, ...]]" = contextvars.ContextVar("vgct_soft_gates", default=())
-_PLANTED = [0]  # planted-fault blocks open in the process (under _PLANTED_LOCK)
+_PLANTED: "set[_Raise]" = set()  # open expect_gate_failure blocks of the process (under _PLANTED_LOCK)
 _PLANTED_LOCK = threading.Lock()
+_UNREPORTED: List[_GateError] = []  # failures of soft blocks ended by GeneratorExit/CancelledError (plugin reports)
 
 
 def _expecting() -> int:
-    """How many :func:`vgct_ext.expect_gate_failure` blocks this thread has open here (0: none)."""
+    """How many :func:`vgct_ext.expect_gate_failure` blocks of this thread are open in this context (0: none)."""
     return sum(1 for x in _SOFT.get() if isinstance(x, _Raise) and x.expecting and x.live())
 
 
 def _planted_open() -> int:
-    """How many :func:`vgct_ext.expect_gate_failure` blocks are open in this process, in any thread."""
+    """How many :func:`vgct_ext.expect_gate_failure` blocks are open in this process, in any thread or task."""
     with _PLANTED_LOCK:
-        return _PLANTED[0]
+        return len(_PLANTED)
 
 
 def _planted_message(gate: str, component: str, feature: str) -> str:
-    """Why a calibrating ``gate`` records nothing: it runs inside a planted-fault block, or one is open in
-    another thread."""
-    where = ("inside expect_gate_failure" if _expecting() else
-             "while an expect_gate_failure block is open in another thread of this process (its gates may run "
-             "the faulty code)")
-    return (f"planted fault around the {gate} of {component!r} | {feature!r}: not checked under --vgct-calibrate "
-            f"({gate}s record instead of gating there), and nothing is recorded {where}; the fault is checked "
-            f"in the gating run")
+    """Why a calibrating ``gate`` records nothing: it runs inside a planted-fault block, or one is open elsewhere
+    in the process."""
+    if _expecting():
+        return (f"planted fault around the {gate} of {component!r} | {feature!r}: not checked under "
+                f"--vgct-calibrate ({gate}s record instead of gating there) and not recorded; the fault is checked "
+                f"in the gating run")
+    return (f"{gate} of {component!r} | {feature!r} under --vgct-calibrate while an expect_gate_failure block is "
+            f"open elsewhere in this process (another thread or asyncio task): nothing is recorded meanwhile, "
+            f"since the gate may be running the planted fault's code; calibrate it outside that block")
 
 
 def _collector() -> Optional[_Collect]:
@@ -707,14 +741,52 @@ def _collector() -> Optional[_Collect]:
 
 @contextlib.contextmanager
 def _pushed(entry: _Entry) -> Iterator[None]:
-    """``entry`` on top of this thread's soft-mode stack for the block.  On leaving it is closed (it never counts
-    again, whichever context still holds it) and removed from the leaving context's stack by identity."""
-    _SOFT.set(_SOFT.get() + (entry,))
+    """``entry`` on top of this context's soft-mode stack for the block.  On leaving it is closed (it never counts
+    again, whichever context still holds it) and the leaving context's stack drops it and every closed entry."""
     try:
+        _SOFT.set(_SOFT.get() + (entry,))
         yield
     finally:
-        entry.open = False
-        _SOFT.set(tuple(x for x in _SOFT.get() if x is not entry and x.open))
+        entry.close()
+        _SOFT.set(tuple(x for x in _SOFT.get() if x.open))
+
+
+def _test_begin() -> Tuple[Any, "set[_Raise]"]:
+    """For the pytest plugin: the running test starts with an empty soft-mode stack; returns what
+    :func:`_test_end` needs."""
+    with _PLANTED_LOCK:
+        planted = set(_PLANTED)
+    return _SOFT.set(()), planted
+
+
+def _test_end(state: Tuple[Any, "set[_Raise]"]) -> List[str]:
+    """For the pytest plugin, after the test: close every block the test left open (a suspended generator, a
+    task, a thread), restore the stack, and say what was lost -- failures collected by a soft block left open or
+    ended by GeneratorExit/CancelledError, planted-fault blocks never left -- as lines for the test's failure
+    (empty: nothing)."""
+    token, planted_before = state
+    left = [x for x in _SOFT.get() if x.open]
+    _SOFT.reset(token)
+    with _PLANTED_LOCK:
+        planted_left = [x for x in _PLANTED if x not in planted_before]
+    lost: List[_GateError] = [f for x in left if isinstance(x, _Collect) for f in x]
+    with _PLANTED_LOCK:
+        lost += _UNREPORTED
+        del _UNREPORTED[:]
+    for x in left + planted_left:
+        x.close()
+        if isinstance(x, _Collect):
+            x.reported = True
+    problems = [f"a gate failure collected by a soft_gates block that never reported it (left open, or ended "
+                f"by GeneratorExit/CancelledError): {str(f).splitlines()[0]}" for f in lost]
+    n_soft = sum(isinstance(x, _Collect) for x in left)
+    if n_soft:
+        problems.append(f"{n_soft} soft_gates block(s) left open by the test (a suspended generator or task?): "
+                        f"closed now")
+    if planted_left:
+        problems.append(f"{len(planted_left)} expect_gate_failure block(s) left open by the test: the planted "
+                        f"fault was never checked")
+    return problems
 
 
 def _combine(failures: Sequence[_GateError], what: str) -> _GateError:
@@ -749,6 +821,12 @@ def _raise_or_collect(failures: Sequence[_GateError], gate: str, component: str,
     raise exc
 
 
+def _is_cancel(exc: BaseException) -> bool:
+    """Whether ``exc`` cancels an asyncio task (asyncio.CancelledError; imported only when asyncio is)."""
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is not None and isinstance(exc, asyncio.CancelledError)
+
+
 @contextlib.contextmanager
 def soft_gates() -> Iterator[List[_GateError]]:
     """Run every gate in the block and report all failures at its end.
@@ -757,13 +835,16 @@ def soft_gates() -> Iterator[List[_GateError]]:
     table, report as usual) and returns its statistics instead of raising; the block yields the list the failures
     are collected in. On leaving the block one :class:`GateFailure` is raised when any gate failed (an
     :class:`EvidenceMissing` when any T2 gate found no usable evidence; a tightened T1 gate without a recorded
-    floor raises EvidenceMissing at once): its first line
-    names every failed gate with its failing statistics, the rest holds each gate's full message, ``.failures``
-    the individual exceptions and ``.checks`` all their checks. An exception raised by the block itself
-    propagates unchanged (with the collected failures added as a note). Blocks nest; a failure belongs to the
-    innermost block. The block belongs to the thread that opens it: a gate run in another thread meanwhile raises
-    there as usual -- also in a thread started inside the block. asyncio tasks created inside the block share it
-    while it is open (their failures are collected when they run before it ends); a gate that runs after the block
+    floor raises EvidenceMissing at once): its first line names every failed gate with its failing statistics,
+    the rest holds each gate's full message, ``.failures`` the individual exceptions and ``.checks`` all their
+    checks. When the block itself raises after a gate failed, that failure is raised, chained from the block's
+    exception (``__cause__``; the failures are also added to it as a note), so a ``pytest.raises`` around the
+    block cannot hide it; KeyboardInterrupt and SystemExit propagate as they are, and so do GeneratorExit and
+    asyncio's CancelledError, the failures then reported by the pytest plugin at the end of the test. Without a
+    gate failure the block's exception propagates unchanged. Blocks nest; a failure belongs to the innermost
+    block. The block belongs to the thread that opens it: a gate run in another thread meanwhile raises there as
+    usual -- also in a thread started inside the block. asyncio tasks created inside the block share it while it
+    is open (their failures are collected when they run before it ends); a gate that runs after the block
     has ended raises, wherever the block's context was copied. Also ``vgct.soft()`` on the pytest fixture.
     """
     __tracebackhide__ = True
@@ -772,11 +853,21 @@ def soft_gates() -> Iterator[List[_GateError]]:
         with _pushed(collected):
             yield collected
     except BaseException as exc:
-        if collected and hasattr(exc, "add_note"):
+        if not collected or collected.reported:
+            raise
+        if hasattr(exc, "add_note"):
             exc.add_note("vgct soft_gates: also failed in this block:\n" +
                          "\n".join(str(f).split("\n", 1)[0] for f in collected))
+        if isinstance(exc, Exception) and not _is_cancel(exc):
+            raise _combine(collected, "gates") from exc  # the block's failures are never lost to its exception
+        if isinstance(exc, GeneratorExit) or _is_cancel(exc):  # closing or cancelling must stay what it is
+            lost = _combine(collected, "gates")
+            with _PLANTED_LOCK:
+                _UNREPORTED.append(lost)  # the pytest plugin fails the test with them
+            warnings.warn(f"vgct soft_gates: a block ended by {type(exc).__name__} had collected gate failures, "
+                          f"which cannot be raised there: {str(lost).splitlines()[0]}", RuntimeWarning, stacklevel=3)
         raise
-    if collected:
+    if collected and not collected.reported:
         raise _combine(collected, "gates")
 
 
@@ -784,16 +875,8 @@ def soft_gates() -> Iterator[List[_GateError]]:
 def _hard_gates(expecting: bool = False) -> Iterator[None]:
     """Gates raise inside this block even within :func:`soft_gates` (for ``expect_gate_failure``); with
     ``expecting`` their records are marked ``"expected_failure": True``."""
-    if expecting:
-        with _PLANTED_LOCK:
-            _PLANTED[0] += 1
-    try:
-        with _pushed(_Raise(expecting)):
-            yield
-    finally:
-        if expecting:
-            with _PLANTED_LOCK:
-                _PLANTED[0] -= 1
+    with _pushed(_Raise(expecting)):
+        yield
 
 
 def _record(kind: str, component: str, feature: str, stats: Any, checks: Sequence[Check], *,

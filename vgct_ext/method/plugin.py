@@ -222,6 +222,9 @@ def pytest_runtest_call(item: pytest.Item):
     n = session.repeat if paired else 1
     n_seeds = session.calibrate_runs if session.calibrate and paired else 1
     plan = [(session.seed + k, i) for k in range(n_seeds) for i in range(n)]
+    from . import gates  # (on first use: the plugin loads before the test modules)
+
+    soft = gates._test_begin()  # the test's own soft-mode stack; what it leaves open is closed after it
     try:
         for seed, i in plan[:-1]:
             ctx.seed, ctx.repetition = seed, i
@@ -231,8 +234,12 @@ def pytest_runtest_call(item: pytest.Item):
         ctx.claims.clear()
         result = yield
     finally:
+        lost = gates._test_end(soft)
         session.test_stack.remove(ctx)
         _record_properties(item, ctx.records)
+    if lost:  # (reached only when the test itself passed)
+        pytest.fail("vgct: gate failures this test never reported, or blocks it left open:\n  " +
+                    "\n  ".join(lost), pytrace=False)
     if n > 1:
         _check_repeats(session, ctx, n)
     return result

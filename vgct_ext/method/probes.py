@@ -436,8 +436,9 @@ def expect_gate_failure(*, statistics: Optional[Sequence[str]] = None, any_of: O
 
     The block must raise :class:`vgct_ext.gates.GateFailure` (also inside :func:`vgct_ext.soft_gates`: gates
     raise in this block); its records are marked ``"expected_failure": True`` so the summary does not count
-    them as failures. The block is the calling thread's: gates that other threads run meanwhile are neither
-    marked nor made to raise. Then:
+    them as failures. The block is the calling thread's: gates that other threads run meanwhile are not marked and
+    raise or are collected by their own thread's blocks as usual (under ``--vgct-calibrate`` they record nothing
+    while the block is open: see below). Plant and run the fault inside the block. Then:
 
     * ``statistics``: every one of these statistic names (``"rel_l2"``, ``"cosine"``, ``"mismatches"``,
       ``"max_abs_err"``, ``"p99"``, ``"channel_mean_shift"``, ``"channel_rel_l2"``, ``"non_finite_pairs"``) must be
@@ -450,8 +451,9 @@ def expect_gate_failure(*, statistics: Optional[Sequence[str]] = None, any_of: O
     statistics; other exceptions propagate. :class:`EvidenceMissing` does not count: a T2 gate without evidence
     proves nothing about the fault. Under ``pytest --vgct-calibrate`` a T2 gate or a tightened T1 gate
     (``tighten=k``) in the block records nothing and ends the block quietly (``.calibrating`` is True): such gates
-    record instead of gating at their evidence there, so the fault is
-    checked in the gating run, and a faulty run never becomes evidence; the test's other gates still calibrate.
+    record instead of gating at their evidence there, so the fault is checked in the gating run, and a faulty run
+    never becomes evidence -- nor does any gate's run anywhere in the process while the block is open (another
+    thread's gate raises PlantedFaultWhileCalibrating); the test's gates outside the block still calibrate.
     """
     __tracebackhide__ = True
     from .gates import EvidenceMissing, GateFailure, PlantedFaultWhileCalibrating, _hard_gates

@@ -400,6 +400,66 @@ def test_planted(vgct):
     assert set(_evidence(pytester)["entries"]) == {"c | f | clean"}  # nothing from the faulty runs
 
 
+def test_blocks_a_test_leaves_open_fail_it_and_never_reach_the_next_test(pytester, run):
+    """A soft block or a planted-fault block left open by a test (a generator suspended inside it, still
+    referenced: pytest keeps a failed test's frames) must not swallow the next tests' failing gates, nor make
+    their calibration refuse to record; the test that left it open fails, naming what it lost."""
+    pytester.makepyfile(test_x=HEADER + """
+from vgct_ext import expect_gate_failure, soft_gates
+
+KEEP = []
+
+def per_layer(n):
+    with soft_gates():
+        for i in range(n):
+            yield i
+
+def planted():
+    with expect_gate_failure(any_of=("rel_l2",)):
+        yield
+
+def test_a_leaves_a_soft_block_open():
+    layers = per_layer(4)
+    KEEP.append(layers)
+    next(layers)
+    assert_t1(E * 1.01, E, component="c", feature="collected, never reported")
+
+def test_b_real_bug():
+    assert_t1(E * 1.5, E, component="c", feature="g")
+
+def test_c_leaves_a_planted_block_open():
+    g = planted()
+    KEEP.append(g)
+    next(g)
+
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_d_clean(vgct):
+    noise = np.random.default_rng(vgct.seed).standard_normal(E.shape)
+    vgct.assert_t2(E + 1e-3 * noise, E)
+
+def test_e_abandoned_generator():
+    def layers():
+        with soft_gates():
+            for k in range(3):
+                assert_t1(E * 1.01, E, component="c", feature=f"layer {k}")
+                yield k
+    for _ in layers():
+        break
+""")
+    result = run("--vgct-calibrate", "-W", "ignore::RuntimeWarning")
+    result.assert_outcomes(failed=4, passed=1)
+    out = result.stdout.str()
+    assert "test_x.py::test_b_real_bug" in out and "test_x.py::test_d_clean" not in out.split("short test summary")[1]
+    result.stdout.fnmatch_lines(["*_ test_a_leaves_a_soft_block_open _*", "vgct: gate failures this test never*",
+                                 "*collected by a soft_gates block*feature 'collected, never reported'*",
+                                 "*_ test_c_leaves_a_planted_block_open _*", "vgct: gate failures this test never*",
+                                 "*1 expect_gate_failure block(s) left open by the test*",
+                                 "*_ test_e_abandoned_generator _*", "vgct: gate failures this test never*",
+                                 "*ended by GeneratorExit*feature 'layer 0'*"])
+    assert "c | f" in _evidence(pytester)["entries"]  # the clean test calibrated after the planted leftover
+
+
 def test_missing_evidence_hint_inside_a_planted_fault_names_the_clean_test(pytester, run):
     """A planted-fault test run before any calibration: its EvidenceMissing hint must not tell the user to
     calibrate the planted-fault test itself (under --vgct-calibrate a T2 gate inside expect_gate_failure
