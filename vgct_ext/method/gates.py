@@ -664,6 +664,8 @@ class _Entry:
     def _own(self) -> None:
         self.open = True
         self.owner = _thread_token()
+        with _PLANTED_LOCK:
+            _OPEN.add(self)
 
     def live(self) -> bool:
         """Whether this entry counts here: its block is open and this is its thread."""
@@ -672,11 +674,15 @@ class _Entry:
     def close(self) -> None:
         """Never count again (idempotent)."""
         self.open = False
+        with _PLANTED_LOCK:
+            _OPEN.discard(self)
 
 
 class _Collect(list, _Entry):
     """A soft-mode stack entry that collects failures (the list :func:`soft_gates` yields); ``reported``: the
     pytest plugin already failed a test with them (a block the test left open), so its block's end is quiet."""
+
+    __hash__ = object.__hash__  # by identity (in _OPEN), while == still compares the failures like a list
 
     def __init__(self) -> None:
         super().__init__()
@@ -696,7 +702,7 @@ class _Raise(_Entry):
                 _PLANTED.add(self)
 
     def close(self) -> None:
-        self.open = False
+        super().close()
         if self.expecting:
             with _PLANTED_LOCK:
                 _PLANTED.discard(self)
@@ -704,6 +710,7 @@ class _Raise(_Entry):
 
 _SOFT: "contextvars.ContextVar[Tuple[_Entry, ...]]" = contextvars.ContextVar("vgct_soft_gates", default=())
 _PLANTED: "set[_Raise]" = set()  # open expect_gate_failure blocks of the process (under _PLANTED_LOCK)
+_OPEN: "set[_Entry]" = set()  # every open entry of the process, any thread or context (under _PLANTED_LOCK)
 _PLANTED_LOCK = threading.Lock()
 _UNREPORTED: List[_GateError] = []  # failures of soft blocks ended by GeneratorExit/CancelledError (plugin reports)
 
@@ -751,41 +758,40 @@ def _pushed(entry: _Entry) -> Iterator[None]:
         _SOFT.set(tuple(x for x in _SOFT.get() if x.open))
 
 
-def _test_begin() -> Tuple[Any, "set[_Raise]"]:
+def _test_begin() -> Tuple[Any, "set[_Entry]"]:
     """For the pytest plugin: the running test starts with an empty soft-mode stack; returns what
-    :func:`_test_end` needs."""
+    :func:`_test_end` needs (the entries open before the test, in any thread or context)."""
     with _PLANTED_LOCK:
-        planted = set(_PLANTED)
-    return _SOFT.set(()), planted
+        before = set(_OPEN)
+    return _SOFT.set(()), before
 
 
-def _test_end(state: Tuple[Any, "set[_Raise]"]) -> List[str]:
-    """For the pytest plugin, after the test: close every block the test left open (a suspended generator, a
-    task, a thread), restore the stack, and say what was lost -- failures collected by a soft block left open or
-    ended by GeneratorExit/CancelledError, planted-fault blocks never left -- as lines for the test's failure
-    (empty: nothing)."""
-    token, planted_before = state
-    left = [x for x in _SOFT.get() if x.open]
+def _test_end(state: Tuple[Any, "set[_Entry]"]) -> List[str]:
+    """For the pytest plugin, after the test: close every block opened during the test and still open -- in any
+    thread or context (a suspended generator, an async test's task, a pool's worker) -- restore the stack, and
+    say what was lost: failures collected by such a block or by one ended by GeneratorExit/CancelledError, and
+    planted-fault blocks never left, as lines for the test's failure (empty: nothing)."""
+    token, before = state
     _SOFT.reset(token)
     with _PLANTED_LOCK:
-        planted_left = [x for x in _PLANTED if x not in planted_before]
-    lost: List[_GateError] = [f for x in left if isinstance(x, _Collect) for f in x]
-    with _PLANTED_LOCK:
-        lost += _UNREPORTED
+        left = [x for x in _OPEN if x not in before]
+        unreported = list(_UNREPORTED)
         del _UNREPORTED[:]
-    for x in left + planted_left:
+    lost: List[_GateError] = [f for x in left if isinstance(x, _Collect) for f in x] + unreported
+    for x in left:
         x.close()
         if isinstance(x, _Collect):
             x.reported = True
     problems = [f"a gate failure collected by a soft_gates block that never reported it (left open, or ended "
                 f"by GeneratorExit/CancelledError): {str(f).splitlines()[0]}" for f in lost]
     n_soft = sum(isinstance(x, _Collect) for x in left)
+    n_planted = sum(isinstance(x, _Raise) and x.expecting for x in left)
     if n_soft:
         problems.append(f"{n_soft} soft_gates block(s) left open by the test (a suspended generator or task?): "
                         f"closed now")
-    if planted_left:
-        problems.append(f"{len(planted_left)} expect_gate_failure block(s) left open by the test: the planted "
-                        f"fault was never checked")
+    if n_planted:
+        problems.append(f"{n_planted} expect_gate_failure block(s) left open by the test: the planted fault was "
+                        f"never checked")
     return problems
 
 
@@ -839,7 +845,8 @@ def soft_gates() -> Iterator[List[_GateError]]:
     the rest holds each gate's full message, ``.failures`` the individual exceptions and ``.checks`` all their
     checks. When the block itself raises after a gate failed, that failure is raised, chained from the block's
     exception (``__cause__``; the failures are also added to it as a note), so a ``pytest.raises`` around the
-    block cannot hide it; KeyboardInterrupt and SystemExit propagate as they are, and so do GeneratorExit and
+    block (nor a ``pytest.skip``/``xfail`` in it) cannot hide it; KeyboardInterrupt and SystemExit propagate as
+    they are, and so do GeneratorExit and
     asyncio's CancelledError, the failures then reported by the pytest plugin at the end of the test. Without a
     gate failure the block's exception propagates unchanged. Blocks nest; a failure belongs to the innermost
     block. The block belongs to the thread that opens it: a gate run in another thread meanwhile raises there as
@@ -858,8 +865,9 @@ def soft_gates() -> Iterator[List[_GateError]]:
         if hasattr(exc, "add_note"):
             exc.add_note("vgct soft_gates: also failed in this block:\n" +
                          "\n".join(str(f).split("\n", 1)[0] for f in collected))
-        if isinstance(exc, Exception) and not _is_cancel(exc):
-            raise _combine(collected, "gates") from exc  # the block's failures are never lost to its exception
+        if not isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)) and not _is_cancel(exc):
+            # the block's failures are never lost to its exception (pytest.skip/xfail/fail included)
+            raise _combine(collected, "gates") from exc
         if isinstance(exc, GeneratorExit) or _is_cancel(exc):  # closing or cancelling must stay what it is
             lost = _combine(collected, "gates")
             with _PLANTED_LOCK:
