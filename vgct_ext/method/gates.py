@@ -696,6 +696,7 @@ class _Raise(_Entry):
 
     def __init__(self, expecting: bool = False) -> None:
         self.expecting = expecting
+        self.records: List[Dict[str, Any]] = []  # the block's gate records (expecting only)
         self._own()
         if expecting:
             with _PLANTED_LOCK:
@@ -880,11 +881,13 @@ def soft_gates() -> Iterator[List[_GateError]]:
 
 
 @contextlib.contextmanager
-def _hard_gates(expecting: bool = False) -> Iterator[None]:
+def _hard_gates(expecting: bool = False) -> Iterator["_Raise"]:
     """Gates raise inside this block even within :func:`soft_gates` (for ``expect_gate_failure``); with
-    ``expecting`` their records are marked ``"expected_failure": True``."""
-    with _pushed(_Raise(expecting)):
-        yield
+    ``expecting`` their records are marked ``"expected_failure": True`` and kept in the yielded entry's
+    ``records`` (what the planted fault's gates measured)."""
+    entry = _Raise(expecting)
+    with _pushed(entry):
+        yield entry
 
 
 def _record(kind: str, component: str, feature: str, stats: Any, checks: Sequence[Check], *,
@@ -913,6 +916,10 @@ def _record(kind: str, component: str, feature: str, stats: Any, checks: Sequenc
     rec.setdefault("slack", slack(checks))
     if _expecting():
         rec["expected_failure"] = True
+        for x in reversed(_SOFT.get()):  # the innermost planted-fault block of this thread keeps it
+            if isinstance(x, _Raise) and x.expecting and x.live():
+                x.records.append(rec)
+                break
     return _context.record(rec)
 
 

@@ -235,6 +235,9 @@ def pytest_runtest_call(item: pytest.Item):
         result = yield
     finally:
         lost = gates._test_end(soft)
+        if lost:  # shown with the test's failure, whatever failed it
+            item.add_report_section("call", "vgct", "gate failures this test never reported, or blocks it left "
+                                    "open:\n" + "\n".join(lost))
         session.test_stack.remove(ctx)
         _record_properties(item, ctx.records)
     if lost:  # (reached only when the test itself passed)

@@ -429,6 +429,20 @@ def _statistic_names(names: Any, arg: str) -> Tuple[str, ...]:
     return out
 
 
+def _measured(records: List[Dict[str, Any]]) -> str:
+    """What the gates of a planted-fault block measured against their bars, one line a gate (empty: no gate
+    ran in the block's thread)."""
+    lines = []
+    for r in records:
+        label = f"{r.get('component')} / {r.get('feature')}" + (f" [{r['name']}]" if r.get("name") else "")
+        rows = [f"{c.get('label') or c.get('statistic')} {c.get('value')!r} {c.get('op')} {c.get('bar')!r}"
+                for c in r.get("checks", ()) if c.get("gating")]
+        lines.append(f"  {r.get('gate') or r.get('kind')} gate {label}: " + "; ".join(rows))
+    if not lines:
+        return "\n  (no gate ran in this block's thread)"
+    return "\nwhat the block's gates measured (all within their bars):\n" + "\n".join(lines)
+
+
 @contextlib.contextmanager
 def expect_gate_failure(*, statistics: Optional[Sequence[str]] = None, any_of: Optional[Sequence[str]] = None,
                         component: Optional[str] = None) -> Iterator[ExpectedFailure]:
@@ -462,7 +476,7 @@ def expect_gate_failure(*, statistics: Optional[Sequence[str]] = None, any_of: O
     anyof = _statistic_names(any_of, "any_of")
     caught = ExpectedFailure()
     try:
-        with _hard_gates(expecting=True):
+        with _hard_gates(expecting=True) as block:
             yield caught
     except EvidenceMissing:
         raise
@@ -475,7 +489,7 @@ def expect_gate_failure(*, statistics: Optional[Sequence[str]] = None, any_of: O
     else:
         raise AssertionError(f"planted fault not caught: the gate passed (expected it to fail"
                              f"{' on ' + ', '.join(want or anyof) if (want or anyof) else ''}); a gate that "
-                             f"lets a real bug pass is the worst defect")
+                             f"lets a real bug pass is the worst defect" + _measured(block.records))
     msg = str(caught.error)
     missing = [s for s in want if s not in caught.failed]
     if missing:

@@ -202,8 +202,8 @@ def test_the_max_relative_error_line_says_it_is_unbounded_near_zero():
     k = int(np.argmax(rel))
     assert k == 17
     msg = str(ei.value)
-    assert (f"max relative error |a-e|/|e| (over e != 0; unbounded where e is near 0, so it need not point at "
-            f"the bug): ") in msg and f"at index ({k},)" in msg
+    assert ("max relative error |a-e|/|e| (over e != 0; unbounded where e is near 0, so it need not point at "
+            "the bug): ") in msg and f"at index ({k},)" in msg
     assert "worst element: index (500,)" in msg
 
 

@@ -499,9 +499,17 @@ def test_expect_gate_failure_checks_the_failing_statistics():
     assert "rel_l2" in caught.failed and caught.error.stats.rel_l2 == pytest.approx(0.01, rel=1e-6)
     assert repr(caught).startswith("ExpectedFailure(failed=[") and "'rel_l2'" in repr(caught)
     assert "GateFailure: T1 gate failed" in repr(caught)  # the failure's first line, not an address
-    with pytest.raises(AssertionError, match="planted fault not caught"):
+    with pytest.raises(AssertionError, match="planted fault not caught") as ei:
         with expect_gate_failure():
-            assert_t1(e, e, component="c", feature="f")
+            assert_t1(e * (1 + 2e-7), e, component="c", feature="f", name="near")
+    # the message says how near the fault came: each gating statistic's value against its bar
+    import re
+
+    m = re.search(r"T1 gate c / f \[near\]: relative L2 (\S+) <= (\S+);", str(ei.value))
+    assert m, str(ei.value)
+    a64 = (e * (1 + 2e-7)).astype(np.float64)
+    want = float(np.linalg.norm(a64 - e) / np.linalg.norm(e.astype(np.float64)))
+    assert float(m.group(1)) == pytest.approx(want, rel=1e-6) and float(m.group(2)) == 2.0 ** -24 * 16
     with pytest.raises(AssertionError, match=r"not on \['non_finite_pairs'\]"):
         with expect_gate_failure(statistics=("non_finite_pairs",)):
             assert_t1(e * 1.01, e, component="c", feature="f")
