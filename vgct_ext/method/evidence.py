@@ -640,11 +640,11 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
     tests = entry.get("tests")
     if t is not None and getattr(t, "paired", False) and "[" in t.nodeid and isinstance(tests, list) and tests \
             and t.nodeid not in tests:
-        from .gates import _expecting, _planted_open
+        from .gates import _planted_open
 
         fn = t.nodeid.split("[", 1)[0]
         siblings = [x for x in tests if isinstance(x, str) and x.split("[", 1)[0] == fn]
-        if siblings and not (_expecting() or _planted_open()):  # a planted fault gates on its clean sibling's
+        if siblings and not _planted_open():  # a planted fault gates on its clean sibling's evidence
             return (f"{kind} evidence for {key!r} on {stratum} in {path} was recorded by {', '.join(siblings)}, "
                     f"not by this case ({t.nodeid}): a case gates on its own runs (calibrate it, and give it its "
                     f"own {'name=' if kind == 't1_floor' else 'case='} when it is another experiment). {hint}")
@@ -741,9 +741,9 @@ def add_calibration_run(session: Any, path: Path, key: str, stratum: str, stats:
     for a run :func:`check_calibration_run` rejects (T2 only): a non-finite pair, a zero-norm reference, or an
     undefined/non-finite statistic; and :class:`AmbiguousGate` when the runs queued for one key disagree on
     dtype, shape or dim."""
-    from .gates import PlantedFaultWhileCalibrating, _expecting, _planted_message, _planted_open
+    from .gates import PlantedFaultWhileCalibrating, _planted_message, _planted_open
 
-    if _expecting() or _planted_open():  # never a silent skip: a bar built from fewer runs than claimed
+    if _planted_open():  # never a silent skip: a bar built from fewer runs than claimed
         raise PlantedFaultWhileCalibrating(_planted_message("calibration run", component, feature))
     what = "calibration" if kind == "t2" else "T1 floor calibration"
     if kind == "t2":
@@ -880,9 +880,9 @@ def tighten_t1(bars: Any, tighten: Optional[float], stats: Any, *, component: st
     session = _context.current_session()
     extra: Dict[str, Any] = {"tighten": k, "evidence": str(path), "evidence_key": key}
     if session is not None and session.calibrate:
-        from .gates import PlantedFaultWhileCalibrating, _expecting, _planted_message, _planted_open
+        from .gates import PlantedFaultWhileCalibrating, _planted_message, _planted_open
 
-        if _expecting() or _planted_open():
+        if _planted_open():
             # a planted fault (expect_gate_failure) under --vgct-calibrate: the gate would record its floor and
             # gate at the loose bars, which a fault only floor x k catches passes -- a false "not caught" alarm;
             # the fault is checked in the gating run, and no run becomes a floor while a planted-fault block is

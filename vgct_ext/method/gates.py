@@ -645,7 +645,7 @@ def is_structure(x: Any) -> bool:
 # free-threaded builds copy it into new threads, keeps the entries but they are skipped there, even when the OS
 # reuses a dead thread's id).  Process-wide state let one thread's soft block swallow another thread's failing gate
 # (that gate returned, its test passed) and one thread's planted fault mark another thread's records.
-# Separately, _PLANTED holds the planted-fault blocks open in the whole process: while any is open, no thread
+# Separately, _OPEN holds every open entry of the process: while any of them is a planted-fault block, no thread
 # records calibration evidence (a faulty run must never become evidence).
 _THREAD = threading.local()
 
@@ -664,7 +664,7 @@ class _Entry:
     def _own(self) -> None:
         self.open = True
         self.owner = _thread_token()
-        with _PLANTED_LOCK:
+        with _OPEN_LOCK:
             _OPEN.add(self)
 
     def live(self) -> bool:
@@ -674,7 +674,7 @@ class _Entry:
     def close(self) -> None:
         """Never count again (idempotent)."""
         self.open = False
-        with _PLANTED_LOCK:
+        with _OPEN_LOCK:
             _OPEN.discard(self)
 
 
@@ -691,40 +691,38 @@ class _Collect(list, _Entry):
 
 
 class _Raise(_Entry):
-    """A soft-mode stack entry under which gates raise; ``expecting``: an expect_gate_failure block, also listed
-    in _PLANTED while open."""
+    """A soft-mode stack entry under which gates raise; ``expecting``: an expect_gate_failure block."""
 
     def __init__(self, expecting: bool = False) -> None:
         self.expecting = expecting
         self.records: List[Dict[str, Any]] = []  # the block's gate records (expecting only)
         self._own()
-        if expecting:
-            with _PLANTED_LOCK:
-                _PLANTED.add(self)
-
-    def close(self) -> None:
-        super().close()
-        if self.expecting:
-            with _PLANTED_LOCK:
-                _PLANTED.discard(self)
 
 
 _SOFT: "contextvars.ContextVar[Tuple[_Entry, ...]]" = contextvars.ContextVar("vgct_soft_gates", default=())
-_PLANTED: "set[_Raise]" = set()  # open expect_gate_failure blocks of the process (under _PLANTED_LOCK)
-_OPEN: "set[_Entry]" = set()  # every open entry of the process, any thread or context (under _PLANTED_LOCK)
-_PLANTED_LOCK = threading.Lock()
+_OPEN: "set[_Entry]" = set()  # every open entry of the process, any thread or context (under _OPEN_LOCK)
+_OPEN_LOCK = threading.Lock()
 _UNREPORTED: List[_GateError] = []  # failures of soft blocks ended by GeneratorExit/CancelledError (plugin reports)
 
 
-def _expecting() -> int:
-    """How many :func:`vgct_ext.expect_gate_failure` blocks of this thread are open in this context (0: none)."""
-    return sum(1 for x in _SOFT.get() if isinstance(x, _Raise) and x.expecting and x.live())
+def _planted_block() -> Optional[_Raise]:
+    """The innermost :func:`vgct_ext.expect_gate_failure` block of this thread open in this context, or None."""
+    for x in reversed(_SOFT.get()):
+        if isinstance(x, _Raise) and x.expecting and x.live():
+            return x
+    return None
 
 
-def _planted_open() -> int:
-    """How many :func:`vgct_ext.expect_gate_failure` blocks are open in this process, in any thread or task."""
-    with _PLANTED_LOCK:
-        return len(_PLANTED)
+def _expecting() -> bool:
+    """Whether a gate here runs inside an :func:`vgct_ext.expect_gate_failure` block of this thread."""
+    return _planted_block() is not None
+
+
+def _planted_open() -> bool:
+    """Whether an :func:`vgct_ext.expect_gate_failure` block is open anywhere in this process (this thread's
+    included): then nothing may be recorded as calibration evidence."""
+    with _OPEN_LOCK:
+        return any(isinstance(x, _Raise) and x.expecting for x in _OPEN)
 
 
 def _planted_message(gate: str, component: str, feature: str) -> str:
@@ -762,7 +760,7 @@ def _pushed(entry: _Entry) -> Iterator[None]:
 def _test_begin() -> Tuple[Any, "set[_Entry]"]:
     """For the pytest plugin: the running test starts with an empty soft-mode stack; returns what
     :func:`_test_end` needs (the entries open before the test, in any thread or context)."""
-    with _PLANTED_LOCK:
+    with _OPEN_LOCK:
         before = set(_OPEN)
     return _SOFT.set(()), before
 
@@ -774,7 +772,7 @@ def _test_end(state: Tuple[Any, "set[_Entry]"]) -> List[str]:
     planted-fault blocks never left, as lines for the test's failure (empty: nothing)."""
     token, before = state
     _SOFT.reset(token)
-    with _PLANTED_LOCK:
+    with _OPEN_LOCK:
         left = [x for x in _OPEN if x not in before]
         unreported = list(_UNREPORTED)
         del _UNREPORTED[:]
@@ -847,13 +845,13 @@ def soft_gates() -> Iterator[List[_GateError]]:
     checks. When the block itself raises after a gate failed, that failure is raised, chained from the block's
     exception (``__cause__``; the failures are also added to it as a note), so a ``pytest.raises`` around the
     block (nor a ``pytest.skip``/``xfail`` in it) cannot hide it; KeyboardInterrupt and SystemExit propagate as
-    they are, and so do GeneratorExit and
-    asyncio's CancelledError, the failures then reported by the pytest plugin at the end of the test. Without a
-    gate failure the block's exception propagates unchanged. Blocks nest; a failure belongs to the innermost
-    block. The block belongs to the thread that opens it: a gate run in another thread meanwhile raises there as
-    usual -- also in a thread started inside the block. asyncio tasks created inside the block share it while it
-    is open (their failures are collected when they run before it ends); a gate that runs after the block
-    has ended raises, wherever the block's context was copied. Also ``vgct.soft()`` on the pytest fixture.
+    they are, and so do GeneratorExit and asyncio's CancelledError, the failures then reported by the pytest
+    plugin at the end of the test. Without a gate failure the block's exception propagates unchanged. Blocks
+    nest; a failure belongs to the innermost block. The block belongs to the thread that opens it: a gate run in
+    another thread meanwhile raises there as usual -- also in a thread started inside the block. asyncio tasks
+    created inside the block share it while it is open (their failures are collected when they run before it
+    ends); a gate that runs after the block has ended raises, wherever the block's context was copied. Also
+    ``vgct.soft()`` on the pytest fixture.
     """
     __tracebackhide__ = True
     collected = _Collect()
@@ -871,7 +869,7 @@ def soft_gates() -> Iterator[List[_GateError]]:
             raise _combine(collected, "gates") from exc
         if isinstance(exc, GeneratorExit) or _is_cancel(exc):  # closing or cancelling must stay what it is
             lost = _combine(collected, "gates")
-            with _PLANTED_LOCK:
+            with _OPEN_LOCK:
                 _UNREPORTED.append(lost)  # the pytest plugin fails the test with them
             warnings.warn(f"vgct soft_gates: a block ended by {type(exc).__name__} had collected gate failures, "
                           f"which cannot be raised there: {str(lost).splitlines()[0]}", RuntimeWarning, stacklevel=3)
@@ -914,12 +912,10 @@ def _record(kind: str, component: str, feature: str, stats: Any, checks: Sequenc
         rec.update(extra)
     rec.setdefault("name", None)
     rec.setdefault("slack", slack(checks))
-    if _expecting():
+    block = _planted_block()
+    if block is not None:  # the innermost planted-fault block of this thread keeps it
         rec["expected_failure"] = True
-        for x in reversed(_SOFT.get()):  # the innermost planted-fault block of this thread keeps it
-            if isinstance(x, _Raise) and x.expecting and x.live():
-                x.records.append(rec)
-                break
+        block.records.append(rec)
     return _context.record(rec)
 
 
@@ -1269,7 +1265,7 @@ def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
     base_extra = {"gate": "T2", "case": label, "evidence": str(path), "evidence_key": key, "name": name}
 
     if session is not None and session.calibrate:
-        if _expecting() or _planted_open():
+        if _planted_open():
             # a planted fault (expect_gate_failure) under --vgct-calibrate: T2 gates record instead of gating, so
             # the fault cannot be checked here, and its run must never become evidence -- nor any run while a
             # planted-fault block is open in another thread (the gate may be running the faulty code for it)

@@ -236,13 +236,12 @@ def pytest_runtest_call(item: pytest.Item):
     finally:
         lost = gates._test_end(soft)
         if lost:  # shown with the test's failure, whatever failed it
-            item.add_report_section("call", "vgct", "gate failures this test never reported, or blocks it left "
-                                    "open:\n" + "\n".join(lost))
+            lost_text = "gate failures this test never reported, or blocks it left open:\n  " + "\n  ".join(lost)
+            item.add_report_section("call", "vgct", lost_text)
         session.test_stack.remove(ctx)
         _record_properties(item, ctx.records)
     if lost:  # (reached only when the test itself passed)
-        pytest.fail("vgct: gate failures this test never reported, or blocks it left open:\n  " +
-                    "\n  ".join(lost), pytrace=False)
+        pytest.fail("vgct: " + lost_text, pytrace=False)
     if n > 1:
         _check_repeats(session, ctx, n)
     return result

@@ -872,7 +872,7 @@ def test_soft_block_copied_into_another_threads_context_does_not_collect_its_fai
         out2 = _in_thread(lambda: ctx2.run(_expecting_now))
     assert isinstance(out.get("error"), GateFailure), out
     assert failures == []
-    assert out2 == {"value": 0}, out2
+    assert out2 == {"value": False}, out2
 
 
 def _expecting_now():
@@ -945,9 +945,9 @@ def test_a_planted_fault_block_left_in_another_thread_marks_nothing_afterwards()
 
     it = steps()
     next(it)
-    assert g._expecting() == 1 and g._planted_open() == 1
-    assert _in_thread(lambda: (next(it), g._expecting())) == {"value": (2, 0)}
-    assert g._expecting() == 0 and g._planted_open() == 0
+    assert g._expecting() is True and g._planted_open() is True
+    assert _in_thread(lambda: (next(it), g._expecting())) == {"value": (2, False)}
+    assert g._expecting() is False and g._planted_open() is False
     with pytest.raises(GateFailure):
         assert_t1(e * 1.01, e, component="c", feature="after the block")
 
