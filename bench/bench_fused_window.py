@@ -6,12 +6,12 @@ of CUDA-event timings of four calls in one process:
 
 * ``compare(a, e, quantiles=None)`` -- the reduction alone;
 * ``compare(a, e, quantiles=(0.99,))`` as it runs by default ("auto": the window counted by the
-  reduction with the look at the chunks that may hold keys at or above it, or -- when the
+  reduction the sparse way -- keying only the pairs that may be at or above it -- or, when the
   sample shows many such keys, k_win_count -- with every pair classified in the fold; the
-  column "path" says which: look / every / pass; "record" when the
+  column "path" says which: sparse / every / pass; "record" when the
   reduction's record answered every rank -- csrc/vgct_stats.h vgct_rank_known: an identical pair --
   and no window was counted at all);
-* the same with the window always counted by the reduction's look ("look": hook value 3) and
+* the same with the window always counted the sparse way ("sparse": hook value 3) and
   with every pair classified ("every": hook value 4);
 * the same with the fusion off ("pass": hook value 1, the window plan reads the inputs again,
   k_sel_window) -- the hook is ``vgct_cuda_test_fuse`` of cuda/reduce.cu, reached through ctypes;
@@ -46,7 +46,7 @@ def main():
     print(f"device: {props.name}; copy bandwidth {bw / 1e12:.2f} TB/s; 2^{args.log2n} pairs; "
           f"medians of {args.reps}")
     head = (f"{'data':42s} {'floor ms':>8s} {'no q ms':>8s} {'p99 auto':>9s} {'x floor':>7s} "
-            f"{'path':>6s} {'look':>7s} {'x floor':>7s} {'every':>7s} {'x floor':>7s} "
+            f"{'path':>6s} {'sparse':>7s} {'x floor':>7s} {'every':>7s} {'x floor':>7s} "
             f"{'pass':>7s} {'x floor':>7s}")
     print(head)
     bad = 0
@@ -60,7 +60,7 @@ def main():
                 ms[mode] = cuda_time(lambda: vgct_ext.compare(a, e, quantiles=(0.99,)), args.reps)[0]
                 val[mode] = vgct_ext.compare(a, e, quantiles=(0.99,)).p99
                 if mode == 0:
-                    path = {1: "look", 3: "every", 2: "pass"}.get(last.value, "none")
+                    path = {1: "sparse", 3: "every", 2: "pass"}.get(last.value, "none")
                     if known[1] == 0:  # no rank left to the selection: no window pass ran
                         path = "record"
         finally:

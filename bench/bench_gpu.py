@@ -155,6 +155,12 @@ def p99_shapes(n, seed=10):
     idx = torch.randint(0, n, (64,), generator=g, device=_DEVICE)
     out[idx] += 1e3
     yield "64 outliers (+1e3) in bf16 1e-3 noise", out.to(torch.bfloat16), e16
+    del out
+    cached = e16.clone()  # a caching feature: ~1.1% of the outputs recomputed, the rest reused
+    k = torch.rand(n, generator=g, device=_DEVICE) < 0.011
+    cached[k] = (e32[k] + 1e-2 * torch.randn(int(k.sum()), generator=g, device=_DEVICE)).to(torch.bfloat16)
+    del k
+    yield "sparse: 1.1% of bf16 outputs recomputed (caching)", cached, e16
 
 
 def assert_close_fn(a, e, rtol, atol):

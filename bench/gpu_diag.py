@@ -6,7 +6,7 @@ quantiles, for a few sizes; and a torch launch+sync for scale.  With --ncu-targe
 one compare of 2^26 bf16 pairs (bench_gpu.py's data; --ncu-small: 2^10) (for `ncu --kernel-name regex:k_reduce --launch-count 1`).
 With --ncu-shape K [--fuse M] it runs one compare of 2^26 pairs of bench_gpu.p99_shapes' K-th
 shape: without quantiles when M is -1 (the default), else with p99 and the fused window's hook
-``vgct_cuda_test_fuse`` set to M (3: the look, 4: every pair classified; cuda/reduce.cu).
+``vgct_cuda_test_fuse`` set to M (3: the sparse way, 4: every pair classified; cuda/reduce.cu).
 
     python bench/gpu_diag.py [--ncu-target | --ncu-small | --ncu-shape K [--fuse M]]
 """

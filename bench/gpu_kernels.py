@@ -9,12 +9,17 @@ test; a diagnostic for issue #13's small-call rows (docs/performance.md).
 With --timeline it also prints the last call's activities in order: start offset from the call's first
 activity, duration, and the idle gap before each (where the device waited for the host).
 
+With --shapes K it instead profiles the default p99 call on each data shape of bench_gpu.p99_shapes
+(issue #13's large rows) at 2^K pairs: the device time of each kernel a call, the device span and busy
+time, and the host wall time beside the same call without quantiles -- where the exact p99's cost
+over the reduction goes (the sample, the reduction with the fused window, the window's finish).
+
 With --fin-table it instead times the p99 call with the selection's one-block finish (cuda/select.cu
 k_sel_fin) off and on (its test hook vgct_cuda_test_fin, through ctypes) on three data shapes -- bf16
 rounding noise (ties), bf16 with 1e-2 noise (a few dozen values in the p99's bucket), fp32 noise (all
 distinct) -- and prints one table: host wall and device busy time per call, and their ratios.
 
-    python bench/gpu_kernels.py [--sizes 10,20] [--reps 5] [--timeline] [--fin-table]
+    python bench/gpu_kernels.py [--sizes 10,20] [--reps 5] [--timeline] [--fin-table] [--shapes 28]
 """
 import argparse
 import collections
@@ -110,14 +115,35 @@ def fin_table(sizes, reps):
               f"{d0 / d1:.2f} | {how} |")
 
 
+def shapes_table(lg, reps):
+    """Per-kernel device time of the default p99 call on bench_gpu.p99_shapes at 2^lg pairs."""
+    from bench_gpu import p99_shapes  # bench/ is sys.path[0]
+
+    for name, a, e in p99_shapes(1 << lg):
+        per, span, wall, _ = one_case(a, e, (0.99,), reps)
+        _, _, wall0, _ = one_case(a, e, None, reps)
+        busy = sum(sum(v) for v in per.values()) / reps
+        print(f"== 2^{lg} {name}: p99 host wall {wall:.0f} us (no quantiles {wall0:.0f}), device busy "
+              f"{busy:.0f} us, span {span:.0f} us a call")
+        for k, v in sorted(per.items(), key=lambda kv: -sum(kv[1])):
+            print(f"   {sum(v) / reps:8.1f} us  x{len(v) / reps:4.1f}  {k}")
+        del a, e
+        torch.cuda.empty_cache()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="10,16,20,22")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--timeline", action="store_true", help="the last call's activities in order")
     ap.add_argument("--fin-table", action="store_true", help="the p99 call with k_sel_fin off and on")
+    ap.add_argument("--shapes", type=int, default=0, metavar="K",
+                    help="the p99 call's kernels on bench_gpu.p99_shapes at 2^K pairs")
     args = ap.parse_args()
     print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}")
+    if args.shapes:
+        shapes_table(args.shapes, args.reps)
+        return
     if args.fin_table:
         fin_table([int(s) for s in args.sizes.split(",")], args.reps)
         return

@@ -39,9 +39,8 @@
  *                  per-thread records (vg_bulk::SMEM, ~94-106 KiB a block).
  *                  WIN = 1 or 2 (float16/bfloat16/float32 pairs): it also counts
  *                  the exact quantiles' key window (select.cu's window plan,
- *                  "the fused key window" below) -- with the look (1) a
- *                  stage is refilled only after the warp's look at it;
- *                  +3 KiB of stages.
+ *                  "the fused key window" below): one chunk a lane and
+ *                  step; +3 KiB of stages.
  *   k_reduce_flat  the same layout otherwise (a misaligned base such as
  *                  bf16 x[1:], or a generic dtype pair): scalar loads, or
  *                  16-byte vector loads into registers, RU chunks in flight
@@ -290,9 +289,9 @@ __device__ __forceinline__ void vg_gate_refresh(FastGate &fg, const vgct_acc *ac
 template <int CH>
 __device__ __forceinline__ bool vg_fast_or_slow(HotAcc &h, const FastGate &g, vgct_acc *acc,
                                                 const vg_f32chunk<CH> &x, int64_t f, int64_t sf,
-                                                double rtol, double atol, float *mxo = nullptr,
+                                                double rtol, double atol, VgLook *lk = nullptr,
                                                 VgWinCnt *wc = nullptr) {
-  const int r = vg_fast_chunk<CH>(h, g.g, *g.held, x.a, x.e, f, sf, rtol, atol, mxo, wc);
+  const int r = vg_fast_chunk<CH>(h, g.g, *g.held, x.a, x.e, f, sf, rtol, atol, lk, wc);
   if (r == VG_CHUNK_DONE) return false;
   if (r == VG_CHUNK_MAXIMA) vg_slow_maxima<CH>(acc, x, f, sf, rtol, atol);
   else vg_slow_chunk<CH>(acc, x, f, sf, rtol, atol);
@@ -306,7 +305,7 @@ __device__ __forceinline__ bool vg_fast_or_slow(HotAcc &h, const FastGate &g, vg
 template <int DA, int DE, int SC>
 __device__ __forceinline__ bool vg_fold_vec(HotAcc &h, const FastGate &g, vgct_acc *acc,
                                             const VChunk<DA, DE> &c, int64_t f, int64_t sf,
-                                            double rtol, double atol, float *mxo = nullptr,
+                                            double rtol, double atol, VgLook *lk = nullptr,
                                             VgWinCnt *wc = nullptr) {
   typedef vg_chunk<DA, DE> G;
   const char *ba = reinterpret_cast<const char *>(c.va);
@@ -318,7 +317,7 @@ __device__ __forceinline__ bool vg_fold_vec(HotAcc &h, const FastGate &g, vgct_a
       x.a[q] = vgct_load_f32(ba + q * G::ISA, DA);
       x.e[q] = vgct_load_f32(be + q * G::ISE, DE);
     }
-    return vg_fast_or_slow<G::CH>(h, g, acc, x, f, sf, rtol, atol, mxo, wc);
+    return vg_fast_or_slow<G::CH>(h, g, acc, x, f, sf, rtol, atol, lk, wc);
   } else {
 #pragma unroll
     for (int q = 0; q < G::CH; ++q)
@@ -468,19 +467,25 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
  * hi (eqh, hi != lo), and the keys with lo < key < hi appended to the
  * window's region.  Two ways, picked per call from the sample (select.cu
  * k_win_count, WIN_FUSE_GE):
- *  WIN = 1, the look (VG_WIN_LOOK), where few keys are >= lo (a p99 window of
- *   noise: ~1% of them).  A chunk is looked at key by key only when its max
- *   |d32| (vg_fast_chunk's, free) does not prove every key below lo:
- *   t32 = the float32 below lo (1 - 2^-21) (round down; vg_win_t32_of: why
- *   max |d32| < t32 puts every key of the chunk below lo); lo = 0 gives t32 =
- *   0, which no chunk passes (a chunk of d == 0 only is counted as CH keys
- *   == lo without a look at each).  A chunk the definition folds (non-finite,
- *   float32 overflow) reports +Inf and is looked at.  The chunks looked at
- *   (~8% of them for a p99 window) are read again from the ring's stage at
- *   the warp's step end and their keys split over the warp (vg_win_look:
- *   counts by ballots, inside keys to the warp's stage in shared memory).
- *   The hot loop's cost is a float compare a chunk and two bits; the look's
- *   grows with the chunks that hold keys >= lo.
+ *  WIN = 1, the sparse way (VG_WIN_LOOK), where few keys are >= lo (a p99
+ *   window of noise: ~1% of them).  vg_fast_chunk's loop marks the pairs
+ *   whose |d32| is not below t32 = the float32 below lo (1 - 2^-21), rounded
+ *   down (VgLook; vg_win_t32_of: why |d32| < t32 puts a pair's key below lo),
+ *   two instructions a pair; the lane then keys only its marked pairs
+ *   (vg_win_sparse: each pair read again from the ring's stage, which is
+ *   refilled only after the step's candidates -- a fourth stage to make up
+ *   for it measured no gain, 2026-12-01 -- its |d| as a double compared with
+ *   the bounds as WIN 2 does, counts in the thread's registers, inside keys
+ *   to the warp's stage).  A chunk the definition
+ *   folds (non-finite, float32 overflow) has every pair marked; in the other
+ *   chunks pairs with d == 0 are not: their key 0 is below lo, or, when lo is
+ *   0, counted == lo by number (a caching feature's output: most pairs
+ *   identical, the p99 window's lo at 0).  Cost: ~2 instructions a pair, plus
+ *   per warp step the most candidates one lane has (one or two keys for a
+ *   p99 window).  (Until 2026-12-02 the warp looked at the chunks not proved
+ *   below lo, re-read from the ring's stage with the keys split over the
+ *   lanes and counted by ballots: ~300 us over the plain reduction of 2^28
+ *   bf16-vs-float32 pairs, since nearly every warp step holds such a chunk.)
  *  WIN = 2, every pair classified (VG_WIN_EVERY), where many keys are >= lo
  *   (ties at lo, a constant offset): in vg_fast_chunk's own loop
  *   (VgWinCnt, vgct_cuda_internal.cuh), four float64 comparisons of the |d|
@@ -592,82 +597,15 @@ __device__ __forceinline__ float vg_win_t32(const WinState *w) {
   return vg_win_t32_of(__ldg(&w->lo[0]));
 }
 
-/* After a whole chunk's fold: its window bits (vg_fast_chunk's max |d32| mx):
- * bit 0 the chunk needs a look (not every key is proved below lo), bit 1
- * every d == 0 (every key is 0). */
-__device__ __forceinline__ unsigned vg_win_bits(float t32, float mx) {
-  return (mx < t32 ? 0u : 1u) | (mx == 0.0f ? 2u : 0u);
-}
-
-/* The warp's look at the chunks of one slot u of a step (chunk lane + 32 u
- * of the ring's stage, vectors sa/se + j NVA/NVE: the fused kernel refills a
- * stage only after this look -- re-reading the keys from global memory
- * instead, with the refill before the fold, measured slower on an H200), at a
- * warp-uniform point; need = the lanes whose chunk needs it.  Each round
- * gives every lane one key -- the chunks of need split over the warp, 32 / CH
- * chunks a round, so at most CH rounds, what a per-lane loop over a lane's own
- * chunk would take in every case -- and counts by ballots; inside keys are
- * appended to the warp's stage (flushed first when they would not fit).  (A
- * per-lane loop would cost every warp the whole loop as soon as one of its
- * lanes had such a chunk: nearly always, with ~8% of the chunks of a p99
- * window.)  Chunks of d == 0 only, when lo is 0, are counted whole (the
- * identical pair: every chunk). */
+/* WIN 1: a folded chunk's keys at or above lo (vg_win_sparse), its pairs
+ * read again from the ring's stage (sa, se: the chunk's vectors there),
+ * counts into the thread's wc, the keys strictly inside to the warp's stage. */
 template <int DA, int DE>
-__device__ __forceinline__ void vg_win_look(unsigned need, unsigned zero, int u, const uint4 *sa,
-                                            const uint4 *se, const VgWinFuse &wf, VgWinSh *sh,
-                                            int w, int lane) {
-  typedef vg_chunk<DA, DE> G;
-  static_assert(32 % G::CH == 0, "vg_win_look: whole chunks a round");
-  constexpr int PER = 32 / G::CH; /* chunks a round */
-  __syncwarp(); /* the step's shared atomics (vg_win_keys: the partial chunk) before lane 0's
-                   plain updates of the counts below */
-  const unsigned long long lo = __ldg(&wf.w->lo[0]), hi = __ldg(&wf.w->hi[0]);
-  const unsigned long long hq = hi == lo ? WIN_SENT : hi; /* ties at lo == hi: eql only */
-  unsigned ge = 0, el = 0, eh = 0; /* warp-uniform */
-  if (lo == 0) {
-    const unsigned z = need & zero;
-    ge += (unsigned)__popc(z) * G::CH;
-    el += (unsigned)__popc(z) * G::CH;
-    need &= ~z;
-  }
-  const unsigned below = (1u << lane) - 1u;
-  const int k = lane / G::CH, q = lane % G::CH;
-  while (need != 0u) { /* warp-uniform; at most 32 / PER = CH rounds */
-    const int src = (int)__fns(need, 0, k + 1); /* this lane's chunk: the k-th in need (-1: none) */
-    unsigned long long key = VG_KEY_NONE;
-    if (src >= 0 && src < 32) {
-      const int j = src + 32 * u;
-      const char *pa = reinterpret_cast<const char *>(sa + j * G::NVA) + q * G::ISA;
-      const char *pe = reinterpret_cast<const char *>(se + j * G::NVE) + q * G::ISE;
-      key = vg_key_narrow(vgct_load_f32(pa, DA), vgct_load_f32(pe, DE));
-    }
-    const bool fin = key != VG_KEY_NONE;
-    ge += (unsigned)__popc(__ballot_sync(0xffffffffu, fin && key >= lo));
-    el += (unsigned)__popc(__ballot_sync(0xffffffffu, fin && key == lo));
-    eh += (unsigned)__popc(__ballot_sync(0xffffffffu, fin && key == hq));
-    const bool in = fin && key > lo && key < hi;
-    const unsigned bi = __ballot_sync(0xffffffffu, in);
-    if (bi) {
-      __syncwarp();
-      unsigned c = __shfl_sync(0xffffffffu, *(volatile unsigned *)&sh->cnt[w], 0);
-      if (c + (unsigned)__popc(bi) > VG_WSTAGE) {
-        vg_win_flush(wf, sh, w, lane, 1u);
-        c = 0;
-      }
-      if (in) sh->stage[w][c + (unsigned)__popc(bi & below)] = key;
-      __syncwarp();
-      if (lane == 0) sh->cnt[w] = c + (unsigned)__popc(bi);
-      __syncwarp();
-    }
-#pragma unroll
-    for (int t = 0; t < PER; ++t) need &= need - 1u; /* the round's chunks done */
-  }
-  if (lane == 0) {
-    sh->ge[w] += ge;
-    sh->el[w] += el;
-    sh->eh[w] += eh;
-  }
-  __syncwarp();
+__device__ __forceinline__ void vg_win_cand(const uint4 *sa, const uint4 *se, const VgLook &lk,
+                                            VgWinCnt &wc, const VgWinFuse &wf, VgWinSh *sh,
+                                            int w) {
+  vg_win_sparse<DA, DE>(reinterpret_cast<const char *>(sa), reinterpret_cast<const char *>(se), lk,
+                        wc, [&](unsigned long long key) { vg_win_put(key, wf, sh, w); });
 }
 
 /* The kernel's start: the warp's counts cleared, the thread's classification
@@ -701,15 +639,18 @@ __device__ __forceinline__ void vg_win_end(const VgWinFuse &wf, VgWinSh *sh, con
 
 /* Geometry of k_reduce_bulk's shared-memory ring for a dtype pair (and its
  * WIN).  RB: two chunks a lane and step for 16-bit pairs (one 16-byte vector
- * an operand), one otherwise -- and one for every pair classified (WIN 2),
- * whose counters would not fit the registers beside two chunks of 16-bit
- * pairs (ptxas sm_90: bfloat16 pairs spilled 144 bytes with two, 8 with one;
- * the 2^28 bf16 p99 of ties 1.06-1.09 -> 0.96 ms: docs/performance.md,
- * 2026-12-01 22:25-23:38 UTC, call 5). */
+ * an operand), one otherwise -- and one with a fused window (WIN 1 or 2),
+ * whose counters and candidates would not fit the registers beside two
+ * chunks of 16-bit pairs (ptxas sm_90, bfloat16 pairs: WIN 2 spilled 144
+ * bytes with two, 8 with one -- the 2^28 bf16 p99 of ties 1.06-1.09 -> 0.96
+ * ms: docs/performance.md, 2026-12-01 22:25-23:38 UTC, call 5; WIN 1's
+ * candidates 68 with two, none with one).  So a call with a fused window
+ * folds bfloat16/float16 pairs in another order than one without (one chunk
+ * a lane and step instead of two): its sums may differ within rounding. */
 #define VG_BP 3 /* stages per warp: while one is folded, VG_BP - 1 are being filled */
 template <int DA, int DE, int WIN = 0> struct vg_bulk {
   typedef vg_chunk<DA, DE> G;
-  static constexpr int RB = (G::NVA + G::NVE > 2 || WIN == 2) ? 1 : 2; /* chunks a lane a step */
+  static constexpr int RB = (G::NVA + G::NVE > 2 || WIN != 0) ? 1 : 2; /* chunks a lane a step */
   static constexpr int CW = 32 * RB;                        /* chunks per warp step     */
   static constexpr int BA = CW * 16 * G::NVA;               /* bytes of `actual`        */
   static constexpr int BE = CW * 16 * G::NVE;               /* bytes of `expected`      */
@@ -723,7 +664,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
   typedef vg_chunk<DA, DE> G;
   typedef vg_bulk<DA, DE, WIN> B;
   static_assert(!WIN || (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok), "fused window: fast pairs");
-  static_assert(WIN >= 0 && WIN <= 2, "WIN: 0 none, 1 the look, 2 every pair classified");
+  static_assert(WIN >= 0 && WIN <= 2, "WIN: 0 none, 1 the sparse way, 2 every pair classified");
   extern __shared__ __align__(16) VAcc vsm[]; /* 16: the ring's bulk copies */
   __shared__ uint64_t bar[RT / 32][VG_BP];
   const IterSpec &it = A.it;
@@ -732,10 +673,12 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
   /* the fused window's stages after the ring (SMEM_W) */
   VgWinSh *wsh = reinterpret_cast<VgWinSh *>(reinterpret_cast<char *>(vsm + RT) +
                                              (size_t)(RT / 32) * VG_BP * B::STAGE);
-  VgWinCnt wc;      /* the fused window's bounds and this thread's counts (WIN 2) */
-  float t32 = 0.0f; /* the look's chunk test (WIN 1: vg_win_t32) */
+  VgWinCnt wc; /* the fused window's bounds and this thread's counts */
+  VgLook lk;   /* WIN 1: the pair test's threshold, the chunk's candidates */
+  lk.t32 = 0.0f;
+  lk.cand = 0u;
   if constexpr (WIN) vg_win_begin(A.wf, wsh, wc, w, lane);
-  if constexpr (WIN == 1) t32 = vg_win_t32(A.wf.w);
+  if constexpr (WIN == 1) lk.t32 = vg_win_t32(A.wf.w);
   if (lane == 0) {
     for (int p = 0; p < VG_BP; ++p) vg_mbar_init(&bar[w][p], 1);
     vg_mbar_init_fence();
@@ -795,23 +738,21 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
       }
     }
     const int pc = p; /* this step's stage */
-    if constexpr (WIN != 1) { /* (the look reads the stage again after the fold) */
+    if constexpr (WIN != 1) { /* (the sparse way reads the stage again after the fold) */
       __syncwarp(); /* every lane has read stage p: lane 0 may refill it */
       if (lane == 0 && k + VG_BP < nstep) issue(cb + VG_BP * CSTEP, pc);
     }
     if (++p == VG_BP) { p = 0; phase ^= 1u; }
     bool slow = false;
-    unsigned wb = 0; /* WIN 1: 2 bits a chunk (vg_win_bits) */
 #pragma unroll
     for (int u = 0; u < B::RB; ++u) {
       const int j = lane + 32 * u;
       const int64_t cc = cb + j, i0 = cc * G::CH;
       if (j < nf) {
         if constexpr (WIN == 1) {
-          float mx;
           slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], it.f0 + i0 * sf, sf, A.rtol,
-                                          A.atol, &mx);
-          wb |= vg_win_bits(t32, mx) << (2 * u);
+                                          A.atol, &lk);
+          vg_win_cand<DA, DE>(sa + j * G::NVA, se + j * G::NVE, lk, wc, A.wf, wsh, w); /* per lane */
         } else if constexpr (WIN == 2) {
           slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], it.f0 + i0 * sf, sf, A.rtol,
                                           A.atol, nullptr, &wc);
@@ -834,21 +775,11 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
         }
       }
     }
-    if constexpr (WIN == 1) {
-      const unsigned look = __ballot_sync(0xffffffffu, wb & 0x55555555u); /* any chunk to look at */
-      if (look) {
-#pragma unroll
-        for (int u = 0; u < B::RB; ++u) {
-          const unsigned need = __ballot_sync(0xffffffffu, (wb >> (2 * u)) & 1u);
-          const unsigned zero = __ballot_sync(0xffffffffu, (wb >> (2 * u + 1)) & 1u);
-          if (need) vg_win_look<DA, DE>(need, zero, u, sa, se, A.wf, wsh, w, lane);
-        }
-      }
-      vg_win_flush(A.wf, wsh, w, lane, VG_WFLUSH); /* (its first __syncwarp: every lane is
-                                                      done with stage pc) */
+    if constexpr (WIN) vg_win_flush(A.wf, wsh, w, lane, VG_WFLUSH); /* warp-uniform; its
+                                                                       first __syncwarp: every
+                                                                       lane is done with stage pc */
+    if constexpr (WIN == 1)
       if (lane == 0 && k + VG_BP < nstep) issue(cb + VG_BP * CSTEP, pc);
-    }
-    if constexpr (WIN == 2) vg_win_flush(A.wf, wsh, w, lane, VG_WFLUSH); /* warp-uniform */
     vg_thread_step<DA, DE, SC>(gate, h, part, acc, slow, since, B::RB * G::CH);
   }
   if constexpr (WIN) vg_win_end(A.wf, wsh, wc, w, lane);
@@ -1053,7 +984,7 @@ template <int DA, int DE, int SC>
 static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_t s,
                                  int *fused) {
   static int done[7][64]; /* per kernel: flat, gen, col, bulk, gen with RG = 1, bulk + window
-                             (the look, every pair classified) */
+                             (the sparse way, every pair classified) */
   cudaError_t e;
   if constexpr (DA >= 0 && DE >= 0) {
     if (kind == 3) {
@@ -1070,7 +1001,7 @@ static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_
       }
       if (dev >= 0 && dev < 64 && ring_ok[dev] > 0) {
         if constexpr (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok) {
-          if (A.wf.w) { /* the fused key window: the look, or every pair classified */
+          if (A.wf.w) { /* the fused key window: the sparse way, or every pair classified */
             if (A.wf.mode == VG_WIN_EVERY) {
               const int bytes = vg_bulk<DA, DE, 2>::SMEM_W;
               if ((e = vg_smem_optin(k_reduce_bulk<DA, DE, SC, 2>, done[6], bytes)) != cudaSuccess)
@@ -1197,11 +1128,11 @@ static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
  * vgct_cuda_test_fuse: 0 automatic; 1 never fuse the key window into the
  * reduction (the window plan then makes its own pass, k_sel_window); 2 start
  * the fused plan but always skip the window in the reduction (the window
- * pass after it); 3 fuse with the look (VG_WIN_LOOK) and never skip, not
+ * pass after it); 3 fuse with the sparse way (VG_WIN_LOOK) and never skip, not
  * even a window [0, 0]; 4 the same with every pair classified (VG_WIN_EVERY)
  * (2, 3 and 4 also below select.cu's WIN_FUSE_MIN pairs).
  * vgct_cuda_test_fuse_last: 1 when the last vgct_cuda_compare counted its
- * window in the reduction with the look, 3 with every pair classified, 2
+ * window in the reduction the sparse way, 3 with every pair classified, 2
  * when it started the fused plan but skipped the window (hook 2, or a window
  * [0, 0] left to the record), 0 otherwise. */
 extern "C" {

@@ -53,10 +53,10 @@
  *       sample's keys at or above lo (one round trip reads its verdict), and
  *       the reduction counts the window in its own pass (cuda/reduce.cu): no
  *       pass of the selection over the inputs.  Up to WIN_FUSE_GE of the
- *       sample's keys at or above lo, the reduction looks at the few chunks
- *       that may hold such keys (vg_win_look); past it, it classifies every
- *       pair in its fold (VgWinCnt), at a cost that does not depend on the
- *       data.  A window [0, 0] (the sample's keys at both ranks are 0) is left
+ *       sample's keys at or above lo, the reduction keys only the few pairs
+ *       that may be such keys (VgLook, vg_win_cand_keys: the sparse way);
+ *       past it, it classifies every pair in its fold (VgWinCnt), at a cost
+ *       that does not depend on the data.  A window [0, 0] (the sample's keys at both ranks are 0) is left
  *       to the reduction's record (vgct_rank_known): the reduction runs
  *       without it, and c runs after it only when the record does not
  *       answer.  Then d, with the reduction's n_finite as the pass's count
@@ -114,7 +114,7 @@
  *                      noise the kernel 16-28% faster, the p99 call 14%
  *                      (docs/performance.md, 2026-12-01 19:31 section).
  *   k_win_prep, k_win_count  the fused window's bounds and the sample's verdict
- *                      (c' above: the look or every pair; one block, then a
+ *                      (c' above: the sparse way or every pair; one block, then a
  *                      small grid over the sample).
  *   Each histogram kernel's last block (integer counter) scans the histogram
  *   and moves every rank one level down (vg_sel_scan), so consecutive levels
@@ -1276,7 +1276,7 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
  *   [5] the radix path's plan: 0 not run, 1 store-all, 2 data histograms
  * vgct_cuda_test_win_last (written by every window answer): window 0's counts
  *   -- keys below lo, == lo, == hi (hi != lo), stored strictly inside -- the
- *   same whichever pass counted them (the window pass, the fused look, every
+ *   same whichever pass counted them (the window pass, the fused sparse way, every
  *   pair classified: the tests compare the three) */
 extern "C" {
 __attribute__((visibility("default"))) long long vgct_cuda_test_win_last[4] = {-1, -1, -1, -1};
@@ -1487,18 +1487,18 @@ __global__ void k_win_prep(const __grid_constant__ WArgs A) {
   A.w->hi[0] = hi;
 }
 
-/* The fused pass's two ways (cuda/reduce.cu): the look (VG_WIN_LOOK) reads
- * again every chunk that may hold a key >= lo -- cheap while such keys are
- * few (a p99 window: ~1% of the keys, ~8% of the chunks), dearer than the
- * window plan's own pass when ties at lo make them many (H200, 2^28 pairs,
- * 2026-12-01: 1.1% of the keys >= lo, fused 1.32-1.34 ms against 1.55-1.65 ms
- * with the own pass; bfloat16 rounding differences, 3.0% (ties at lo), 1.62
- * against 1.51 ms; a constant offset, 27%, 2.78 against 1.84 ms); every pair
- * classified in the fold (VG_WIN_EVERY) costs the same whatever the data --
- * ~10 instructions a pair, more than the look on a p99 window of noise
- * (fp32: 1.45-1.50 against 1.33-1.40 ms), far less than the look or the own
- * pass where keys >= lo are many (bf16 ties 1.11-1.18 ms, the constant
- * offset 1.32-1.43 ms: docs/performance.md, "2026-12-01, 22:25-23:38 UTC").
+/* The fused pass's two ways (cuda/reduce.cu): the sparse way (VG_WIN_LOOK)
+ * keys only the pairs whose float32 |d| does not prove their key below lo --
+ * cheap while such keys are few (a p99 window: ~1% of the keys), dearer as
+ * they grow (the warp's rounds are the most candidates one lane has); every
+ * pair classified in the fold (VG_WIN_EVERY) costs the same whatever the data,
+ * ~10 instructions a pair, far less than the sparse way or the own pass where
+ * keys >= lo are many (bf16 ties: 3% of the keys at lo; a constant offset:
+ * 27%).  WIN_FUSE_GE was set (2026-12-01, 22:25-23:38 UTC in
+ * docs/performance.md) against the warp-wide look the sparse way replaced,
+ * whose cost rose faster with the keys >= lo; the new crossover is not
+ * measured yet, and 2% errs towards every pair (speed only: both ways give
+ * the same counts).
  * k_win_count counts the sample's finite keys >= lo (sge) and its last block
  * sets dense when they are more than WIN_FUSE_GE of the sample's finite keys;
  * vgct_cuda_compare reads it (one round trip) and picks the way. */
@@ -1510,13 +1510,13 @@ __global__ void k_win_prep(const __grid_constant__ WArgs A) {
 #define WIN_FUSE_MIN (INT64_C(1) << 25)
 #define CNT_WIN 6 /* k_win_count's last-block counter (index in WS_SEL_CNT) */
 /* force: 0 the sample decides; 1 dense (every pair classified: hook 4); 2
- * never dense (the look: hook 3) */
+ * never dense (the sparse way: hook 3) */
 __global__ void __launch_bounds__(WT) k_win_count(const __grid_constant__ WArgs A, long long nkeys,
                                                   unsigned *counter, int force) {
   const unsigned long long lo = A.w->lo[0];
   unsigned long long c = 0;
-  /* keys >= lo, but not 0 == lo: the fused kernel counts a chunk of d == 0
-     whole, without a look */
+  /* keys >= lo, but not 0 == lo: the fused kernel's sparse way counts the
+     pairs with d == 0 by number, without a key each */
   for (long long i = (long long)blockIdx.x * WT + threadIdx.x; i < nkeys; i += (long long)gridDim.x * WT) {
     const unsigned long long key = A.cand[i];
     c += key >= lo && key != KEY_NONE && key != 0;

@@ -464,6 +464,34 @@ struct VgWinCnt {
 };
 #define VG_WIN_DEFINE 0x80000000u
 
+/* The fused window's classification of one finite pair's key, through its
+ * |d| as a double (VgWinCnt above: why that compares the keys exactly):
+ * counts keys >= lo, == lo and == hi; true when lo < key < hi (to be stored).
+ * Both ways use it: vg_fast_chunk's loop (WIN 2) and vg_win_cand_keys (WIN 1). */
+__host__ __device__ __forceinline__ bool vg_win_class(double ad, double lo, double hi,
+                                                      unsigned &ge, unsigned &el, unsigned &eh) {
+  ge += ad >= lo ? 1u : 0u;
+  el += ad == lo ? 1u : 0u;
+  eh += ad == hi ? 1u : 0u;
+  return ad > lo && ad < hi;
+}
+
+/* The fused window's sparse way (cuda/reduce.cu, k_reduce_bulk<..., WIN = 1>),
+ * in vg_fast_chunk's own loop: t32 = vg_win_t32_of(lo) (in); out, for the
+ * last chunk: cand, bit q when |d32_q| is not below t32 and d32_q != 0 -- the
+ * pairs whose key MAY be >= lo (vg_win_t32_of's bound holds pair by pair:
+ * every other pair's key is below lo), keys of 0 aside -- and zeros, the
+ * pairs with d == 0 (key 0: at or above lo only when lo is 0, and then
+ * counted without a key each, vg_win_sparse); a chunk the definition folds
+ * (a non-finite pair, a float32 overflow) has every bit set and zeros 0 (the
+ * caller keys each pair with its float64 |d|, which names the non-finite
+ * ones).  ~Two instructions a pair; the candidates' keys are made by their
+ * own lane (rare: ~1% of the pairs for a p99 window). */
+struct VgLook {
+  float t32;
+  unsigned cand, zeros;
+};
+
 /* Fold the CH pairs (a[q], e[q]) at flat indices f + q*sf: sums and counters
  * into h, and the gate's proof that the maxima cannot change (see the enum
  * above for the outcomes).  g: the thresholds; held: the warp's own held
@@ -476,7 +504,7 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
                                                       const GateHeld &held,
                                                       const float (&a)[CH], const float (&e)[CH],
                                                       int64_t f, int64_t sf, double rtol,
-                                                      double atol, float *mxo = nullptr,
+                                                      double atol, VgLook *lk = nullptr,
                                                       VgWinCnt *wc = nullptr) {
   static_assert(CH >= 1 && CH <= 31, "vg_fast_chunk: the counters are 32-bit masks");
   float mxd = 0.0f;                    /* max |d32| (fmaxf: a NaN is ignored here,
@@ -487,6 +515,7 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
   uint32_t nz = 0;                     /* bit q: d32 != 0                       */
   double t_aa = 0.0, t_ee = 0.0, t_ae = 0.0, t_dd = 0.0, t_d = 0.0;
   unsigned wge = 0, wel = 0, weh = 0, win = 0; /* the fused window's (wc) */
+  uint32_t cand = 0;                   /* the sparse way's candidates (lk)      */
 #pragma unroll
   for (int q = 0; q < CH; ++q) {
     const float d32 = a[q] - e[q], ae32 = fabsf(e[q]), ad32 = fabsf(d32);
@@ -498,25 +527,22 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
     mnb = eb < mnb ? eb : mnb;
     X = fmaxf(X, fmaf(-g.r32, ae32, ad32));
     nz |= (d32 != 0.0f ? 1u : 0u) << q;
+    if (lk) cand |= (ad32 < lk->t32 ? 0u : 1u) << q; /* (a NaN |d32|: a candidate) */
     const double a64 = a[q], e64 = e[q];
     const double d = a64 - e64;
     t_aa += a64 * a64; t_ee += e64 * e64; t_ae += a64 * e64;
     t_dd += d * d; t_d += d;
-    if (wc) { /* the fused window (VgWinCnt): the key compared through |d| */
-      const double ad = fabs(d);
-      wge += ad >= wc->lo ? 1u : 0u;
-      wel += ad == wc->lo ? 1u : 0u;
-      weh += ad == wc->hi ? 1u : 0u;
-      win |= (ad > wc->lo && ad < wc->hi ? 1u : 0u) << q;
-    }
+    if (wc) /* the fused window (VgWinCnt): the key compared through |d| */
+      win |= (vg_win_class(fabs(d), wc->lo, wc->hi, wge, wel, weh) ? 1u : 0u) << q;
   }
   /* A non-finite pair makes its float64 difference, and so t_d, non-finite
      (a sum of CH <= 32 finite differences of binary32 values cannot overflow);
      a finite pair whose float32 difference overflows makes mxd infinite. */
   const bool define = !(fabs(t_d) <= 0x1.fffffffffffffp+1023) || !(mxd <= 0x1.fffffep+127f);
-  /* mxo (the fused window's look, reduce.cu): max |d32| of a finite chunk, +Inf
-     for a chunk the definition folds (a NaN there is not in mxd) */
-  if (mxo) *mxo = define ? (float)INFINITY : mxd;
+  if (lk) {
+    lk->cand = define ? (1u << CH) - 1u : cand & nz;
+    lk->zeros = define ? 0u : (unsigned)(CH - vg_popc(nz));
+  }
   if (wc) { /* a non-finite pair's key is none: such a chunk is keyed pair by
                pair (a finite pair whose float32 difference overflows, too) */
     if (define) {
@@ -638,6 +664,44 @@ template <int DA, int DE> struct vg_chunk {
   static constexpr int NVE = TYPED ? CH * ISE / 16 : 1;
 };
 
+/* The fused window's sparse way (WIN 1, cuda/reduce.cu): the keys of the
+ * candidates `cand` (VgLook's bits) of one chunk, whose pairs are read again
+ * from memory -- the kernel's ring stage in shared memory, where the chunk
+ * still is: pair q at ba + q ISA, be + q ISE (dtypes DA, DE; float16,
+ * bfloat16 or float32) through THE loader -- by the lane that folded it.  A
+ * non-finite pair (a chunk the definition folds has every bit set) has no
+ * key; the others are classified by vg_win_class into wc's counts, and
+ * put(key) receives each key strictly inside the window.  One round per
+ * candidate (a warp: the most any of its lanes has). */
+template <int DA, int DE, typename Put>
+__host__ __device__ __forceinline__ void vg_win_cand_keys(const char *ba, const char *be,
+                                                          unsigned cand, VgWinCnt &wc, Put &&put) {
+  constexpr int ISA = DA == VGCT_FLOAT32 ? 4 : 2, ISE = DE == VGCT_FLOAT32 ? 4 : 2;
+#pragma unroll 1
+  while (cand != 0u) {
+    const int q = vg_popc((cand & (0u - cand)) - 1u); /* the lowest candidate */
+    cand &= cand - 1u;
+    const double ad =
+        fabs((double)vgct_load_f32(ba + q * ISA, DA) - (double)vgct_load_f32(be + q * ISE, DE));
+    if (!(ad <= 0x1.fffffffffffffp+1023)) continue; /* a non-finite pair: no key */
+    if (vg_win_class(ad, wc.lo, wc.hi, wc.ge, wc.el, wc.eh)) put(vgct_bits_from_f64(ad));
+  }
+}
+
+/* The sparse way's whole work on one folded chunk (lk: vg_fast_chunk's
+ * VgLook; the chunk's pairs at ba, be): its candidates' keys, and its keys of
+ * 0 counted as keys == lo when lo is 0. */
+template <int DA, int DE, typename Put>
+__host__ __device__ __forceinline__ void vg_win_sparse(const char *ba, const char *be,
+                                                       const VgLook &lk, VgWinCnt &wc,
+                                                       Put &&put) {
+  if (lk.cand) vg_win_cand_keys<DA, DE>(ba, be, lk.cand, wc, put);
+  if (wc.lo == 0.0) {
+    wc.ge += lk.zeros;
+    wc.el += lk.zeros;
+  }
+}
+
 /* The typed dtype pairs, shared by every kernel family (reduce, select,
  * histogram): the floating same-dtype pairs of the speed goals and bf16/fp16
  * against an fp32 reference are instantiated with compile-time dtypes
@@ -730,21 +794,23 @@ struct WinState {
   unsigned long long total;
   unsigned long long ge;   /* fused: keys >= lo[0]                              */
   unsigned long long sge;  /* fused: the sample's finite keys >= lo[0]          */
-  int dense;               /* fused: too many of them for the look -- every pair
-                              classified instead (select.cu k_win_count)       */
+  int dense;               /* fused: too many of them for the sparse way -- every
+                              pair classified instead (select.cu k_win_count)  */
 };
 
-/* The fused window's chunk test (cuda/reduce.cu, k_reduce_bulk<..., WIN = 1>):
- * a chunk of finite binary32 pairs (every float16/bfloat16/float32 value is
- * one) whose largest |fl32(a - e)| is below vg_win_t32_of(lo) has every key
- * vg_key_narrow(a, e) = bits(|fl64(a - e)|) below lo.  Why: with x = |a - e|
+/* The key windows' float32 test (cuda/reduce.cu, k_reduce_bulk<..., WIN = 1>,
+ * pair by pair; select.cu k_sel_window, chunk by chunk): a finite binary32
+ * pair (every float16/bfloat16/float32 value is one) whose |fl32(a - e)| is
+ * below vg_win_t32_of(lo) has its key vg_key_narrow(a, e) = bits(|fl64(a -
+ * e)|) below lo -- so does a chunk whose largest one is.  Why: with x = |a - e|
  * (real), fl32(x) < t32 <= lo (1 - 2^-21) < lo, and fl64(x) <= fl32(x) (1 +
  * 2^-24)(1 + 2^-53) < lo when fl32(x) is normal; a subnormal fl32(x) is x
  * itself (gradual underflow; the build passes -ftz=false).  The margin is
  * more than the proof needs -- with none, t32 = fl32_down(lo) > fl32(x) puts x
  * below the float32 t32 (round to nearest is monotone), so fl64(x) < lo too;
- * it costs a few more chunks looked at, nothing else.  lo = 0 gives 0, which
- * no chunk passes; lo >= INF_KEY (no window, WIN_SENT) gives +Inf.  The host
+ * it costs a few more pairs keyed, nothing else.  lo = 0 gives 0, which no
+ * pair passes (nor does a positive lo below the float32 subnormals); lo >=
+ * INF_KEY (no window, WIN_SENT) gives +Inf.  The host
  * check (tests/.../vgct/cuda_host_check.cu) tries it on pairs whose key is
  * lo itself and the doubles just below, and shows that it catches a bound
  * 2^-20 too high. */
@@ -793,7 +859,7 @@ struct VgWinFuse {
   int used;
   int mode; /* VG_WIN_LOOK or VG_WIN_EVERY (cuda/reduce.cu, the fused key window) */
 };
-#define VG_WIN_LOOK 1  /* k_reduce_bulk<..., 1>: chunks not proved below lo looked at */
+#define VG_WIN_LOOK 1  /* k_reduce_bulk<..., 1>: the pairs not proved below lo keyed */
 #define VG_WIN_EVERY 2 /* k_reduce_bulk<..., 2>: every pair classified in the fold */
 
 /* A chunk as read from memory: its 16-byte vectors when it is full, unit-

@@ -31,7 +31,13 @@
  *     makes: counts >= lo, == lo, == hi and the inside bits, on chunks of
  *     every kind of pair with windows at a chunk's own keys, at 0, at
  *     INF_KEY and WIN_SENT; a chunk with a non-finite pair or a float32
- *     overflow must say VG_WIN_DEFINE and count nothing.
+ *     overflow must say VG_WIN_DEFINE and count nothing;
+ *  9. the fused window's sparse way (WIN 1): vg_fast_chunk's candidates
+ *     (VgLook) hold every pair whose key is at or above lo but 0 (a chunk the
+ *     definition folds: every pair), the keys of 0 are counted, and
+ *     vg_win_sparse counts and stores what the keys of the whole chunk give -- for
+ *     float16, bfloat16, float32 and the mixed pairs; a bound 2^-20 too high
+ *     must miss keys (teeth).
  * Prints "N passed, M failed" last; exit status 1 on any failure.
  */
 #include <math.h>
@@ -499,6 +505,24 @@ static int check_win_t32(long *n_pairs) {
   return bad != 0;
 }
 
+/* A window [lo, hi] for a chunk of 8 keys (VG_KEY_NONE: a non-finite pair), as the window plan
+ * makes them: bounds at the chunk's own keys (ties at lo and hi; hi == lo), the keys next to them,
+ * lo = 0, hi = INF_KEY, no window (both WIN_SENT); tiny: sometimes a positive lo below every
+ * float32 (vg_win_t32_of gives 0: the keys of 0 below lo, every other key above). */
+static void random_window(const unsigned long long (&keys)[8], bool tiny, unsigned long long &lo,
+                          unsigned long long &hi) {
+  const int wk = (int)(R() % 6);
+  if (wk == 0) { lo = 0; hi = keys[R() % 8]; }
+  else if (wk == 1) { lo = keys[R() % 8]; hi = INF_KEY; }
+  else if (wk == 2) { lo = hi = WIN_SENT; }
+  else { lo = keys[R() % 8]; hi = (R() & 1) ? lo : keys[R() % 8]; }
+  if (lo == VG_KEY_NONE) lo = 0;
+  if (hi == VG_KEY_NONE) hi = INF_KEY;
+  if (R() % 4 == 0 && lo > 0 && lo < INF_KEY) lo += (R() & 1) ? 1 : -1; /* next to a key */
+  if (tiny && R() % 16 == 0 && hi != WIN_SENT) lo = 1 + R() % 4; /* (WIN_SENT: only with lo) */
+  if (hi < lo) std::swap(lo, hi);
+}
+
 /* The fused window's classification in vg_fast_chunk (VgWinCnt, cuda/reduce.cu k_reduce_bulk<...,
  * WIN = 1>) against the keys themselves: for chunks of 8 binary32 pairs of every kind (float32 and
  * bfloat16 values, ties, zeros, subnormals, near FLT_MAX, a few NaN/Inf), windows [lo, hi] whose
@@ -527,15 +551,7 @@ static int check_win_classify(long *n_chunks) {
       ovf = ovf || !(fabsf(a[q] - e[q]) <= 3.4028235e38f);
     }
     unsigned long long lo, hi;
-    const int wk = (int)(R() % 6);
-    if (wk == 0) { lo = 0; hi = keys[R() % 8]; }
-    else if (wk == 1) { lo = keys[R() % 8]; hi = INF_KEY; }
-    else if (wk == 2) { lo = hi = WIN_SENT; }
-    else { lo = keys[R() % 8]; hi = (R() & 1) ? lo : keys[R() % 8]; }
-    if (lo == VG_KEY_NONE) lo = 0;
-    if (hi == VG_KEY_NONE) hi = INF_KEY;
-    if (R() % 4 == 0 && lo > 0 && lo < INF_KEY) lo += (R() & 1) ? 1 : -1; /* next to a key */
-    if (hi < lo) std::swap(lo, hi);
+    random_window(keys, false, lo, hi);
     VgWinCnt wc;
     wc.lo = vgct_f64_from_bits(lo);
     wc.hi = vgct_f64_from_bits(hi);
@@ -569,6 +585,157 @@ static int check_win_classify(long *n_chunks) {
   return bad != 0;
 }
 
+/* Element bits of dtype D for the sparse-way check: float32 / bfloat16 from fval (bfloat16: its
+ * top 16 bits), float16 as raw bits (finite of every exponent, subnormals, zeros, a few NaN/Inf);
+ * near = another element's bits when >= 0 (a few units away, or equal: ties, differences of one
+ * ulp, zero differences). */
+template <int D>
+static uint32_t elem_bits(long near) {
+  if (near >= 0 && R() % 3 != 0) {
+    const uint32_t d = (uint32_t)(R() % 5) - 2u;
+    if (R() % 4 == 0) return (uint32_t)near;
+    return D == VGCT_FLOAT32 ? (uint32_t)near + d : (uint32_t)((near + d) & 0xffffu);
+  }
+  if (D == VGCT_FLOAT16) {
+    if (R() % 60 == 0) return (R() & 1) ? 0x7c00u : 0x7e01u; /* +Inf, NaN */
+    return (uint32_t)(R() % 0x7c00u) | ((R() & 1) ? 0x8000u : 0u);
+  }
+  float x = fval(D == VGCT_BFLOAT16 ? 1 : 0);
+  if (R() % 200 == 0) x = (R() & 1) ? NAN : INFINITY;
+  const uint32_t b = vgct_bits_from_f32(x);
+  return D == VGCT_FLOAT32 ? b : b >> 16;
+}
+
+/* Bits of element q of a chunk's vectors, stored as the device stores them (little-endian). */
+template <int D, int NV>
+static void put_elem(uint4 (&v)[NV], int q, uint32_t bits) {
+  constexpr int IS = D == VGCT_FLOAT32 ? 4 : 2;
+  memcpy(reinterpret_cast<char *>(v) + q * IS, &bits, IS); /* (the host is little-endian too) */
+}
+
+/* Where vg_win_sparse puts the keys inside the window (a functor callable from its
+ * __host__ __device__ code). */
+struct KeySink {
+  unsigned long long k[8];
+  int n = 0;
+  __host__ __device__ void operator()(unsigned long long key) {
+    if (n < 8) k[n] = key;
+    ++n;
+  }
+};
+
+/* The fused window's sparse way (WIN 1: VgLook in vg_fast_chunk, vg_win_sparse)
+ * against the keys of the whole chunk, for one dtype pair. */
+template <int DA, int DE>
+static int check_win_cand_pair(long *n_chunks, long *teeth) {
+  typedef vg_chunk<DA, DE> G;
+  static_assert(G::CH == 8, "chunks of 8 pairs");
+  int bad = 0;
+  long tiny = 0; /* windows with 0 < lo and t32 == 0 */
+  HotGate g;
+  GateHeld held;
+  vg_gate_init(g, held, 1e-3);
+  for (long t = 0; t < 150000; ++t) {
+    uint4 va[G::NVA], ve[G::NVE];
+    memset(va, 0, sizeof va);
+    memset(ve, 0, sizeof ve);
+    float a[8], e[8];
+    unsigned long long keys[8];
+    bool define = false;
+    for (int q = 0; q < 8; ++q) {
+      const uint32_t ab = elem_bits<DA>(-1);
+      uint32_t eb;
+      if (DA == DE) {
+        eb = elem_bits<DE>((long)ab);
+      } else { /* a 16-bit actual against a float32 reference near its value */
+        const float av = vgct_load_f32(&ab, DA);
+        eb = (R() % 4 == 0) ? elem_bits<DE>(-1) : vgct_bits_from_f32(av) + (uint32_t)(R() % 65) - 32u;
+      }
+      if (R() % 300 == 0) /* e = -a: |d| = 2|a| (the sign bit flipped in e's own format) */
+        eb = DA == DE ? ab ^ (DE == VGCT_FLOAT32 ? 0x80000000u : 0x8000u)
+                      : vgct_bits_from_f32(-vgct_load_f32(&ab, DA));
+      put_elem<DA>(va, q, ab);
+      put_elem<DE>(ve, q, eb);
+      a[q] = vgct_load_f32(reinterpret_cast<const char *>(va) + q * G::ISA, DA);
+      e[q] = vgct_load_f32(reinterpret_cast<const char *>(ve) + q * G::ISE, DE);
+      keys[q] = vg_key_narrow(a[q], e[q]);
+      define = define || keys[q] == VG_KEY_NONE || !(fabsf(a[q] - e[q]) <= 3.4028235e38f);
+    }
+    unsigned long long lo, hi;
+    random_window(keys, true, lo, hi);
+    VgLook lk;
+    lk.t32 = vg_win_t32_of(lo);
+    tiny += lo > 0 && lk.t32 == 0.0f;
+    lk.cand = 12345u;
+    HotAcc h;
+    vg_hot_init(h);
+    vg_fast_chunk<8>(h, g, held, a, e, 0, 1, 1e-3, 1e-3, &lk, nullptr);
+    ++*n_chunks;
+    /* the reference: every finite key of the chunk against the bounds */
+    unsigned ge = 0, el = 0, eh = 0, need = 0;
+    std::vector<unsigned long long> inside;
+    for (int q = 0; q < 8; ++q) {
+      const unsigned long long k = keys[q];
+      if (k == VG_KEY_NONE) continue;
+      need |= (k >= lo && k != 0 ? 1u : 0u) << q; /* keys of 0: counted by number */
+      ge += k >= lo;
+      el += k == lo;
+      eh += k == hi && lo != WIN_SENT;
+      if (k > lo && k < hi) inside.push_back(k);
+    }
+    unsigned nzero = 0;
+    for (int q = 0; q < 8; ++q) nzero += keys[q] == 0;
+    if ((lk.cand & need) != need || (define && (lk.cand != 0xffu || lk.zeros != 0)) || lk.cand > 0xffu ||
+        (!define && lk.zeros != nzero)) {
+      if (++bad <= 5)
+        printf("  cand<%d,%d>: lo %llx: candidates %x, keys >= lo %x, define %d, zeros %u/%u\n", DA, DE, lo,
+               lk.cand, need, (int)define, lk.zeros, nzero);
+    }
+    /* the keys of the candidates (what the kernel's lane does) */
+    VgWinCnt wc;
+    wc.lo = vgct_f64_from_bits(lo);
+    wc.hi = vgct_f64_from_bits(hi);
+    wc.ge = wc.el = wc.eh = 0;
+    KeySink sink;
+    vg_win_sparse<DA, DE>(reinterpret_cast<const char *>(va), reinterpret_cast<const char *>(ve), lk, wc, sink);
+    std::vector<unsigned long long> got(sink.k, sink.k + (sink.n < 8 ? sink.n : 8));
+    if (sink.n > 8) got.resize(9); /* more keys than pairs: a mismatch below */
+    std::sort(got.begin(), got.end());
+    std::sort(inside.begin(), inside.end());
+    unsigned weh = wc.eh;
+    if (hi == lo) weh = eh = 0; /* dropped by the kernel's end (vg_win_end) */
+    if (wc.ge != ge || wc.el != el || weh != eh || got != inside) {
+      if (++bad <= 5)
+        printf("  cand keys<%d,%d>: lo %llx hi %llx: ge %u/%u el %u/%u eh %u/%u stored %zu/%zu\n", DA, DE, lo, hi,
+               wc.ge, ge, wc.el, el, weh, eh, got.size(), inside.size());
+    }
+    /* teeth: candidates by a bound 2^-20 too high miss keys >= lo */
+    const float wrong = vg_f32_down(vgct_f64_from_bits(lo) * (1.0 + 0x1p-20));
+    for (int q = 0; q < 8; ++q)
+      if (((need >> q) & 1u) && fabsf(a[q] - e[q]) < wrong) ++*teeth;
+  }
+  if (tiny < 1000) {
+    printf("  cand<%d,%d>: only %ld windows with 0 < lo and t32 == 0\n", DA, DE, tiny);
+    ++bad;
+  }
+  return bad;
+}
+
+static int check_win_cand(long *n_chunks) {
+  long teeth = 0;
+  int bad = check_win_cand_pair<VGCT_BFLOAT16, VGCT_BFLOAT16>(n_chunks, &teeth) +
+            check_win_cand_pair<VGCT_FLOAT16, VGCT_FLOAT16>(n_chunks, &teeth) +
+            check_win_cand_pair<VGCT_FLOAT32, VGCT_FLOAT32>(n_chunks, &teeth) +
+            check_win_cand_pair<VGCT_BFLOAT16, VGCT_FLOAT32>(n_chunks, &teeth) +
+            check_win_cand_pair<VGCT_FLOAT16, VGCT_FLOAT32>(n_chunks, &teeth);
+  if (teeth == 0) {
+    printf("  cand: a bound 2^-20 too high missed no key: the check has no teeth\n");
+    ++bad;
+  }
+  printf("fused window sparse way: %ld chunks, %ld keys missed with a bound 2^-20 too high\n", *n_chunks, teeth);
+  return bad != 0;
+}
+
 /* vg_distinct_ascending (the selection's wanted ranks) against std::sort + std::unique, on lists
  * of 0..300 ranks drawn from small and int64-edge ranges (many duplicates, or none). */
 static int check_distinct(void) {
@@ -594,12 +761,12 @@ int main() {
   long nc = 0;
   const int fc = check_fast_counts<8>(&nc) + check_fast_counts<4>(&nc);
   printf("fast path counters at the tolerance boundary: %ld chunks folded\n", nc);
-  long nw = 0, nk = 0;
-  const int r[10] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
+  long nw = 0, nk = 0, nl = 0;
+  const int r[11] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
                      fc + (nc < 100000), check_key_narrow(), check_int_pairs(),
                      check_win_t32(&nw) + (nw < 1000000), check_distinct(),
-                     check_win_classify(&nk)};
-  const char *names[10] = {"register accumulator == vgct_acc_update (bitwise)",
+                     check_win_classify(&nk), check_win_cand(&nl) + (nl < 700000)};
+  const char *names[11] = {"register accumulator == vgct_acc_update (bitwise)",
                           "periodic flushes: maxima/counters exact, sums 1e-13",
                           "FastDiv == '/'",
                           "narrow-dtype chunk fast path: maxima/counters exact, sums 1e-13",
@@ -608,8 +775,9 @@ int main() {
                           "vgct_int_pair == 128-bit integer arithmetic",
                           "fused window: max |d32| < t32(lo) => every key < lo",
                           "vg_distinct_ascending == std::sort + std::unique",
-                          "fused window: the fold's classification == the keys' comparisons"};
-  for (int i = 0; i < 10; ++i) {
+                          "fused window: the fold's classification == the keys' comparisons",
+                          "fused window, sparse way: candidates and their keys == the keys' comparisons"};
+  for (int i = 0; i < 11; ++i) {
     printf("%s: %s\n", names[i], r[i] ? "FAIL" : "ok");
     r[i] ? ++failed : ++passed;
   }

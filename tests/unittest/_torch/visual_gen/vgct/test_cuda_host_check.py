@@ -6,7 +6,9 @@ against vgct_acc_update (bit for bit / maxima and counters exact), the exact 64-
 constants against '/', the selection key of binary32 pairs against vgct_absdiff_key, and the exact
 integer pairs (vgct_int_pair) against 128-bit integer arithmetic, the fused key window's chunk
 test (vg_win_t32_of: no pair with its key at or above lo passes; a bound 2^-20 too high is
-caught), and the selection's distinct ascending ranks (vg_distinct_ascending).
+caught), the selection's distinct ascending ranks (vg_distinct_ascending), the fused window's
+per-pair classification, and its sparse way (every pair whose key is at or above the window's low
+end is a candidate, and the candidates' keys give the whole chunk's counts).
 Skips when nvcc is not found.
 """
 
@@ -39,4 +41,4 @@ def test_cuda_helpers_on_the_host(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"nvcc failed:\n{r.stdout}\n{r.stderr}"
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and r.stdout.rstrip().endswith("10 passed, 0 failed"), r.stdout + r.stderr
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("11 passed, 0 failed"), r.stdout + r.stderr
