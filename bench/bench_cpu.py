@@ -147,6 +147,11 @@ def p99_shapes(lg, rng, absdiffs=True):
                  ("bf16(e+1e-3 noise) vs bf16(e), ties", a16, e16)] + pairs + [
                  ("identical bf16 pair (a == e)", e16, e16.clone()),
                  ("64 outliers (+1e3) in bf16 1e-3 noise", torch.from_numpy(outl).to(torch.bfloat16), e16)]
+        cached = e16.clone()  # a caching feature: ~1.1% of the outputs recomputed (bench_gpu.p99_shapes)
+        k = torch.from_numpy(rng.random(n) < 0.011)
+        cached[k] = (t32[k] + torch.from_numpy(rng.standard_normal(int(k.sum()), dtype=np.float32))
+                     * 1e-2).to(torch.bfloat16)
+        pairs.append(("sparse: 1.1% of bf16 outputs recomputed (caching)", cached, e16))
     else:
         pairs.append(("identical fp32 pair (a == e)", e32, e32.copy()))
     for name, a, e in pairs:
