@@ -361,6 +361,13 @@ def _window_data(kind, n, rng):
         return rng.standard_normal(n) * 1e-310, rng.standard_normal(n) * 1e-310
     if kind == "wide":  # huge key range
         return e.astype(np.float64) * 10.0 ** rng.integers(-250, 250, n), e.astype(np.float64)
+    if kind in ("caching", "caching3"):  # a caching feature: ~1.1% / 3% of the bf16 outputs
+        # recomputed, the rest identical -- the window's sample holds recurring keys (0, bf16 steps)
+        e16 = _bf16(e)
+        a = e16.copy()
+        k = rng.random(n) < (0.011 if kind == "caching" else 0.03)
+        a[k] = _bf16(e[k] + np.float32(1e-2) * rng.standard_normal(int(k.sum())).astype(np.float32))
+        return a, e16
     if kind == "three_values":  # the window's pivots hold whole blocks of equal keys
         a = np.zeros(n)
         a[: n // 2] = 1.0
@@ -371,7 +378,7 @@ def _window_data(kind, n, rng):
 
 
 WINDOW_KINDS = ["bf16_vs_fp32", "bf16_vs_bf16", "fp32", "identical", "cauchy", "outliers", "offset",
-                "nonfinite", "subnormal", "wide", "three_values"]
+                "nonfinite", "subnormal", "wide", "three_values", "caching", "caching3"]
 
 
 def _sorted_finite_absdiff(a, e):
@@ -425,10 +432,12 @@ def test_select_windows_exact_every_rank_near_the_quantiles(engine, kind, qs):
 
 
 @pytest.mark.parametrize("level", [0, 1, 2], ids=["sse2", "avx2", "avx512"])
-@pytest.mark.parametrize("kind", ["fp32", "bf16_vs_fp32", "cauchy", "offset", "wide", "subnormal"])
+@pytest.mark.parametrize("kind", ["fp32", "bf16_vs_fp32", "cauchy", "offset", "wide", "subnormal",
+                                  "bf16_vs_bf16", "caching", "caching3", "three_values"])
 def test_select_windows_fused_loop_every_code_level(engine, kind, level):
-    """The fused window loop (one window without tie pivots: ps_fused, which returns the keys
-    inside packed) in its portable, AVX2 and AVX-512 forms: every rank around the p99 --
+    """The fused window loops (one window: without tie pivots, ps_fused; with them -- bf16 rounding
+    differences, a caching feature's sparse differences, few values -- ps_fusedpv; both return the
+    keys inside packed) in their portable, AVX2 and AVX-512 forms: every rank around the p99 --
     below, at and inside the window, at its upper edge and past it -- equals the float64
     NumPy order statistic, on float32 tiles and float64 ones ("wide"), with a partial last
     tile (n % 512 != 0, n % 8 != 0).  A window counting one key too many or too few, or one
