@@ -124,6 +124,19 @@ class Engine:
     def last_select_passes(self) -> int:
         return self._int("vgct_cpu_test_last_passes").value
 
+    @property
+    def last_npv(self) -> int:
+        """Window 0's pivot count (lo, the sample's tie values inside, hi) of the last presel."""
+        return self._int("vgct_cpu_test_last_npv").value
+
+    def fusedpv_tiles(self, reset: bool = False) -> int:
+        """Tiles counted by the fused loop with tie pivots (ps_fusedpv) since the last reset."""
+        v = self._int("vgct_cpu_test_fusedpv_tiles", C.c_int64)
+        n = v.value
+        if reset:
+            v.value = 0
+        return n
+
     @staticmethod
     def view(x: np.ndarray, dtype: Optional[str] = None) -> View:
         """A vgct_view of a NumPy array; dtype names a raw-bits type (x then holds the bits)."""

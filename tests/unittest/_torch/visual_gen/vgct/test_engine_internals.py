@@ -435,9 +435,10 @@ def test_select_windows_exact_every_rank_near_the_quantiles(engine, kind, qs):
 @pytest.mark.parametrize("kind", ["fp32", "bf16_vs_fp32", "cauchy", "offset", "wide", "subnormal",
                                   "bf16_vs_bf16", "caching", "caching3", "three_values"])
 def test_select_windows_fused_loop_every_code_level(engine, kind, level):
-    """The fused window loops (one window: without tie pivots, ps_fused; with them -- bf16 rounding
-    differences, a caching feature's sparse differences, few values -- ps_fusedpv; both return the
-    keys inside packed) in their portable, AVX2 and AVX-512 forms: every rank around the p99 --
+    """The fused window loops (one window: without tie pivots, ps_fused -- bf16 ties and three
+    values among them, whose p99 windows have one or two pivots; with them, ps_fusedpv -- a caching
+    feature's sparse differences; every pivot count: the next test; both return the keys inside
+    packed) in their portable, AVX2 and AVX-512 forms: every rank around the p99 --
     below, at and inside the window, at its upper edge and past it -- equals the float64
     NumPy order statistic, on float32 tiles and float64 ones ("wide"), with a partial last
     tile (n % 512 != 0, n % 8 != 0).  A window counting one key too many or too few, or one
@@ -445,6 +446,43 @@ def test_select_windows_fused_loop_every_code_level(engine, kind, level):
     rng = np.random.default_rng(37)
     a, e = _window_data(kind, (1 << 18) + 4099, rng)
     check_ranks_around_p99(engine, a, e, level, want_windows=True)
+
+
+def _tie_pivot_data(k, share, seed, n=(1 << 18) + 4099):
+    """float32 noise pairs (|d| ~ 1e-3 |N(0, 1)|) with k tie values spread around their p99 (e = 0,
+    a = v: |d| = v exactly), each on a `share` of the pairs: the p99 window's sample holds up to k
+    recurring keys inside it, which become its pivots."""
+    rng = np.random.default_rng(seed)
+    e = rng.standard_normal(n).astype(np.float32)
+    a = e + rng.standard_normal(n).astype(np.float32) * np.float32(1e-3)
+    vals = (np.float32(2.576e-3) * (1.0 + 0.002 * (np.arange(k) - (k - 1) / 2))).astype(np.float32)
+    idx = rng.permutation(n)[: k * int(share * n)].reshape(k, -1)
+    for i in range(k):
+        a[idx[i]] = vals[i]
+        e[idx[i]] = 0.0
+    return a, e
+
+
+# (k tie values, share of the pairs each, seed): windows of 3..8 pivots (lo, ties, hi) between them
+TIE_PIVOT_CASES = [(1, 0.002, 0), (6, 0.0015, 1), (6, 0.0015, 0), (7, 0.001, 1), (10, 0.001, 0),
+                   (10, 0.001, 2)]
+
+
+@pytest.mark.parametrize("level", [0, 1, 2], ids=["sse2", "avx2", "avx512"])
+def test_select_windows_fused_pivots_every_count(engine, level):
+    """The fused window loop with tie pivots (ps_fusedpv: the AVX-512 form has one function per
+    pivot count) for every pivot count it takes, 3 to 8, at every code level: each window's ranks
+    around the p99 equal the float64 NumPy order statistic, and the loop did count the tiles
+    (test hooks: window 0's pivot count, the tiles it counted)."""
+    seen = set()
+    for k, share, seed in TIE_PIVOT_CASES:
+        a, e = _tie_pivot_data(k, share, seed)
+        engine.fusedpv_tiles(reset=True)
+        check_ranks_around_p99(engine, a, e, level, want_windows=True)
+        npv = engine.last_npv
+        assert npv >= 3 and engine.fusedpv_tiles() > 0, (k, share, seed, npv)
+        seen.add(npv)
+    assert seen == set(range(3, 9)), seen
 
 
 def check_ranks_around_p99(engine, a, e, level, want_windows):
