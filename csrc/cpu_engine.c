@@ -131,7 +131,7 @@ int vgct_cpu_test_fail_alloc = 0;      /* > 0: the k-th allocation fails    */
 int64_t vgct_cpu_test_presel_min = 0;  /* > 0: windows from this n on, from  *
                                         * samples of >= 1024 keys           */
 int vgct_cpu_test_last_npv = 0;        /* window 0's pivots, last presel_new */
-atomic_llong vgct_cpu_test_fusedpv_tiles; /* tiles through ps_fusedpv       */
+atomic_llong vgct_cpu_test_fused_tiles; /* tiles through ps_fused          */
 #define FORCE_SLOW vgct_cpu_test_force_slow
 #define SEG_MIN_EFF (vgct_cpu_test_seg_min > 0 ? vgct_cpu_test_seg_min : SEG_MIN)
 #define PAR_MIN_EFF (vgct_cpu_test_par_min >= 0 ? vgct_cpu_test_par_min : PAR_MIN_N)

@@ -676,7 +676,7 @@ template <int DA, int DE> struct vg_chunk {
 template <int DA, int DE, typename Put>
 __host__ __device__ __forceinline__ void vg_win_cand_keys(const char *ba, const char *be,
                                                           unsigned cand, VgWinCnt &wc, Put &&put) {
-  constexpr int ISA = DA == VGCT_FLOAT32 ? 4 : 2, ISE = DE == VGCT_FLOAT32 ? 4 : 2;
+  constexpr int ISA = vg_isz<DA>::v, ISE = vg_isz<DE>::v;
 #pragma unroll 1
   while (cand != 0u) {
     const int q = vg_popc((cand & (0u - cand)) - 1u); /* the lowest candidate */

@@ -129,9 +129,9 @@ class Engine:
         """Window 0's pivot count (lo, the sample's tie values inside, hi) of the last presel."""
         return self._int("vgct_cpu_test_last_npv").value
 
-    def fusedpv_tiles(self, reset: bool = False) -> int:
-        """Tiles counted by the fused loop with tie pivots (ps_fusedpv) since the last reset."""
-        v = self._int("vgct_cpu_test_fusedpv_tiles", C.c_int64)
+    def fused_tiles(self, reset: bool = False) -> int:
+        """Tiles counted by the fused window loop (ps_fused) since the last reset."""
+        v = self._int("vgct_cpu_test_fused_tiles", C.c_int64)
         n = v.value
         if reset:
             v.value = 0

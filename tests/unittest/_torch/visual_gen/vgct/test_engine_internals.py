@@ -435,10 +435,9 @@ def test_select_windows_exact_every_rank_near_the_quantiles(engine, kind, qs):
 @pytest.mark.parametrize("kind", ["fp32", "bf16_vs_fp32", "cauchy", "offset", "wide", "subnormal",
                                   "bf16_vs_bf16", "caching", "caching3", "three_values"])
 def test_select_windows_fused_loop_every_code_level(engine, kind, level):
-    """The fused window loops (one window: without tie pivots, ps_fused -- bf16 ties and three
-    values among them, whose p99 windows have one or two pivots; with them, ps_fusedpv -- a caching
-    feature's sparse differences; every pivot count: the next test; both return the keys inside
-    packed) in their portable, AVX2 and AVX-512 forms: every rank around the p99 --
+    """The fused window loop (one window: ps_fused, which returns the keys inside packed; pivots
+    lo and hi only, or tie values too -- a caching feature's sparse differences; every pivot count:
+    the next test) in its portable, AVX2 and AVX-512 forms: every rank around the p99 --
     below, at and inside the window, at its upper edge and past it -- equals the float64
     NumPy order statistic, on float32 tiles and float64 ones ("wide"), with a partial last
     tile (n % 512 != 0, n % 8 != 0).  A window counting one key too many or too few, or one
@@ -470,17 +469,17 @@ TIE_PIVOT_CASES = [(1, 0.002, 0), (6, 0.0015, 1), (6, 0.0015, 0), (7, 0.001, 1),
 
 @pytest.mark.parametrize("level", [0, 1, 2], ids=["sse2", "avx2", "avx512"])
 def test_select_windows_fused_pivots_every_count(engine, level):
-    """The fused window loop with tie pivots (ps_fusedpv: the AVX-512 form has one function per
-    pivot count) for every pivot count it takes, 3 to 8, at every code level: each window's ranks
-    around the p99 equal the float64 NumPy order statistic, and the loop did count the tiles
-    (test hooks: window 0's pivot count, the tiles it counted)."""
+    """The fused window loop with tie pivots (ps_fused: the AVX-512 form has one function per
+    pivot count) for every pivot count from 3 to 8 (1 and 2: the test above), at every code
+    level: each window's ranks around the p99 equal the float64 NumPy order statistic, and the
+    loop did count the tiles (test hooks: window 0's pivot count, the tiles it counted)."""
     seen = set()
     for k, share, seed in TIE_PIVOT_CASES:
         a, e = _tie_pivot_data(k, share, seed)
-        engine.fusedpv_tiles(reset=True)
+        engine.fused_tiles(reset=True)
         check_ranks_around_p99(engine, a, e, level, want_windows=True)
         npv = engine.last_npv
-        assert npv >= 3 and engine.fusedpv_tiles() > 0, (k, share, seed, npv)
+        assert npv >= 3 and engine.fused_tiles() > 0, (k, share, seed, npv)
         seen.add(npv)
     assert seen == set(range(3, 9)), seen
 
