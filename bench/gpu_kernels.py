@@ -82,7 +82,7 @@ def _fin_hooks():
 
     lib = ctypes.CDLL(_C.__file__)
     return (ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fin"),
-            (ctypes.c_longlong * 5).in_dll(lib, "vgct_cuda_test_fin_last"))
+            (ctypes.c_longlong * 6).in_dll(lib, "vgct_cuda_test_fin_last"))
 
 
 def fin_table(sizes, reps):
@@ -108,25 +108,38 @@ def fin_table(sizes, reps):
             for k, v in sorted(per.items(), key=lambda kv: -sum(kv[1])):  # with the finish
                 print(f"   2^{lg} {name}: {sum(v) / reps:8.1f} us  x{len(v) / reps:4.1f}  {k}")
     print("| n | data | wall, levels | wall, finish | x | device, levels | device, finish | x | "
-          "ties/sort/levels/direct |")
+          "ties/sort/levels/direct/level-1 |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---|")
     for n, name, (w0, d0), (w1, d1), how in rows:
         print(f"| {n} | {name} | {w0:.1f} us | {w1:.1f} us | {w0 / w1:.2f} | {d0:.1f} us | {d1:.1f} us | "
               f"{d0 / d1:.2f} | {how} |")
 
 
-def shapes_table(lg, reps):
+def print_timeline(last):
+    """One call's activities in order: start offset, duration, idle gap before each (us)."""
+    t0, prev = last[0].time_range.start, last[0].time_range.start
+    print("   timeline of one call: start, duration, idle before (us)")
+    for ev in last:
+        r = ev.time_range
+        print(f"   {r.start - t0:8.1f} {r.end - r.start:8.1f} {max(0.0, r.start - prev):8.1f}  "
+              f"{short(ev.name)}")
+        prev = max(prev, r.end)
+
+
+def shapes_table(lg, reps, timeline=False):
     """Per-kernel device time of the default p99 call on bench_gpu.p99_shapes at 2^lg pairs."""
     from bench_gpu import p99_shapes  # bench/ is sys.path[0]
 
     for name, a, e in p99_shapes(1 << lg):
-        per, span, wall, _ = one_case(a, e, (0.99,), reps)
+        per, span, wall, last = one_case(a, e, (0.99,), reps)
         _, _, wall0, _ = one_case(a, e, None, reps)
         busy = sum(sum(v) for v in per.values()) / reps
         print(f"== 2^{lg} {name}: p99 host wall {wall:.0f} us (no quantiles {wall0:.0f}), device busy "
               f"{busy:.0f} us, span {span:.0f} us a call")
         for k, v in sorted(per.items(), key=lambda kv: -sum(kv[1])):
             print(f"   {sum(v) / reps:8.1f} us  x{len(v) / reps:4.1f}  {k}")
+        if timeline and last:
+            print_timeline(last)
         del a, e
         torch.cuda.empty_cache()
 
@@ -142,7 +155,7 @@ def main():
     args = ap.parse_args()
     print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}")
     if args.shapes:
-        shapes_table(args.shapes, args.reps)
+        shapes_table(args.shapes, args.reps, args.timeline)
         return
     if args.fin_table:
         fin_table([int(s) for s in args.sizes.split(",")], args.reps)
@@ -160,13 +173,7 @@ def main():
                 print(f"   {sum(v) / args.reps:8.1f} us  x{len(v) / args.reps:4.1f}  "
                       f"mean {statistics.mean(v):7.1f}  {k}")
             if args.timeline and last:
-                t0, prev = last[0].time_range.start, last[0].time_range.start
-                print("   timeline of one call: start, duration, idle before (us)")
-                for ev in last:
-                    r = ev.time_range
-                    print(f"   {r.start - t0:8.1f} {r.end - r.start:8.1f} {max(0.0, r.start - prev):8.1f}  "
-                          f"{short(ev.name)}")
-                    prev = max(prev, r.end)
+                print_timeline(last)
 
 
 if __name__ == "__main__":

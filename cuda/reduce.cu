@@ -1349,6 +1349,15 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
         return cx.rc;
       cx.mark("memcpy");
     }
+    if (wf && fused) { /* the window's counts in this round trip (select.cu win_answer) */
+      static_assert(sizeof(vgct_acc) <= VG_PIN_WIN && VG_PIN_WIN + sizeof(WinState) <= VG_PIN_BYTES,
+                    "h_pin: the record, then the fused window's counts");
+      if (!cx.check(cudaMemcpyAsync(ws->h_pin + VG_PIN_WIN, wf->w, sizeof(WinState),
+                                    cudaMemcpyDeviceToHost, cx.stream),
+                    "cudaMemcpyAsync (fused window counts to host)"))
+        return cx.rc;
+      wf->copied = 1;
+    }
     if (!cx.check(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (after reduce)"))
       return cx.rc;
     cx.mark("sync");

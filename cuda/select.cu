@@ -39,8 +39,10 @@
  *    d. On the host: a rank r with lt <= r < lt + eql is lo, one past the
  *       stored keys (up to + eqh) is hi, one in between is rank r - lt - eql
  *       of the window's stored keys: one k_sel_fin block sorting that region
- *       when it holds at most FIN_CAP keys, else k_sel_buf x 5 over it (up to
- *       NSLOT_WSEL batches of SEL_NS ranks before one host round trip).  The
+ *       when it holds at most FIN_CAP keys, else k_sel_buf levels 0 and 1
+ *       over it, k_sel_fin over the rank's level-1 bucket, and levels 2-4 --
+ *       which return at once when the finish answered (up to NSLOT_WSEL
+ *       batches of SEL_NS ranks before one host round trip).  The
  *       stored keys are bounded by the window's rank width whatever the
  *       data: ties at lo and hi are counted, not stored.
  *    A rank in no window (the sample misled, a window overflowed) goes to the
@@ -56,10 +58,12 @@
  *       sample's keys at or above lo, the reduction keys only the few pairs
  *       that may be such keys (VgLook, vg_win_cand_keys: the sparse way);
  *       past it, it classifies every pair in its fold (VgWinCnt), at a cost
- *       that does not depend on the data.  A window [0, 0] (the sample's keys at both ranks are 0) is left
- *       to the reduction's record (vgct_rank_known): the reduction runs
- *       without it, and c runs after it only when the record does not
- *       answer.  Then d, with the reduction's n_finite as the pass's count
+ *       that does not depend on the data.  A window the reduction's record
+ *       will most likely answer (win_record_answers: the sample's keys at
+ *       both ranks 0, or the window reaching 0 and the ranks below the
+ *       sample's zero count) is left to the record (vgct_ranks_known): the
+ *       reduction runs without it, and c runs after it only when the record
+ *       does not answer.  Then d, with the reduction's n_finite as the pass's count
  *       and lt = n_finite - (keys >= lo).
  * 2. Store-all (n < SEL_WIN_MIN, or ranks left by the windows, n <= SEL_CAP):
  *    k_sel_data stores every key at its position while it builds the level-0
@@ -91,12 +95,15 @@
  *   k_sel_buf          the same histogram over a buffer (L2-resident, small):
  *                      the store-all / compacted keys, the sample, a window.
  *   k_sel_sample       K keys at fixed positions (one small launch).
- *   k_sel_fin          after level 0: each wanted bucket's extremes (one
- *                      value: its ranks are that key) and, when the small
- *                      buckets hold at most FIN_CAP keys, their keys sorted by
- *                      the last block in shared memory; or one block sorting a
- *                      window's region (direct).  Replaces four histogram
- *                      levels (launch- and scan-bound at small n) by one pass.
+ *   k_sel_fin          after level 0 (after level 1 for a window's region):
+ *                      each wanted bucket's extremes (one value: its ranks
+ *                      are that key) and, when the small buckets hold at most
+ *                      FIN_CAP keys, their keys sorted by the last block in
+ *                      shared memory (fin_sort: registers and shuffles, a
+ *                      barrier only for the stages across warps); or one
+ *                      block sorting a window's region (direct).  Replaces
+ *                      the later histogram levels (launch- and scan-bound at
+ *                      small n) by one pass.
  *   k_sel_window       the window pass: 3 compares per key and window in
  *                      registers instead of a histogram (no contention from
  *                      ties; more instructions per key as windows are added,
@@ -165,7 +172,8 @@ namespace cg = cooperative_groups;
 #define WS_SEL_CLEAR_END (WS_SEL_HIST + 5u * SEL_BINS * 8u)
 #define WS_SEL_FREG (WS_SEL_CAND + (size_t)SEL_CAP * 8u)
 #define FIN_CAP 8192                     /* keys k_sel_fin sorts in one block */
-#define FIN_SMEM (FIN_CAP * 8)
+#define FIN_PAD(i) ((i) + ((i) >> 4)) /* key i's word in k_sel_fin's shared memory */
+#define FIN_SMEM (FIN_PAD(FIN_CAP) * 8) /* fin_sort's padded keys */
 #define SLOT_RADIX 0
 #define SLOT_SAMPLE 1
 #define SLOT_WSEL 2                      /* first window-selection slot       */
@@ -600,7 +608,8 @@ __global__ void __launch_bounds__(ST, 1) k_sel_buf(const __grid_constant__ BArgs
 
 /* ---- the one-block finish ------------------------------------------------
  * After the level-0 pass every wanted slot knows its bucket (its group's
- * 15-bit prefix: a 1/16-octave bucket) and its rank inside it; the radix
+ * 15-bit prefix: a 1/16-octave bucket; after level 1, 27 bits: key >> 36,
+ * FinArgs.pshift) and its rank inside it; the radix
  * levels below cost a launch and a last-block scan each (a one-block
  * k_sel_buf is ~7 us of serial scan, docs/performance.md), four of them.
  * k_sel_fin instead reads the buffer once more and keeps, per group, the
@@ -633,6 +642,8 @@ __global__ void __launch_bounds__(ST, 1) k_sel_buf(const __grid_constant__ BArgs
  * for nothing. */
 struct FinArgs {
   int ns, direct;
+  int pshift;                /* the level's bucket: key >> pshift (48 after level 0,
+                                36 after level 1: sel_shift)                        */
   long long nbuf;            /* keys in the buffer                                   */
   long long rank0[SEL_NS];   /* direct: the ranks                                    */
   SelState *st;
@@ -642,27 +653,86 @@ struct FinArgs {
   unsigned *counter;
 };
 
-/* Bitonic sort, ascending, of s[0..m) by the block (m a power of two >= 2):
- * stage (k, j) compares element i (bit j of i clear) with i + j, ascending
- * where bit k of i is clear; every thread takes pairs t, t + blockDim.x, ...
- * of the m/2 pairs of a stage.  Trade-off: O(m log^2 m) compare-exchanges on
- * one SM, issue-bound (ncu, H200: ~0.5 us a stage at m = 4096, 78 stages);
- * a radix selection by the block (8 rounds of 8-bit digits, counters merged
- * by __match_any_sync) measured slower still and was dropped (docs/performance.md). */
-__device__ void fin_sort(unsigned long long *s, int m) {
-  __syncthreads();
-  for (int k = 2; k <= m; k <<= 1)
-    for (int j = k >> 1; j > 0; j >>= 1) {
-      for (int t = threadIdx.x; t < m / 2; t += blockDim.x) {
-        const int i = 2 * t - (t & (j - 1)), l = i + j;
-        const unsigned long long x = s[i], y = s[l];
-        if ((x > y) == ((i & k) == 0)) {
-          s[i] = y;
-          s[l] = x;
-        }
+/* Bitonic sort, ascending, of m keys by the block (m a power of two, 2 <=
+ * m <= FIN_CAP): the classic network -- stage (k, j) compares element i with
+ * i ^ j, the smaller first where i & k == 0 -- whatever the data (a fixed
+ * network: deterministic).  The keys live in shared memory at FIN_PAD(i) (a
+ * word of padding every 16: the blocked reads below hit distinct banks);
+ * each thread also holds E = max(1, m / ST) consecutive ones, elements E t ..
+ * E t + E - 1, in registers.  A stage with j < E is inside a thread; with E
+ * <= j < 32 E, between the lanes of a warp (lane t ^ j / E holds the partner
+ * in the same register: shuffles, no barrier); with j >= 32 E, in shared
+ * memory, one __syncthreads a stage.  m = 4096: 15 of the 78 stages in shared
+ * memory.  (Until 2026-12-02 every stage ran in shared memory with a barrier:
+ * ~0.5 us a stage at m = 4096, issue- and barrier-bound -- 48-90 us for the
+ * p99 window's sample at 2^28, docs/performance.md.)  Threads past m / E
+ * hold no keys but take part in the shuffles (their partners never read
+ * them: i < m and j < m give i ^ j < m). */
+__device__ __forceinline__ void fin_cx(unsigned long long &a, unsigned long long &b, bool asc) {
+  const unsigned long long x = a, y = b;
+  const bool sw = (x > y) == asc;
+  a = sw ? y : x;
+  b = sw ? x : y;
+}
+
+template <int E>
+__device__ void fin_sort_e(unsigned long long *s, int m) {
+  const int t = (int)threadIdx.x;
+  const bool act = t * E < m;
+  unsigned long long v[E];
+  __syncthreads(); /* the keys written by every thread */
+#pragma unroll
+  for (int r = 0; r < E; ++r) v[r] = act ? s[FIN_PAD(t * E + r)] : KEY_NONE;
+  for (int k = 2; k <= m; k <<= 1) {
+    int j = k >> 1;
+    if (j >= 32 * E) { /* the stages across warps, in shared memory */
+      if (act) {
+#pragma unroll
+        for (int r = 0; r < E; ++r) s[FIN_PAD(t * E + r)] = v[r];
       }
       __syncthreads();
+      for (; j >= 32 * E; j >>= 1) {
+        for (int p = t; p < m / 2; p += ST) {
+          const int i = 2 * p - (p & (j - 1)), l = i + j;
+          fin_cx(s[FIN_PAD(i)], s[FIN_PAD(l)], (i & k) == 0);
+        }
+        __syncthreads();
+      }
+#pragma unroll
+      for (int r = 0; r < E; ++r) v[r] = act ? s[FIN_PAD(t * E + r)] : KEY_NONE;
     }
+    for (; j >= E; j >>= 1) { /* across the lanes of a warp */
+      const int lj = j / E;
+#pragma unroll
+      for (int r = 0; r < E; ++r) {
+        const unsigned long long o = __shfl_xor_sync(0xffffffffu, v[r], lj);
+        const int i = t * E + r;
+        const bool keep_min = ((i & j) == 0) == ((i & k) == 0);
+        v[r] = keep_min ? (o < v[r] ? o : v[r]) : (o > v[r] ? o : v[r]);
+      }
+    }
+#pragma unroll
+    for (int jj = E / 2; jj > 0; jj >>= 1) /* inside a thread */
+      if (jj < k) {
+#pragma unroll
+        for (int r = 0; r < E; ++r)
+          if ((r & jj) == 0) fin_cx(v[r], v[r | jj], ((t * E + r) & k) == 0);
+      }
+  }
+  if (act) {
+#pragma unroll
+    for (int r = 0; r < E; ++r) s[FIN_PAD(t * E + r)] = v[r];
+  }
+  __syncthreads();
+}
+
+/* s[FIN_PAD(0 .. m)) sorted (fin_sort_e); every thread of the block calls it. */
+__device__ void fin_sort(unsigned long long *s, int m) {
+  static_assert(FIN_CAP / ST <= 8 && (FIN_CAP / ST) * ST == FIN_CAP, "fin_sort: E <= 8");
+  if (m <= ST) fin_sort_e<1>(s, m);
+  else if (m <= 2 * ST) fin_sort_e<2>(s, m);
+  else if (m <= 4 * ST) fin_sort_e<4>(s, m);
+  else fin_sort_e<8>(s, m);
 }
 
 __device__ __forceinline__ int fin_pow2(long long c) {
@@ -690,14 +760,14 @@ __global__ void __launch_bounds__(ST, 1) k_sel_fin(const __grid_constant__ FinAr
       return;
     }
     const int m = fin_pow2(c);
-    for (int i = threadIdx.x; i < m; i += ST) fin_sm[i] = i < c ? __ldcg(A.cand + i) : KEY_NONE;
+    for (int i = threadIdx.x; i < m; i += ST) fin_sm[FIN_PAD(i)] = i < c ? __ldcg(A.cand + i) : KEY_NONE;
     fin_sort(fin_sm, m);
     if (threadIdx.x == 0) {
       st->total = (unsigned long long)c;
       for (int s = 0; s < A.ns; ++s) {
         const long long r = A.rank0[s];
         if (r < 0 || r >= c) st->bad = 1; /* not reached: the host's ranks are < c */
-        st->prefix[s] = r >= 0 && r < c ? fin_sm[r] : 0ull;
+        st->prefix[s] = r >= 0 && r < c ? fin_sm[FIN_PAD(r)] : 0ull;
         st->rank[s] = 0;
       }
       st->fin_sorted = A.ns;
@@ -732,7 +802,7 @@ __global__ void __launch_bounds__(ST, 1) k_sel_fin(const __grid_constant__ FinAr
        i += (unsigned long long)gridDim.x * ST) {
     const unsigned long long key = __ldcg(A.cand + i);
     if (key >> 63) continue; /* KEY_NONE: not a finite pair */
-    const unsigned long long p = key >> 48; /* the level-0 bucket */
+    const unsigned long long p = key >> A.pshift; /* the level's bucket */
     int g = -1;
     for (int q = 0; q < ng; ++q)
       if (p == s_gp[q]) g = q;
@@ -809,19 +879,24 @@ __global__ void __launch_bounds__(ST, 1) k_sel_fin(const __grid_constant__ FinAr
     }
     s_need = need;
     s_ok = ok;
+    /* the scratch back to zero for the next finish of this call (the region's,
+       after the sample's): only this thread reads it, and every other block's
+       atomics are done */
+    for (int g = 0; g < SEL_NS; ++g) A.fs->minc[g] = A.fs->max[g] = 0ull;
+    A.fs->nfin = 0ull;
   }
   __syncthreads();
   if (!s_ok) return; /* not every slot answered: the levels run (state unchanged) */
   if (s_need) {
     const long long c = (long long)tot;
     const int m = fin_pow2(c);
-    for (int i = threadIdx.x; i < m; i += ST) fin_sm[i] = i < c ? __ldcg(A.reg + i) : KEY_NONE;
+    for (int i = threadIdx.x; i < m; i += ST) fin_sm[FIN_PAD(i)] = i < c ? __ldcg(A.reg + i) : KEY_NONE;
     fin_sort(fin_sm, m);
   }
   if (threadIdx.x == 0) {
     int nt = 0;
     for (int s = 0; s < A.ns; ++s) {
-      st->prefix[s] = s_tie[s] ? s_key[s] : fin_sm[s_key[s]];
+      st->prefix[s] = s_tie[s] ? s_key[s] : fin_sm[FIN_PAD(s_key[s])];
       nt += s_tie[s];
     }
     st->fin_ties = nt;
@@ -1187,10 +1262,11 @@ static cudaError_t launch_sel_buf(int grid, const KArgs &A, cudaStream_t s) {
   return cudaGetLastError();
 }
 
-/* k_sel_fin after level 0 of A's buffer (A.nbuf keys; direct = 0, grid
- * blocks), or one block over the whole buffer at the ranks A.rank0 (direct =
- * 1, A.nbuf <= FIN_CAP). */
-static cudaError_t launch_sel_fin(DevWS *ws, int grid, const KArgs &A, int direct, cudaStream_t s) {
+/* k_sel_fin after level `level` (0 or 1) of A's buffer (A.nbuf keys; direct
+ * = 0, grid blocks), or one block over the whole buffer at the ranks A.rank0
+ * (direct = 1, A.nbuf <= FIN_CAP). */
+static cudaError_t launch_sel_fin(DevWS *ws, int grid, const KArgs &A, int direct, int level,
+                                  cudaStream_t s) {
   static int done[64];
   const cudaError_t e = vg_smem_optin(k_sel_fin, done, FIN_SMEM);
   if (e != cudaSuccess) return e;
@@ -1198,6 +1274,7 @@ static cudaError_t launch_sel_fin(DevWS *ws, int grid, const KArgs &A, int direc
   memset(&F, 0, sizeof F);
   F.ns = A.ns;
   F.direct = direct;
+  F.pshift = sel_shift(level);
   F.nbuf = A.nbuf;
   memcpy(F.rank0, A.rank0, sizeof F.rank0);
   F.st = A.st;
@@ -1267,6 +1344,8 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
  *   [2] their slots answered by the sort of the wanted buckets' keys
  *   [3] of those launches, the ones that left the slots to the levels
  *   [4] window selections finished by one direct k_sel_fin (no levels)
+ *   [5] window selections answered by k_sel_fin after their level 1 (levels
+ *       2-4 returned at once)
  * vgct_cuda_test_sel_last (the last call's plan, written by every call):
  *   [0] windows read by the window pass (0: no window pass)
  *   [1] ranks answered by a window's pivot counts (lo, hi)
@@ -1284,7 +1363,7 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_sel[4] = {0, 0, 
 __attribute__((visibility("default"))) long long vgct_cuda_test_sel_last[6] = {0, 0, 0, 0, 0, 0};
 __attribute__((visibility("default"))) long long vgct_cuda_test_sel_kpt = 0;
 __attribute__((visibility("default"))) long long vgct_cuda_test_fin = 0;
-__attribute__((visibility("default"))) long long vgct_cuda_test_fin_last[5] = {0, 0, 0, 0, 0};
+__attribute__((visibility("default"))) long long vgct_cuda_test_fin_last[6] = {0, 0, 0, 0, 0, 0};
 /* vgct_cuda_compare: vgct_cuda_test_known = 1 sends every rank to the
    selection (the tests of the selection's plans), 0 (default) lets the
    reduction's record answer the ranks it decides (vgct_rank_known);
@@ -1363,11 +1442,16 @@ static double win_need(const WinPlan *W, int k) {
 
 /* Levels 0..4 of k_sel_buf over A's buffer (A.cand, A.nbuf keys, A.st,
  * A.rank0 or the sample ranks): afterwards A.st->prefix[s] is the key of
- * rank s.  with_fin (and the finish on): k_sel_fin runs after level 0 and,
- * when it answers every slot, levels 1..4 return at once (no host round trip
- * decides it).  The histograms and the counters must be zero, and the
- * FinState too with_fin. */
-static cudaError_t buf_levels(DevWS *ws, KArgs &A, bool with_fin, cudaStream_t s) {
+ * rank s.  With the finish on, k_sel_fin runs after level `fin_at` (0 or 1;
+ * -1 none) and, when it answers every slot, the later levels return at once
+ * (no host round trip decides it).  Level 0 for the sample (its p99 bucket:
+ * a few thousand keys); level 1 for a window's region of more than FIN_CAP
+ * keys, whose values span a narrow range -- one or two level-0 buckets, but
+ * its rank's level-1 bucket (2^-16 of an octave: a ~0.5% wide window of noise
+ * spreads over a few hundred) holds a few thousand.  The histograms, the
+ * counters and the FinState must be zero (k_sel_fin leaves its FinState
+ * zero). */
+static cudaError_t buf_levels(DevWS *ws, KArgs &A, int fin_at, cudaStream_t s) {
   const int grid = sel_buf_grid(ws, A.nbuf);
   for (int lv = 0; lv <= 4; ++lv) {
     A.level = lv;
@@ -1375,7 +1459,7 @@ static cudaError_t buf_levels(DevWS *ws, KArgs &A, bool with_fin, cudaStream_t s
     A.counter = (unsigned *)(ws->d_ws + WS_SEL_CNT) + lv;
     cudaError_t e = launch_sel_buf(grid, A, s);
     if (e != cudaSuccess) return e;
-    if (lv == 0 && with_fin && fin_on() && (e = launch_sel_fin(ws, grid, A, 0, s)) != cudaSuccess)
+    if (lv == fin_at && fin_on() && (e = launch_sel_fin(ws, grid, A, 0, lv, s)) != cudaSuccess)
       return e;
   }
   return cudaSuccess;
@@ -1390,6 +1474,7 @@ struct WinRun {
   SArgs S;
   int64_t skeys, gw;
   bool fused;
+  bool copied; /* fused: its counts already at h_pin + VG_PIN_WIN (vg_reduce_run) */
 };
 
 /* The plan, on the host only: the sample, the windows for the ranks ub[j]
@@ -1527,6 +1612,7 @@ __global__ void __launch_bounds__(WT) k_win_count(const __grid_constant__ WArgs 
   if (!vg_last_block(counter)) return;
   if (threadIdx.x == 0) {
     const unsigned long long sge = *(volatile unsigned long long *)&A.w->sge;
+    A.w->stot = A.sst->total;
     A.w->dense = force == 1 || (force == 0 && (double)sge > WIN_FUSE_GE * (double)A.sst->total);
   }
 }
@@ -1557,7 +1643,7 @@ static int win_start(CallCtx &cx, const KArgs &B, WinRun *run, bool with_prep) {
     }
     A.wz = W.z;
     A.wshift = vgct_cuda_test_sel[3];
-    WIN_CK(buf_levels(ws, A, true, cx.stream), "k_sel_buf launch (sample)");
+    WIN_CK(buf_levels(ws, A, 0, cx.stream), "k_sel_buf launch (sample)");
   }
   if (with_prep) {
     k_win_prep<<<1, 32, 0, cx.stream>>>(run->WA);
@@ -1590,13 +1676,15 @@ static int win_answer(CallCtx &cx, const KArgs &B, const vgct_params *p, WinRun 
   int64_t *irk = NULL;
   if (!run->fused)
     WIN_CK(dispatch_sel_window((int)run->gw, WA, cx.stream), "k_sel_window launch");
-  WIN_CK(cudaMemcpyAsync(ws->h_pin, wst, sizeof(WinState), cudaMemcpyDeviceToHost, cx.stream),
-         "cudaMemcpyAsync (window counts)");
-  WIN_CK(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (select windows)");
+  if (!run->copied) { /* (a fused window's counts came back with the record) */
+    WIN_CK(cudaMemcpyAsync(ws->h_pin, wst, sizeof(WinState), cudaMemcpyDeviceToHost, cx.stream),
+           "cudaMemcpyAsync (window counts)");
+    WIN_CK(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (select windows)");
+  }
   cx.mark("window pass");
   {
     WinState h;
-    memcpy(&h, ws->h_pin, sizeof h);
+    memcpy(&h, ws->h_pin + (run->copied ? VG_PIN_WIN : 0u), sizeof h);
     R[0] = W.nw;
     if (run->fused) {
       /* the reduction's own pass: its finite count is the pass's; window 0's
@@ -1674,7 +1762,15 @@ static int win_answer(CallCtx &cx, const KArgs &B, const vgct_params *p, WinRun 
         }
       }
       if (nb == 0) break;
-      WIN_CK(cudaMemsetAsync(d + WS_SEL_STATE + SLOT_WSEL * SEL_SLOT, 0, NSLOT_WSEL * SEL_SLOT,
+      bool direct[NSLOT_WSEL];
+      for (int k = 0; k < nb; ++k) direct[k] = fin_on() && h.pos[bg[k]] <= (unsigned long long)FIN_CAP;
+      /* the batches' states and, when the first takes the levels, the histograms
+         too: one memset (the slots between them, the window pass's WinState
+         among them, were read above: not needed on the device any more) */
+      bool hist_zero = !direct[0];
+      WIN_CK(cudaMemsetAsync(d + WS_SEL_STATE + SLOT_WSEL * SEL_SLOT, 0,
+                             hist_zero ? WS_SEL_CLEAR_END - (WS_SEL_STATE + SLOT_WSEL * SEL_SLOT)
+                                       : NSLOT_WSEL * SEL_SLOT,
                              cx.stream),
              "cudaMemsetAsync (select states)");
       for (int k = 0; k < nb; ++k) {
@@ -1687,15 +1783,18 @@ static int win_answer(CallCtx &cx, const KArgs &B, const vgct_params *p, WinRun 
         A.st = (SelState *)(d + WS_SEL_STATE + (SLOT_WSEL + k) * SEL_SLOT);
         A.ns = bn[k];
         for (int s = 0; s < SEL_NS; ++s) A.rank0[s] = s < bn[k] ? (long long)irk[bix[k][s]] : 0;
-        if (fin_on() && A.nbuf <= FIN_CAP) { /* few stored keys: sorted by one block */
-          WIN_CK(launch_sel_fin(ws, 1, A, 1, cx.stream), "k_sel_fin launch (window)");
+        if (direct[k]) { /* few stored keys: sorted by one block */
+          WIN_CK(launch_sel_fin(ws, 1, A, 1, 0, cx.stream), "k_sel_fin launch (window)");
           ++vgct_cuda_test_fin_last[4];
         } else {
           /* a region of more than FIN_CAP keys spans a narrow range of values (the
-             window), so its level-0 bucket rarely fits the finish: the levels alone */
-          WIN_CK(cudaMemsetAsync(d + WS_SEL_HIST, 0, WS_SEL_CLEAR_END - WS_SEL_HIST, cx.stream),
-                 "cudaMemsetAsync (select histograms)");
-          WIN_CK(buf_levels(ws, A, false, cx.stream), "k_sel_buf launch (window)");
+             window), so its level-0 bucket rarely fits the finish: levels 0 and 1,
+             then the finish over the rank's level-1 bucket (buf_levels) */
+          if (!hist_zero)
+            WIN_CK(cudaMemsetAsync(d + WS_SEL_HIST, 0, WS_SEL_CLEAR_END - WS_SEL_HIST, cx.stream),
+                   "cudaMemsetAsync (select histograms)");
+          WIN_CK(buf_levels(ws, A, 1, cx.stream), "k_sel_buf launch (window)");
+          hist_zero = false;
         }
       }
       WIN_CK(cudaMemcpyAsync(ws->h_pin, d + WS_SEL_STATE + SLOT_WSEL * SEL_SLOT,
@@ -1707,6 +1806,7 @@ static int win_answer(CallCtx &cx, const KArgs &B, const vgct_params *p, WinRun 
         SelState hs;
         memcpy(&hs, ws->h_pin + (size_t)k * SEL_SLOT, sizeof hs);
         if (hs.bad) continue; /* not reached (ranks < stored): left to the radix path */
+        vgct_cuda_test_fin_last[5] += !direct[k] && hs.fin;
         for (int s = 0; s < bn[k]; ++s) {
           const int j = iix[bix[k][s]];
           vals[j] = vgct_f64_from_bits(hs.prefix[s]);
@@ -1807,7 +1907,7 @@ static int sel_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vg
   const long long plan = vgct_cuda_test_sel[0];
   long long *R = vgct_cuda_test_sel_last;
   for (int i = 0; i < 6; ++i) R[i] = 0;
-  for (int i = 0; i < 5; ++i) vgct_cuda_test_fin_last[i] = 0;
+  for (int i = 0; i < 6; ++i) vgct_cuda_test_fin_last[i] = 0;
 
   /* distinct ranks, ascending */
   int64_t uniq[2 * 64];
@@ -1921,7 +2021,7 @@ static int sel_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vg
       /* store-all: the finish after level 0, then the state (one round trip); the
          levels only when it could not answer every rank */
       A.nbuf = it.m;
-      SEL_CK(launch_sel_fin(ws, sel_buf_grid(ws, it.m), A, 0, cx.stream), "k_sel_fin launch");
+      SEL_CK(launch_sel_fin(ws, sel_buf_grid(ws, it.m), A, 0, 0, cx.stream), "k_sel_fin launch");
       SEL_CK(cudaMemcpyAsync(ws->h_pin, A.st, sizeof(SelState), cudaMemcpyDeviceToHost, cx.stream),
              "cudaMemcpyAsync (select finish)");
       SEL_CK(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (select finish)");
@@ -1985,6 +2085,32 @@ out:
   return rc;
 }
 
+/* Whether the reduction's record (vgct_ranks_known: every rank below the
+ * zero count n_finite - n_unequal is 0, rank n_finite - 1 is max_abs_err)
+ * will most likely answer every rank ub[0..nu) of the fused window, from
+ * k_win_count's sample counts hv, for m pairs -- so that vgct_cuda_compare
+ * runs the reduction without the window.  The sample's keys at both of the
+ * window's ranks are 0 (hi == 0: an identical pair, sparse differences); or
+ * the window reaches the key 0 (lo == 0, so hv.sge counts the sample's
+ * nonzero keys) and every rank lies below the sample's estimate of the zero
+ * count, m (stot - sge) / stot, or is the last.  The second is a caching
+ * feature's output (~1% of the outputs recomputed, many of them equal
+ * again): the p99's ranks among the zeros, the sample's 6-sigma window
+ * reaching past them.  A guess, never a result: when the record does not
+ * answer (the true zero count just below the ranks: a band of about one
+ * sample sigma), the window plan's own pass counts the window after the
+ * reduction -- exact, one pass dearer than the fused window.  A window
+ * with lo == 0 and the ranks above the estimate (the zeros fewer than
+ * the p99's rank) is fused: the sparse way counts its zeros by number. */
+static bool win_record_answers(const WinState &hv, const int64_t *ub, int nu, int64_t m) {
+  if (hv.hi[0] == 0) return true;
+  if (hv.lo[0] != 0 || hv.stot == 0 || hv.sge > hv.stot) return false;
+  const double zeros = (double)m * (double)(hv.stot - hv.sge) / (double)hv.stot;
+  for (int j = 0; j < nu; ++j)
+    if (ub[j] != m - 1 && !((double)ub[j] < zeros)) return false;
+  return true;
+}
+
 /* vgct_cuda_compare (vgct_engine.h): the reduction and the quantiles' order
  * statistics in one call holding the device.  When the window plan would run
  * (n >= SEL_WIN_MIN, one window) and the reduction runs k_reduce_bulk
@@ -2042,12 +2168,13 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
       WinState hv;
       memcpy(&hv, ws->h_pin, sizeof hv);
       pre = true; /* the window plan is started either way; its pass runs after the reduce */
-      /* a window [0, 0] (the sample's keys at both ranks are 0: an identical
-         pair, sparse differences): the reduction's zero count will most likely
-         answer every rank (vgct_rank_known), so it runs without the window;
-         when it does not, the window plan's own pass counts it after all */
+      /* a window that the reduction's record will most likely answer
+         (win_record_answers: an identical pair, sparse differences): the
+         reduction runs without it; when the record does not answer after
+         all, the window plan's own pass counts it */
       skip = vgct_cuda_test_fuse == 2 ||
-             (hv.hi[0] == 0 && vgct_cuda_test_known == 0 && vgct_cuda_test_fuse == 0);
+             (vgct_cuda_test_known == 0 && vgct_cuda_test_fuse == 0 &&
+              win_record_answers(hv, ub, nu, m));
       wf.mode = hv.dense ? VG_WIN_EVERY : VG_WIN_LOOK;
       wf.w = run.WA.w;
       wf.cand = run.WA.cand + run.WA.off[0];
@@ -2081,7 +2208,10 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
     if (!known[j]) sub[k++] = ranks[j];
   vgct_params p2 = *p;
   p2.expect_finite = out->n_finite; /* a different count: the inputs changed */
-  if (pre) run.fused = !skip && wf.used != 0;
+  if (pre) {
+    run.fused = !skip && wf.used != 0;
+    run.copied = run.fused && wf.copied != 0;
+  }
   rc = sel_run(cx, a, e, &p2, sub, left, subv, pre ? &run : NULL, err, errlen);
   if (rc != VGCT_OK) return rc;
   k = 0;

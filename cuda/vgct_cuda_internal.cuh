@@ -90,6 +90,8 @@ int vg_prepare(const vgct_view *a, const vgct_view *e, int slice_dim, IterSpec *
 /* ---- per-device workspace --------------------------------------------- */
 #define VG_WS_BYTES (16u << 20)     /* the whole device workspace           */
 #define VG_PIN_BYTES (4u << 20)     /* pinned host buffer for result records */
+#define VG_PIN_WIN 2048u            /* where vg_reduce_run copies a fused window's
+                                       counts (WinState) beside the record */
 #define VG_MAX_PARTS 16384          /* reduce: whole-tensor partials         */
 #define VG_SLICE_CHUNK 65536        /* reduce: slices per launch             */
 #define VG_LAUNCH_PAIRS (INT64_C(1) << 32) /* reduce: most pairs per chunked launch */
@@ -793,7 +795,8 @@ struct WinState {
   unsigned long long lt[WIN_MAXW], eql[WIN_MAXW], eqh[WIN_MAXW], pos[WIN_MAXW];
   unsigned long long total;
   unsigned long long ge;   /* fused: keys >= lo[0]                              */
-  unsigned long long sge;  /* fused: the sample's finite keys >= lo[0]          */
+  unsigned long long sge;  /* fused: the sample's finite keys >= lo[0], 0 aside  */
+  unsigned long long stot; /* fused: the sample's finite keys (k_win_count)     */
   int dense;               /* fused: too many of them for the sparse way -- every
                               pair classified instead (select.cu k_win_count)  */
 };
@@ -857,7 +860,9 @@ struct VgWinFuse {
   long long cap;
   vgct_acc *part;
   int used;
-  int mode; /* VG_WIN_LOOK or VG_WIN_EVERY (cuda/reduce.cu, the fused key window) */
+  int mode;   /* VG_WIN_LOOK or VG_WIN_EVERY (cuda/reduce.cu, the fused key window) */
+  int copied; /* out: the counts copied to h_pin + VG_PIN_WIN with the record,
+                 in the same host round trip (used == 1 only) */
 };
 #define VG_WIN_LOOK 1  /* k_reduce_bulk<..., 1>: the pairs not proved below lo keyed */
 #define VG_WIN_EVERY 2 /* k_reduce_bulk<..., 2>: every pair classified in the fold */

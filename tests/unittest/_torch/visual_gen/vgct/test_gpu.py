@@ -1191,21 +1191,74 @@ def test_record_answers_with_non_finite_pairs(known_hooks):
     assert dict(vgct_ext.compare(a, e, quantiles=QK).quantiles) == dict(g.quantiles)
 
 
-@pytest.mark.parametrize("kind", ["identical_bf16", "sparse_fp32"])
+@pytest.mark.parametrize("kind", ["identical_bf16", "sparse_fp32", "caching_bf16"])
 def test_record_answers_skip_the_zero_window(kind, known_hooks, fuse_hooks_plain):
-    """From WIN_FUSE_MIN (2^25) pairs on, a sample whose p99 window is the key 0 alone (an identical
-    pair; 0.1% of the pairs differ) makes the reduction run without the window (fuse_last == 2)
-    and the record answers the p99 with no pass (known_last == [2, 0]); values == CPU engine."""
+    """From WIN_FUSE_MIN (2^25) pairs on, a sample whose p99 window the record will answer makes
+    the reduction run without the window (fuse_last == 2), and the record answers the p99 with no
+    pass (known_last == [2, 0]); values == CPU engine.  The window is the key 0 alone (an identical
+    pair; 0.1% of the pairs differ), or -- caching_bf16, cuda/select.cu win_record_answers -- it
+    reaches from 0 to a nonzero key (0.9% of the pairs differ: the sample's 6-sigma window,
+    ~0.23% of the keys either side of the p99, reaches past the zeros) while the sample's zero
+    count puts the p99's ranks among the zeros (the old rule, hi == 0 only, fused it: fuse_last 1)."""
     _, last = known_hooks
     n = (1 << 25) + 1001
     if kind == "identical_bf16":
         a, e = _sparse_case(n, 0, torch.bfloat16, seed=1)
-    else:
+    elif kind == "sparse_fp32":
         a, e = _sparse_case(n, n // 1000, torch.float32, seed=2)
+    else:
+        a, e = _sparse_case(n, (9 * n) // 1000, torch.bfloat16, seed=3)
     g = check3(a, e, quantiles=(0.99,), oracle=False)
     assert g.quantiles[0.99] == 0.0
     assert fuse_hooks_plain.value == 2
     assert list(last) == [2, 0]
+
+
+def _sampled_elements(n, ch=8):
+    """Boolean mask (CPU) of the elements whose keys the window plan's sample reads, for a flat
+    contiguous pair of n elements, chunks of ch pairs (cuda/select.cu win_plan, k_sel_sample:
+    K = n/256 keys within [2^14, 2^20], nruns = ceil(K / (32 ch)) runs of WIN_RUN = 32 chunks,
+    run r from chunk r step + (r rem) // nruns, step and rem = divmod(nchunk, nruns))."""
+    nchunk = -(-n // ch)
+    k = min(max(n // 256, 1 << 14), 1 << 20)
+    nruns = -(-k // (32 * ch))
+    step, rem = divmod(nchunk, nruns)
+    mask = torch.zeros(n, dtype=torch.bool)
+    for r in range(nruns):
+        c = r * step + (r * rem) // nruns
+        mask[c * ch:(c + 32) * ch] = True
+    return mask
+
+
+def test_record_guess_wrong_falls_back_to_the_window_pass(known_hooks, fuse_hooks_plain):
+    """The record's answer is a guess from the sample (win_record_answers); when it is wrong the
+    result must still be exact.  Planted here: the sample reads 0.9% of its pairs unequal (so the
+    reduction runs without the window, fuse_last == 2), while over all pairs exactly n - hi differ
+    (hi = the p99's upper rank: the zero count is hi, so rank hi is the smallest nonzero key and
+    the record answers only the lower rank, known_last == [1, 1]) -- the window plan's own pass
+    then selects it after the reduction.  Values == CPU engine == float64 oracle; a record that
+    answered rank hi as 0, or a skipped window left unanswered, fails the oracle."""
+    _, last = known_hooks
+    n = (1 << 25) + 1001
+    hi = math.floor((n - 1) * 0.99) + 1
+    g = torch.Generator()  # (on the CPU: the placement follows the CPU-built mask)
+    g.manual_seed(GEN_SEED + 400)
+    sampled = _sampled_elements(n)
+    s_idx = sampled.nonzero().flatten()
+    u_idx = (~sampled).nonzero().flatten()
+    k_s = (9 * s_idx.numel()) // 1000
+    k_u = (n - hi) - k_s
+    pick = torch.cat([s_idx[torch.randperm(s_idx.numel(), generator=g)[:k_s]],
+                      u_idx[torch.randperm(u_idx.numel(), generator=g)[:k_u]]])
+    e32 = torch.randn(n, generator=g).to(torch.bfloat16).float()
+    a32 = e32.clone()
+    a32[pick] += (0.25 + torch.rand(pick.numel(), generator=g)) * (1.0 + e32[pick].abs())
+    a, e = a32.to(torch.bfloat16).to(DEV), e32.to(torch.bfloat16).to(DEV)
+    r = check3(a, e, quantiles=(0.99,), oracle=True)
+    assert r.n_unequal == n - hi
+    assert r.quantiles[0.99] > 0.0
+    assert fuse_hooks_plain.value == 2
+    assert list(last) == [1, 1]
 
 
 @pytest.fixture
@@ -1226,7 +1279,8 @@ def fuse_hooks_plain():
 # what the last call did.  Every case is checked against the CPU engine, the float64 oracle and the
 # same call with the finish off (the levels: an independent GPU path).
 
-FIN_LAST = ("store_all_fins", "by_ties", "by_sort", "left_to_levels", "window_direct")
+FIN_LAST = ("store_all_fins", "by_ties", "by_sort", "left_to_levels", "window_direct",
+            "window_level1")
 FIN_CAP = 8192
 
 
@@ -1239,7 +1293,7 @@ def fin_hooks(selection_only):
 
     lib = ctypes.CDLL(_C.__file__)
     knob = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fin")
-    last = (ctypes.c_longlong * 5).in_dll(lib, "vgct_cuda_test_fin_last")
+    last = (ctypes.c_longlong * 6).in_dll(lib, "vgct_cuda_test_fin_last")
 
     class Hooks:
         @staticmethod
@@ -1276,7 +1330,7 @@ def _fin_both_ways(a, e, quantiles, fin_hooks, after_on=None, oracle=True):
     h = vgct_ext.compare(a, e, quantiles=quantiles)
     off = fin_hooks.last()
     fin_hooks.set(off=False)
-    assert off["store_all_fins"] == 0 and off["window_direct"] == 0, off
+    assert off["store_all_fins"] == off["window_direct"] == off["window_level1"] == 0, off
     assert dict(g.quantiles) == dict(h.quantiles)
     if last["store_all_fins"] and last["left_to_levels"] == 0:
         assert last["by_ties"] + last["by_sort"] == _distinct_ranks(g.n_finite, quantiles), last
@@ -1335,6 +1389,24 @@ def test_fin_cap_boundary(size, sorted_, fin_hooks):
         assert last["left_to_levels"] == last["store_all_fins"] == 2, last
 
 
+@pytest.mark.parametrize("size", [2, 3, 31, 700, 1024, 1025, 2047, 3000, 4097, 8000])
+def test_fin_sort_every_size_class(size, fin_hooks):
+    """The finish's sort (k_sel_fin, fin_sort) keeps E = 1, 2, 4 or 8 keys a thread in registers
+    by the padded size m (up to 1024, 2048, 4096, 8192): one 1/16-octave bucket of `size` keys
+    with repeated values (about two copies each: equal keys across lanes, registers and the
+    shared-memory stages) at 33 ranks spread over it -- every position class of the network.
+    Values == the four histogram levels (finish off) == CPU engine == float64 oracle."""
+    gen = torch.Generator(device=DEV).manual_seed(GEN_SEED + 303 + size)
+    i = torch.arange(size, device=DEV)
+    k = (i - (i % 3 == 2).long()).double()  # 0, 1, 1, 3, 4, 4, ...: every third a repeat
+    k = k[torch.randperm(size, generator=gen, device=DEV)]
+    e = torch.ones(size, dtype=torch.float64, device=DEV)
+    a = 2.0 + k * 2.0 ** -30  # |d| = 1 + k 2^-30, all in [1, 1.0625): one bucket
+    qs = tuple(j / 32 for j in range(33))
+    g, last, _ = _fin_both_ways(a, e, qs, fin_hooks)
+    assert last["by_sort"] >= 1 and last["left_to_levels"] == 0, last
+
+
 def test_fin_big_tie_bucket_beside_a_small_sorted_one(fin_hooks):
     """One batch with a one-value bucket of far more than FIN_CAP keys (answered by its extremes)
     and a small bucket of many values (sorted): the big bucket's keys are not counted against the
@@ -1380,6 +1452,24 @@ def test_fin_window_regions_are_sorted_directly(fin_hooks, sel_hooks):
     assert last["window_direct"] >= 1, last
     assert on["in_stored"] >= 1 and on["radix_ranks"] == 0, on
     assert on == off  # the same windows, the same ranks at their pivots and inside
+
+
+@pytest.mark.parametrize("kind", ["noise_fp32", "cauchy"])
+def test_fin_window_region_after_level_one(kind, fin_hooks, sel_hooks):
+    """A window's region of more than FIN_CAP stored keys (the window plan forced at 2^22: a
+    16384-key sample, ~1% of the keys stored) spans one or two level-0 buckets, so its ranks
+    take levels 0 and 1 and then the finish over the rank's level-1 bucket (k_sel_fin with
+    pshift 36: a few keys, sorted), and levels 2-4 return at once (window_level1 counts those
+    batches).  Same values and windows as with the finish off (five levels) == CPU == oracle;
+    a finish that grouped the keys by their level-0 bucket would match none and leave the
+    ranks to the levels (window_level1 == 0: fails)."""
+    a, e = _window_case(kind, 1 << 22, seed=13)
+    sel_hooks.set(plan=1)
+    g, last, on = _fin_both_ways(a, e, QW, fin_hooks, after_on=sel_hooks.last)
+    off = sel_hooks.last()
+    assert on["in_stored"] >= 1 and on["radix_ranks"] == 0 and on["overflowed"] == 0, on
+    assert last["window_level1"] >= 1, last
+    assert on == off
 
 
 # ---- issue #13: the small-input reduce (VG_MODE_LEAN) against the fast path ------------------
