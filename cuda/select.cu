@@ -150,7 +150,8 @@ namespace cg = cooperative_groups;
    when the fused kernel is skipped, at its WS_PART, inside the candidate
    buffer, where only the sample's keys are, no longer needed):
      [WS_SEL_CNT, +64)        last-block counters (5 levels, k_sel_fin's, k_win_count's)
-     [WS_SEL_FIN, +136)       k_sel_fin's FinState (zeroed with the counters)
+     [WS_SEL_FIN, +136)       k_sel_fin's FinState (zeroed with the counters,
+                              and left zero by each k_sel_fin: several a call)
      [WS_SEL_STATE, +4096)    8 state slots of SEL_SLOT bytes: 0 the radix
                               path's SelState, 1 the sample's, 2..6 the
                               window selections', 7 the window pass's WinState
@@ -217,7 +218,8 @@ struct SelState {
   int fin_pad;
 };
 
-/* k_sel_fin's grid-wide scratch (zeroed with the counters): per group the
+/* k_sel_fin's grid-wide scratch (zeroed with the counters before a plan,
+ * and again by each k_sel_fin's last block once read): per group the
  * largest ~key (so ~minc is the smallest key) and the largest key of its
  * bucket, and the keys appended to the region. */
 struct FinState {
@@ -611,7 +613,8 @@ __global__ void __launch_bounds__(ST, 1) k_sel_buf(const __grid_constant__ BArgs
  * 15-bit prefix: a 1/16-octave bucket; after level 1, 27 bits: key >> 36,
  * FinArgs.pshift) and its rank inside it; the radix
  * levels below cost a launch and a last-block scan each (a one-block
- * k_sel_buf is ~7 us of serial scan, docs/performance.md), four of them.
+ * k_sel_buf is ~7 us of serial scan, docs/performance.md), four of them
+ * (three after level 1).
  * k_sel_fin instead reads the buffer once more and keeps, per group, the
  * smallest and largest key of the bucket, and appends the keys of the
  * "small" groups (buckets of at most FIN_CAP keys) to a region when they
@@ -634,7 +637,7 @@ __global__ void __launch_bounds__(ST, 1) k_sel_buf(const __grid_constant__ BArgs
  * direct = 1: a one-block launch over a whole buffer of at most FIN_CAP keys,
  * all finite (a window's stored keys): rank0[s] of the sorted buffer.
  * Trade-off: one extra read of the buffer (L2-resident) and a sort of at most
- * FIN_CAP keys by one block, instead of four histogram levels (~11 us each
+ * FIN_CAP keys by one block, instead of the later histogram levels (~11 us each
  * at 2^20 keys): measured (docs/performance.md) it wins where the wanted
  * buckets are one value (ties: no sort) or small; the sort of a few thousand
  * keys by one SM costs about what the levels do (2^20 fp32 noise: even), and
@@ -1442,8 +1445,8 @@ static double win_need(const WinPlan *W, int k) {
 
 /* Levels 0..4 of k_sel_buf over A's buffer (A.cand, A.nbuf keys, A.st,
  * A.rank0 or the sample ranks): afterwards A.st->prefix[s] is the key of
- * rank s.  With the finish on, k_sel_fin runs after level `fin_at` (0 or 1;
- * -1 none) and, when it answers every slot, the later levels return at once
+ * rank s.  With the finish on, k_sel_fin runs after level `fin_at` (0 or 1)
+ * and, when it answers every slot, the later levels return at once
  * (no host round trip decides it).  Level 0 for the sample (its p99 bucket:
  * a few thousand keys); level 1 for a window's region of more than FIN_CAP
  * keys, whose values span a narrow range -- one or two level-0 buckets, but
@@ -1680,8 +1683,8 @@ static int win_answer(CallCtx &cx, const KArgs &B, const vgct_params *p, WinRun 
     WIN_CK(cudaMemcpyAsync(ws->h_pin, wst, sizeof(WinState), cudaMemcpyDeviceToHost, cx.stream),
            "cudaMemcpyAsync (window counts)");
     WIN_CK(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (select windows)");
+    cx.mark("window pass");
   }
-  cx.mark("window pass");
   {
     WinState h;
     memcpy(&h, ws->h_pin + (run->copied ? VG_PIN_WIN : 0u), sizeof h);

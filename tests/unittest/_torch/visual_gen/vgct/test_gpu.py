@@ -1236,8 +1236,10 @@ def test_record_guess_wrong_falls_back_to_the_window_pass(known_hooks, fuse_hook
     reduction runs without the window, fuse_last == 2), while over all pairs exactly n - hi differ
     (hi = the p99's upper rank: the zero count is hi, so rank hi is the smallest nonzero key and
     the record answers only the lower rank, known_last == [1, 1]) -- the window plan's own pass
-    then selects it after the reduction.  Values == CPU engine == float64 oracle; a record that
-    answered rank hi as 0, or a skipped window left unanswered, fails the oracle."""
+    then selects it after the reduction (one window, the rank at its pivot or among its stored
+    keys, none left to the radix path).  Values == CPU engine == float64 oracle: a record that
+    answered rank hi as 0 fails it; a window left uncounted would send the rank to the radix
+    path (exact, slower), which the hook shows."""
     _, last = known_hooks
     n = (1 << 25) + 1001
     hi = math.floor((n - 1) * 0.99) + 1
@@ -1259,6 +1261,9 @@ def test_record_guess_wrong_falls_back_to_the_window_pass(known_hooks, fuse_hook
     assert r.quantiles[0.99] > 0.0
     assert fuse_hooks_plain.value == 2
     assert list(last) == [1, 1]
+    plan = dict(zip(SEL_LAST, list(_sel_hooks()[1])))
+    assert plan["windows"] == 1 and plan["at_pivots"] + plan["in_stored"] == 1, plan
+    assert plan["radix_ranks"] == 0, plan
 
 
 @pytest.fixture
