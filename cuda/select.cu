@@ -2104,7 +2104,8 @@ out:
  * sample sigma), the window plan's own pass counts the window after the
  * reduction -- exact, one pass dearer than the fused window.  A window
  * with lo == 0 and the ranks above the estimate (the zeros fewer than
- * the p99's rank) is fused: the sparse way counts its zeros by number. */
+ * the p99's rank) is fused: the sparse way counts its zeros by number.
+ * (The CPU engine's windows follow the same rule: csrc/cpu_select.inc.) */
 static bool win_record_answers(const WinState &hv, const int64_t *ub, int nu, int64_t m) {
   if (hv.hi[0] == 0) return true;
   if (hv.lo[0] != 0 || hv.stot == 0 || hv.sge > hv.stot) return false;

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import _cengine
+import vgct_ext
 from oracle import decode_bf16, decode_e4m3, decode_e5m2, norm
 
 hyp = pytest.importorskip("hypothesis")
@@ -415,11 +416,11 @@ def test_select_windows_exact_every_rank_near_the_quantiles(engine, kind, qs):
     dense = [r for q in qs for r in range(int(q * (m - 1)) - w, int(q * (m - 1)) + w) if 0 <= r < m]
     ranks = sorted(set(dense)) + [0, m - 1]
     ps, acc, got = _windows_select(engine, a, e, qs, ranks, 2)
-    # n >= VGCT_PRESEL_MIN_N: windows were predicted -- except where every window is the key 0
-    # alone (the identical pair's p99), whose ranks compare() answers from the reduction's zero
-    # count (vgct_rank_known; test_quantiles.py): no window, the selection's own passes, as exact.
-    # The p99.9's window reaches the sample's top: its upper end is +Inf, not 0, so it stays
-    assert bool(ps) == (kind != "identical" or len(qs) > 1), kind
+    # n >= VGCT_PRESEL_MIN_N: windows were predicted -- except where the sample says the
+    # reduction's zero count (vgct_rank_known; test_quantiles.py) will answer every window's ranks
+    # (an identical pair; the caching shapes near 1% unequal: test_presel_leaves_to_the_record...):
+    # no window, the selection's own passes here, as exact
+    assert bool(ps) == (kind != "identical" and (kind != "caching" or len(qs) > 1)), kind
     assert acc.n_finite == m
     assert got.tobytes() == keys[ranks].tobytes(), kind
     # the ranks compare() asks for: finished inside the windows, no pass, any thread count
@@ -427,7 +428,7 @@ def test_select_windows_exact_every_rank_near_the_quantiles(engine, kind, qs):
     for nt in (1, 2):
         _, _, got = _windows_select(engine, a, e, qs, want, nt)
         assert got.tobytes() == keys[want].tobytes()
-        if kind != "identical":
+        if ps:
             assert engine.last_select_passes == 0, kind
 
 
@@ -544,6 +545,82 @@ def test_select_windows_missed_fall_back_exactly(engine):
     assert ps
     assert got.tobytes() == keys[ranks].tobytes()
     assert engine.last_select_passes >= 1
+
+
+def _presel_sampled(n):
+    """Boolean mask of the elements vgct_cpu_presel_new's sample reads for a flat contiguous pair
+    of n elements (csrc/cpu_select.inc): K = n/256 keys within [2^14, 2^18], ntiles = K / 512,
+    tiles of 512 at b = 0, step, 2 step, ... (step = ceil(n / 512) // ntiles), ntiles + 1 of them."""
+    tile = 512
+    want = min(max(n // 256, 1 << 14), 1 << 18)
+    ntiles, nblk = want // tile, -(-n // tile)
+    step = max(nblk // ntiles, 1)
+    mask = np.zeros(n, dtype=bool)
+    for k, b in enumerate(range(0, nblk, step)):
+        if k > ntiles:
+            break
+        mask[b * tile:(b + 1) * tile] = True
+    return mask
+
+
+def _unequal_at(e, idx, rng):
+    """A copy of e with the pairs at idx made unequal by at least a quarter of 1 + |e| (float32)."""
+    a = e.copy()
+    a[idx] += ((0.25 + rng.random(idx.size)) * (1.0 + np.abs(e[idx]))).astype(np.float32)
+    return a
+
+
+@pytest.mark.parametrize("share,qs,nan,windows", [
+    (0.004, [0.99], 0.0, False), (0.009, [0.99], 0.0, False), (0.012, [0.99], 0.0, True),
+    (0.02, [0.99], 0.0, True),
+    (0.0125, [0.985, 0.99], 0.0, True),  # one window: its ranks include the p99's, above the zeros
+    (0.005, [0.99], 0.01, True),  # 1% NaN: n_unequal counts them, the zeros are 98.5% of the finite
+])
+def test_presel_leaves_to_the_record_what_its_zero_count_answers(engine, share, qs, nan, windows):
+    """A window whose sample keys reach the key 0 is left to the reduction's record when the
+    sample's zero count puts all its ranks among the zeros (a caching feature's output: `share`
+    of the pairs unequal, the rest identical; csrc/cpu_select.inc, the GPU's win_record_answers
+    rule): no window below 1% unequal, a window counted (lo = 0) above it -- also where the p98.5
+    and the p99 share one window (the rule must weigh the larger), and where NaN pairs, which the
+    record's zero count n_finite - n_unequal subtracts, are ~1% (the sample's non-finite pairs
+    are taken as unequal).  compare()'s quantiles are the oracle's either way."""
+    rng = np.random.default_rng(91)
+    n = (1 << 20) + 3
+    e = rng.standard_normal(n).astype(np.float32)
+    a = _unequal_at(e, rng.choice(n, int(share * n), replace=False), rng)
+    if nan:
+        a[rng.random(n) < nan] = np.nan
+    ps = engine.presel(a, e, qs)
+    engine.presel_free(ps)
+    assert bool(ps) == windows
+    keys = _sorted_finite_absdiff(a, e)
+    got = vgct_ext.compare(a, e, quantiles=qs).quantiles
+    for q in qs:
+        assert got[q] == float(np.quantile(keys, q)), q
+
+
+def test_presel_wrong_guess_is_still_exact(engine):
+    """Planted: the sample reads 0.9% of its pairs unequal (so no window: the record will answer,
+    it guesses) while exactly n - hi pairs are unequal overall (hi: the p99's upper rank, now the
+    smallest nonzero key, which the record cannot answer).  The rank takes the selection's own
+    passes: compare()'s p99 == the oracle's (> 0); a record that answered it 0 fails."""
+    rng = np.random.default_rng(92)
+    n = (1 << 20) + 3
+    hi = math.floor((n - 1) * 0.99) + 1
+    sampled = _presel_sampled(n)
+    s_idx, u_idx = np.flatnonzero(sampled), np.flatnonzero(~sampled)
+    k_s = (9 * s_idx.size) // 1000
+    pick = np.concatenate([rng.choice(s_idx, k_s, replace=False),
+                           rng.choice(u_idx, (n - hi) - k_s, replace=False)])
+    e = rng.standard_normal(n).astype(np.float32)
+    a = _unequal_at(e, pick, rng)
+    ps = engine.presel(a, e, [0.99])
+    engine.presel_free(ps)
+    assert not ps  # the guess: answered by the record
+    keys = _sorted_finite_absdiff(a, e)
+    r = vgct_ext.compare(a, e)
+    assert r.n_unequal == n - hi and keys[hi] > 0.0 and keys[hi - 1] == 0.0
+    assert r.quantiles[0.99] == float(np.quantile(keys, 0.99)) > 0.0
 
 
 def test_select_windows_torn_input_detected(engine):
