@@ -462,7 +462,8 @@ def expect_gate_failure(*, statistics: Optional[Sequence[str]] = None, any_of: O
 
     Yields an :class:`ExpectedFailure` filled in on exit. Raises ``AssertionError`` (pytest reports it as a
     test failure) when the block passes -- the gate let the planted fault through -- or fails on other
-    statistics; other exceptions propagate. :class:`EvidenceMissing` does not count: a T2 gate without evidence
+    statistics; other exceptions propagate, also one that ends a :func:`vgct_ext.soft_gates` block inside
+    after a gate failed there (the soft block's GateFailure, chained from it, is its context). :class:`EvidenceMissing` does not count: a T2 gate without evidence
     proves nothing about the fault. Under ``pytest --vgct-calibrate`` a T2 gate or a tightened T1 gate
     (``tighten=k``) in the block records nothing and ends the block quietly (``.calibrating`` is True): such gates
     record instead of gating at their evidence there, so the fault is checked in the gating run, and a faulty run
@@ -484,6 +485,12 @@ def expect_gate_failure(*, statistics: Optional[Sequence[str]] = None, any_of: O
         caught.calibrating = True
         return
     except GateFailure as exc:
+        own = exc.__cause__
+        if own is not None and not isinstance(own, (GateFailure, EvidenceMissing)):
+            # a soft block inside ended by its own exception after a gate failed: soft_gates chains its
+            # failures from that exception; the exception is the block's (a harness error, a skip) and
+            # propagates -- the gate failure stays attached as its context
+            raise own
         caught.error = exc
         caught.failed = exc.failed_statistics
     else:

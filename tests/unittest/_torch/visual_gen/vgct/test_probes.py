@@ -521,6 +521,34 @@ def test_expect_gate_failure_checks_the_failing_statistics():
             assert_t1(e * 1.01, e, component="c", feature="f")
 
 
+def test_expect_gate_failure_does_not_hide_the_blocks_own_error():
+    """Planted: inside a planted-fault block, a soft block collects the fault's gate failure and then
+    the block's own code raises (a harness bug after the gate).  The soft block raises its
+    GateFailure chained from that error (soft_gates never loses failures); expect_gate_failure
+    must not count that as the fault caught and swallow the error: the error propagates (its
+    contract: other exceptions propagate), with the gate failure as its context.  The same block
+    without the error still counts as caught."""
+    from vgct_ext.gates import GateFailure, assert_t1, soft_gates
+    from vgct_ext.probes import expect_gate_failure
+
+    e = np.linspace(-1, 1, 64, dtype=np.float32)
+    with pytest.raises(ZeroDivisionError) as ei:
+        with expect_gate_failure(statistics=("rel_l2",)):
+            with soft_gates():
+                assert_t1(e * 1.01, e, component="c", feature="f")
+                1 / 0  # noqa: B018 -- the harness bug
+    assert isinstance(ei.value.__context__, GateFailure)
+    with pytest.raises(pytest.skip.Exception):  # a skip decided in the block stays a skip
+        with expect_gate_failure(statistics=("rel_l2",)):
+            with soft_gates():
+                assert_t1(e * 1.01, e, component="c", feature="f")
+                pytest.skip("decided inside the block")
+    with expect_gate_failure(statistics=("rel_l2",)) as caught:
+        with soft_gates():
+            assert_t1(e * 1.01, e, component="c", feature="f")
+    assert "rel_l2" in caught.failed
+
+
 def test_package_lists_the_method_layer_without_importing_torch():
     import subprocess
     import sys
