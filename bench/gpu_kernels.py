@@ -9,8 +9,9 @@ test; a diagnostic for issue #13's small-call rows (docs/performance.md).
 With --timeline it also prints the last call's activities in order: start offset from the call's first
 activity, duration, and the idle gap before each (where the device waited for the host).
 
-With --shapes K it instead profiles the default p99 call on each data shape of bench_gpu.p99_shapes
-(issue #13's large rows) at 2^K pairs: the device time of each kernel a call, the device span and busy
+With --shapes K it instead profiles the default p99 call on bench_gpu's own pair (its "bf16, exact
+p99" row) and each data shape of bench_gpu.p99_shapes (issue #13's large rows) at 2^K pairs (--only
+SUBSTRING: the shapes whose name holds it): the device time of each kernel a call, the device span and busy
 time, and the host wall time beside the same call without quantiles -- where the exact p99's cost
 over the reduction goes (the sample, the reduction with the fused window, the window's finish).
 
@@ -19,7 +20,7 @@ k_sel_fin) off and on (its test hook vgct_cuda_test_fin, through ctypes) on thre
 rounding noise (ties), bf16 with 1e-2 noise (a few dozen values in the p99's bucket), fp32 noise (all
 distinct) -- and prints one table: host wall and device busy time per call, and their ratios.
 
-    python bench/gpu_kernels.py [--sizes 10,20] [--reps 5] [--timeline] [--fin-table] [--shapes 28]
+    python bench/gpu_kernels.py [--sizes 10,20] [--reps 5] [--timeline] [--fin-table] [--shapes 28 [--only S]]
 """
 import argparse
 import collections
@@ -126,11 +127,23 @@ def print_timeline(last):
         prev = max(prev, r.end)
 
 
-def shapes_table(lg, reps, timeline=False):
-    """Per-kernel device time of the default p99 call on bench_gpu.p99_shapes at 2^lg pairs."""
-    from bench_gpu import p99_shapes  # bench/ is sys.path[0]
+def _bench_shapes(n):
+    """bench_gpu's own pair (its "bf16, exact p99" row: bf16 of e + 1e-2 noise against bf16 e),
+    then bench_gpu.p99_shapes."""
+    from bench_gpu import make_pair, p99_shapes  # bench/ is sys.path[0]
 
-    for name, a, e in p99_shapes(1 << lg):
+    a, e = make_pair((n,), torch.bfloat16)
+    yield "bench pair: bf16(e+1e-2 noise) vs bf16(e)", a, e
+    a = e = None  # (the caller's loop still holds the pair until its next one)
+    yield from p99_shapes(n)
+
+
+def shapes_table(lg, reps, timeline=False, only=None):
+    """Per-kernel device time of the default p99 call on bench_gpu's pair and p99_shapes at
+    2^lg pairs (only: the shapes whose name holds this substring)."""
+    for name, a, e in _bench_shapes(1 << lg):
+        if only and only not in name:
+            continue
         per, span, wall, last = one_case(a, e, (0.99,), reps)
         _, _, wall0, _ = one_case(a, e, None, reps)
         busy = sum(sum(v) for v in per.values()) / reps
@@ -151,11 +164,12 @@ def main():
     ap.add_argument("--timeline", action="store_true", help="the last call's activities in order")
     ap.add_argument("--fin-table", action="store_true", help="the p99 call with k_sel_fin off and on")
     ap.add_argument("--shapes", type=int, default=0, metavar="K",
-                    help="the p99 call's kernels on bench_gpu.p99_shapes at 2^K pairs")
+                    help="the p99 call's kernels on bench_gpu's pair and p99_shapes at 2^K pairs")
+    ap.add_argument("--only", default=None, help="with --shapes: the shapes whose name holds this")
     args = ap.parse_args()
     print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}")
     if args.shapes:
-        shapes_table(args.shapes, args.reps, args.timeline)
+        shapes_table(args.shapes, args.reps, args.timeline, args.only)
         return
     if args.fin_table:
         fin_table([int(s) for s in args.sizes.split(",")], args.reps)

@@ -61,7 +61,7 @@
  *       that does not depend on the data.  A window the reduction's record
  *       will most likely answer (win_record_answers: the sample's keys at
  *       both ranks 0, or the window reaching 0 and the ranks below the
- *       sample's zero count) is left to the record (vgct_ranks_known): the
+ *       sample's estimate of the record's zero count) is left to the record (vgct_ranks_known): the
  *       reduction runs without it, and c runs after it only when the record
  *       does not answer.  Then d, with the reduction's n_finite as the pass's count
  *       and lt = n_finite - (keys >= lo).
@@ -1476,9 +1476,26 @@ struct WinRun {
   WArgs WA;
   SArgs S;
   int64_t skeys, gw;
+  int64_t spad; /* the sample's slots past a row's end (no pair, no key) */
   bool fused;
   bool copied; /* fused: its counts already at h_pin + VG_PIN_WIN (vg_reduce_run) */
 };
+
+/* The sample's slots that hold no pair (k_sel_sample writes KEY_NONE past
+ * the data's end), for m pairs in ONE row of cpr chunks of CH: only the last
+ * chunk can be partial, and only the last run reach it or past it.  Several
+ * rows: 0 (win_record_answers then takes every empty slot for a non-finite
+ * pair, which errs towards the window; the fused window's views are flat). */
+static int64_t sample_pad(const SArgs &S, int64_t m, int64_t cpr, int CH) {
+  if (cpr != S.nchunk) return 0;
+  const int64_t short_by = S.nchunk * CH - m; /* the last chunk: CH - its pairs */
+  if (S.full) return short_by;
+  const int64_t r = S.nruns - 1, c0 = r * S.step + (r * S.rem) / S.nruns;
+  int64_t p = 0;
+  for (int64_t u = 0; u < WIN_RUN; ++u)
+    p += c0 + u >= S.nchunk ? CH : (c0 + u == S.nchunk - 1 ? short_by : 0);
+  return p;
+}
 
 /* The plan, on the host only: the sample, the windows for the ranks ub[j]
  * (distinct, ascending) of nf finite pairs, the regions.  run->W.nw == 0:
@@ -1516,6 +1533,7 @@ static void win_plan(DevWS *ws, const KArgs &B, int64_t nf, const int64_t *ub, i
   S.out = cand;
   run->skeys = S.nsc * CH;
   if (run->skeys > (int64_t)SEL_CAP) return; /* not reached: K <= 2^20 */
+  run->spad = sample_pad(S, m, B.cpr, CH);
   /* expected finite keys in the sample (a chunk at a row's end may hold fewer
      pairs: only the margins depend on it, never a result) */
   double ns = (S.full ? (double)m : (double)run->skeys) * (double)nf / (double)m;
@@ -1602,16 +1620,21 @@ __global__ void k_win_prep(const __grid_constant__ WArgs A) {
 __global__ void __launch_bounds__(WT) k_win_count(const __grid_constant__ WArgs A, long long nkeys,
                                                   unsigned *counter, int force) {
   const unsigned long long lo = A.w->lo[0];
-  unsigned long long c = 0;
+  unsigned long long c = 0, cn = 0;
   /* keys >= lo, but not 0 == lo: the fused kernel's sparse way counts the
-     pairs with d == 0 by number, without a key each */
+     pairs with d == 0 by number, without a key each; cn: slots without a key */
   for (long long i = (long long)blockIdx.x * WT + threadIdx.x; i < nkeys; i += (long long)gridDim.x * WT) {
     const unsigned long long key = A.cand[i];
     c += key >= lo && key != KEY_NONE && key != 0;
+    cn += key == KEY_NONE;
   }
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) c += __shfl_down_sync(0xffffffffu, c, o);
+  for (int o = 16; o > 0; o >>= 1) {
+    c += __shfl_down_sync(0xffffffffu, c, o);
+    cn += __shfl_down_sync(0xffffffffu, cn, o);
+  }
   if ((threadIdx.x & 31u) == 0 && c) atomicAdd(&A.w->sge, c);
+  if ((threadIdx.x & 31u) == 0 && cn) atomicAdd(&A.w->snone, cn);
   if (!vg_last_block(counter)) return;
   if (threadIdx.x == 0) {
     const unsigned long long sge = *(volatile unsigned long long *)&A.w->sge;
@@ -2091,25 +2114,36 @@ out:
 /* Whether the reduction's record (vgct_ranks_known: every rank below the
  * zero count n_finite - n_unequal is 0, rank n_finite - 1 is max_abs_err)
  * will most likely answer every rank ub[0..nu) of the fused window, from
- * k_win_count's sample counts hv, for m pairs -- so that vgct_cuda_compare
- * runs the reduction without the window.  The sample's keys at both of the
- * window's ranks are 0 (hi == 0: an identical pair, sparse differences); or
- * the window reaches the key 0 (lo == 0, so hv.sge counts the sample's
- * nonzero keys) and every rank lies below the sample's estimate of the zero
- * count, m (stot - sge) / stot, or is the last.  The second is a caching
- * feature's output (~1% of the outputs recomputed, many of them equal
- * again): the p99's ranks among the zeros, the sample's 6-sigma window
- * reaching past them.  A guess, never a result: when the record does not
- * answer (the true zero count just below the ranks: a band of about one
- * sample sigma), the window plan's own pass counts the window after the
- * reduction -- exact, one pass dearer than the fused window.  A window
- * with lo == 0 and the ranks above the estimate (the zeros fewer than
- * the p99's rank) is fused: the sparse way counts its zeros by number.
- * (The CPU engine's windows follow the same rule: csrc/cpu_select.inc.) */
-static bool win_record_answers(const WinState &hv, const int64_t *ub, int nu, int64_t m) {
-  if (hv.hi[0] == 0) return true;
+ * k_win_count's sample counts hv (spad: the sample's slots past the data's
+ * end, sample_pad), for m pairs -- so that vgct_cuda_compare runs the
+ * reduction without the window.  The window must reach the key 0 (lo == 0,
+ * so hv.sge counts the sample's nonzero finite keys) and every rank lie below
+ * the sample's estimate of the record's zero count, or be the last.  The
+ * record's zero count is n_finite - n_unequal, and n_unequal counts the
+ * unequal non-finite pairs too: the estimate takes every non-finite pair the
+ * sample met (its empty slots less the padding) as one of them, a lower
+ * bound, m (zeros - nonfinite) / (finite + nonfinite).  The ranks ub are
+ * those at n_finite = m, at or above the true ones: both err towards the
+ * window.  Two shapes pass: an identical pair or sparse differences (the
+ * sample's keys at both of the window's ranks 0, hi == 0: skipped at once
+ * when the sample met no non-finite pair), and a caching feature's output
+ * (~1% of the outputs recomputed, many of them equal again: the p99's ranks
+ * among the zeros, the sample's 6-sigma window reaching past them).  A
+ * guess, never a result: when the record does not answer (the true zero count
+ * just below the ranks: a band of about one sample sigma), the window plan's
+ * own pass counts the window after the reduction -- exact, one pass dearer
+ * than the fused window.  A window with lo == 0 and the ranks above the
+ * estimate (the zeros fewer than the p99's rank) is fused: the sparse way
+ * counts its zeros by number.  (The CPU engine's windows follow the same
+ * rule: csrc/cpu_select.inc.) */
+static bool win_record_answers(const WinState &hv, int64_t spad, const int64_t *ub, int nu,
+                               int64_t m) {
+  const unsigned long long pad = spad > 0 ? (unsigned long long)spad : 0ull;
+  const unsigned long long nonfin = hv.snone > pad ? hv.snone - pad : 0ull;
+  if (hv.hi[0] == 0 && nonfin == 0) return true;
   if (hv.lo[0] != 0 || hv.stot == 0 || hv.sge > hv.stot) return false;
-  const double zeros = (double)m * (double)(hv.stot - hv.sge) / (double)hv.stot;
+  const double zeros = (double)m * ((double)(hv.stot - hv.sge) - (double)nonfin) /
+                       ((double)hv.stot + (double)nonfin);
   for (int j = 0; j < nu; ++j)
     if (ub[j] != m - 1 && !((double)ub[j] < zeros)) return false;
   return true;
@@ -2178,7 +2212,7 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
          all, the window plan's own pass counts it */
       skip = vgct_cuda_test_fuse == 2 ||
              (vgct_cuda_test_known == 0 && vgct_cuda_test_fuse == 0 &&
-              win_record_answers(hv, ub, nu, m));
+              win_record_answers(hv, run.spad, ub, nu, m));
       wf.mode = hv.dense ? VG_WIN_EVERY : VG_WIN_LOOK;
       wf.w = run.WA.w;
       wf.cand = run.WA.cand + run.WA.off[0];

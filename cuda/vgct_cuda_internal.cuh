@@ -797,6 +797,9 @@ struct WinState {
   unsigned long long ge;   /* fused: keys >= lo[0]                              */
   unsigned long long sge;  /* fused: the sample's finite keys >= lo[0], 0 aside  */
   unsigned long long stot; /* fused: the sample's finite keys (k_win_count)     */
+  unsigned long long snone; /* fused: the sample's slots without a key -- its
+                              non-finite pairs and the padding past the data's
+                              end (k_win_count; win_record_answers)           */
   int dense;               /* fused: too many of them for the sparse way -- every
                               pair classified instead (select.cu k_win_count)  */
 };

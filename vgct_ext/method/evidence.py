@@ -917,6 +917,7 @@ def tighten_t1(bars: Any, tighten: Optional[float], stats: Any, *, component: st
     f_cos = max(float(entry["floor"]["one_minus_cosine"]), u * u / 2.0)
     new = dataclasses.replace(bars, rel_l2=min(bars.rel_l2, k * f_rel), cosine=max(bars.cosine, 1.0 - k * f_cos))
     extra["floor"] = dict(entry["floor"])
+    extra["floor_used"] = {"rel_l2": f_rel, "one_minus_cosine": f_cos, "unit_roundoff": u, "stratum": stratum}
     return new, extra
 
 

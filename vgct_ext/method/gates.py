@@ -1101,8 +1101,17 @@ def _gate_t1_leaf(actual: Any, expected: Any, *, component: str, feature: str, n
     if passed:
         return stats, None
     relax_txt = f" (relax: {cause.value}; bars for {cls.describe()})" if cause else f" (bars for {cls.describe()})"
+    used = tight.get("floor_used")
+    if used:  # a tightened gate: say so, and (below) where its relative L2 and cosine bars came from
+        relax_txt += f" (tighten={tight['tighten']:g} x the recorded floor)"
     lines = [first_line("T1 gate failed", checks, component, feature, name, relax_txt)]
     lines += header("T1 gate failed", component, feature, stats, relax_txt, name=name)[1:]
+    if used:
+        k = tight["tighten"]
+        lines.append(f"  tighten={k:g}: relative L2 bar = min(band, {k:g} x {used['rel_l2']:.4g}), cosine bar = "
+                     f"max(band, 1 - {k:g} x {used['one_minus_cosine']:.4g}): the floor recorded for "
+                     f"{used['stratum']} in {tight.get('evidence')}, each raised to the dtype's resolution "
+                     f"(u = {used['unit_roundoff']:.4g}; u^2/2 for 1 - cosine) where it was below it")
     lines += check_table(checks)
     lines += diagnostics(stats)
     return stats, GateFailure("\n".join(lines), stats, checks, name=name)

@@ -575,6 +575,11 @@ def _unequal_at(e, idx, rng):
     (0.02, [0.99], 0.0, True),
     (0.0125, [0.985, 0.99], 0.0, True),  # one window: its ranks include the p99's, above the zeros
     (0.005, [0.99], 0.01, True),  # 1% NaN: n_unequal counts them, the zeros are 98.5% of the finite
+    # the sample's window is zeros alone (hi == 0: 0.1% unequal) -- with 1.5% NaN the record's
+    # zero count n_finite - n_unequal is ~96.9% of n, below the p99's rank (~97.5%): a window
+    # (left to the record, this fails: the rank goes to the selection's own passes, still exact);
+    # with 0.3% NaN it is ~99.3%, above the rank (~98.7%): the record answers, no window
+    (0.001, [0.99], 0.015, True), (0.001, [0.99], 0.003, False),
 ])
 def test_presel_leaves_to_the_record_what_its_zero_count_answers(engine, share, qs, nan, windows):
     """A window whose sample keys reach the key 0 is left to the reduction's record when the
@@ -583,7 +588,8 @@ def test_presel_leaves_to_the_record_what_its_zero_count_answers(engine, share, 
     rule): no window below 1% unequal, a window counted (lo = 0) above it -- also where the p98.5
     and the p99 share one window (the rule must weigh the larger), and where NaN pairs, which the
     record's zero count n_finite - n_unequal subtracts, are ~1% (the sample's non-finite pairs
-    are taken as unequal).  compare()'s quantiles are the oracle's either way."""
+    are taken as unequal) -- also when the sample's window is the key 0 alone.  compare()'s
+    quantiles are the oracle's either way."""
     rng = np.random.default_rng(91)
     n = (1 << 20) + 3
     e = rng.standard_normal(n).astype(np.float32)
@@ -597,6 +603,23 @@ def test_presel_leaves_to_the_record_what_its_zero_count_answers(engine, share, 
     got = vgct_ext.compare(a, e, quantiles=qs).quantiles
     for q in qs:
         assert got[q] == float(np.quantile(keys, q)), q
+
+
+@pytest.mark.parametrize("share,nan", [(0.0, 0.005), (0.001, 0.003)])
+def test_presel_zero_window_with_non_finite_pairs_still_left_to_the_record(engine, share, nan):
+    """A sample whose window is the key 0 alone (an identical pair, or 0.1% unequal) with a few
+    NaN pairs (0.3-0.5%, more than the window's margin of ~0.17% of a 2^18-key sample): the
+    record's zero count (~99.5% / ~99.3% of n) still covers the p99's rank (~98.5-98.7%), so no
+    window -- the estimate must count the sample's zeros above the window too (counting only up
+    to its upper end, ~q + margin, less the NaN pairs, built a window: 45% slower, exact)."""
+    rng = np.random.default_rng(93)
+    n = 1 << 24
+    e = rng.standard_normal(n).astype(np.float32)
+    a = _unequal_at(e, rng.choice(n, int(share * n), replace=False), rng) if share else e.copy()
+    a[rng.random(n) < nan] = np.nan
+    ps = engine.presel(a, e, [0.99])
+    engine.presel_free(ps)
+    assert not ps
 
 
 def test_presel_wrong_guess_is_still_exact(engine):

@@ -727,7 +727,10 @@ def test_tighten_bar_from_recorded_floor_catches_a_planted_fault(pytester, run):
     finally:
         del os.environ["VGCT_FAULT"]
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*T1 gate failed*", "*relative L2*FAIL*"])
+    result.stdout.fnmatch_lines(["*T1 gate failed*(tighten=10 x the recorded floor)*",
+                                 f"*tighten=10: relative L2 bar = min(band, 10 x {max(floor['rel_l2'], 2**-24):.4g})*"
+                                 f"the floor recorded for {STRATUM} in *",
+                                 "*relative L2*FAIL*"])
     rel = 1e-3  # the fault alone passes the default relaxed bars (oracle: the default rel L2 bar is 5e-2)
     assert rel < 5e-2
 

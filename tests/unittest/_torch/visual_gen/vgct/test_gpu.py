@@ -1214,6 +1214,27 @@ def test_record_answers_skip_the_zero_window(kind, known_hooks, fuse_hooks_plain
     assert list(last) == [2, 0]
 
 
+@pytest.mark.parametrize("nan,skipped", [(0.015, False), (0.003, True)])
+def test_record_rule_counts_the_samples_non_finite_pairs(nan, skipped, known_hooks, fuse_hooks_plain):
+    """0.1% of the pairs differ, so the sample's window is the key 0 alone (hi == 0); NaN pairs
+    count in n_unequal, so the record's zero count n_finite - n_unequal is ~96.9% of n with 1.5%
+    NaN -- below the p99's rank (~97.5%): the window must be counted in the reduction (fuse_last
+    1; skipping it, the old rule for hi == 0, left the rank to the window plan's pass after the
+    reduction, fuse_last 2) -- and ~99.3% with 0.3% NaN, above the rank (~98.7%): skipped, the
+    record answers both ranks (known_last [2, 0]).  Values == CPU engine == float64 oracle."""
+    _, last = known_hooks
+    n = (1 << 25) + 1001
+    a, e = _sparse_case(n, n // 1000, torch.float32, seed=7)
+    g = _gen(GEN_SEED + 410)
+    a[torch.rand(n, generator=g, device=DEV) < nan] = float("nan")
+    r = check3(a, e, quantiles=(0.99,))
+    assert fuse_hooks_plain.value == (2 if skipped else 1)
+    if skipped:
+        assert r.quantiles[0.99] == 0.0 and list(last) == [2, 0]
+    else:
+        assert r.n_finite - r.n_unequal < math.floor((r.n_finite - 1) * 0.99)
+
+
 def _sampled_elements(n, ch=8):
     """Boolean mask (CPU) of the elements whose keys the window plan's sample reads, for a flat
     contiguous pair of n elements, chunks of ch pairs (cuda/select.cu win_plan, k_sel_sample:
