@@ -117,14 +117,13 @@ def summarize(report_path: str) -> None:
     print(f"  software: torch {sw.get('torch')}, diffusers {sw.get('diffusers')}, transformers "
           f"{sw.get('transformers')}, vgct_ext {sw.get('vgct_ext')}")
     print(f"  tests   : {rep['summary']}")
-    rows = [("test", "component / feature", "gate", "dtype", "rel_l2 (bar)", "cosine (bar)", "other", "verdict")]
-    faults = []
+    groups, fault_groups = {}, {}  # test id -> its comparisons' lines, in report order
     for c in rep["comparisons"]:
         if c.get("repetition"):
             continue
         test = c.get("test") or "-"
-        short = test.split("::")[-1][:58]
         is_fault = "planted_fault" in test or "finding" in test
+        where = f"{c['component']} / {c['feature']}"
         if c["kind"] in ("t1", "t2"):
             checks = {k["statistic"]: k for k in c["checks"]}
             gate = c.get("gate", c["kind"].upper()) + (f" ({c['relax']})" if c.get("relax") else "")
@@ -132,33 +131,41 @@ def summarize(report_path: str) -> None:
             def cell(s, checks=checks):
                 k = checks.get(s)
                 if k is None:
-                    return "-"
+                    return None
                 bar = _fmt(s, k["bar"]) if k["gating"] else "-"
-                return f"{_fmt(s, k['value'])} ({'<=' if s != 'cosine' else '>='}{bar})"
+                bad = " FAIL" if k["gating"] and not k["passed"] else ""
+                return f"{s} {_fmt(s, k['value'])} ({'<=' if s != 'cosine' else '>='}{bar}){bad}"
 
-            other = []
-            for s in ("channel_mean_shift", "channel_rel_l2", "mismatches", "p99"):
-                if s in checks and checks[s]["gating"]:
-                    other.append(f"{s}={_fmt(s, checks[s]['value'])}")
-            failed = [k["statistic"] for k in c["checks"] if k["gating"] and not k["passed"]]
-            verdict = "pass" if c["passed"] else "FAIL: " + ",".join(failed or ["evidence"])
-            row = (short, f"{c['component']} / {c['feature']}"[:70], gate, c["dtype_actual"],
-                   cell("rel_l2"), cell("cosine"), " ".join(other)[:40], verdict)
-            (faults if is_fault else rows).append(row)
+            stats = [cell("rel_l2"), cell("cosine")]
+            for s_ in ("channel_mean_shift", "channel_rel_l2", "mismatches", "p99"):
+                if s_ in checks and checks[s_]["gating"]:
+                    k = checks[s_]
+                    stats.append(f"{s_}={_fmt(s_, k['value'])}" + ("" if k["passed"] else " FAIL"))
+            failed = [k for k in c["checks"] if k["gating"] and not k["passed"]]
+            verdict = "pass" if c["passed"] else "FAIL" if failed else "FAIL (evidence)"
+            lines = [f"{verdict:8s} {gate}, {c['dtype_actual']}: {where}"]
+            line = ""
+            for x in (x for x in stats if x):  # the statistics, wrapped at ~100 columns
+                if line and len(line) + 2 + len(x) > 86:
+                    lines.append(" " * 9 + line)
+                    line = ""
+                line = f"{line}  {x}" if line else x
+            if line:
+                lines.append(" " * 9 + line)
         elif c["kind"] == "probe":
             failed = [f["form"] for f in c["forms"] if not f["passed"]]
             verdict = "active" if c["passed"] else "INACTIVE: " + ",".join(failed)
-            row = (short, f"{c['component']} / {c['feature']}"[:70], "probe", "", "", "",
-                   ", ".join(f["form"] for f in c["forms"]), verdict)
-            (faults if is_fault else rows).append(row)
-    _table(rows)
-    if faults:
+            lines = [f"{verdict:8s} probe ({', '.join(f['form'] for f in c['forms'])}): {where}"]
+        else:
+            continue
+        (fault_groups if is_fault else groups).setdefault(test, []).extend(lines)
+    _records(groups)
+    if fault_groups:
         print()
         print("Planted faults (each must make its gate or probe FAIL; the test passes when it does):")
-        fault_tests = sorted({t for t in tests if "planted_fault" in t or "finding" in t})
-        _table([("test", "component / feature", "gate", "dtype", "rel_l2 (bar)", "cosine (bar)", "other",
-                 "gate verdict")] + faults)
+        _records(fault_groups)
         print()
+        fault_tests = sorted({t for t in tests if "planted_fault" in t or "finding" in t})
         for t in fault_tests:
             o = tests[t]["outcome"]
             word = {"passed": "CAUGHT", "xfailed": "FINDING RECORDED"}.get(o, o.upper())
@@ -176,12 +183,15 @@ def summarize(report_path: str) -> None:
     print(f"\nreport: {report_path}")
 
 
-def _table(rows) -> None:
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    for k, r in enumerate(rows):
-        print("  " + "  ".join(str(c).ljust(widths[i]) for i, c in enumerate(r)).rstrip())
-        if k == 0:
-            print("  " + "  ".join("-" * w for w in widths))
+def _records(groups) -> None:
+    """Each test once (its node id, after the file), then one record per comparison it made: the
+    verdict, the gate or probe, the dtype and the component / feature on one line, the statistics
+    against their bars on the next -- narrow enough to read in a terminal, whatever the ids."""
+    for test, lines in groups.items():
+        print()
+        print("  " + test.split("::", 1)[-1])
+        for line in lines:
+            print("    " + line)
 
 
 def main(argv=None) -> int:
