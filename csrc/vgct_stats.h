@@ -529,6 +529,18 @@ VGCT_HD int vgct_rank_known(const vgct_acc *s, int64_t r, double *x) {
   return 0;
 }
 
+/* The zero count vgct_rank_known will use, z = n_finite - n_unequal over n
+ * pairs, estimated from a sample of `seen` pairs that held `zeros` finite
+ * pairs with |d| = 0 and `nonfinite` non-finite pairs: each non-finite pair
+ * is taken as unequal (n_unequal counts NaN against a number; an equal
+ * non-finite pair only lowers n_finite), a lower bound of z in expectation,
+ * n (zeros - nonfinite) / seen.  The engines' windows (csrc/cpu_select.inc,
+ * cuda/select.cu win_record_answers) leave a window to the record when every
+ * rank lies below it: a guess that sets speed, never a result. */
+VGCT_HD double vgct_zero_count_estimate(int64_t n, int64_t zeros, int64_t nonfinite, int64_t seen) {
+  return seen > 0 ? (double)n * (double)(zeros - nonfinite) / (double)seen : 0.0;
+}
+
 /* vgct_rank_known over ranks[0..n): vals[j] set and known[j] = 1 for each
  * answered rank, known[j] = 0 for the others; returns how many are left. */
 VGCT_HD int vgct_ranks_known(const vgct_acc *s, const int64_t *ranks, int n, double *vals,

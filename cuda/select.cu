@@ -2121,8 +2121,9 @@ out:
  * the sample's estimate of the record's zero count, or be the last.  The
  * record's zero count is n_finite - n_unequal, and n_unequal counts the
  * unequal non-finite pairs too: the estimate takes every non-finite pair the
- * sample met (its empty slots less the padding) as one of them, a lower
- * bound, m (zeros - nonfinite) / (finite + nonfinite).  The ranks ub are
+ * sample met (its empty slots less the padding) as one of them
+ * (vgct_zero_count_estimate, csrc/vgct_stats.h: the one estimate of both
+ * engines).  The ranks ub are
  * those at n_finite = m, at or above the true ones: both err towards the
  * window.  Two shapes pass: an identical pair or sparse differences (the
  * sample's keys at both of the window's ranks 0, hi == 0: skipped at once
@@ -2142,8 +2143,8 @@ static bool win_record_answers(const WinState &hv, int64_t spad, const int64_t *
   const unsigned long long nonfin = hv.snone > pad ? hv.snone - pad : 0ull;
   if (hv.hi[0] == 0 && nonfin == 0) return true;
   if (hv.lo[0] != 0 || hv.stot == 0 || hv.sge > hv.stot) return false;
-  const double zeros = (double)m * ((double)(hv.stot - hv.sge) - (double)nonfin) /
-                       ((double)hv.stot + (double)nonfin);
+  const double zeros = vgct_zero_count_estimate(m, (int64_t)(hv.stot - hv.sge), (int64_t)nonfin,
+                                                (int64_t)(hv.stot + nonfin));
   for (int j = 0; j < nu; ++j)
     if (ub[j] != m - 1 && !((double)ub[j] < zeros)) return false;
   return true;

@@ -620,6 +620,8 @@ def test_presel_zero_window_with_non_finite_pairs_still_left_to_the_record(engin
     ps = engine.presel(a, e, [0.99])
     engine.presel_free(ps)
     assert not ps
+    keys = _sorted_finite_absdiff(a, e)
+    assert vgct_ext.compare(a, e).quantiles[0.99] == float(np.quantile(keys, 0.99)) == 0.0
 
 
 def test_presel_wrong_guess_is_still_exact(engine):
