@@ -20,7 +20,10 @@ each as milliseconds and as a multiple of the read floor (both inputs' bytes ove
 copy bandwidth, as ``bench_gpu.py``), and the p99 values of the four ways, which must be equal
 (it exits with status 1 when they are not).  Not a test; a table for docs/performance.md.
 
-    python bench/bench_fused_window.py [--log2n K] [--reps N]
+    python bench/bench_fused_window.py [--log2n K] [--reps N] [--auto-only]
+
+``--auto-only`` times the reduction and the default call alone (an A/B of two builds: run it
+from each build in turn, alternating, e.g. ``PYTHONPATH=/tmp/base python bench/...``).
 """
 import argparse
 import ctypes
@@ -36,7 +39,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--log2n", type=int, default=28)
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--auto-only", action="store_true",
+                    help="only the reduction and the default p99 call (no forced ways)")
     args = ap.parse_args()
+    modes = (0,) if args.auto_only else (0, 3, 4, 1)
     lib = ctypes.CDLL(vgct_ext._C.__file__)
     off = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fuse")
     last = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fuse_last")
@@ -55,7 +61,7 @@ def main():
         noq = cuda_time(lambda: vgct_ext.compare(a, e, quantiles=None), args.reps)[0]
         ms, val, path = {}, {}, "?"
         try:
-            for mode in (0, 3, 4, 1):
+            for mode in modes:
                 off.value = mode
                 ms[mode] = cuda_time(lambda: vgct_ext.compare(a, e, quantiles=(0.99,)), args.reps)[0]
                 val[mode] = vgct_ext.compare(a, e, quantiles=(0.99,)).p99
@@ -65,12 +71,11 @@ def main():
                         path = "record"
         finally:
             off.value = 0
-        same = val[0] == val[3] == val[4] == val[1]
+        same = len(set(val.values())) == 1
         bad += not same
-        print(f"{name:42s} {floor:8.3f} {noq:8.3f} {ms[0]:9.3f} {ms[0] / floor:7.2f} {path:>6s} "
-              f"{ms[3]:7.3f} {ms[3] / floor:7.2f} {ms[4]:7.3f} {ms[4] / floor:7.2f} "
-              f"{ms[1]:7.3f} {ms[1] / floor:7.2f}"
-              f"{'' if same else f'  p99 DIFFERS {val!r}'}", flush=True)
+        rest = "".join(f" {ms[k]:7.3f} {ms[k] / floor:7.2f}" for k in modes[1:])
+        print(f"{name:42s} {floor:8.3f} {noq:8.3f} {ms[0]:9.3f} {ms[0] / floor:7.2f} {path:>6s}"
+              f"{rest}{'' if same else f'  p99 DIFFERS {val!r}'}", flush=True)
         torch.cuda.empty_cache()
     return 1 if bad else 0
 

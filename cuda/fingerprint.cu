@@ -92,7 +92,7 @@ extern "C" int vgct_cuda_fingerprint(const vgct_view *x, uintptr_t stream, uint6
   if (!cx.check(cudaMemcpyAsync(ws->h_pin, A.sum, 8, cudaMemcpyDeviceToHost, cx.stream),
                 "cudaMemcpyAsync (fingerprint to host)"))
     return cx.rc;
-  if (!cx.check(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (fingerprint)"))
+  if (!cx.check(cx.sync(), "cudaStreamSynchronize (fingerprint)"))
     return cx.rc;
   uint64_t s;
   memcpy(&s, ws->h_pin, 8);

@@ -205,7 +205,7 @@ extern "C" int vgct_cuda_histogram(const vgct_view *a, const vgct_view *e, const
         rc = cx.rc;
         break;
       }
-    if (rc == VGCT_OK && !cx.check(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (histogram)"))
+    if (rc == VGCT_OK && !cx.check(cx.sync(), "cudaStreamSynchronize (histogram)"))
       rc = cx.rc;
   }
   free(A);

@@ -98,6 +98,8 @@ struct RArgs {
   vgct_acc *res;
   vgct_slice_acc *sres;
   VgWinFuse wf;    /* k_reduce_bulk<..., WIN = 1 or 2>: the fused key window */
+  const int *wsel; /* k_reduce_bulk: the device's choice of WIN (WinState::mode), or
+                      NULL; a variant whose WIN is not the one chosen returns at once */
 };
 
 template <int DA, int DE>
@@ -665,6 +667,11 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
   typedef vg_bulk<DA, DE, WIN> B;
   static_assert(!WIN || (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok), "fused window: fast pairs");
   static_assert(WIN >= 0 && WIN <= 2, "WIN: 0 none, 1 the sparse way, 2 every pair classified");
+  /* the fused window's way chosen on the device (VG_WIN_DEVICE): the three
+     variants are launched in a row and only the chosen one runs (a block of
+     the others reads one word and exits: ~2 us of device time each against
+     the host round trip that chose before, ~20-40 us) */
+  if (A.wsel != nullptr && __ldg(A.wsel) != WIN) return;
   extern __shared__ __align__(16) VAcc vsm[]; /* 16: the ring's bulk copies */
   __shared__ uint64_t bar[RT / 32][VG_BP];
   const IterSpec &it = A.it;
@@ -1001,6 +1008,24 @@ static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_
       }
       if (dev >= 0 && dev < 64 && ring_ok[dev] > 0) {
         if constexpr (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok) {
+          if (A.wf.w && A.wsel) { /* the way chosen on the device: all three launched */
+            int bytes = vg_bulk<DA, DE>::SMEM;
+            if ((e = vg_smem_optin(k_reduce_bulk<DA, DE, SC>, done[3], bytes)) != cudaSuccess)
+              return e;
+            k_reduce_bulk<DA, DE, SC><<<grid, RT, bytes, s>>>(A);
+            if ((e = cudaGetLastError()) != cudaSuccess) return e;
+            bytes = vg_bulk<DA, DE, 1>::SMEM_W;
+            if ((e = vg_smem_optin(k_reduce_bulk<DA, DE, SC, 1>, done[5], bytes)) != cudaSuccess)
+              return e;
+            k_reduce_bulk<DA, DE, SC, 1><<<grid, RT, bytes, s>>>(A);
+            if ((e = cudaGetLastError()) != cudaSuccess) return e;
+            bytes = vg_bulk<DA, DE, 2>::SMEM_W;
+            if ((e = vg_smem_optin(k_reduce_bulk<DA, DE, SC, 2>, done[6], bytes)) != cudaSuccess)
+              return e;
+            k_reduce_bulk<DA, DE, SC, 2><<<grid, RT, bytes, s>>>(A);
+            *fused = 1;
+            return cudaGetLastError();
+          }
           if (A.wf.w) { /* the fused key window: the sparse way, or every pair classified */
             if (A.wf.mode == VG_WIN_EVERY) {
               const int bytes = vg_bulk<DA, DE, 2>::SMEM_W;
@@ -1300,6 +1325,7 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
           (size_t)bulk_smem_w(it.da, it.de) <= ws->smem_optin) {
         A.wf = *wf;
         A.part = wf->part;
+        if (wf->mode == VG_WIN_DEVICE) A.wsel = &wf->w->mode;
       }
     } else if (kind == 1) {
       A.slice_mode = S > 1 ? 1 : 0;
@@ -1358,7 +1384,7 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
         return cx.rc;
       wf->copied = 1;
     }
-    if (!cx.check(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (after reduce)"))
+    if (!cx.check(cx.sync(), "cudaStreamSynchronize (after reduce)"))
       return cx.rc;
     cx.mark("sync");
     vgct_acc part;

@@ -220,6 +220,18 @@ static double now_us(void) {
   return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
 }
 
+/* Test hook: the host round trips (stream synchronisations) of every call
+ * since the process started, counted atomically (tests read it before and
+ * after one call: test_gpu.py, the fused window's single round trip). */
+extern "C" {
+__attribute__((visibility("default"))) long long vgct_cuda_test_syncs = 0;
+}
+
+cudaError_t CallCtx::sync() {
+  __atomic_fetch_add(&vgct_cuda_test_syncs, 1LL, __ATOMIC_RELAXED);
+  return cudaStreamSynchronize(stream);
+}
+
 void CallCtx::mark(const char *what) {
   if (!trace_on() || ntr >= 24) return;
   trn[ntr] = what;
@@ -276,7 +288,7 @@ CallCtx::CallCtx(const char *fn_, int device, uintptr_t s, char *err_, size_t er
        at zero before any kernel of any stream reads them: cleared on this
        call's stream and waited for (once per device) */
     if (!check(cudaMemsetAsync(ws->d_ws, 0, 4096, stream), "cudaMemsetAsync(workspace counters)") ||
-        !check(cudaStreamSynchronize(stream), "cudaStreamSynchronize(workspace counters)")) {
+        !check(sync(), "cudaStreamSynchronize(workspace counters)")) {
       cudaFree(p);
       ws->d_ws = NULL;
       return;

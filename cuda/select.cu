@@ -52,9 +52,14 @@
  *       aligned float16/bfloat16/float32 pairs, n >= WIN_FUSE_MIN, sm_90),
  *       steps a-b run BEFORE the reduction (windows predicted for n finite
  *       pairs), k_win_prep writes the window's bounds, k_win_count counts the
- *       sample's keys at or above lo (one round trip reads its verdict), and
- *       the reduction counts the window in its own pass (cuda/reduce.cu): no
- *       pass of the selection over the inputs.  Up to WIN_FUSE_GE of the
+ *       sample's keys at or above lo and its last block chooses the
+ *       reduction's way (WinState::mode, below), and the reduction counts the
+ *       window in its own pass (cuda/reduce.cu): no pass of the selection over
+ *       the inputs, and no host round trip before the reduction -- the three
+ *       k_reduce_bulk variants (no window, the sparse way, every pair
+ *       classified) are launched in a row and each returns at once unless
+ *       the device chose it (before 2026-12-02 the host read the verdict: a
+ *       round trip of ~20-40 us with the GPU idle).  Up to WIN_FUSE_GE of the
  *       sample's keys at or above lo, the reduction keys only the few pairs
  *       that may be such keys (VgLook, vg_win_cand_keys: the sparse way);
  *       past it, it classifies every pair in its fold (VgWinCnt), at a cost
@@ -146,9 +151,10 @@ namespace cg = cooperative_groups;
    reduction INSIDE a live window plan, which reduce.cu's layout allows: its
    counter and gate words below WS_SEL_CNT, its result record at WS_RES =
    4096 (inside slot 0, the radix path's, not live then), its partials in
-   the histograms (fused: VgWinFuse.part; the sample's levels are done) or,
-   when the fused kernel is skipped, at its WS_PART, inside the candidate
-   buffer, where only the sample's keys are, no longer needed):
+   the histograms (with a fused window planned: VgWinFuse.part, whichever
+   of k_reduce_bulk's three variants runs; the sample's levels are done) or,
+   without one, at its WS_PART, inside the candidate buffer, where only the
+   sample's keys are, no longer needed):
      [WS_SEL_CNT, +64)        last-block counters (5 levels, k_sel_fin's, k_win_count's)
      [WS_SEL_FIN, +136)       k_sel_fin's FinState (zeroed with the counters,
                               and left zero by each k_sel_fin: several a call)
@@ -1367,6 +1373,9 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_sel_last[6] = {0
 __attribute__((visibility("default"))) long long vgct_cuda_test_sel_kpt = 0;
 __attribute__((visibility("default"))) long long vgct_cuda_test_fin = 0;
 __attribute__((visibility("default"))) long long vgct_cuda_test_fin_last[6] = {0, 0, 0, 0, 0, 0};
+/* the host round trips (runtime.cu vgct_cuda_test_syncs) the last vgct_cuda_compare made
+   before its reduction's launch: 0 since the fused window's way is chosen on the device */
+__attribute__((visibility("default"))) long long vgct_cuda_test_syncs_pre_last = -1;
 /* vgct_cuda_compare: vgct_cuda_test_known = 1 sends every rank to the
    selection (the tests of the selection's plans), 0 (default) lets the
    reduction's record answer the ranks it decides (vgct_rank_known);
@@ -1377,6 +1386,7 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_known_last[2] = 
 }
 static bool fin_on(void) { return vgct_cuda_test_fin == 0; }
 extern "C" long long vgct_cuda_test_fuse, vgct_cuda_test_fuse_last; /* reduce.cu's hooks */
+extern "C" long long vgct_cuda_test_syncs;                          /* runtime.cu's */
 
 /* k_sel_buf's grid over nbuf keys: SEL_BUF_KPT keys a thread (fewer blocks:
  * fewer shared histograms to clear and flush into the global one), at most
@@ -1606,19 +1616,71 @@ __global__ void k_win_prep(const __grid_constant__ WArgs A) {
  * measured yet, and 2% errs towards every pair (speed only: both ways give
  * the same counts).
  * k_win_count counts the sample's finite keys >= lo (sge) and its last block
- * sets dense when they are more than WIN_FUSE_GE of the sample's finite keys;
- * vgct_cuda_compare reads it (one round trip) and picks the way. */
+ * sets dense when they are more than WIN_FUSE_GE of the sample's finite keys,
+ * then picks the way (WinState::mode) that the reduction's variants read. */
 #define WIN_FUSE_GE 0.02
 /* ...and only from WIN_FUSE_MIN pairs on: the window pass it saves is ~9 us at
- * 2^22 pairs and ~37 us at 2^24 (H200), the verdict's round trip and
- * k_win_count ~20 us; the same table at 2^24 had fused and unfused within 3%
- * of each other, at 2^22 the fused calls up to 20% slower (docs/performance.md) */
+ * 2^22 pairs and ~37 us at 2^24 (H200), the verdict's round trip (the host
+ * chose the way then) and k_win_count ~20 us; the same table at 2^24 had
+ * fused and unfused within 3% of each other, at 2^22 the fused calls up to
+ * 20% slower (docs/performance.md, before the choice moved to the device) */
 #define WIN_FUSE_MIN (INT64_C(1) << 25)
 #define CNT_WIN 6 /* k_win_count's last-block counter (index in WS_SEL_CNT) */
-/* force: 0 the sample decides; 1 dense (every pair classified: hook 4); 2
- * never dense (the sparse way: hook 3) */
+/* Whether the reduction's record (vgct_ranks_known: every rank below the
+ * zero count n_finite - n_unequal is 0, rank n_finite - 1 is max_abs_err)
+ * will most likely answer every rank ub[0..nu) of the fused window, from
+ * k_win_count's sample counts hv (spad: the sample's slots past the data's
+ * end, sample_pad), for m pairs -- so that the reduction runs without the
+ * window (k_win_count's last block decides, on the device: WinState::mode).  The window must reach the key 0 (lo == 0,
+ * so hv.sge counts the sample's nonzero finite keys) and every rank lie below
+ * the sample's estimate of the record's zero count, or be the last.  The
+ * record's zero count is n_finite - n_unequal, and n_unequal counts the
+ * unequal non-finite pairs too: the estimate takes every non-finite pair the
+ * sample met (its empty slots less the padding) as one of them
+ * (vgct_zero_count_estimate, csrc/vgct_stats.h: the one estimate of both
+ * engines).  The ranks ub are
+ * those at n_finite = m, at or above the true ones: both err towards the
+ * window.  Two shapes pass: an identical pair or sparse differences (the
+ * sample's keys at both of the window's ranks 0, hi == 0: skipped at once
+ * when the sample met no non-finite pair), and a caching feature's output
+ * (~1% of the outputs recomputed, many of them equal again: the p99's ranks
+ * among the zeros, the sample's 6-sigma window reaching past them).  A
+ * guess, never a result: when the record does not answer (the true zero count
+ * just below the ranks: a band of about one sample sigma), the window plan's
+ * own pass counts the window after the reduction -- exact, one pass dearer
+ * than the fused window.  A window with lo == 0 and the ranks above the
+ * estimate (the zeros fewer than the p99's rank) is fused: the sparse way
+ * counts its zeros by number.  (The CPU engine's windows follow the same
+ * rule: csrc/cpu_select.inc.) */
+__host__ __device__ static bool win_record_answers(const WinState &hv, int64_t spad, const int64_t *ub, int nu,
+                               int64_t m) {
+  const unsigned long long pad = spad > 0 ? (unsigned long long)spad : 0ull;
+  const unsigned long long nonfin = hv.snone > pad ? hv.snone - pad : 0ull;
+  if (hv.hi[0] == 0 && nonfin == 0) return true;
+  if (hv.lo[0] != 0 || hv.stot == 0 || hv.sge > hv.stot) return false;
+  const double zeros = vgct_zero_count_estimate(m, (int64_t)(hv.stot - hv.sge), (int64_t)nonfin,
+                                                (int64_t)(hv.stot + nonfin));
+  for (int j = 0; j < nu; ++j)
+    if (ub[j] != m - 1 && !((double)ub[j] < zeros)) return false;
+  return true;
+}
+
+/* What k_win_count's last block needs to choose the fused reduction's way
+ * (WinState::mode): the window's ranks at n_finite = m (distinct, ascending),
+ * the sample's padding, and the hooks' overrides. */
+struct WinVerdict {
+  int64_t ub[2 * VGCT_MAX_QUANTILES];
+  int64_t m, spad;
+  int nu;
+  int rule;  /* leaving the window to the record: 0 never, 1 win_record_answers, 2 always */
+  int force; /* 0 the sample decides the way; 1 every pair classified (hook 4); 2 the sparse way (hook 3) */
+};
+
+/* The sample's keys at or above lo counted; the last block sets dense and
+ * chooses the reduction's way (WinState::mode) by V. */
 __global__ void __launch_bounds__(WT) k_win_count(const __grid_constant__ WArgs A, long long nkeys,
-                                                  unsigned *counter, int force) {
+                                                  unsigned *counter,
+                                                  const __grid_constant__ WinVerdict V) {
   const unsigned long long lo = A.w->lo[0];
   unsigned long long c = 0, cn = 0;
   /* keys >= lo, but not 0 == lo: the fused kernel's sparse way counts the
@@ -1637,16 +1699,27 @@ __global__ void __launch_bounds__(WT) k_win_count(const __grid_constant__ WArgs 
   if ((threadIdx.x & 31u) == 0 && cn) atomicAdd(&A.w->snone, cn);
   if (!vg_last_block(counter)) return;
   if (threadIdx.x == 0) {
-    const unsigned long long sge = *(volatile unsigned long long *)&A.w->sge;
-    A.w->stot = A.sst->total;
-    A.w->dense = force == 1 || (force == 0 && (double)sge > WIN_FUSE_GE * (double)A.sst->total);
+    WinState hv; /* what win_record_answers reads, every block's atomics done */
+    hv.lo[0] = A.w->lo[0];
+    hv.hi[0] = A.w->hi[0];
+    hv.sge = *(volatile unsigned long long *)&A.w->sge;
+    hv.snone = *(volatile unsigned long long *)&A.w->snone;
+    hv.stot = A.sst->total;
+    A.w->stot = hv.stot;
+    const int dense =
+        V.force == 1 || (V.force == 0 && (double)hv.sge > WIN_FUSE_GE * (double)hv.stot);
+    A.w->dense = dense;
+    const bool record =
+        V.rule == 2 || (V.rule == 1 && win_record_answers(hv, V.spad, V.ub, V.nu, V.m));
+    A.w->mode = record ? VG_WIN_RECORD : dense ? VG_WIN_EVERY : VG_WIN_LOOK;
   }
 }
 
 /* The plan's first launches: the workspace cleared, the sample, its order
  * statistics at the windows' sample ranks (on the device, no round trip);
- * with_prep: window 0's bounds into the WinState (the fused pass's input). */
-static int win_start(CallCtx &cx, const KArgs &B, WinRun *run, bool with_prep) {
+ * with V (the fused window): window 0's bounds into the WinState (the fused
+ * pass's input) and k_win_count's choice of the reduction's way. */
+static int win_start(CallCtx &cx, const KArgs &B, WinRun *run, const WinVerdict *V) {
   DevWS *ws = cx.ws;
   char *d = ws->d_ws;
   const WinPlan &W = run->W;
@@ -1671,13 +1744,12 @@ static int win_start(CallCtx &cx, const KArgs &B, WinRun *run, bool with_prep) {
     A.wshift = vgct_cuda_test_sel[3];
     WIN_CK(buf_levels(ws, A, 0, cx.stream), "k_sel_buf launch (sample)");
   }
-  if (with_prep) {
+  if (V) {
     k_win_prep<<<1, 32, 0, cx.stream>>>(run->WA);
     WIN_CK(cudaGetLastError(), "k_win_prep launch");
     const int64_t gc = cdiv(run->skeys, (int64_t)WT * 16);
     k_win_count<<<(int)(gc < ws->sms ? (gc < 1 ? 1 : gc) : ws->sms), WT, 0, cx.stream>>>(
-        run->WA, (long long)run->skeys, (unsigned *)(d + WS_SEL_CNT) + CNT_WIN,
-        vgct_cuda_test_fuse == 4 ? 1 : vgct_cuda_test_fuse == 3 ? 2 : 0);
+        run->WA, (long long)run->skeys, (unsigned *)(d + WS_SEL_CNT) + CNT_WIN, *V);
     WIN_CK(cudaGetLastError(), "k_win_count launch");
   }
 wout:
@@ -1705,7 +1777,7 @@ static int win_answer(CallCtx &cx, const KArgs &B, const vgct_params *p, WinRun 
   if (!run->copied) { /* (a fused window's counts came back with the record) */
     WIN_CK(cudaMemcpyAsync(ws->h_pin, wst, sizeof(WinState), cudaMemcpyDeviceToHost, cx.stream),
            "cudaMemcpyAsync (window counts)");
-    WIN_CK(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (select windows)");
+    WIN_CK(cx.sync(), "cudaStreamSynchronize (select windows)");
     cx.mark("window pass");
   }
   {
@@ -1826,7 +1898,7 @@ static int win_answer(CallCtx &cx, const KArgs &B, const vgct_params *p, WinRun 
       WIN_CK(cudaMemcpyAsync(ws->h_pin, d + WS_SEL_STATE + SLOT_WSEL * SEL_SLOT,
                              (size_t)nb * SEL_SLOT, cudaMemcpyDeviceToHost, cx.stream),
              "cudaMemcpyAsync (window selections)");
-      WIN_CK(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (select windows)");
+      WIN_CK(cx.sync(), "cudaStreamSynchronize (select windows)");
       cx.mark("window selections");
       for (int k = 0; k < nb; ++k) {
         SelState hs;
@@ -1862,7 +1934,7 @@ static int sel_windows(CallCtx &cx, const KArgs &B, const vgct_params *p, const 
   WinRun run;
   win_plan(cx.ws, B, nf, ub, nu, &run);
   if (run.W.nw == 0) return VGCT_OK;
-  int rc = win_start(cx, B, &run, false);
+  int rc = win_start(cx, B, &run, NULL);
   if (rc != VGCT_OK) return rc;
   return win_answer(cx, B, p, &run, ub, nu, vals, done, err, errlen);
 }
@@ -2008,7 +2080,7 @@ static int sel_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vg
       for (;;) {
         SEL_CK(cudaMemcpyAsync(ws->h_pin, A.st, sizeof(SelState), cudaMemcpyDeviceToHost, cx.stream),
                "cudaMemcpyAsync (select state)");
-        SEL_CK(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (select)");
+        SEL_CK(cx.sync(), "cudaStreamSynchronize (select)");
         memcpy(&hs, ws->h_pin, sizeof hs);
         if (hs.bad || level == 4) break;
         if (vgct_interrupted(p)) { /* Ctrl-C between the passes over the data */
@@ -2050,7 +2122,7 @@ static int sel_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vg
       SEL_CK(launch_sel_fin(ws, sel_buf_grid(ws, it.m), A, 0, 0, cx.stream), "k_sel_fin launch");
       SEL_CK(cudaMemcpyAsync(ws->h_pin, A.st, sizeof(SelState), cudaMemcpyDeviceToHost, cx.stream),
              "cudaMemcpyAsync (select finish)");
-      SEL_CK(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (select finish)");
+      SEL_CK(cx.sync(), "cudaStreamSynchronize (select finish)");
       cx.mark("finish+memcpy+sync");
       memcpy(&hs, ws->h_pin, sizeof hs);
       long long *F = vgct_cuda_test_fin_last;
@@ -2073,7 +2145,7 @@ static int sel_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vg
       cx.mark("buf levels");
       SEL_CK(cudaMemcpyAsync(ws->h_pin, A.st, sizeof(SelState), cudaMemcpyDeviceToHost, cx.stream),
              "cudaMemcpyAsync (select result)");
-      SEL_CK(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (select)");
+      SEL_CK(cx.sync(), "cudaStreamSynchronize (select)");
       cx.mark("memcpy+sync");
       memcpy(&hs, ws->h_pin, sizeof hs);
     }
@@ -2111,45 +2183,6 @@ out:
   return rc;
 }
 
-/* Whether the reduction's record (vgct_ranks_known: every rank below the
- * zero count n_finite - n_unequal is 0, rank n_finite - 1 is max_abs_err)
- * will most likely answer every rank ub[0..nu) of the fused window, from
- * k_win_count's sample counts hv (spad: the sample's slots past the data's
- * end, sample_pad), for m pairs -- so that vgct_cuda_compare runs the
- * reduction without the window.  The window must reach the key 0 (lo == 0,
- * so hv.sge counts the sample's nonzero finite keys) and every rank lie below
- * the sample's estimate of the record's zero count, or be the last.  The
- * record's zero count is n_finite - n_unequal, and n_unequal counts the
- * unequal non-finite pairs too: the estimate takes every non-finite pair the
- * sample met (its empty slots less the padding) as one of them
- * (vgct_zero_count_estimate, csrc/vgct_stats.h: the one estimate of both
- * engines).  The ranks ub are
- * those at n_finite = m, at or above the true ones: both err towards the
- * window.  Two shapes pass: an identical pair or sparse differences (the
- * sample's keys at both of the window's ranks 0, hi == 0: skipped at once
- * when the sample met no non-finite pair), and a caching feature's output
- * (~1% of the outputs recomputed, many of them equal again: the p99's ranks
- * among the zeros, the sample's 6-sigma window reaching past them).  A
- * guess, never a result: when the record does not answer (the true zero count
- * just below the ranks: a band of about one sample sigma), the window plan's
- * own pass counts the window after the reduction -- exact, one pass dearer
- * than the fused window.  A window with lo == 0 and the ranks above the
- * estimate (the zeros fewer than the p99's rank) is fused: the sparse way
- * counts its zeros by number.  (The CPU engine's windows follow the same
- * rule: csrc/cpu_select.inc.) */
-static bool win_record_answers(const WinState &hv, int64_t spad, const int64_t *ub, int nu,
-                               int64_t m) {
-  const unsigned long long pad = spad > 0 ? (unsigned long long)spad : 0ull;
-  const unsigned long long nonfin = hv.snone > pad ? hv.snone - pad : 0ull;
-  if (hv.hi[0] == 0 && nonfin == 0) return true;
-  if (hv.lo[0] != 0 || hv.stot == 0 || hv.sge > hv.stot) return false;
-  const double zeros = vgct_zero_count_estimate(m, (int64_t)(hv.stot - hv.sge), (int64_t)nonfin,
-                                                (int64_t)(hv.stot + nonfin));
-  for (int j = 0; j < nu; ++j)
-    if (ub[j] != m - 1 && !((double)ub[j] < zeros)) return false;
-  return true;
-}
-
 /* vgct_cuda_compare (vgct_engine.h): the reduction and the quantiles' order
  * statistics in one call holding the device.  When the window plan would run
  * (n >= SEL_WIN_MIN, one window) and the reduction runs k_reduce_bulk
@@ -2174,6 +2207,7 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
     return vgct_cuda_reduce(a, e, p, stream, out, slices, err, errlen);
   CallCtx cx("vgct_cuda_compare", a->device_id, stream, err, errlen);
   if (!cx.ok()) return cx.rc;
+  const long long syncs0 = __atomic_load_n(&vgct_cuda_test_syncs, __ATOMIC_RELAXED);
   DevWS *ws = cx.ws;
   const int64_t m = vgct_numel(a);
   const long long plan = vgct_cuda_test_sel[0];
@@ -2198,23 +2232,23 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
     const int nu = vg_distinct_ascending(rk, 2 * nq, ub);
     win_plan(ws, B, m, ub, nu, &run);
     if (run.W.nw == 1) {
-      if ((rc = win_start(cx, B, &run, true)) != VGCT_OK) return rc;
-      /* k_win_count's verdict: one round trip */
-      if (!cx.check(cudaMemcpyAsync(ws->h_pin, run.WA.w, sizeof(WinState), cudaMemcpyDeviceToHost,
-                                    cx.stream), "cudaMemcpyAsync (window verdict)") ||
-          !cx.check(cudaStreamSynchronize(cx.stream), "cudaStreamSynchronize (window verdict)"))
-        return cx.rc;
-      WinState hv;
-      memcpy(&hv, ws->h_pin, sizeof hv);
+      /* k_win_count chooses the reduction's way on the device (WinState::mode):
+         a window that the reduction's record will most likely answer
+         (win_record_answers: an identical pair, sparse differences) is left
+         to it -- when the record does not answer after all, the window plan's
+         own pass counts it -- else the sparse way or every pair classified */
+      WinVerdict V;
+      memset(&V, 0, sizeof V);
+      for (int j = 0; j < nu; ++j) V.ub[j] = ub[j];
+      V.nu = nu;
+      V.m = m;
+      V.spad = run.spad;
+      V.rule = vgct_cuda_test_fuse == 2 ? 2
+               : (vgct_cuda_test_known == 0 && vgct_cuda_test_fuse == 0) ? 1 : 0;
+      V.force = vgct_cuda_test_fuse == 4 ? 1 : vgct_cuda_test_fuse == 3 ? 2 : 0;
+      if ((rc = win_start(cx, B, &run, &V)) != VGCT_OK) return rc;
       pre = true; /* the window plan is started either way; its pass runs after the reduce */
-      /* a window that the reduction's record will most likely answer
-         (win_record_answers: an identical pair, sparse differences): the
-         reduction runs without it; when the record does not answer after
-         all, the window plan's own pass counts it */
-      skip = vgct_cuda_test_fuse == 2 ||
-             (vgct_cuda_test_known == 0 && vgct_cuda_test_fuse == 0 &&
-              win_record_answers(hv, run.spad, ub, nu, m));
-      wf.mode = hv.dense ? VG_WIN_EVERY : VG_WIN_LOOK;
+      wf.mode = VG_WIN_DEVICE;
       wf.w = run.WA.w;
       wf.cand = run.WA.cand + run.WA.off[0];
       wf.cap = run.WA.cap[0];
@@ -2223,8 +2257,16 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
       wf.part = (vgct_acc *)(ws->d_ws + WS_SEL_HIST);
     }
   }
-  rc = vg_reduce_run(cx, a, e, p, out, slices, pre && !skip ? &wf : NULL, err, errlen);
+  vgct_cuda_test_syncs_pre_last = __atomic_load_n(&vgct_cuda_test_syncs, __ATOMIC_RELAXED) - syncs0;
+  rc = vg_reduce_run(cx, a, e, p, out, slices, pre ? &wf : NULL, err, errlen);
   if (rc != VGCT_OK) return rc;
+  if (pre && wf.used) { /* the way the device chose, read with the record */
+    WinState hv;
+    memcpy(&hv, ws->h_pin + VG_PIN_WIN, sizeof hv);
+    wf.mode = hv.mode;
+    skip = hv.mode == VG_WIN_RECORD;
+    if (skip) wf.used = 0; /* the window was not counted: its own pass counts it if needed */
+  }
   vgct_cuda_test_fuse_last =
       pre ? (skip ? 2 : wf.used == 0 ? 0 : wf.mode == VG_WIN_EVERY ? 3 : 1) : 0;
   if (nq == 0 || out->n_finite == 0) return VGCT_OK;

@@ -126,6 +126,9 @@ struct CallCtx {
   bool fail(cudaError_t e, const char *what);
   bool check(cudaError_t e, const char *what) { return e == cudaSuccess ? true : fail(e, what); }
   bool check_launch(const char *what) { return check(cudaGetLastError(), what); }
+  /* cudaStreamSynchronize(stream): every host round trip of a call goes
+     through here, counted for the tests (vgct_cuda_test_syncs, runtime.cu) */
+  cudaError_t sync();
   /* VGCT_CUDA_TRACE=1: host time of each step, printed to stderr at the end
      of the call (latency breakdowns; no effect otherwise) */
   void mark(const char *what);
@@ -802,6 +805,12 @@ struct WinState {
                               end (k_win_count; win_record_answers)           */
   int dense;               /* fused: too many of them for the sparse way -- every
                               pair classified instead (select.cu k_win_count)  */
+  int mode;                /* fused: the reduction's way, chosen by k_win_count's
+                              last block (VG_WIN_RECORD, VG_WIN_LOOK or
+                              VG_WIN_EVERY) and read by the three k_reduce_bulk
+                              variants launched behind it (RArgs::wsel): no
+                              host round trip between the sample and the
+                              reduction                                       */
 };
 
 /* The key windows' float32 test (cuda/reduce.cu, k_reduce_bulk<..., WIN = 1>,
@@ -862,13 +871,18 @@ struct VgWinFuse {
   unsigned long long *cand;
   long long cap;
   vgct_acc *part;
-  int used;
-  int mode;   /* VG_WIN_LOOK or VG_WIN_EVERY (cuda/reduce.cu, the fused key window) */
+  int used;   /* out: k_reduce_bulk's variants were launched (the ring kernel ran) */
+  int mode;   /* VG_WIN_LOOK or VG_WIN_EVERY (cuda/reduce.cu, the fused key window);
+                 VG_WIN_DEVICE: the device chooses (w->mode, written by
+                 k_win_count), and all three variants are launched, each
+                 returning at once unless it is the chosen one */
   int copied; /* out: the counts copied to h_pin + VG_PIN_WIN with the record,
                  in the same host round trip (used == 1 only) */
 };
-#define VG_WIN_LOOK 1  /* k_reduce_bulk<..., 1>: the pairs not proved below lo keyed */
-#define VG_WIN_EVERY 2 /* k_reduce_bulk<..., 2>: every pair classified in the fold */
+#define VG_WIN_RECORD 0 /* k_reduce_bulk<..., 0>: no window (the record will answer) */
+#define VG_WIN_LOOK 1   /* k_reduce_bulk<..., 1>: the pairs not proved below lo keyed */
+#define VG_WIN_EVERY 2  /* k_reduce_bulk<..., 2>: every pair classified in the fold */
+#define VG_WIN_DEVICE 3 /* VgWinFuse::mode: one of the three, chosen on the device */
 
 /* A chunk as read from memory: its 16-byte vectors when it is full, unit-
  * stride and both pointers are 16-byte aligned (`v`), else the pointers to

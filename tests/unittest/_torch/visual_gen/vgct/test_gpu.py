@@ -1297,6 +1297,56 @@ def fuse_hooks_plain():
     return ctypes.c_longlong.in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_fuse_last")
 
 
+def _sync_hooks():
+    """(total, pre_last): cuda/runtime.cu vgct_cuda_test_syncs, the host round trips (stream
+    synchronisations) of every call so far; cuda/select.cu vgct_cuda_test_syncs_pre_last, those
+    the last vgct_cuda_compare made before launching its reduction."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    lib = ctypes.CDLL(_C.__file__)
+    return (ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_syncs"),
+            ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_syncs_pre_last"))
+
+
+@pytest.mark.parametrize("kind,way", [("identical_bf16", 2), ("nan_sparse_fp32", 1),
+                                      ("bf16_rounding", 3)])
+def test_fused_window_way_chosen_on_the_device(kind, way, known_hooks, fuse_hooks_plain):
+    """From WIN_FUSE_MIN (2^25) pairs on, k_win_count's last block chooses the reduction's way
+    (WinState::mode) -- the window left to the record (fuse_last 2: an identical bf16 pair), the
+    sparse way (1: 0.1% of the pairs differ, 1.5% NaN, so the record cannot answer), every pair
+    classified (3: bf16 rounding noise, ~3% of the keys at or above lo) -- and the three
+    k_reduce_bulk variants launched behind it run only the chosen one: no host round trip before
+    the reduction (syncs_pre_last 0; it was 1, the verdict's copy), and a p99 the record answers
+    costs the call one round trip in all.  Values == CPU engine (== float64 oracle for the
+    sparse case, whose oracle is cheap); a variant that ran beside the chosen one would write
+    the result record and the partials twice and break them."""
+    _, last = known_hooks
+    total, pre = _sync_hooks()
+    n = (1 << 25) + 1001
+    if kind == "identical_bf16":
+        a, e = _sparse_case(n, 0, torch.bfloat16, seed=1)
+    elif kind == "nan_sparse_fp32":
+        a, e = _sparse_case(n, n // 1000, torch.float32, seed=7)
+        g = _gen(GEN_SEED + 410)
+        a[torch.rand(n, generator=g, device=DEV) < 0.015] = float("nan")
+    else:
+        a, e = _window_case("bf16_rounding", n, seed=3)
+    vgct_ext.compare(a, e, quantiles=(0.99,))  # the workspace allocated (its one-time sync)
+    before = total.value
+    r = check3(a, e, quantiles=(0.99,), oracle=(kind == "nan_sparse_fp32"))
+    assert fuse_hooks_plain.value == way
+    assert pre.value == 0
+    if kind == "identical_bf16":
+        assert r.quantiles[0.99] == 0.0 and list(last) == [2, 0]
+        assert total.value - before == 1  # (check3's CPU call makes no CUDA round trip)
+    else:  # the window counted in the reduction answered what the record could not
+        assert list(last)[1] >= 1
+        assert (r.quantiles[0.99] > 0.0) == (kind == "bf16_rounding")  # (1.5% NaN: the record's
+        # zero count, n_finite - n_unequal, is below the rank; the finite zeros are not)
+
+
 # ---- issue #13: the one-block finish of the selection (cuda/select.cu k_sel_fin) ----------------
 #
 # After the level-0 pass k_sel_fin answers each rank from its bucket's extremes (one value: ties) or
