@@ -36,6 +36,7 @@ import warnings
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _context
+from ._blocks import gate_block
 from ._hardware import describe_device, stratum_of
 from .evidence import PER_CHANNEL, RELATIVE
 from ..core._stats import PairedStats
@@ -832,7 +833,7 @@ def _is_cancel(exc: BaseException) -> bool:
     return asyncio is not None and isinstance(exc, asyncio.CancelledError)
 
 
-@contextlib.contextmanager
+@gate_block
 def soft_gates() -> Iterator[List[_GateError]]:
     """Run every gate in the block and report all failures at its end.
 

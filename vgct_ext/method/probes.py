@@ -21,6 +21,7 @@ import sys
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _context
+from ._blocks import gate_block
 
 __all__ = [
     "FeatureInactive",
@@ -443,7 +444,7 @@ def _measured(records: List[Dict[str, Any]]) -> str:
     return "\nwhat the block's gates measured (all within their bars):\n" + "\n".join(lines)
 
 
-@contextlib.contextmanager
+@gate_block
 def expect_gate_failure(*, statistics: Optional[Sequence[str]] = None, any_of: Optional[Sequence[str]] = None,
                         component: Optional[str] = None) -> Iterator[ExpectedFailure]:
     """Assert that a planted fault fails its gate, and on which statistics.

@@ -83,6 +83,44 @@ def test_fail(vgct):
                                  "*relative L2*2.0000e-02*<= 1.7764e-15*FAIL*"])
 
 
+def test_tb_line_locates_block_failures_at_the_tests_with_statement(pytester, run):
+    """A soft block's collected failures and a planted fault that passed are raised when their ``with`` block
+    ends; pytest's one-line location of the failure (``--tb=line``; the crash line of ``--tb=short``) must be
+    the test's ``with`` statement, not contextlib.py (where contextlib's own ``__exit__`` put it: a new user's
+    trial; vgct_ext/method/_blocks.py)."""
+    src = HEADER + """
+from vgct_ext import expect_gate_failure
+
+def test_soft(vgct):
+    with vgct.soft():  # SOFT
+        vgct.assert_t1(E * 1.02, E, component="c", feature="f")
+
+def test_planted():
+    with expect_gate_failure(statistics=["rel_l2"]):  # PLANTED
+        assert_t1(E, E, component="c", feature="f")
+
+def test_soft_block_raising(vgct):
+    with vgct.soft():  # RAISING
+        vgct.assert_t1(E * 1.02, E, component="c", feature="f")
+        raise ValueError("the harness broke")
+"""
+    path = pytester.makepyfile(test_x=src)
+    lines = path.read_text().splitlines()
+    at = {tag: next(i + 1 for i, t in enumerate(lines) if t.endswith(f"# {tag}"))
+          for tag in ("SOFT", "PLANTED", "RAISING")}
+    result = run("--tb=line")
+    result.assert_outcomes(failed=3)
+    assert "contextlib" not in result.stdout.str(), result.stdout.str()
+    result.stdout.fnmatch_lines([f"*test_x.py:{at['SOFT']}: *GateFailure: T1 gate failed*"])
+    result.stdout.fnmatch_lines([f"*test_x.py:{at['PLANTED']}: *AssertionError: planted fault not caught*"])
+    result.stdout.fnmatch_lines([f"*test_x.py:{at['RAISING']}: *GateFailure: T1 gate failed*"])
+    result = run("--tb=short")  # each failure's last shown frame: the test's own line
+    result.assert_outcomes(failed=3)
+    assert "contextlib" not in result.stdout.str(), result.stdout.str()
+    for tag, name in (("SOFT", "test_soft"), ("PLANTED", "test_planted"), ("RAISING", "test_soft_block_raising")):
+        result.stdout.fnmatch_lines([f"test_x.py:{at[tag]}: in {name}", "*with *:  # " + tag, "E   *"])
+
+
 def test_markers_select_by_component_feature_and_tier(pytester, run):
     pytester.makepyfile(test_x=HEADER + """
 @pytest.mark.t1
