@@ -1158,8 +1158,11 @@ static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
  * (2, 3 and 4 also below select.cu's WIN_FUSE_MIN pairs).
  * vgct_cuda_test_fuse_last: 1 when the last vgct_cuda_compare counted its
  * window in the reduction the sparse way, 3 with every pair classified, 2
- * when it started the fused plan but skipped the window (hook 2, or a window
- * [0, 0] left to the record), 0 otherwise. */
+ * when it started the fused plan and the device left the window to the
+ * record (hook 2, or win_record_answers: an identical pair, a caching
+ * feature's output), 0 otherwise -- also when the ring kernel did not run
+ * (the window plan's own pass then counts the window, whatever the device
+ * chose). */
 extern "C" {
 __attribute__((visibility("default"))) long long vgct_cuda_test_fuse = 0;
 __attribute__((visibility("default"))) long long vgct_cuda_test_fuse_last = 0;

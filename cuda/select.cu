@@ -126,7 +126,8 @@
  *                      noise the kernel 16-28% faster, the p99 call 14%
  *                      (docs/performance.md, 2026-12-01 19:31 section).
  *   k_win_prep, k_win_count  the fused window's bounds and the sample's verdict
- *                      (c' above: the sparse way or every pair; one block, then a
+ *                      (c' above: the record, the sparse way or every pair,
+ *                      chosen by k_win_count's last block; one block, then a
  *                      small grid over the sample).
  *   Each histogram kernel's last block (integer counter) scans the histogram
  *   and moves every rank one level down (vg_sel_scan), so consecutive levels
@@ -1619,11 +1620,14 @@ __global__ void k_win_prep(const __grid_constant__ WArgs A) {
  * sets dense when they are more than WIN_FUSE_GE of the sample's finite keys,
  * then picks the way (WinState::mode) that the reduction's variants read. */
 #define WIN_FUSE_GE 0.02
-/* ...and only from WIN_FUSE_MIN pairs on: the window pass it saves is ~9 us at
- * 2^22 pairs and ~37 us at 2^24 (H200), the verdict's round trip (the host
- * chose the way then) and k_win_count ~20 us; the same table at 2^24 had
- * fused and unfused within 3% of each other, at 2^22 the fused calls up to
- * 20% slower (docs/performance.md, before the choice moved to the device) */
+/* ...and only from WIN_FUSE_MIN pairs on.  Set when the host chose the way
+ * (a round trip of ~20 us): at 2^24 fused and unfused were within 3%, at 2^22
+ * the fused calls up to 20% slower.  Re-measured with the choice on the device
+ * (docs/performance.md, 2026-12-02 15:35 UTC): at 2^24 the fused ways beat the
+ * window pass by 5-14% on noisy data, but the shapes the record answers
+ * (identical, caching) pay the sample before the reduction -- 0.17-0.24 ms
+ * against 0.09-0.13 ms unfused, where the record answers after the
+ * reduction with no sample at all -- so the threshold stays. */
 #define WIN_FUSE_MIN (INT64_C(1) << 25)
 #define CNT_WIN 6 /* k_win_count's last-block counter (index in WS_SEL_CNT) */
 /* Whether the reduction's record (vgct_ranks_known: every rank below the
@@ -1631,7 +1635,8 @@ __global__ void k_win_prep(const __grid_constant__ WArgs A) {
  * will most likely answer every rank ub[0..nu) of the fused window, from
  * k_win_count's sample counts hv (spad: the sample's slots past the data's
  * end, sample_pad), for m pairs -- so that the reduction runs without the
- * window (k_win_count's last block decides, on the device: WinState::mode).  The window must reach the key 0 (lo == 0,
+ * window (k_win_count's last block decides, on the device: WinState::mode).
+ * The window must reach the key 0 (lo == 0,
  * so hv.sge counts the sample's nonzero finite keys) and every rank lie below
  * the sample's estimate of the record's zero count, or be the last.  The
  * record's zero count is n_finite - n_unequal, and n_unequal counts the

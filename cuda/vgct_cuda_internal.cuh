@@ -140,8 +140,9 @@ struct CallCtx {
 /* reduce.cu: vgct_cuda_reduce's body inside a caller's CallCtx (so that
  * select.cu's vgct_cuda_compare holds the device workspace from its window
  * plan through the reduction to its selection).  wf: a fused key window
- * (k_reduce_bulk counts it in the same pass; wf->used says whether it did),
- * or NULL. */
+ * (k_reduce_bulk counts it in the same pass; wf->used says whether its
+ * variants were launched, and then w->mode, copied back with the record,
+ * which one ran: VG_WIN_RECORD counted no window), or NULL. */
 struct VgWinFuse;
 int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgct_params *p,
                   vgct_acc *out, vgct_slice_acc *slices, VgWinFuse *wf, char *err,
@@ -864,18 +865,23 @@ static inline int vg_distinct_ascending(const int64_t *v, int n, int64_t *out) {
  * whose bounds a kernel of the window plan wrote on the device before the
  * reduce (k_win_prep); its region cand[0 .. cap); part: where the reduce's
  * block partials go (the window region and the reduce's usual partials
- * overlap in the workspace).  used: set by vg_reduce_run when the fused
- * kernel ran (else the window plan runs its own pass). */
+ * overlap in the workspace).  used: set by vg_reduce_run when it launched
+ * the ring kernel's variants; whether the window was counted is w->mode
+ * (not VG_WIN_RECORD), read by the caller with the record -- else the window
+ * plan runs its own pass. */
 struct VgWinFuse {
   WinState *w;
   unsigned long long *cand;
   long long cap;
   vgct_acc *part;
-  int used;   /* out: k_reduce_bulk's variants were launched (the ring kernel ran) */
-  int mode;   /* VG_WIN_LOOK or VG_WIN_EVERY (cuda/reduce.cu, the fused key window);
-                 VG_WIN_DEVICE: the device chooses (w->mode, written by
-                 k_win_count), and all three variants are launched, each
-                 returning at once unless it is the chosen one */
+  int used;   /* out: k_reduce_bulk's variants were launched (the ring kernel ran;
+                 with VG_WIN_DEVICE maybe the one without a window: w->mode) */
+  int mode;   /* VG_WIN_LOOK or VG_WIN_EVERY: that variant alone (no caller passes
+                 these since 2026-12-02; launch_reduce's branch for them is dead
+                 code, left until a GPU run can test its removal); VG_WIN_DEVICE
+                 (what vgct_cuda_compare passes): the device chooses (w->mode,
+                 written by k_win_count), and all three variants are launched,
+                 each returning at once unless it is the chosen one */
   int copied; /* out: the counts copied to h_pin + VG_PIN_WIN with the record,
                  in the same host round trip (used == 1 only) */
 };

@@ -254,3 +254,30 @@ def test_core_never_imports_the_method_layer():
                 assert not (node.level == 0 and (node.module or "").startswith("vgct_ext.method")), f.name
             elif isinstance(node, ast.Import):
                 assert not any(a.name.startswith("vgct_ext.method") for a in node.names), f.name
+
+
+def test_every_host_round_trip_of_the_cuda_code_goes_through_callctx_sync():
+    """cuda/*.cu and *.cuh wait for the device only through CallCtx::sync (cuda/runtime.cu), which counts each
+    wait for the GPU tests (vgct_cuda_test_syncs: test_gpu.py checks that the fused window's call makes no
+    round trip before its reduction, and one in all when the record answers its p99). A direct
+    cudaStreamSynchronize, a blocking cudaMemcpy/cudaMemset or a device/event synchronisation elsewhere would
+    be a round trip those tests cannot see. (cudaFree on the workspace's failed first allocation is allowed:
+    an error path before any kernel.)"""
+    blocking = re.compile(r"\b(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cudaMemcpy|"
+                          r"cudaMemset|cudaMemcpyToSymbol|cudaMemcpyFromSymbol|cudaMemcpy2D|cudaStreamQuery)\s*\(")
+    files = sorted((ROOT / "cuda").glob("*.cu")) + sorted((ROOT / "cuda").glob("*.cuh"))
+    assert {f.name for f in files} >= {"reduce.cu", "select.cu", "runtime.cu", "vgct_cuda_internal.cuh"}
+    found = []
+    for f in files:
+        code = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), f.read_text(), flags=re.S)
+        code = re.sub(r"//[^\n]*", "", code)
+        code = re.sub(r'"(\\.|[^"\\])*"', '""', code)  # the error messages name the calls
+        for i, line in enumerate(code.splitlines(), 1):
+            for m in blocking.finditer(line):
+                found.append((f.name, i, m.group(1)))
+    sync_body = [x for x in found if x[0] == "runtime.cu" and x[2] == "cudaStreamSynchronize"]
+    assert len(sync_body) == 1, found  # CallCtx::sync's own call
+    src = (ROOT / "cuda" / "runtime.cu").read_text().splitlines()
+    assert any(line.startswith("cudaError_t CallCtx::sync()") for line in src[max(0, sync_body[0][1] - 4):
+                                                                              sync_body[0][1]]), sync_body
+    assert [x for x in found if x not in sync_body] == [], found

@@ -1320,8 +1320,11 @@ def test_fused_window_way_chosen_on_the_device(kind, way, known_hooks, fuse_hook
     k_reduce_bulk variants launched behind it run only the chosen one: no host round trip before
     the reduction (syncs_pre_last 0; it was 1, the verdict's copy), and a p99 the record answers
     costs the call one round trip in all.  Values == CPU engine (== float64 oracle for the
-    sparse case, whose oracle is cheap); a variant that ran beside the chosen one would write
-    the result record and the partials twice and break them."""
+    sparse case, whose oracle is cheap).  (A variant that ran beside the chosen one would add its
+    window counts twice: test_fused_window_equals_the_window_pass and
+    test_fused_window_every_distribution, whose hooks 3 and 4 take this path too, compare the
+    counts and values with the window plan's own pass.  Round trips outside CallCtx::sync, which
+    the counter cannot see, are ruled out by test_build.py's source check.)"""
     _, last = known_hooks
     total, pre = _sync_hooks()
     n = (1 << 25) + 1001
