@@ -76,13 +76,19 @@ def _gens():
                                     yields_twice, stop_inside, keeps_yielding_after_throw)}
 
 
+def _raises(exc_type, *args):
+    def body():
+        raise exc_type(*args)
+    return body
+
+
 BODIES = {
     "ok": lambda: None,
-    "value_error": lambda: (_ for _ in ()).throw(ValueError("body")),
-    "stop_iteration": lambda: (_ for _ in ()).throw(StopIteration("body")),
-    "runtime_error": lambda: (_ for _ in ()).throw(RuntimeError("body")),
-    "keyboard_interrupt": lambda: (_ for _ in ()).throw(KeyboardInterrupt()),
-    "generator_exit": lambda: (_ for _ in ()).throw(GeneratorExit()),
+    "value_error": _raises(ValueError, "body"),
+    "stop_iteration": _raises(StopIteration, "body"),
+    "runtime_error": _raises(RuntimeError, "body"),
+    "keyboard_interrupt": _raises(KeyboardInterrupt),
+    "generator_exit": _raises(GeneratorExit),
 }
 
 
