@@ -25,6 +25,8 @@ to compare).  Not a test; a table for docs/performance.md.
 
 ``--auto-only`` times the reduction and the default call alone (an A/B of two builds: run it
 from each build in turn, alternating, e.g. ``PYTHONPATH=/tmp/base python bench/...``).
+``--auto-hook 5`` runs the "auto" column with the automatic choice forced below WIN_FUSE_MIN
+(the hook's value 5), to see what lowering the threshold would give.
 """
 import argparse
 import ctypes
@@ -42,6 +44,9 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--auto-only", action="store_true",
                     help="only the reduction and the default p99 call (no forced ways)")
+    ap.add_argument("--auto-hook", type=int, default=0, choices=(0, 5),
+                    help="the hook value of the 'auto' column: 5 = the automatic choice also "
+                         "below WIN_FUSE_MIN (2^25 pairs): what lowering it would give")
     args = ap.parse_args()
     modes = (0,) if args.auto_only else (0, 3, 4, 1)
     lib = ctypes.CDLL(vgct_ext._C.__file__)
@@ -51,7 +56,7 @@ def main():
     bw = copy_bandwidth(31)
     props = torch.cuda.get_device_properties(0)
     print(f"device: {props.name}; copy bandwidth {bw / 1e12:.2f} TB/s; 2^{args.log2n} pairs; "
-          f"medians of {args.reps}")
+          f"medians of {args.reps}" + (f"; auto column with hook {args.auto_hook}" if args.auto_hook else ""))
     way = {1: "pass", 3: "sparse", 4: "every"}
     head = (f"{'data':42s} {'floor ms':>8s} {'no q ms':>8s} {'p99 auto':>9s} {'x floor':>7s} {'path':>6s}"
             + "".join(f" {way[k]:>7s} {'x floor':>7s}" for k in modes[1:]))
@@ -63,7 +68,7 @@ def main():
         ms, val, path = {}, {}, "?"
         try:
             for mode in modes:
-                off.value = mode
+                off.value = args.auto_hook if mode == 0 else mode
                 ms[mode] = cuda_time(lambda: vgct_ext.compare(a, e, quantiles=(0.99,)), args.reps)[0]
                 val[mode] = vgct_ext.compare(a, e, quantiles=(0.99,)).p99
                 if mode == 0:

@@ -468,7 +468,8 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
  * pass, for float16/bfloat16/float32 pairs: keys >= lo (ge), == lo (eql), ==
  * hi (eqh, hi != lo), and the keys with lo < key < hi appended to the
  * window's region.  Two ways, picked per call from the sample (select.cu
- * k_win_count, WIN_FUSE_GE):
+ * k_win_count, WIN_FUSE_GE; the third variant, WIN = 0, runs when the sample
+ * left the window to the record, select.cu win_early):
  *  WIN = 1, the sparse way (VG_WIN_LOOK), where few keys are >= lo (a p99
  *   window of noise: ~1% of them).  vg_fast_chunk's loop marks the pairs
  *   whose |d32| is not below t32 = the float32 below lo (1 - 2^-21), rounded
@@ -611,7 +612,7 @@ __device__ __forceinline__ void vg_win_cand(const uint4 *sa, const uint4 *se, co
 }
 
 /* The kernel's start: the warp's counts cleared, the thread's classification
- * set up from window 0's bounds (win_bounds / k_win_prep wrote them before the
+ * set up from window 0's bounds (win_bounds / k_win_count wrote them before the
  * launch). */
 __device__ __forceinline__ void vg_win_begin(const VgWinFuse &wf, VgWinSh *sh, VgWinCnt &wc,
                                              int w, int lane) {
@@ -667,7 +668,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
   typedef vg_bulk<DA, DE, WIN> B;
   static_assert(!WIN || (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok), "fused window: fast pairs");
   static_assert(WIN >= 0 && WIN <= 2, "WIN: 0 none, 1 the sparse way, 2 every pair classified");
-  /* the fused window's way chosen on the device (VG_WIN_DEVICE): the three
+  /* the fused window's way chosen on the device (WinState::mode): the three
      variants are launched in a row and only the chosen one runs (a block of
      the others reads one word and exits: ~2 us of device time each against
      the host round trip that chose before, ~20-40 us) */
@@ -985,8 +986,23 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_lean(const __grid_constant__ R
 
 #define RSMEM ((int)(RT * sizeof(VAcc)))
 
+/* One k_reduce_bulk variant (WIN 0: no window; 1, 2: the fused window's two
+ * ways) launched with its dynamic shared memory opted in (done: its flags). */
+template <int DA, int DE, int SC, int WIN>
+static cudaError_t launch_bulk(int grid, const RArgs &A, cudaStream_t s, int *done) {
+  const int bytes = WIN ? vg_bulk<DA, DE, WIN>::SMEM_W : vg_bulk<DA, DE>::SMEM;
+  cudaError_t e = vg_smem_optin(k_reduce_bulk<DA, DE, SC, WIN>, done, bytes);
+  if (e != cudaSuccess) return e;
+  k_reduce_bulk<DA, DE, SC, WIN><<<grid, RT, bytes, s>>>(A);
+  return cudaGetLastError();
+}
+
 /* kind: 0 flat, 1 general strides / row mode, 2 column mode, 3 flat through
- * the shared-memory ring (typed pairs, both bases 16-byte aligned). */
+ * the shared-memory ring (typed pairs, both bases 16-byte aligned).  With
+ * the fused window (A.wf.w) the ring's three variants are launched in a row,
+ * each reading the device's choice (WinState::mode, through RArgs::wsel --
+ * set here and nowhere else, so no other launch returns at once) and
+ * returning at its first statement unless it is the chosen one; *fused = 1. */
 template <int DA, int DE, int SC>
 static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_t s,
                                  int *fused) {
@@ -1008,44 +1024,18 @@ static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_
       }
       if (dev >= 0 && dev < 64 && ring_ok[dev] > 0) {
         if constexpr (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok) {
-          if (A.wf.w && A.wsel) { /* the way chosen on the device: all three launched */
-            int bytes = vg_bulk<DA, DE>::SMEM;
-            if ((e = vg_smem_optin(k_reduce_bulk<DA, DE, SC>, done[3], bytes)) != cudaSuccess)
+          if (A.wf.w) { /* the fused key window: the way chosen on the device */
+            RArgs W = A;
+            W.wsel = &A.wf.w->mode;
+            if ((e = launch_bulk<DA, DE, SC, VG_WIN_RECORD>(grid, W, s, done[3])) != cudaSuccess ||
+                (e = launch_bulk<DA, DE, SC, VG_WIN_LOOK>(grid, W, s, done[5])) != cudaSuccess ||
+                (e = launch_bulk<DA, DE, SC, VG_WIN_EVERY>(grid, W, s, done[6])) != cudaSuccess)
               return e;
-            k_reduce_bulk<DA, DE, SC><<<grid, RT, bytes, s>>>(A);
-            if ((e = cudaGetLastError()) != cudaSuccess) return e;
-            bytes = vg_bulk<DA, DE, 1>::SMEM_W;
-            if ((e = vg_smem_optin(k_reduce_bulk<DA, DE, SC, 1>, done[5], bytes)) != cudaSuccess)
-              return e;
-            k_reduce_bulk<DA, DE, SC, 1><<<grid, RT, bytes, s>>>(A);
-            if ((e = cudaGetLastError()) != cudaSuccess) return e;
-            bytes = vg_bulk<DA, DE, 2>::SMEM_W;
-            if ((e = vg_smem_optin(k_reduce_bulk<DA, DE, SC, 2>, done[6], bytes)) != cudaSuccess)
-              return e;
-            k_reduce_bulk<DA, DE, SC, 2><<<grid, RT, bytes, s>>>(A);
             *fused = 1;
-            return cudaGetLastError();
-          }
-          if (A.wf.w) { /* the fused key window: the sparse way, or every pair classified */
-            if (A.wf.mode == VG_WIN_EVERY) {
-              const int bytes = vg_bulk<DA, DE, 2>::SMEM_W;
-              if ((e = vg_smem_optin(k_reduce_bulk<DA, DE, SC, 2>, done[6], bytes)) != cudaSuccess)
-                return e;
-              k_reduce_bulk<DA, DE, SC, 2><<<grid, RT, bytes, s>>>(A);
-            } else {
-              const int bytes = vg_bulk<DA, DE, 1>::SMEM_W;
-              if ((e = vg_smem_optin(k_reduce_bulk<DA, DE, SC, 1>, done[5], bytes)) != cudaSuccess)
-                return e;
-              k_reduce_bulk<DA, DE, SC, 1><<<grid, RT, bytes, s>>>(A);
-            }
-            *fused = 1;
-            return cudaGetLastError();
+            return cudaSuccess;
           }
         }
-        const int bytes = vg_bulk<DA, DE>::SMEM;
-        if ((e = vg_smem_optin(k_reduce_bulk<DA, DE, SC>, done[3], bytes)) != cudaSuccess) return e;
-        k_reduce_bulk<DA, DE, SC><<<grid, RT, bytes, s>>>(A);
-        return cudaGetLastError();
+        return launch_bulk<DA, DE, SC, 0>(grid, A, s, done[3]);
       }
     }
   }
@@ -1154,8 +1144,9 @@ static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
  * reduction (the window plan then makes its own pass, k_sel_window); 2 start
  * the fused plan but always skip the window in the reduction (the window
  * pass after it); 3 fuse with the sparse way (VG_WIN_LOOK) and never skip, not
- * even a window [0, 0]; 4 the same with every pair classified (VG_WIN_EVERY)
- * (2, 3 and 4 also below select.cu's WIN_FUSE_MIN pairs).
+ * even a window [0, 0]; 4 the same with every pair classified (VG_WIN_EVERY);
+ * 5 the automatic choice (as 0) at any n (2 to 5 also below select.cu's
+ * WIN_FUSE_MIN pairs: the sanitizer's and the tests' small inputs).
  * vgct_cuda_test_fuse_last: 1 when the last vgct_cuda_compare counted its
  * window in the reduction the sparse way, 3 with every pair classified, 2
  * when it started the fused plan and the device left the window to the
@@ -1328,7 +1319,6 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
           (size_t)bulk_smem_w(it.da, it.de) <= ws->smem_optin) {
         A.wf = *wf;
         A.part = wf->part;
-        if (wf->mode == VG_WIN_DEVICE) A.wsel = &wf->w->mode;
       }
     } else if (kind == 1) {
       A.slice_mode = S > 1 ? 1 : 0;

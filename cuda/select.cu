@@ -51,8 +51,8 @@
  *       one window, and a reduction that runs k_reduce_bulk (flat 16-byte-
  *       aligned float16/bfloat16/float32 pairs, n >= WIN_FUSE_MIN, sm_90),
  *       steps a-b run BEFORE the reduction (windows predicted for n finite
- *       pairs), k_win_prep writes the window's bounds, k_win_count counts the
- *       sample's keys at or above lo and its last block chooses the
+ *       pairs), k_win_count writes the window's bounds, counts the sample's
+ *       keys at or above lo, and its last block chooses the
  *       reduction's way (WinState::mode, below), and the reduction counts the
  *       window in its own pass (cuda/reduce.cu): no pass of the selection over
  *       the inputs, and no host round trip before the reduction -- the three
@@ -66,10 +66,13 @@
  *       that does not depend on the data.  A window the reduction's record
  *       will most likely answer (win_record_answers: the sample's keys at
  *       both ranks 0, or the window reaching 0 and the ranks below the
- *       sample's estimate of the record's zero count) is left to the record (vgct_ranks_known): the
- *       reduction runs without it, and c runs after it only when the record
- *       does not answer.  Then d, with the reduction's n_finite as the pass's count
- *       and lt = n_finite - (keys >= lo).
+ *       sample's estimate of the record's zero count) is left to the record
+ *       (vgct_ranks_known) by k_sel_sample's last block, from the sample's
+ *       own counts (win_early): step b's levels and k_win_count
+ *       then return at once, the reduction runs without the window, and only
+ *       when the record does not answer do b (again) and c run after it
+ *       (win_resume).  Then d, with the reduction's n_finite as the pass's
+ *       count and lt = n_finite - (keys >= lo).
  * 2. Store-all (n < SEL_WIN_MIN, or ranks left by the windows, n <= SEL_CAP):
  *    k_sel_data stores every key at its position while it builds the level-0
  *    histogram (on every SM), then k_sel_fin (the one-block finish, below)
@@ -125,10 +128,14 @@
  *                      at (constant offset: the call +4%); on bf16 rounding
  *                      noise the kernel 16-28% faster, the p99 call 14%
  *                      (docs/performance.md, 2026-12-01 19:31 section).
- *   k_win_prep, k_win_count  the fused window's bounds and the sample's verdict
- *                      (c' above: the record, the sparse way or every pair,
- *                      chosen by k_win_count's last block; one block, then a
- *                      small grid over the sample).
+ *   k_win_count        the fused window's bounds and the sample's verdict
+ *                      (c' above: the sparse way or every pair, chosen by its
+ *                      last block; a small grid over the sample; before
+ *                      2026-12-02 k_win_prep wrote the bounds, a launch of
+ *                      its own; the record is k_sel_sample's verdict,
+ *                      win_early, its last block: the record's rule needs only
+ *                      the sample's zero, nonzero and empty counts, so the
+ *                      shapes the record answers skip the sample's levels).
  *   Each histogram kernel's last block (integer counter) scans the histogram
  *   and moves every rank one level down (vg_sel_scan), so consecutive levels
  *   need no host round trip.
@@ -153,10 +160,17 @@ namespace cg = cooperative_groups;
    counter and gate words below WS_SEL_CNT, its result record at WS_RES =
    4096 (inside slot 0, the radix path's, not live then), its partials in
    the histograms (with a fused window planned: VgWinFuse.part, whichever
-   of k_reduce_bulk's three variants runs; the sample's levels are done) or,
-   without one, at its WS_PART, inside the candidate buffer, where only the
-   sample's keys are, no longer needed):
-     [WS_SEL_CNT, +64)        last-block counters (5 levels, k_sel_fin's, k_win_count's)
+   of k_reduce_bulk's three variants runs; the sample's levels are done, or
+   were skipped by win_early and rerun from a cleared workspace after the
+   reduction, win_resume) or, without one, at its WS_PART, inside the
+   candidate buffer, over the sample's keys.  So a fused plan's reduction must
+   take VgWinFuse.part: win_resume reads the sample's keys again after it --
+   vg_reduce_can_fuse checks the conditions under which vg_reduce_run does;
+   were they to differ (the ring kernel not run, VgWinFuse.used 0), the rerun
+   levels would read overwritten keys: a worse window, the ranks it misses
+   left to the radix path, never an inexact result):
+     [WS_SEL_CNT, +64)        last-block counters (5 levels, k_sel_fin's, k_win_count's,
+                              win_early's)
      [WS_SEL_FIN, +136)       k_sel_fin's FinState (zeroed with the counters,
                               and left zero by each k_sel_fin: several a call)
      [WS_SEL_STATE, +4096)    8 state slots of SEL_SLOT bytes: 0 the radix
@@ -223,6 +237,9 @@ struct SelState {
   int fin;                    /* k_sel_fin resolved every slot: prefix[s] is its key */
   int fin_ties, fin_sorted;   /* ...slots by a one-key bucket, by the sort */
   int fin_pad;
+  int skip;                   /* the sample's passes: its levels, k_sel_fin and
+                                 k_win_count return at once -- k_sel_sample's last block
+                                 left the fused window to the record (win_early)      */
 };
 
 /* k_sel_fin's grid-wide scratch (zeroed with the counters before a plan,
@@ -603,6 +620,7 @@ __global__ void __launch_bounds__(ST, 1) k_sel_buf(const __grid_constant__ BArgs
   extern __shared__ __align__(16) unsigned sel_sm[];
   SelState *st = A.st;
   if (A.level > 0 && st->fin) return; /* k_sel_fin answered every slot (same in every block) */
+  if (st->skip) return;                /* the sample's levels not needed (win_early)          */
   HistCtx h;
   hist_begin(h, sel_sm, A.level, st);
   unsigned long long n = A.nbuf >= 0 ? (unsigned long long)A.nbuf : st->ncand;
@@ -785,7 +803,7 @@ __global__ void __launch_bounds__(ST, 1) k_sel_fin(const __grid_constant__ FinAr
     }
     return;
   }
-  if (st->bad || st->fin) return; /* written by the level pass before: the same in every block */
+  if (st->bad || st->fin || st->skip) return; /* written before: the same in every block */
   const int ng = st->ng;
   unsigned long long tot = 0; /* keys of the small groups' buckets */
   for (int g = 0; g < ng; ++g) {
@@ -917,11 +935,58 @@ __global__ void __launch_bounds__(ST, 1) k_sel_fin(const __grid_constant__ FinAr
 
 /* ---- the window plan's kernels --------------------------------------------- */
 
-/* The sample: slot j (0 <= j < nsc) reads chunk c of the data pass's
- * iteration and writes its CH keys to out[j*CH ..] (KEY_NONE for a non-finite
- * pair and past a row's end).  full: every chunk (c = j); else nruns runs of
- * WIN_RUN consecutive chunks (one warp's coalesced read), run r starting at
- * floor(r * nchunk / nruns): evenly spaced, fixed by the shape (deterministic). */
+/* Whether the reduction's record (vgct_ranks_known: every rank below the
+ * zero count n_finite - n_unequal is 0, rank n_finite - 1 is max_abs_err)
+ * will most likely answer every rank of the fused window, from the sample's
+ * counts hv (spad: the sample's slots past the data's end, sample_pad; ubmax:
+ * the largest rank other than m - 1, -1 when there is none), for m pairs --
+ * so that the reduction runs without the window (k_sel_sample's last block
+ * decides, on the device, before the sample's levels: win_early).
+ * The window must reach the key 0 (lo == 0,
+ * so hv.sge counts the sample's nonzero finite keys) and every rank lie below
+ * the sample's estimate of the record's zero count, or be the last.  The
+ * record's zero count is n_finite - n_unequal, and n_unequal counts the
+ * unequal non-finite pairs too: the estimate takes every non-finite pair the
+ * sample met (its empty slots less the padding) as one of them
+ * (vgct_zero_count_estimate, csrc/vgct_stats.h: the one estimate of both
+ * engines).  The ranks ub are
+ * those at n_finite = m, at or above the true ones: both err towards the
+ * window.  Two shapes pass: an identical pair or sparse differences (the
+ * sample's keys at both of the window's ranks 0, hi == 0: skipped at once
+ * when the sample met no non-finite pair), and a caching feature's output
+ * (~1% of the outputs recomputed, many of them equal again: the p99's ranks
+ * among the zeros, the sample's 6-sigma window reaching past them).  A
+ * guess, never a result: when the record does not answer (the true zero count
+ * just below the ranks: a band of about one sample sigma), the window plan's
+ * own pass counts the window after the reduction -- exact, one pass dearer
+ * than the fused window.  A window with lo == 0 and the ranks above the
+ * estimate (the zeros fewer than the p99's rank) is fused: the sparse way
+ * counts its zeros by number.  (The CPU engine's windows follow the same
+ * rule: csrc/cpu_select.inc.) */
+__device__ static bool win_record_answers(const WinState &hv, int64_t spad, int64_t ubmax,
+                                          int64_t m) {
+  const unsigned long long pad = spad > 0 ? (unsigned long long)spad : 0ull;
+  const unsigned long long nonfin = hv.snone > pad ? hv.snone - pad : 0ull;
+  if (hv.hi[0] == 0 && nonfin == 0) return true;
+  if (hv.lo[0] != 0 || hv.stot == 0 || hv.sge > hv.stot) return false;
+  const double zeros = vgct_zero_count_estimate(m, (int64_t)(hv.stot - hv.sge), (int64_t)nonfin,
+                                                (int64_t)(hv.stot + nonfin));
+  return ubmax < 0 || (double)ubmax < zeros;
+}
+
+/* What k_sel_sample's last block needs to leave the fused window to the
+ * record (win_early): the window's ranks at n_finite = m, reduced to the
+ * largest one other than m - 1 (win_record_answers), the sample's padding,
+ * the hooks' override, and window 0's sample ranks as the level pass
+ * computes them (sel_sample_rank: KArgs's sample fields for slots 0, 1). */
+struct WinVerdict {
+  int64_t ubmax, m, spad;
+  int rule;       /* leaving the window to the record: 0 never, 1 win_record_answers, 2 always */
+  double wph[2];  /* window 0's low and high ends, as sample quantiles */
+  double wz;
+  long long wshift;
+};
+
 struct SArgs {
   IterSpec it;
   int64_t nchunk, cpr;
@@ -929,37 +994,119 @@ struct SArgs {
   int64_t nsc, nruns, step, rem; /* step, rem: nchunk / nruns, nchunk % nruns */
   int full;
   unsigned long long *out;
+  /* the fused window's early verdict (w != NULL: vgct_cuda_compare): the
+     sample's keys counted (0, nonzero finite, none) and, in the last block,
+     win_early */
+  WinState *w;
+  SelState *sst;
+  unsigned *counter;
+  WinVerdict V;
 };
 
+/* win_early: the fused window left to the record or not, from the sample's
+ * own counts (zero keys, nonzero finite keys, slots without a key) -- the
+ * same verdict win_record_answers would give on the window's bounds and the
+ * counts k_win_count makes after the sample's levels: window 0's bounds are
+ * the sample's keys at its sample ranks r0, r1 (win_bounds: lo = 0 when r0
+ * <= 0, hi = +Inf's key when r1 is the last), and the record's rule only
+ * asks whether each is 0 -- the key at rank r is 0 iff r < the zero count --
+ * and, when lo == 0, for the nonzero finite keys.  On a record verdict the
+ * sample's levels, k_sel_fin and k_win_count return at once
+ * (SelState::skip; the reduction runs without the window: WinState::mode);
+ * when the record does not answer after all, the host runs the levels again
+ * (win_resume) before the window plan's own pass. */
+__device__ void win_early(const SArgs &A, unsigned long long nz, unsigned long long nnz,
+                          unsigned long long nnone) {
+  __shared__ unsigned long long s_c[WT / 32][3];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    nz += __shfl_down_sync(0xffffffffu, nz, o);
+    nnz += __shfl_down_sync(0xffffffffu, nnz, o);
+    nnone += __shfl_down_sync(0xffffffffu, nnone, o);
+  }
+  const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+  if (lane == 0) {
+    s_c[wp][0] = nz;
+    s_c[wp][1] = nnz;
+    s_c[wp][2] = nnone;
+  }
+  __syncthreads();
+  if (threadIdx.x < 3) {
+    unsigned long long t = 0;
+    for (int w = 0; w < WT / 32; ++w) t += s_c[w][threadIdx.x];
+    if (t) atomicAdd(&A.w->ecount[threadIdx.x], t);
+  }
+  if (!vg_last_block(A.counter)) return;
+  if (threadIdx.x != 0) return;
+  const WinVerdict &V = A.V;
+  bool record = V.rule == 2;
+  if (V.rule == 1) {
+    const unsigned long long z = *(volatile unsigned long long *)&A.w->ecount[0];
+    const unsigned long long f = *(volatile unsigned long long *)&A.w->ecount[1];
+    const unsigned long long none = *(volatile unsigned long long *)&A.w->ecount[2];
+    const unsigned long long ns = z + f; /* the level pass's total: finite keys */
+    WinState hv;                         /* the fields win_record_answers reads */
+    if (ns == 0) {
+      hv.lo[0] = hv.hi[0] = WIN_SENT; /* no window (the level pass marks it bad) */
+    } else {
+      const long long r0 = sel_sample_rank(V, 0, ns), r1 = sel_sample_rank(V, 1, ns);
+      hv.lo[0] = r0 <= 0 || (unsigned long long)r0 < z ? 0ull : INF_KEY; /* 0 or not */
+      hv.hi[0] = r1 < (long long)ns - 1 && (unsigned long long)r1 < z ? 0ull : INF_KEY;
+    }
+    hv.sge = f; /* lo == 0: the finite keys >= lo, 0 aside (k_win_count) */
+    hv.snone = none;
+    hv.stot = ns;
+    record = win_record_answers(hv, V.spad, V.ubmax, V.m);
+  }
+  if (record) {
+    A.w->mode = VG_WIN_RECORD;
+    A.sst->skip = 1;
+  }
+}
+
+/* The sample: slot j (0 <= j < nsc) reads chunk c of the data pass's
+ * iteration and writes its CH keys to out[j*CH ..] (KEY_NONE for a non-finite
+ * pair and past a row's end).  full: every chunk (c = j); else nruns runs of
+ * WIN_RUN consecutive chunks (one warp's coalesced read), run r starting at
+ * floor(r * nchunk / nruns): evenly spaced, fixed by the shape (deterministic).
+ * With w (the fused window) it also counts its keys for win_early. */
 template <int DA, int DE>
 __global__ void __launch_bounds__(WT) k_sel_sample(const __grid_constant__ SArgs A) {
   typedef vg_chunk<DA, DE> G;
   const IterSpec &it = A.it;
   const int64_t j = (int64_t)blockIdx.x * WT + threadIdx.x;
-  if (j >= A.nsc) return;
-  int64_t c = j;
-  if (!A.full) {
-    const int64_t r = j / WIN_RUN;
-    c = r * A.step + (r * A.rem) / A.nruns + (j - r * WIN_RUN); /* r * rem < nruns^2: no overflow */
+  unsigned long long nz = 0, nnz = 0, nnone = 0; /* this thread's keys (win_early) */
+  if (j < A.nsc) {
+    int64_t c = j;
+    if (!A.full) {
+      const int64_t r = j / WIN_RUN;
+      c = r * A.step + (r * A.rem) / A.nruns + (j - r * WIN_RUN); /* r * rem < nruns^2: no overflow */
+    }
+    unsigned long long keys[G::CH];
+#pragma unroll
+    for (int q = 0; q < G::CH; ++q) keys[q] = KEY_NONE;
+    if (c < A.nchunk) {
+      const int K = it.k;
+      const int64_t L = it.sh[K - 1], sai = it.sa[K - 1], sei = it.se[K - 1];
+      const int64_t isa = G::TYPED ? G::ISA : it.isa, ise = G::TYPED ? G::ISE : it.ise;
+      const bool unit = G::TYPED && sai == 1 && sei == 1;
+      const VgChunkPos cp = vg_chunk_pos<G::CH>(it, c, A.cpr, A.cprd, L, sai, sei);
+      vg_raw_chunk<DA, DE> r;
+      vg_chunk_fetch<DA, DE>(r, it.pa + cp.oa * isa, it.pe + cp.oe * ise, unit, cp.cnt);
+      vg_chunk_keys_of<DA, DE>(it, r, sai, sei, isa, ise, keys);
+#pragma unroll
+      for (int q = 0; q < G::CH; ++q)
+        if (q >= cp.cnt) keys[q] = KEY_NONE;
+    }
+#pragma unroll
+    for (int q = 0; q < G::CH; ++q) {
+      A.out[j * G::CH + q] = keys[q];
+      nz += keys[q] == 0;
+      nnz += keys[q] != 0 && !(keys[q] >> 63);
+      nnone += keys[q] == KEY_NONE;
+    }
   }
-  unsigned long long keys[G::CH];
-#pragma unroll
-  for (int q = 0; q < G::CH; ++q) keys[q] = KEY_NONE;
-  if (c < A.nchunk) {
-    const int K = it.k;
-    const int64_t L = it.sh[K - 1], sai = it.sa[K - 1], sei = it.se[K - 1];
-    const int64_t isa = G::TYPED ? G::ISA : it.isa, ise = G::TYPED ? G::ISE : it.ise;
-    const bool unit = G::TYPED && sai == 1 && sei == 1;
-    const VgChunkPos cp = vg_chunk_pos<G::CH>(it, c, A.cpr, A.cprd, L, sai, sei);
-    vg_raw_chunk<DA, DE> r;
-    vg_chunk_fetch<DA, DE>(r, it.pa + cp.oa * isa, it.pe + cp.oe * ise, unit, cp.cnt);
-    vg_chunk_keys_of<DA, DE>(it, r, sai, sei, isa, ise, keys);
-#pragma unroll
-    for (int q = 0; q < G::CH; ++q)
-      if (q >= cp.cnt) keys[q] = KEY_NONE;
-  }
-#pragma unroll
-  for (int q = 0; q < G::CH; ++q) A.out[j * G::CH + q] = keys[q];
+  if (A.w) win_early(A, nz, nnz, nnone); /* (uniform: a kernel argument) */
 }
 
 /* The window pass: one read of the inputs.  Window g's bounds come from the
@@ -992,7 +1139,8 @@ struct WArgs {
 __device__ __forceinline__ void win_bounds(const WArgs &A, int g, unsigned long long &lo,
                                            unsigned long long &hi, unsigned long long &hq) {
   const SelState *s = A.sst;
-  if (g >= A.nw || s->bad) {
+  if (g >= A.nw || s->bad || s->skip) { /* skip: the levels did not run (win_early),
+                                           so no bounds -- never the zeroed state's */
     lo = hi = hq = WIN_SENT;
     return;
   }
@@ -1384,6 +1532,12 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_syncs_pre_last =
    answered, ranks left to the selection] */
 __attribute__((visibility("default"))) long long vgct_cuda_test_known = 0;
 __attribute__((visibility("default"))) long long vgct_cuda_test_known_last[2] = {0, 0};
+/* vgct_cuda_compare, written by every call: 1 when a fused plan's reduction did
+   not count its window and ranks were left to the selection, so the sample's
+   levels ran again after it (win_resume: the record left to answer did not
+   answer every rank -- or the ring kernel did not run, when the host cannot
+   tell whether the levels were skipped and reruns them) */
+__attribute__((visibility("default"))) long long vgct_cuda_test_resume_last = 0;
 }
 static bool fin_on(void) { return vgct_cuda_test_fin == 0; }
 extern "C" long long vgct_cuda_test_fuse, vgct_cuda_test_fuse_last; /* reduce.cu's hooks */
@@ -1594,16 +1748,6 @@ static void win_plan(DevWS *ws, const KArgs &B, int64_t nf, const int64_t *ub, i
   if (cdiv(B.nchunk, gw * WT) * 2 * CH >= (INT64_C(1) << 32)) W.nw = 0;
 }
 
-/* Window 0's bounds from the sample's order statistics into the WinState
- * (win_bounds), for the fused pass, which reads them at its start. */
-__global__ void k_win_prep(const __grid_constant__ WArgs A) {
-  if (threadIdx.x != 0) return;
-  unsigned long long lo, hi, hq;
-  win_bounds(A, 0, lo, hi, hq);
-  A.w->lo[0] = lo;
-  A.w->hi[0] = hi;
-}
-
 /* The fused pass's two ways (cuda/reduce.cu): the sparse way (VG_WIN_LOOK)
  * keys only the pairs whose float32 |d| does not prove their key below lo --
  * cheap while such keys are few (a p99 window: ~1% of the keys), dearer as
@@ -1629,134 +1773,119 @@ __global__ void k_win_prep(const __grid_constant__ WArgs A) {
  * against 0.09-0.13 ms unfused, where the record answers after the
  * reduction with no sample at all -- so the threshold stays. */
 #define WIN_FUSE_MIN (INT64_C(1) << 25)
-#define CNT_WIN 6 /* k_win_count's last-block counter (index in WS_SEL_CNT) */
-/* Whether the reduction's record (vgct_ranks_known: every rank below the
- * zero count n_finite - n_unequal is 0, rank n_finite - 1 is max_abs_err)
- * will most likely answer every rank ub[0..nu) of the fused window, from
- * k_win_count's sample counts hv (spad: the sample's slots past the data's
- * end, sample_pad), for m pairs -- so that the reduction runs without the
- * window (k_win_count's last block decides, on the device: WinState::mode).
- * The window must reach the key 0 (lo == 0,
- * so hv.sge counts the sample's nonzero finite keys) and every rank lie below
- * the sample's estimate of the record's zero count, or be the last.  The
- * record's zero count is n_finite - n_unequal, and n_unequal counts the
- * unequal non-finite pairs too: the estimate takes every non-finite pair the
- * sample met (its empty slots less the padding) as one of them
- * (vgct_zero_count_estimate, csrc/vgct_stats.h: the one estimate of both
- * engines).  The ranks ub are
- * those at n_finite = m, at or above the true ones: both err towards the
- * window.  Two shapes pass: an identical pair or sparse differences (the
- * sample's keys at both of the window's ranks 0, hi == 0: skipped at once
- * when the sample met no non-finite pair), and a caching feature's output
- * (~1% of the outputs recomputed, many of them equal again: the p99's ranks
- * among the zeros, the sample's 6-sigma window reaching past them).  A
- * guess, never a result: when the record does not answer (the true zero count
- * just below the ranks: a band of about one sample sigma), the window plan's
- * own pass counts the window after the reduction -- exact, one pass dearer
- * than the fused window.  A window with lo == 0 and the ranks above the
- * estimate (the zeros fewer than the p99's rank) is fused: the sparse way
- * counts its zeros by number.  (The CPU engine's windows follow the same
- * rule: csrc/cpu_select.inc.) */
-__host__ __device__ static bool win_record_answers(const WinState &hv, int64_t spad, const int64_t *ub, int nu,
-                               int64_t m) {
-  const unsigned long long pad = spad > 0 ? (unsigned long long)spad : 0ull;
-  const unsigned long long nonfin = hv.snone > pad ? hv.snone - pad : 0ull;
-  if (hv.hi[0] == 0 && nonfin == 0) return true;
-  if (hv.lo[0] != 0 || hv.stot == 0 || hv.sge > hv.stot) return false;
-  const double zeros = vgct_zero_count_estimate(m, (int64_t)(hv.stot - hv.sge), (int64_t)nonfin,
-                                                (int64_t)(hv.stot + nonfin));
-  for (int j = 0; j < nu; ++j)
-    if (ub[j] != m - 1 && !((double)ub[j] < zeros)) return false;
-  return true;
-}
-
-/* What k_win_count's last block needs to choose the fused reduction's way
- * (WinState::mode): the window's ranks at n_finite = m (distinct, ascending),
- * the sample's padding, and the hooks' overrides. */
-struct WinVerdict {
-  int64_t ub[2 * VGCT_MAX_QUANTILES];
-  int64_t m, spad;
-  int nu;
-  int rule;  /* leaving the window to the record: 0 never, 1 win_record_answers, 2 always */
-  int force; /* 0 the sample decides the way; 1 every pair classified (hook 4); 2 the sparse way (hook 3) */
-};
-
-/* The sample's keys at or above lo counted; the last block sets dense and
- * chooses the reduction's way (WinState::mode) by V. */
+#define CNT_WIN 6   /* k_win_count's last-block counter (index in WS_SEL_CNT) */
+#define CNT_EARLY 7 /* k_sel_sample's (win_early) */
+/* Window 0's bounds from the sample's order statistics (win_bounds) into the
+ * WinState (block 0: the fused pass reads them at its start), and the
+ * sample's keys at or above lo counted; the last block sets dense and
+ * chooses the reduction's way (WinState::mode): every pair classified when
+ * dense, else the sparse way -- force (the hooks): 0 by the sample, 1 every
+ * pair, 2 the sparse way.  Returns at once when k_sel_sample's last block
+ * left the window to the record (SelState::skip, win_early). */
 __global__ void __launch_bounds__(WT) k_win_count(const __grid_constant__ WArgs A, long long nkeys,
-                                                  unsigned *counter,
-                                                  const __grid_constant__ WinVerdict V) {
-  const unsigned long long lo = A.w->lo[0];
-  unsigned long long c = 0, cn = 0;
+                                                  unsigned *counter, int force) {
+  if (A.sst->skip) return; /* (the same in every block) */
+  unsigned long long lo, hi, hq;
+  win_bounds(A, 0, lo, hi, hq);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    A.w->lo[0] = lo;
+    A.w->hi[0] = hi;
+  }
+  unsigned long long c = 0;
   /* keys >= lo, but not 0 == lo: the fused kernel's sparse way counts the
-     pairs with d == 0 by number, without a key each; cn: slots without a key */
+     pairs with d == 0 by number, without a key each */
   for (long long i = (long long)blockIdx.x * WT + threadIdx.x; i < nkeys; i += (long long)gridDim.x * WT) {
     const unsigned long long key = A.cand[i];
     c += key >= lo && key != KEY_NONE && key != 0;
-    cn += key == KEY_NONE;
   }
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    c += __shfl_down_sync(0xffffffffu, c, o);
-    cn += __shfl_down_sync(0xffffffffu, cn, o);
-  }
+  for (int o = 16; o > 0; o >>= 1) c += __shfl_down_sync(0xffffffffu, c, o);
   if ((threadIdx.x & 31u) == 0 && c) atomicAdd(&A.w->sge, c);
-  if ((threadIdx.x & 31u) == 0 && cn) atomicAdd(&A.w->snone, cn);
   if (!vg_last_block(counter)) return;
   if (threadIdx.x == 0) {
-    WinState hv; /* what win_record_answers reads, every block's atomics done */
-    hv.lo[0] = A.w->lo[0];
-    hv.hi[0] = A.w->hi[0];
-    hv.sge = *(volatile unsigned long long *)&A.w->sge;
-    hv.snone = *(volatile unsigned long long *)&A.w->snone;
-    hv.stot = A.sst->total;
-    A.w->stot = hv.stot;
-    const int dense =
-        V.force == 1 || (V.force == 0 && (double)hv.sge > WIN_FUSE_GE * (double)hv.stot);
+    const unsigned long long sge = *(volatile unsigned long long *)&A.w->sge;
+    const unsigned long long stot = A.sst->total;
+    A.w->stot = stot;
+    const int dense = force == 1 || (force == 0 && (double)sge > WIN_FUSE_GE * (double)stot);
     A.w->dense = dense;
-    const bool record =
-        V.rule == 2 || (V.rule == 1 && win_record_answers(hv, V.spad, V.ub, V.nu, V.m));
-    A.w->mode = record ? VG_WIN_RECORD : dense ? VG_WIN_EVERY : VG_WIN_LOOK;
+    A.w->mode = dense ? VG_WIN_EVERY : VG_WIN_LOOK;
   }
+}
+
+/* The sample's order statistics at the windows' sample ranks: the level
+ * passes over the sample's keys (level 0, k_sel_fin, levels 1-4), on the
+ * device, no round trip.  The select workspace's counters, states and
+ * histograms must be clear (win_start; win_resume). */
+static cudaError_t win_levels(DevWS *ws, const KArgs &B, const WinRun *run, cudaStream_t s) {
+  const WinPlan &W = run->W;
+  KArgs A = B;
+  A.store_all = 0;
+  A.compact = 0;
+  A.nbuf = run->skeys;
+  A.cand = run->WA.cand;
+  A.st = (SelState *)run->WA.sst;
+  A.ns = 2 * W.nw;
+  A.sample = 1;
+  for (int g = 0; g < W.nw; ++g) {
+    A.wph[2 * g] = W.phl[g];
+    A.wph[2 * g + 1] = W.phh[g];
+  }
+  A.wz = W.z;
+  A.wshift = vgct_cuda_test_sel[3];
+  return buf_levels(ws, A, 0, s);
 }
 
 /* The plan's first launches: the workspace cleared, the sample, its order
  * statistics at the windows' sample ranks (on the device, no round trip);
- * with V (the fused window): window 0's bounds into the WinState (the fused
- * pass's input) and k_win_count's choice of the reduction's way. */
-static int win_start(CallCtx &cx, const KArgs &B, WinRun *run, const WinVerdict *V) {
+ * with V (the fused window): k_sel_sample's last block leaves the window to
+ * the record or not (win_early: the levels then return at once), and
+ * k_win_count writes window 0's bounds into the WinState (the fused pass's
+ * input) and chooses the reduction's other ways (force: its hook). */
+static int win_start(CallCtx &cx, const KArgs &B, WinRun *run, const WinVerdict *V, int force) {
   DevWS *ws = cx.ws;
   char *d = ws->d_ws;
   const WinPlan &W = run->W;
   int rc = VGCT_OK;
   WIN_CK(cudaMemsetAsync(d + WS_SEL_CNT, 0, WS_SEL_CLEAR_END - WS_SEL_CNT, cx.stream),
          "cudaMemsetAsync (select workspace)");
-  WIN_CK(dispatch_sel_sample((int)cdiv(run->S.nsc, WT), run->S, cx.stream), "k_sel_sample launch");
   {
-    KArgs A = B;
-    A.store_all = 0;
-    A.compact = 0;
-    A.nbuf = run->skeys;
-    A.cand = run->WA.cand;
-    A.st = (SelState *)run->WA.sst;
-    A.ns = 2 * W.nw;
-    A.sample = 1;
-    for (int g = 0; g < W.nw; ++g) {
-      A.wph[2 * g] = W.phl[g];
-      A.wph[2 * g + 1] = W.phh[g];
+    SArgs S = run->S;
+    if (V) {
+      S.w = run->WA.w;
+      S.sst = (SelState *)run->WA.sst;
+      S.counter = (unsigned *)(d + WS_SEL_CNT) + CNT_EARLY;
+      S.V = *V;
+      S.V.wph[0] = W.phl[0]; /* window 0's sample ranks as win_levels passes them */
+      S.V.wph[1] = W.phh[0];
+      S.V.wz = W.z;
+      S.V.wshift = vgct_cuda_test_sel[3];
     }
-    A.wz = W.z;
-    A.wshift = vgct_cuda_test_sel[3];
-    WIN_CK(buf_levels(ws, A, 0, cx.stream), "k_sel_buf launch (sample)");
+    WIN_CK(dispatch_sel_sample((int)cdiv(S.nsc, WT), S, cx.stream), "k_sel_sample launch");
   }
+  WIN_CK(win_levels(ws, B, run, cx.stream), "k_sel_buf launch (sample)");
   if (V) {
-    k_win_prep<<<1, 32, 0, cx.stream>>>(run->WA);
-    WIN_CK(cudaGetLastError(), "k_win_prep launch");
     const int64_t gc = cdiv(run->skeys, (int64_t)WT * 16);
     k_win_count<<<(int)(gc < ws->sms ? (gc < 1 ? 1 : gc) : ws->sms), WT, 0, cx.stream>>>(
-        run->WA, (long long)run->skeys, (unsigned *)(d + WS_SEL_CNT) + CNT_WIN, *V);
+        run->WA, (long long)run->skeys, (unsigned *)(d + WS_SEL_CNT) + CNT_WIN, force);
     WIN_CK(cudaGetLastError(), "k_win_count launch");
   }
+wout:
+  return rc;
+}
+
+/* After a fused plan's reduction that did not count the window (the record
+ * was left to answer and did not, or the ring kernel did not run): the
+ * sample's levels again, which win_early may have skipped, from a cleared
+ * select workspace -- the sample's keys lie above it (WS_SEL_CAND), and the
+ * reduction without a window wrote nothing there; its block partials (in the
+ * histograms) are merged already -- so that the window plan's own pass has
+ * its bounds. */
+static int win_resume(CallCtx &cx, const KArgs &B, const WinRun *run) {
+  char *d = cx.ws->d_ws;
+  int rc = VGCT_OK;
+  WIN_CK(cudaMemsetAsync(d + WS_SEL_CNT, 0, WS_SEL_CLEAR_END - WS_SEL_CNT, cx.stream),
+         "cudaMemsetAsync (select workspace)");
+  WIN_CK(win_levels(cx.ws, B, run, cx.stream), "k_sel_buf launch (sample)");
 wout:
   return rc;
 }
@@ -1939,7 +2068,7 @@ static int sel_windows(CallCtx &cx, const KArgs &B, const vgct_params *p, const 
   WinRun run;
   win_plan(cx.ws, B, nf, ub, nu, &run);
   if (run.W.nw == 0) return VGCT_OK;
-  int rc = win_start(cx, B, &run, NULL);
+  int rc = win_start(cx, B, &run, NULL, 0);
   if (rc != VGCT_OK) return rc;
   return win_answer(cx, B, p, &run, ub, nu, vals, done, err, errlen);
 }
@@ -2201,8 +2330,10 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
                                  vgct_slice_acc *slices, double *values, char *err,
                                  size_t errlen) {
   static_assert(sizeof(WinState) <= SEL_SLOT, "state slot");
-  static_assert(4 * (CNT_WIN + 1) <= 64, "k_win_count's counter in the zeroed counters");
+  static_assert(4 * (CNT_WIN + 1) <= 64 && 4 * (CNT_EARLY + 1) <= 64,
+                "k_win_count's and win_early's counters in the zeroed counters");
   vgct_cuda_test_fuse_last = 0;
+  vgct_cuda_test_resume_last = 0;
   vgct_cuda_test_known_last[0] = vgct_cuda_test_known_last[1] = 0;
   if (nq < 0 || nq > VGCT_MAX_QUANTILES) {
     snprintf(err, errlen, "vgct_cuda_compare: %d quantiles (0 to %d)", nq, VGCT_MAX_QUANTILES);
@@ -2217,6 +2348,7 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
   const int64_t m = vgct_numel(a);
   const long long plan = vgct_cuda_test_sel[0];
   WinRun run;
+  KArgs B; /* the fused plan's (pre) */
   VgWinFuse wf;
   memset(&wf, 0, sizeof wf);
   bool pre = false, skip = false;
@@ -2227,7 +2359,6 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
       (size_t)grid * sizeof(vgct_acc) <= WS_SEL_CLEAR_END - WS_SEL_HIST) {
     IterSpec it;
     if ((rc = vg_prepare(a, e, -1, &it, err, errlen)) != VGCT_OK) return rc;
-    KArgs B;
     sel_kargs(ws, it, &B);
     int64_t rk[2 * VGCT_MAX_QUANTILES], ub[2 * VGCT_MAX_QUANTILES];
     for (int i = 0; i < nq; ++i) { /* the ranks at n_finite = m */
@@ -2237,23 +2368,26 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
     const int nu = vg_distinct_ascending(rk, 2 * nq, ub);
     win_plan(ws, B, m, ub, nu, &run);
     if (run.W.nw == 1) {
-      /* k_win_count chooses the reduction's way on the device (WinState::mode):
-         a window that the reduction's record will most likely answer
-         (win_record_answers: an identical pair, sparse differences) is left
-         to it -- when the record does not answer after all, the window plan's
-         own pass counts it -- else the sparse way or every pair classified */
+      /* the reduction's way chosen on the device (WinState::mode): a window
+         that the reduction's record will most likely answer (win_record_answers:
+         an identical pair, sparse differences) is left to it by k_sel_sample's
+         last block, before the sample's levels, which then return at once --
+         when the record does not answer after all, the levels run again and the
+         window plan's own pass counts it (win_resume) -- else k_win_count picks
+         the sparse way or every pair classified */
       WinVerdict V;
       memset(&V, 0, sizeof V);
-      for (int j = 0; j < nu; ++j) V.ub[j] = ub[j];
-      V.nu = nu;
+      V.ubmax = -1;
+      for (int j = 0; j < nu; ++j)
+        if (ub[j] != m - 1 && ub[j] > V.ubmax) V.ubmax = ub[j];
       V.m = m;
       V.spad = run.spad;
       V.rule = vgct_cuda_test_fuse == 2 ? 2
-               : (vgct_cuda_test_known == 0 && vgct_cuda_test_fuse == 0) ? 1 : 0;
-      V.force = vgct_cuda_test_fuse == 4 ? 1 : vgct_cuda_test_fuse == 3 ? 2 : 0;
-      if ((rc = win_start(cx, B, &run, &V)) != VGCT_OK) return rc;
+               : (vgct_cuda_test_known == 0 && (vgct_cuda_test_fuse == 0 || vgct_cuda_test_fuse == 5))
+                   ? 1 : 0;
+      const int force = vgct_cuda_test_fuse == 4 ? 1 : vgct_cuda_test_fuse == 3 ? 2 : 0;
+      if ((rc = win_start(cx, B, &run, &V, force)) != VGCT_OK) return rc;
       pre = true; /* the window plan is started either way; its pass runs after the reduce */
-      wf.mode = VG_WIN_DEVICE;
       wf.w = run.WA.w;
       wf.cand = run.WA.cand + run.WA.off[0];
       wf.cap = run.WA.cap[0];
@@ -2297,6 +2431,13 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
   if (pre) {
     run.fused = !skip && wf.used != 0;
     run.copied = run.fused && wf.copied != 0;
+    if (!run.fused) { /* the sample's levels may have been skipped (win_early): when
+                         the ring kernel did not run (wf.used == 0) the host cannot
+                         tell, and reruns them (redundant then; not reached while
+                         vg_reduce_can_fuse and vg_reduce_run agree) */
+      if ((rc = win_resume(cx, B, &run)) != VGCT_OK) return rc;
+      vgct_cuda_test_resume_last = 1;
+    }
   }
   rc = sel_run(cx, a, e, &p2, sub, left, subv, pre ? &run : NULL, err, errlen);
   if (rc != VGCT_OK) return rc;

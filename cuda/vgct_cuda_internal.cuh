@@ -803,12 +803,18 @@ struct WinState {
   unsigned long long stot; /* fused: the sample's finite keys (k_win_count)     */
   unsigned long long snone; /* fused: the sample's slots without a key -- its
                               non-finite pairs and the padding past the data's
-                              end (k_win_count; win_record_answers)           */
+                              end -- in select.cu win_early's local WinState,
+                              as win_record_answers reads it (not written in
+                              the workspace: ecount[2] holds the count)       */
+  unsigned long long ecount[3]; /* fused: the sample's keys 0, nonzero finite and
+                              none (k_sel_sample: the early verdict, select.cu
+                              win_early)                                      */
   int dense;               /* fused: too many of them for the sparse way -- every
                               pair classified instead (select.cu k_win_count)  */
-  int mode;                /* fused: the reduction's way, chosen by k_win_count's
-                              last block (VG_WIN_RECORD, VG_WIN_LOOK or
-                              VG_WIN_EVERY) and read by the three k_reduce_bulk
+  int mode;                /* fused: the reduction's way, chosen on the device
+                              (VG_WIN_RECORD by k_sel_sample's last block, else
+                              VG_WIN_LOOK or VG_WIN_EVERY by k_win_count's)
+                              and read by the three k_reduce_bulk
                               variants launched behind it (RArgs::wsel): no
                               host round trip between the sample and the
                               reduction                                       */
@@ -863,7 +869,7 @@ static inline int vg_distinct_ascending(const int64_t *v, int n, int64_t *out) {
 
 /* The fused window handed to the reduction (vg_reduce_run): window 0 of w,
  * whose bounds a kernel of the window plan wrote on the device before the
- * reduce (k_win_prep); its region cand[0 .. cap); part: where the reduce's
+ * reduce (k_win_count); its region cand[0 .. cap); part: where the reduce's
  * block partials go (the window region and the reduce's usual partials
  * overlap in the workspace).  used: set by vg_reduce_run when it launched
  * the ring kernel's variants; whether the window was counted is w->mode
@@ -874,21 +880,16 @@ struct VgWinFuse {
   unsigned long long *cand;
   long long cap;
   vgct_acc *part;
-  int used;   /* out: k_reduce_bulk's variants were launched (the ring kernel ran;
-                 with VG_WIN_DEVICE maybe the one without a window: w->mode) */
-  int mode;   /* VG_WIN_LOOK or VG_WIN_EVERY: that variant alone (no caller passes
-                 these since 2026-12-02; launch_reduce's branch for them is dead
-                 code, left until a GPU run can test its removal); VG_WIN_DEVICE
-                 (what vgct_cuda_compare passes): the device chooses (w->mode,
-                 written by k_win_count), and all three variants are launched,
-                 each returning at once unless it is the chosen one */
+  int used;   /* out: k_reduce_bulk's three variants were launched (the ring
+                 kernel ran); the one that ran is the device's choice, w->mode */
+  int mode;   /* out (set by the caller from w->mode, read with the record):
+                 VG_WIN_RECORD, VG_WIN_LOOK or VG_WIN_EVERY */
   int copied; /* out: the counts copied to h_pin + VG_PIN_WIN with the record,
                  in the same host round trip (used == 1 only) */
 };
 #define VG_WIN_RECORD 0 /* k_reduce_bulk<..., 0>: no window (the record will answer) */
 #define VG_WIN_LOOK 1   /* k_reduce_bulk<..., 1>: the pairs not proved below lo keyed */
 #define VG_WIN_EVERY 2  /* k_reduce_bulk<..., 2>: every pair classified in the fold */
-#define VG_WIN_DEVICE 3 /* VgWinFuse::mode: one of the three, chosen on the device */
 
 /* A chunk as read from memory: its 16-byte vectors when it is full, unit-
  * stride and both pointers are 16-byte aligned (`v`), else the pointers to

@@ -14,8 +14,9 @@ k_sel_data + k_sel_fin (in-place keys for small n, the one-block finish: ties an
 k_sel_buf (the levels: a bucket too big for the finish, and every call once more with the finish
 off through its hook vgct_cuda_test_fin; level-0 histogram + compaction above the candidate
 buffer, forced through select.cu's plan hook), k_sel_sample + k_sel_window + the direct finish
-(the window plan, above the candidate buffer), k_reduce_bulk<..., WIN = 1> + k_win_prep (the fused
-key window of one quantile), the ranks the reduction's record answers (no selection, or
+(the window plan, above the candidate buffer), k_reduce_bulk<..., WIN = 0, 1, 2> +
+k_win_count (the fused key window of one quantile: the sample's early verdict for the record,
+the levels run again after it, the sparse way, every pair classified), the ranks the reduction's record answers (no selection, or
 the selection of the rest), k_fingerprint.  Prints one line per call and
 "sanitize script: done" at the end; exits non-zero on any exception.
 """
@@ -95,9 +96,21 @@ def main():
                 s = vgct_ext.compare(x, y, quantiles=(0.99,))
                 print(f"[fused, sample {sample}] {name}: n={s.n} p99={s.quantiles[0.99]:.3e}", flush=True)
         sel[1] = 0
-        fuse.value = 2  # the fused plan, the window skipped: the window pass after the reduction
+        fuse.value = 2  # the fused plan, the window left to the record by k_sel_sample's last
+        # block (win_early: the sample's levels return at once); every rank still goes to the
+        # selection (known = 1), so the levels run again and the window pass after the reduction
         s = vgct_ext.compare(a, e, quantiles=(0.99,))
         print(f"[fused, skipped] fused bf16: n={s.n} p99={s.quantiles[0.99]:.3e}", flush=True)
+        # the automatic rule (win_early's verdict from the sample's counts) at this small n: the
+        # record left to answer (identical; 0.1% unequal), or the window in the reduction (noise)
+        fuse.value, known.value = 5, 0
+        sparse = e.clone()
+        sparse[::1000] += 1.0
+        for name, x, y in (("fused identical", e, e.clone()), ("fused sparse 0.1%", sparse, e),
+                           ("fused bf16", a, e)):
+            s = vgct_ext.compare(x, y, quantiles=(0.99,))
+            print(f"[fused, automatic] {name}: n={s.n} p99={s.quantiles[0.99]:.3e}", flush=True)
+        known.value = 1
         fuse.value = 4  # every pair classified in the fold (VG_WIN_EVERY)
         for sample in (0, 64):
             sel[1] = sample

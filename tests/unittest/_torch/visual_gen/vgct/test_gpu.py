@@ -937,6 +937,16 @@ def _win_counts_hook():
     return (ctypes.c_longlong * 4).in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_win_last")
 
 
+def _resume_hook():
+    """cuda/select.cu vgct_cuda_test_resume_last: 1 when the last compare's fused plan did not count
+    its window in the reduction and ran the sample's levels again after it (win_resume)."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    return ctypes.c_longlong.in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_resume_last")
+
+
 @pytest.fixture
 def fuse_hooks(selection_only):
     """(off, last): the fused window's hooks; off reset to 0 after."""
@@ -978,6 +988,9 @@ def test_fused_window_every_distribution(mode, dt, kind, q, sel_hooks, lean_max,
     fuse_hooks[0].value = mode
     check3(a, e, quantiles=(q,))
     assert fuse_hooks[1].value == {3: 1, 4: 3, 2: 2}[mode]
+    # mode 2: k_sel_sample's last block left the window to the record, so the sample's levels
+    # returned at once and ran again after the reduction (every rank goes to the selection here)
+    assert _resume_hook().value == (1 if mode == 2 else 0)
     last = sel_hooks.last()
     assert last["windows"] == 1 and last["overflowed"] == 0, last
     if kind != "nan_inf" and not (kind == "f32_overflow" and dt == "fp16"):  # fp16: 3e38 is inf
@@ -1212,6 +1225,7 @@ def test_record_answers_skip_the_zero_window(kind, known_hooks, fuse_hooks_plain
     assert g.quantiles[0.99] == 0.0
     assert fuse_hooks_plain.value == 2
     assert list(last) == [2, 0]
+    assert _resume_hook().value == 0  # the sample's levels skipped, and not needed after
 
 
 @pytest.mark.parametrize("nan,skipped", [(0.015, False), (0.003, True)])
@@ -1251,21 +1265,15 @@ def _sampled_elements(n, ch=8):
     return mask
 
 
-def test_record_guess_wrong_falls_back_to_the_window_pass(known_hooks, fuse_hooks_plain):
-    """The record's answer is a guess from the sample (win_record_answers); when it is wrong the
-    result must still be exact.  Planted here: the sample reads 0.9% of its pairs unequal (so the
-    reduction runs without the window, fuse_last == 2), while over all pairs exactly n - hi differ
-    (hi = the p99's upper rank: the zero count is hi, so rank hi is the smallest nonzero key and
-    the record answers only the lower rank, known_last == [1, 1]) -- the window plan's own pass
-    then selects it after the reduction (one window, the rank at its pivot or among its stored
-    keys, none left to the radix path).  Values == CPU engine == float64 oracle: a record that
-    answered rank hi as 0 fails it; a window left uncounted would send the rank to the radix
-    path (exact, slower), which the hook shows."""
-    _, last = known_hooks
-    n = (1 << 25) + 1001
+def _wrong_guess_case(n, seed):
+    """GPU bf16 (actual, expected) of n pairs on which the record's rule guesses wrong: the sample
+    (_sampled_elements) reads 0.9% of its pairs unequal, so win_record_answers leaves the p99's
+    window to the record, while over all pairs exactly n - hi differ (hi = the p99's upper rank:
+    the zero count is hi, so rank hi is the smallest nonzero key and the record answers only the
+    lower rank).  Returns (a, e, hi)."""
     hi = math.floor((n - 1) * 0.99) + 1
     g = torch.Generator()  # (on the CPU: the placement follows the CPU-built mask)
-    g.manual_seed(GEN_SEED + 400)
+    g.manual_seed(GEN_SEED + seed)
     sampled = _sampled_elements(n)
     s_idx = sampled.nonzero().flatten()
     u_idx = (~sampled).nonzero().flatten()
@@ -1276,15 +1284,113 @@ def test_record_guess_wrong_falls_back_to_the_window_pass(known_hooks, fuse_hook
     e32 = torch.randn(n, generator=g).to(torch.bfloat16).float()
     a32 = e32.clone()
     a32[pick] += (0.25 + torch.rand(pick.numel(), generator=g)) * (1.0 + e32[pick].abs())
-    a, e = a32.to(torch.bfloat16).to(DEV), e32.to(torch.bfloat16).to(DEV)
+    return a32.to(torch.bfloat16).to(DEV), e32.to(torch.bfloat16).to(DEV), hi
+
+
+def test_record_guess_wrong_falls_back_to_the_window_pass(known_hooks, fuse_hooks_plain):
+    """The record's answer is a guess from the sample (win_record_answers); when it is wrong the
+    result must still be exact.  Planted here (_wrong_guess_case): the sample says the record will
+    answer (so the reduction runs without the window, fuse_last == 2, and the sample's levels
+    return at once), while the record answers only the lower rank (known_last == [1, 1]) -- the
+    sample's levels then run again (resume_last == 1) and the window plan's own pass selects the
+    upper rank after the reduction (one window, the rank at its pivot or among its stored keys,
+    none left to the radix path).  Values == CPU engine == float64 oracle: a record that
+    answered rank hi as 0 fails it; a window pass after levels that did not run again has no
+    bounds (win_bounds: WIN_SENT while SelState::skip is set), so the rank would go to the radix
+    path (radix_ranks 1); and the window's stored keys must be fewer than the nonzero keys (a
+    window of the whole range, the zeroed state's bounds, stores them all)."""
+    _, last = known_hooks
+    n = (1 << 25) + 1001
+    a, e, hi = _wrong_guess_case(n, 400)
     r = check3(a, e, quantiles=(0.99,), oracle=True)
     assert r.n_unequal == n - hi
     assert r.quantiles[0.99] > 0.0
     assert fuse_hooks_plain.value == 2
     assert list(last) == [1, 1]
+    assert _resume_hook().value == 1
     plan = dict(zip(SEL_LAST, list(_sel_hooks()[1])))
     assert plan["windows"] == 1 and plan["at_pivots"] + plan["in_stored"] == 1, plan
     assert plan["radix_ranks"] == 0, plan
+    assert 0 <= _win_counts_hook()[3] < r.n_unequal  # keys stored strictly inside the window
+
+
+def _verdict_case(kind, n, seed):
+    """GPU (actual, expected) of n pairs for the record's verdict tests: identical_bf16; caching_bf16
+    (0.5% of the pairs differ: the sample's zero count far above the p99's ranks); wrong_guess
+    (_wrong_guess_case); bf16_rounding (_window_case); nan_sparse_fp32 (0.1% differ, 1.5% NaN: the
+    record's zero count below the ranks).  Returns (a, e, hi): hi the wrong guess's p99 upper rank,
+    else None."""
+    if kind == "wrong_guess":
+        return _wrong_guess_case(n, 400 + seed)
+    if kind == "bf16_rounding":
+        return (*_window_case("bf16_rounding", n, seed=seed), None)
+    if kind == "nan_sparse_fp32":
+        a, e = _sparse_case(n, n // 1000, torch.float32, seed=seed)
+        a[torch.rand(n, generator=_gen(GEN_SEED + 403 + seed), device=DEV) < 0.015] = float("nan")
+        return a, e, None
+    k = {"identical_bf16": 0, "caching_bf16": n // 200}[kind]
+    return (*_sparse_case(n, k, torch.bfloat16, seed=seed), None)
+
+
+def _verdict_call(a, e, known_last, fuse_last, oracle=True):
+    """compare(a, e, quantiles=(0.99,)) on a warm workspace, then the same call against the CPU
+    engine (and the float64 oracle when `oracle`); returns the GPU result and what the hooks said
+    of it: way (fuse_last), resumed (resume_last), known (known_last), pre (round trips before the
+    reduction), syncs (round trips in all)."""
+    total, pre = _sync_hooks()
+    vgct_ext.compare(a, e, quantiles=(0.99,))  # the workspace allocated (its one-time sync)
+    before = total.value
+    r = vgct_ext.compare(a, e, quantiles=(0.99,))
+    seen = dict(way=fuse_last.value, resumed=_resume_hook().value, known=list(known_last),
+                pre=pre.value, syncs=total.value - before)
+    check3(a, e, quantiles=(0.99,), oracle=oracle)
+    return r, seen
+
+
+@pytest.fixture
+def fuse_auto_any_n(lean_max):
+    """The fused window's automatic choice at any n (cuda/reduce.cu vgct_cuda_test_fuse = 5, below
+    WIN_FUSE_MIN) on the ring kernel (lean off); both back to their defaults after."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    h = ctypes.c_longlong.in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_fuse")
+    lean_max.value = 0
+    h.value = 5
+    yield
+    h.value = 0
+
+
+@pytest.mark.parametrize("kind", ["identical_bf16", "caching_bf16", "wrong_guess", "bf16_rounding",
+                                  "nan_sparse_fp32"])
+def test_record_verdict_from_the_sample_before_its_levels(kind, known_hooks, fuse_hooks_plain,
+                                                           fuse_auto_any_n):
+    """k_sel_sample's last block (cuda/select.cu win_early) decides from the sample's zero, nonzero
+    and empty counts whether the record will answer (win_record_answers) -- before the sample's
+    levels, which then return at once -- at 2^21 + 77 pairs through the automatic rule's hook:
+    an identical pair and a caching feature's output are left to the record (fuse_last 2), which
+    answers both ranks with the levels never run (resume_last 0; one host round trip in all);
+    a wrong guess (_wrong_guess_case) is left to it too, and the levels run after the reduction
+    (resume_last 1) for the window pass; bf16 rounding noise and 0.1% unequal with 1.5% NaN
+    (whose record's zero count is below the rank) count the window in the reduction (every pair,
+    the sparse way; resume_last 0).  Values == CPU engine == float64 oracle."""
+    n = (1 << 21) + 77
+    a, e, hi = _verdict_case(kind, n, seed=20)
+    r, seen = _verdict_call(a, e, known_hooks[1], fuse_hooks_plain)
+    way, resumed, known, calls = seen["way"], seen["resumed"], seen["known"], seen["syncs"]
+    assert seen["pre"] == 0
+    if kind in ("identical_bf16", "caching_bf16"):
+        assert (way, resumed, known) == (2, 0, [2, 0])
+        assert r.quantiles[0.99] == 0.0 and calls == 1
+    elif kind == "wrong_guess":
+        assert (way, resumed, known) == (2, 1, [1, 1])
+        assert r.n_unequal == n - hi and r.quantiles[0.99] > 0.0
+        plan = dict(zip(SEL_LAST, list(_sel_hooks()[1])))
+        assert plan["windows"] == 1 and plan["radix_ranks"] == 0, plan
+        assert 0 <= _win_counts_hook()[3] < r.n_unequal  # not the whole range stored
+    else:
+        assert (way, resumed) == ((3, 0) if kind == "bf16_rounding" else (1, 0))
 
 
 @pytest.fixture
@@ -1313,8 +1419,9 @@ def _sync_hooks():
 @pytest.mark.parametrize("kind,way", [("identical_bf16", 2), ("nan_sparse_fp32", 1),
                                       ("bf16_rounding", 3)])
 def test_fused_window_way_chosen_on_the_device(kind, way, known_hooks, fuse_hooks_plain):
-    """From WIN_FUSE_MIN (2^25) pairs on, k_win_count's last block chooses the reduction's way
-    (WinState::mode) -- the window left to the record (fuse_last 2: an identical bf16 pair), the
+    """From WIN_FUSE_MIN (2^25) pairs on, the device chooses the reduction's way (WinState::mode;
+    the record by k_sel_sample's last block, the other two by k_win_count's) -- the window left to
+    the record (fuse_last 2: an identical bf16 pair), the
     sparse way (1: 0.1% of the pairs differ, 1.5% NaN, so the record cannot answer), every pair
     classified (3: bf16 rounding noise, ~3% of the keys at or above lo) -- and the three
     k_reduce_bulk variants launched behind it run only the chosen one: no host round trip before
@@ -1325,27 +1432,16 @@ def test_fused_window_way_chosen_on_the_device(kind, way, known_hooks, fuse_hook
     test_fused_window_every_distribution, whose hooks 3 and 4 take this path too, compare the
     counts and values with the window plan's own pass.  Round trips outside CallCtx::sync, which
     the counter cannot see, are ruled out by test_build.py's source check.)"""
-    _, last = known_hooks
-    total, pre = _sync_hooks()
     n = (1 << 25) + 1001
+    a, e, _ = _verdict_case(kind, n, seed=7)
+    r, seen = _verdict_call(a, e, known_hooks[1], fuse_hooks_plain, oracle=(kind == "nan_sparse_fp32"))
+    assert seen["way"] == way
+    assert seen["pre"] == 0 and seen["resumed"] == 0
     if kind == "identical_bf16":
-        a, e = _sparse_case(n, 0, torch.bfloat16, seed=1)
-    elif kind == "nan_sparse_fp32":
-        a, e = _sparse_case(n, n // 1000, torch.float32, seed=7)
-        g = _gen(GEN_SEED + 410)
-        a[torch.rand(n, generator=g, device=DEV) < 0.015] = float("nan")
-    else:
-        a, e = _window_case("bf16_rounding", n, seed=3)
-    vgct_ext.compare(a, e, quantiles=(0.99,))  # the workspace allocated (its one-time sync)
-    before = total.value
-    r = check3(a, e, quantiles=(0.99,), oracle=(kind == "nan_sparse_fp32"))
-    assert fuse_hooks_plain.value == way
-    assert pre.value == 0
-    if kind == "identical_bf16":
-        assert r.quantiles[0.99] == 0.0 and list(last) == [2, 0]
-        assert total.value - before == 1  # (check3's CPU call makes no CUDA round trip)
+        assert r.quantiles[0.99] == 0.0 and seen["known"] == [2, 0]
+        assert seen["syncs"] == 1
     else:  # the window counted in the reduction answered what the record could not
-        assert list(last)[1] >= 1
+        assert seen["known"][1] >= 1
         assert (r.quantiles[0.99] > 0.0) == (kind == "bf16_rounding")  # (1.5% NaN: the record's
         # zero count, n_finite - n_unequal, is below the rank; the finite zeros are not)
 
