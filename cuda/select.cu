@@ -938,12 +938,16 @@ __global__ void __launch_bounds__(ST, 1) k_sel_fin(const __grid_constant__ FinAr
 /* Whether the reduction's record (vgct_ranks_known: every rank below the
  * zero count n_finite - n_unequal is 0, rank n_finite - 1 is max_abs_err)
  * will most likely answer every rank of the fused window, from the sample's
- * counts hv (spad: the sample's slots past the data's end, sample_pad; ubmax:
- * the largest rank other than m - 1, -1 when there is none), for m pairs --
- * so that the reduction runs without the window (k_sel_sample's last block
- * decides, on the device, before the sample's levels: win_early).
- * The window must reach the key 0 (lo == 0,
- * so hv.sge counts the sample's nonzero finite keys) and every rank lie below
+ * counts -- z keys 0, f nonzero finite keys, none slots without a key -- and
+ * window 0's sample ranks r0 <= r1 (spad: the sample's slots past the data's
+ * end, sample_pad; ubmax: the largest rank other than m - 1, -1 when there is
+ * none), for m pairs -- so that the reduction runs without the window
+ * (k_sel_sample's last block decides, on the device, before the sample's
+ * levels: win_early).  The window's bounds would be the sample's keys at r0
+ * and r1 (win_bounds: lo = 0 when r0 <= 0, hi = +Inf's key when r1 is the
+ * last; no window when the sample has no finite key), and the key at rank r
+ * is 0 iff r < z, so whether each bound is 0 follows from the counts.
+ * The window must reach the key 0 (lo == 0) and every rank lie below
  * the sample's estimate of the record's zero count, or be the last.  The
  * record's zero count is n_finite - n_unequal, and n_unequal counts the
  * unequal non-finite pairs too: the estimate takes every non-finite pair the
@@ -963,14 +967,18 @@ __global__ void __launch_bounds__(ST, 1) k_sel_fin(const __grid_constant__ FinAr
  * estimate (the zeros fewer than the p99's rank) is fused: the sparse way
  * counts its zeros by number.  (The CPU engine's windows follow the same
  * rule: csrc/cpu_select.inc.) */
-__device__ static bool win_record_answers(const WinState &hv, int64_t spad, int64_t ubmax,
-                                          int64_t m) {
+__device__ static bool win_record_answers(unsigned long long z, unsigned long long f,
+                                          unsigned long long none, long long r0, long long r1,
+                                          int64_t spad, int64_t ubmax, int64_t m) {
+  const unsigned long long ns = z + f; /* finite keys (the level pass's total) */
+  if (ns == 0) return false;           /* no window */
+  const bool lo0 = r0 <= 0 || (unsigned long long)r0 < z;
+  const bool hi0 = r1 < (long long)ns - 1 && (unsigned long long)r1 < z;
   const unsigned long long pad = spad > 0 ? (unsigned long long)spad : 0ull;
-  const unsigned long long nonfin = hv.snone > pad ? hv.snone - pad : 0ull;
-  if (hv.hi[0] == 0 && nonfin == 0) return true;
-  if (hv.lo[0] != 0 || hv.stot == 0 || hv.sge > hv.stot) return false;
-  const double zeros = vgct_zero_count_estimate(m, (int64_t)(hv.stot - hv.sge), (int64_t)nonfin,
-                                                (int64_t)(hv.stot + nonfin));
+  const unsigned long long nonfin = none > pad ? none - pad : 0ull;
+  if (hi0 && nonfin == 0) return true;
+  if (!lo0) return false;
+  const double zeros = vgct_zero_count_estimate(m, (int64_t)z, (int64_t)nonfin, (int64_t)(ns + nonfin));
   return ubmax < 0 || (double)ubmax < zeros;
 }
 
@@ -1003,14 +1011,11 @@ struct SArgs {
   WinVerdict V;
 };
 
-/* win_early: the fused window left to the record or not, from the sample's
- * own counts (zero keys, nonzero finite keys, slots without a key) -- the
- * same verdict win_record_answers would give on the window's bounds and the
- * counts k_win_count makes after the sample's levels: window 0's bounds are
- * the sample's keys at its sample ranks r0, r1 (win_bounds: lo = 0 when r0
- * <= 0, hi = +Inf's key when r1 is the last), and the record's rule only
- * asks whether each is 0 -- the key at rank r is 0 iff r < the zero count --
- * and, when lo == 0, for the nonzero finite keys.  On a record verdict the
+/* win_early: the fused window left to the record or not (win_record_answers),
+ * from the sample's own counts (zero keys, nonzero finite keys, slots without
+ * a key) and window 0's sample ranks as the level pass computes them
+ * (sel_sample_rank) -- before the levels, which the verdict needs none of:
+ * before 2026-12-02 k_win_count took it after them.  On a record verdict the
  * sample's levels, k_sel_fin and k_win_count return at once
  * (SelState::skip; the reduction runs without the window: WinState::mode);
  * when the record does not answer after all, the host runs the levels again
@@ -1044,19 +1049,9 @@ __device__ void win_early(const SArgs &A, unsigned long long nz, unsigned long l
     const unsigned long long z = *(volatile unsigned long long *)&A.w->ecount[0];
     const unsigned long long f = *(volatile unsigned long long *)&A.w->ecount[1];
     const unsigned long long none = *(volatile unsigned long long *)&A.w->ecount[2];
-    const unsigned long long ns = z + f; /* the level pass's total: finite keys */
-    WinState hv;                         /* the fields win_record_answers reads */
-    if (ns == 0) {
-      hv.lo[0] = hv.hi[0] = WIN_SENT; /* no window (the level pass marks it bad) */
-    } else {
-      const long long r0 = sel_sample_rank(V, 0, ns), r1 = sel_sample_rank(V, 1, ns);
-      hv.lo[0] = r0 <= 0 || (unsigned long long)r0 < z ? 0ull : INF_KEY; /* 0 or not */
-      hv.hi[0] = r1 < (long long)ns - 1 && (unsigned long long)r1 < z ? 0ull : INF_KEY;
-    }
-    hv.sge = f; /* lo == 0: the finite keys >= lo, 0 aside (k_win_count) */
-    hv.snone = none;
-    hv.stot = ns;
-    record = win_record_answers(hv, V.spad, V.ubmax, V.m);
+    const unsigned long long ns = z + f; /* finite keys: the level pass's total */
+    record = win_record_answers(z, f, none, sel_sample_rank(V, 0, ns), sel_sample_rank(V, 1, ns),
+                                V.spad, V.ubmax, V.m);
   }
   if (record) {
     A.w->mode = VG_WIN_RECORD;
@@ -1761,8 +1756,9 @@ static void win_plan(DevWS *ws, const KArgs &B, int64_t nf, const int64_t *ub, i
  * measured yet, and 2% errs towards every pair (speed only: both ways give
  * the same counts).
  * k_win_count counts the sample's finite keys >= lo (sge) and its last block
- * sets dense when they are more than WIN_FUSE_GE of the sample's finite keys,
- * then picks the way (WinState::mode) that the reduction's variants read. */
+ * picks every pair classified when they are more than WIN_FUSE_GE of the
+ * sample's finite keys, else the sparse way (WinState::mode, which the
+ * reduction's variants read). */
 #define WIN_FUSE_GE 0.02
 /* ...and only from WIN_FUSE_MIN pairs on.  Set when the host chose the way
  * (a round trip of ~20 us): at 2^24 fused and unfused were within 3%, at 2^22
@@ -1777,9 +1773,9 @@ static void win_plan(DevWS *ws, const KArgs &B, int64_t nf, const int64_t *ub, i
 #define CNT_EARLY 7 /* k_sel_sample's (win_early) */
 /* Window 0's bounds from the sample's order statistics (win_bounds) into the
  * WinState (block 0: the fused pass reads them at its start), and the
- * sample's keys at or above lo counted; the last block sets dense and
- * chooses the reduction's way (WinState::mode): every pair classified when
- * dense, else the sparse way -- force (the hooks): 0 by the sample, 1 every
+ * sample's keys at or above lo counted; the last block chooses the
+ * reduction's way (WinState::mode): every pair classified when they are
+ * dense (WIN_FUSE_GE), else the sparse way -- force (the hooks): 0 by the sample, 1 every
  * pair, 2 the sparse way.  Returns at once when k_sel_sample's last block
  * left the window to the record (SelState::skip, win_early). */
 __global__ void __launch_bounds__(WT) k_win_count(const __grid_constant__ WArgs A, long long nkeys,
@@ -1804,10 +1800,8 @@ __global__ void __launch_bounds__(WT) k_win_count(const __grid_constant__ WArgs 
   if (!vg_last_block(counter)) return;
   if (threadIdx.x == 0) {
     const unsigned long long sge = *(volatile unsigned long long *)&A.w->sge;
-    const unsigned long long stot = A.sst->total;
-    A.w->stot = stot;
-    const int dense = force == 1 || (force == 0 && (double)sge > WIN_FUSE_GE * (double)stot);
-    A.w->dense = dense;
+    const bool dense =
+        force == 1 || (force == 0 && (double)sge > WIN_FUSE_GE * (double)A.sst->total);
     A.w->mode = dense ? VG_WIN_EVERY : VG_WIN_LOOK;
   }
 }
@@ -2403,8 +2397,7 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
     WinState hv;
     memcpy(&hv, ws->h_pin + VG_PIN_WIN, sizeof hv);
     wf.mode = hv.mode;
-    skip = hv.mode == VG_WIN_RECORD;
-    if (skip) wf.used = 0; /* the window was not counted: its own pass counts it if needed */
+    skip = hv.mode == VG_WIN_RECORD; /* the window not counted: its own pass counts it if needed */
   }
   vgct_cuda_test_fuse_last =
       pre ? (skip ? 2 : wf.used == 0 ? 0 : wf.mode == VG_WIN_EVERY ? 3 : 1) : 0;

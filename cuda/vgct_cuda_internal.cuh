@@ -799,18 +799,11 @@ struct WinState {
   unsigned long long lt[WIN_MAXW], eql[WIN_MAXW], eqh[WIN_MAXW], pos[WIN_MAXW];
   unsigned long long total;
   unsigned long long ge;   /* fused: keys >= lo[0]                              */
-  unsigned long long sge;  /* fused: the sample's finite keys >= lo[0], 0 aside  */
-  unsigned long long stot; /* fused: the sample's finite keys (k_win_count)     */
-  unsigned long long snone; /* fused: the sample's slots without a key -- its
-                              non-finite pairs and the padding past the data's
-                              end -- in select.cu win_early's local WinState,
-                              as win_record_answers reads it (not written in
-                              the workspace: ecount[2] holds the count)       */
+  unsigned long long sge;  /* fused: the sample's finite keys >= lo[0], 0 aside
+                              (k_win_count: the sparse way or every pair)    */
   unsigned long long ecount[3]; /* fused: the sample's keys 0, nonzero finite and
                               none (k_sel_sample: the early verdict, select.cu
                               win_early)                                      */
-  int dense;               /* fused: too many of them for the sparse way -- every
-                              pair classified instead (select.cu k_win_count)  */
   int mode;                /* fused: the reduction's way, chosen on the device
                               (VG_WIN_RECORD by k_sel_sample's last block, else
                               VG_WIN_LOOK or VG_WIN_EVERY by k_win_count's)
