@@ -38,14 +38,17 @@ _ATTACK = textwrap.dedent("""
     n = 1 << 24  # 64-128 MiB per input: freed memory goes back to the OS (munmap), so a read crashes
     if kind.startswith("torch"):
         import torch
-        x = torch.randn(n, generator=torch.Generator().manual_seed(0))
+        # float64, as the NumPy cases: an equal float32 pair of 2^24 takes ~9 ms on one thread
+        # (2026-12-02, the development host), less than the other thread's 10 ms sleep, so
+        # every try could end before the attack; float64 takes 33-44 ms
+        x = torch.randn(n, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
         y = x.clone()
         if kind == "torch_set":
             def attack():
-                x.set_(torch.empty(0))
+                x.set_(torch.empty(0, dtype=x.dtype))
         else:
             def attack():
-                x.data = torch.empty(0)
+                x.data = torch.empty(0, dtype=x.dtype)
         owner = None
     else:
         base = np.random.default_rng(0).standard_normal(n + 1)
