@@ -77,14 +77,17 @@ int vgct_bridge_import(PyObject *obj, const char *argname, const vgct_device *de
 /* The same import through the producer's C exchange API (DLPack 1.3,
  * __dlpack_c_exchange_api__ on obj's own type), when it needs no stream
  * synchronisation: host memory with stream None, or CUDA memory whose
- * device's current work stream is `stream` (the parsed stream the engine
- * computes on).  1: imported, *dev set from the tensor, the caller owns it
- * (vgct_import_release); 0: not taken, nothing held, no exception (use
- * vgct_bridge_device + vgct_bridge_import); -1: the tensor was refused
- * (fill_view's errors, as vgct_bridge_import raises them), nothing held. */
+ * device's current work stream is *stream (the parsed stream the engine
+ * computes on).  adopt != 0: the producer's stream is taken instead (host
+ * memory with no stream; the first CUDA tensor sets *stream, 0 on entry, to
+ * its device's current work stream, 0 -> 1).  1: imported, *dev set from the
+ * tensor, the caller owns it (vgct_import_release); 0: not taken, nothing
+ * held, no exception (use vgct_bridge_device + vgct_bridge_import); -1: the
+ * tensor was refused (fill_view's errors, as vgct_bridge_import raises
+ * them), nothing held. */
 int vgct_bridge_import_exchange(PyObject *obj, const char *argname, PyObject *stream_obj,
-                                uintptr_t stream, int dtype_override, vgct_device *dev,
-                                vgct_import *out);
+                                uintptr_t *stream, int adopt, int dtype_override,
+                                vgct_device *dev, vgct_import *out);
 
 /* Call the producer's deleter (once) and reset the import; safe to call on an
  * empty or already released import.  Never fails; keeps a pending exception. */

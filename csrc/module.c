@@ -54,7 +54,10 @@ PyDoc_STRVAR(compare_doc,
 "Private: use vgct_ext.compare().  Paired statistics of two DLPack tensors of\n"
 "the same shape on the same device; the dict holds the PairedStats fields with\n"
 "flat indices.  Raises TypeError, ValueError, BufferError (inputs),\n"
-"MemoryError, RuntimeError (engine).");
+"MemoryError, RuntimeError (engine).  stream=PRODUCER_STREAM: both inputs\n"
+"through their producer's DLPack C exchange API, on the producer's current\n"
+"work stream; returns NotImplemented, with nothing done, when an input cannot\n"
+"be taken that way (the caller then passes the stream itself).");
 
 /* The reduction of one pair on its device (GIL released by the caller). */
 static int reduce_pair(const vgct_view *a, const vgct_view *e, const vgct_params *p,
@@ -73,19 +76,25 @@ static int reduce_pair(const vgct_view *a, const vgct_view *e, const vgct_params
 
 /* What compare and reduce_raw share after their argument parsing, in this
  * order: rtol/atol checked; the quantiles parsed (qs non-NULL: compare's);
- * dim parsed; both inputs opened (vgpy_open_pair); dim checked against actual's
+ * dim parsed; both inputs opened (vgpy_open_pair; with `producer`, compare's
+ * PRODUCER_STREAM, vgpy_open_pair_producer); dim checked against actual's
  * dims and made non-negative (*dim -1: none).  Returns 0 with *ia, *ie held
- * (the caller releases them), or -1 with one exception set and nothing held. */
+ * (the caller releases them), 1 (producer only) when the producer's way did
+ * not take the inputs (nothing held, no exception), or -1 with one exception
+ * set and nothing held. */
 static int open_reduction(PyObject *actual, PyObject *expected, double *rtol, double *atol,
                           PyObject *quantiles, double *qs, int *nq, PyObject *dim_obj, long *dim,
-                          PyObject *stream_obj, PyObject *dta_obj, PyObject *dte_obj,
-                          vgct_import *ia, vgct_import *ie, uintptr_t *stream) {
+                          PyObject *stream_obj, int producer, PyObject *dta_obj,
+                          PyObject *dte_obj, vgct_import *ia, vgct_import *ie,
+                          uintptr_t *stream) {
   if (vgpy_check_tol("rtol", rtol) < 0 || vgpy_check_tol("atol", atol) < 0) return -1;
   if (qs && vgpy_parse_quantiles(quantiles, qs, nq) < 0) return -1;
   int has_dim = 0;
   *dim = -1;
   if (vgpy_parse_dim(dim_obj, &has_dim, dim) < 0) return -1;
-  if (vgpy_open_pair(actual, expected, stream_obj, dta_obj, dte_obj, ia, ie, stream) < 0) return -1;
+  const int rc = producer ? vgpy_open_pair_producer(actual, expected, dta_obj, dte_obj, ia, ie, stream)
+                          : vgpy_open_pair(actual, expected, stream_obj, dta_obj, dte_obj, ia, ie, stream);
+  if (rc != 0) return rc;
   if (!has_dim) {
     *dim = -1;
   } else if (vgpy_check_dim(&ia->view, dim) < 0) {
@@ -142,9 +151,11 @@ static PyObject *py_compare(PyObject *self, PyObject *args, PyObject *kwargs) {
   long dim;
   vgct_import ia = VGCT_IMPORT_INIT, ie = VGCT_IMPORT_INIT;
   uintptr_t stream = 0;
-  if (open_reduction(actual, expected, &rtol, &atol, quantiles, qs, &nq, dim_obj, &dim, stream_obj,
-                     dta_obj, dte_obj, &ia, &ie, &stream) < 0)
-    return NULL;
+  const int opened = open_reduction(actual, expected, &rtol, &atol, quantiles, qs, &nq, dim_obj,
+                                    &dim, stream_obj, stream_obj == vgpy_producer_stream, dta_obj,
+                                    dte_obj, &ia, &ie, &stream);
+  if (opened < 0) return NULL;
+  if (opened > 0) Py_RETURN_NOTIMPLEMENTED;
   const int has_dim = dim >= 0;
   vgct_slice_acc *slices = NULL;
   struct vgct_cpu_presel *presel = NULL;
@@ -251,7 +262,7 @@ static PyObject *py_reduce_raw(PyObject *self, PyObject *args, PyObject *kwargs)
   long dim;
   vgct_import ia = VGCT_IMPORT_INIT, ie = VGCT_IMPORT_INIT;
   uintptr_t stream = 0;
-  if (open_reduction(actual, expected, &rtol, &atol, NULL, NULL, NULL, dim_obj, &dim, stream_obj,
+  if (open_reduction(actual, expected, &rtol, &atol, NULL, NULL, NULL, dim_obj, &dim, stream_obj, 0,
                      dta_obj, dte_obj, &ia, &ie, &stream) < 0)
     return NULL;
   const int has_dim = dim >= 0;
@@ -1000,6 +1011,19 @@ PyMODINIT_FUNC PyInit__C(void) {
   Py_INCREF(vgpy_input_changed);
   if (PyModule_AddObject(m, "InputChangedError", vgpy_input_changed) < 0) {
     Py_DECREF(vgpy_input_changed);
+    Py_DECREF(m);
+    return NULL;
+  }
+  /* compare's stream=PRODUCER_STREAM (vgpy_open_pair_producer): a plain
+     object, recognised by identity, made once per process */
+  if (vgpy_producer_stream == NULL &&
+      (vgpy_producer_stream = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type)) == NULL) {
+    Py_DECREF(m);
+    return NULL;
+  }
+  Py_INCREF(vgpy_producer_stream);
+  if (PyModule_AddObject(m, "PRODUCER_STREAM", vgpy_producer_stream) < 0) {
+    Py_DECREF(vgpy_producer_stream);
     Py_DECREF(m);
     return NULL;
   }

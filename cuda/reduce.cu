@@ -125,13 +125,30 @@ __device__ __forceinline__ void vg_reduce_finish(const RArgs &A, VAcc *sm) {
   }
   if (threadIdx.x == 0) A.part[blockIdx.x] = sm[0].a;
   if (!vg_last_block(A.counter)) return;
-  vgct_acc *m = &sm[threadIdx.x].a;
-  vgct_acc_init(m, VG_SCALED(SC));
-  for (unsigned i = threadIdx.x; i < gridDim.x; i += RT) {
-    vgct_acc p = vg_ldcg(&A.part[i]);
-    vgct_acc_merge(m, &p);
+  if (!VG_SCALED(SC) && gridDim.x <= RT) {
+    /* the partials, word by word (coalesced L2 reads, all in flight at once),
+       into the block's records, then one field-parallel merge of those
+       records alone: the same result, bit for bit, as merging each partial
+       into an empty record and all RT records after (x + 0 is x), without
+       that vgct_acc_merge in every thread (docs/performance.md, 2026-12-02
+       20:55 UTC: the fold was ~7.6 us of a 2^20 bf16 call's 25 us).  Larger
+       grids (more blocks than records: the ring kernel's 2 a SM) keep the
+       merges below. */
+    static_assert(sizeof(VAcc) == sizeof(vgct_acc), "records: 64-bit words, back to back");
+    const unsigned long long *src = reinterpret_cast<const unsigned long long *>(A.part);
+    unsigned long long *dst = reinterpret_cast<unsigned long long *>(sm);
+    const int words = (int)gridDim.x * (int)(sizeof(vgct_acc) / 8);
+    for (int i = threadIdx.x; i < words; i += RT) dst[i] = __ldcg(src + i);
+    vg_block_merge_fields<RT>(sm, (int)gridDim.x); /* (it opens with a block barrier) */
+  } else {
+    vgct_acc *m = &sm[threadIdx.x].a;
+    vgct_acc_init(m, VG_SCALED(SC));
+    for (unsigned i = threadIdx.x; i < gridDim.x; i += RT) {
+      vgct_acc p = vg_ldcg(&A.part[i]);
+      vgct_acc_merge(m, &p);
+    }
+    vg_block_merge<RT, SC>(sm);
   }
-  vg_block_merge<RT, SC>(sm);
   if (threadIdx.x == 0) {
     *A.res = sm[0].a;
     *A.counter = 0;
@@ -923,14 +940,17 @@ __device__ __noinline__ void vg_lean_flush(HotAcc &h, vgct_acc *s) { vg_hot_flus
  * flat, general and row-mode iterations of k_reduce_gen, chunk by chunk):
  * every pair through vg_pair (the register update, vgct_acc_update's finite
  * branch) or, for integer pairs with a 64-bit side, vgct_acc_update_at; no
- * gate, no vector loads, nothing unrolled.  Trade-off: ~70 instructions a
+ * gate, no vector loads, nothing unrolled; a typed pair's next elements
+ * loaded while the current pair is folded.  Trade-off: ~70 instructions a
  * pair against the fast path's ~50, but no warm-up (the fast path's first
  * chunks of every warp fall back to the definition until its gate holds
  * maxima), and a shorter executed path (67 KB of code against the ring
  * kernel's 97 KB for bf16, sm_90), which a short launch fetches cold.  Known
  * cost left in it: vg_lean_flush takes the HotAcc by reference out of line,
  * so the register update round-trips it through local memory (ptxas: a
- * 136-byte stack frame). */
+ * 136-byte stack frame); at 2^20 bf16 pairs (256 blocks, ~22 us) ~1/3 of the
+ * time is the blocks' merges and the last block's fold (docs/performance.md,
+ * 2026-12-02 20:55 UTC). */
 template <int DA, int DE>
 __global__ void __launch_bounds__(RT, 2) k_reduce_lean(const __grid_constant__ RArgs A) {
   typedef vg_chunk<DA, DE> G;
@@ -963,7 +983,23 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_lean(const __grid_constant__ R
     const char *qe = it.pe + (oe + je + col0 * sei) * ise;
     const int64_t f = jf + of + col0 * sfi;
     const int cnt = (int)min((int64_t)G::CH, L - col0);
-    if (ints) {
+    if constexpr (G::TYPED) {
+      /* the next pair's elements are loaded while this pair is folded (cnt >=
+         1: a chunk starts inside its row): at 2^20 bf16 pairs the first use
+         of each load held ~11% of the kernel's stall samples (ncu,
+         docs/performance.md, 2026-12-02 20:55 UTC) */
+      typename vg_isz<DA>::T ra = vg_ld_raw<DA>(qa);
+      typename vg_isz<DE>::T re = vg_ld_raw<DE>(qe);
+#pragma unroll 1
+      for (int q = 0; q < cnt; ++q) {
+        const double xa = vg_cvt_raw<DA>(ra), xe = vg_cvt_raw<DE>(re);
+        if (q + 1 < cnt) {
+          ra = vg_ld_raw<DA>(qa + (q + 1) * sai * isa);
+          re = vg_ld_raw<DE>(qe + (q + 1) * sei * ise);
+        }
+        vg_pair<SC>(h, acc, xa, xe, f + q * sfi, A.rtol, A.atol);
+      }
+    } else if (ints) {
       for (int q = 0; q < cnt; ++q)
         vg_cold_update_int(acc, qa + q * sai * isa, da, qe + q * sei * ise, de, f + q * sfi,
                            A.rtol, A.atol);

@@ -629,22 +629,24 @@ static_assert(sizeof(VAcc) % 16 == 8, "VAcc: an odd number of 8-byte words");
 /* ---- device helpers shared by the kernels ----------------------------- */
 #ifdef __CUDACC__
 
+/* A dtype's element: its size v in bytes, and T, the C type vgct_load reads
+ * it as (csrc/vgct_dtypes.h; vg_ld_raw below).  Unknown dtypes (D < 0): v 0. */
 template <int D> struct vg_isz { static constexpr int v = 0; };
-template <> struct vg_isz<VGCT_BOOL> { static constexpr int v = 1; };
-template <> struct vg_isz<VGCT_INT8> { static constexpr int v = 1; };
-template <> struct vg_isz<VGCT_INT16> { static constexpr int v = 2; };
-template <> struct vg_isz<VGCT_INT32> { static constexpr int v = 4; };
-template <> struct vg_isz<VGCT_INT64> { static constexpr int v = 8; };
-template <> struct vg_isz<VGCT_UINT8> { static constexpr int v = 1; };
-template <> struct vg_isz<VGCT_FLOAT16> { static constexpr int v = 2; };
-template <> struct vg_isz<VGCT_BFLOAT16> { static constexpr int v = 2; };
-template <> struct vg_isz<VGCT_FLOAT32> { static constexpr int v = 4; };
-template <> struct vg_isz<VGCT_FLOAT64> { static constexpr int v = 8; };
-template <> struct vg_isz<VGCT_FLOAT8_E4M3FN> { static constexpr int v = 1; };
-template <> struct vg_isz<VGCT_FLOAT8_E5M2> { static constexpr int v = 1; };
-template <> struct vg_isz<VGCT_UINT16> { static constexpr int v = 2; };
-template <> struct vg_isz<VGCT_UINT32> { static constexpr int v = 4; };
-template <> struct vg_isz<VGCT_UINT64> { static constexpr int v = 8; };
+template <> struct vg_isz<VGCT_BOOL> { static constexpr int v = 1; typedef uint8_t T; };
+template <> struct vg_isz<VGCT_INT8> { static constexpr int v = 1; typedef int8_t T; };
+template <> struct vg_isz<VGCT_INT16> { static constexpr int v = 2; typedef int16_t T; };
+template <> struct vg_isz<VGCT_INT32> { static constexpr int v = 4; typedef int32_t T; };
+template <> struct vg_isz<VGCT_INT64> { static constexpr int v = 8; typedef int64_t T; };
+template <> struct vg_isz<VGCT_UINT8> { static constexpr int v = 1; typedef uint8_t T; };
+template <> struct vg_isz<VGCT_FLOAT16> { static constexpr int v = 2; typedef uint16_t T; };
+template <> struct vg_isz<VGCT_BFLOAT16> { static constexpr int v = 2; typedef uint16_t T; };
+template <> struct vg_isz<VGCT_FLOAT32> { static constexpr int v = 4; typedef float T; };
+template <> struct vg_isz<VGCT_FLOAT64> { static constexpr int v = 8; typedef double T; };
+template <> struct vg_isz<VGCT_FLOAT8_E4M3FN> { static constexpr int v = 1; typedef uint8_t T; };
+template <> struct vg_isz<VGCT_FLOAT8_E5M2> { static constexpr int v = 1; typedef uint8_t T; };
+template <> struct vg_isz<VGCT_UINT16> { static constexpr int v = 2; typedef uint16_t T; };
+template <> struct vg_isz<VGCT_UINT32> { static constexpr int v = 4; typedef uint32_t T; };
+template <> struct vg_isz<VGCT_UINT64> { static constexpr int v = 8; typedef uint64_t T; };
 
 /* One element to float64 through THE loader (vgct_load).  D >= 0: the dtype is
  * a compile-time constant and vgct_load's switch folds away; D < 0: the
@@ -652,6 +654,19 @@ template <> struct vg_isz<VGCT_UINT64> { static constexpr int v = 8; };
 template <int D>
 __device__ __forceinline__ double vg_ld(const char *p, int rt) {
   return vgct_load(p, D >= 0 ? D : rt);
+}
+
+/* The same in two steps, for a typed element (D >= 0): its storage loaded
+ * now (vg_ld_raw), converted by THE loader later (vg_cvt_raw: vgct_load reads
+ * the T it was given) -- a load issued one pair ahead of its use
+ * (k_reduce_lean). */
+template <int D>
+__device__ __forceinline__ typename vg_isz<D>::T vg_ld_raw(const char *p) {
+  return *reinterpret_cast<const typename vg_isz<D>::T *>(p);
+}
+template <int D>
+__device__ __forceinline__ double vg_cvt_raw(typename vg_isz<D>::T x) {
+  return vgct_load(&x, D);
 }
 
 /* Chunk geometry of a dtype pair: CH elements per chunk = one 16-byte vector
@@ -1028,13 +1043,16 @@ __device__ __forceinline__ T vg_ldcg(const T *p) {
  * unscaled update leaves them): vgct_acc_merge then adds the sums and the
  * counters, keeps the better (value, index) of each maximum by vgct_better,
  * the larger max |e| and the lower first_class_diff, field by field, so the
- * merge of NT records is done field-parallel: each warp takes some of the 21
- * field groups, each lane folds NT/32 records (lane, lane + 32, ...) and a
- * 5-level shuffle tree folds the lanes.  The maxima, indices and counters are
+ * merge of the first nrec <= NT records (all NT by default) is done field-parallel:
+ * each warp takes some of the 21 field groups, each lane folds the records
+ * lane, lane + 32, ... below nrec, starting from the fields of an empty
+ * record (vgct_acc_init: 0 + x is x, the sums are never -0), and a 5-level
+ * shuffle tree folds the lanes.  The maxima, indices and counters are
  * exactly those of any order of vgct_acc_merge (a maximum with the lowest-
  * index tie rule, and integer sums, do not depend on the order); the sums are
  * grouped another way than the tree's (within rounding, fixed).  Trade-off:
- * unscaled only, about 10x shorter. */
+ * unscaled only, about 10x shorter.  The last block's fold of the grid's
+ * partials uses it too (cuda/reduce.cu, vg_reduce_finish). */
 template <int NT>
 __device__ __forceinline__ void vg_block_merge_tree(VAcc *sm) {
   __syncthreads();
@@ -1071,11 +1089,14 @@ static_assert(offsetof(vgct_acc, n_class_diff) == offsetof(vgct_acc, n) + 10 * 8
 static_assert(sizeof(vgct_acc) == 29 * 8, "vgct_acc: 29 words, each in one of the merge's groups");
 
 template <int NT>
-__device__ __noinline__ void vg_block_merge_fields(VAcc *sm) {
+__device__ __noinline__ void vg_block_merge_fields(VAcc *sm, int nrec = NT) {
   static_assert(NT % 32 == 0 && NT >= 32 && NT <= 1024, "whole warps");
   static_assert(NT >= (int)(sizeof(vgct_acc) / 8), "one thread a word for the copy-back");
   constexpr int NW = NT / 32, PER = NT / 32, NTASK = 21;
   __shared__ vgct_acc out;
+  vgct_acc z; /* an empty record: where every lane's fold starts (its fields
+                 read by name: constants, no local memory) */
+  vgct_acc_init(&z, 0);
   const int lane = (int)(threadIdx.x & 31u), w = (int)(threadIdx.x >> 5);
   __syncthreads(); /* every thread's record is written */
 #pragma unroll 1
@@ -1084,29 +1105,37 @@ __device__ __noinline__ void vg_block_merge_fields(VAcc *sm) {
     long long *oi = reinterpret_cast<long long *>(&out);
     if (k < 5) { /* the five float64 sums */
       const int f = VG_FIELD(s_aa) + k; /* s_aa, s_ee, s_ae, s_dd, s_d: consecutive */
-      double t = vg_fd(sm, lane, f);
-      for (int j = 1; j < PER; ++j) t += vg_fd(sm, lane + 32 * j, f);
+      double t = z.s_aa; /* every sum starts at 0 */
+#pragma unroll
+      for (int j = 0, r = lane; j < PER; ++j, r += 32)
+        if (r < nrec) t += vg_fd(sm, r, f);
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o);
       if (lane == 0) od[f] = t;
     } else if (k < 16) { /* the eleven counters n .. n_class_diff: consecutive */
       const int f = VG_FIELD(n) + (k - 5);
-      long long t = vg_fi(sm, lane, f);
-      for (int j = 1; j < PER; ++j) t += vg_fi(sm, lane + 32 * j, f);
+      long long t = z.n; /* every counter starts at 0 */
+#pragma unroll
+      for (int j = 0, r = lane; j < PER; ++j, r += 32)
+        if (r < nrec) t += vg_fi(sm, r, f);
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o);
       if (lane == 0) oi[f] = t;
     } else if (k == 16) { /* max |e| (-1: none) */
       const int f = VG_FIELD(max_abs_ref);
-      double t = vg_fd(sm, lane, f);
-      for (int j = 1; j < PER; ++j) t = fmax(t, vg_fd(sm, lane + 32 * j, f));
+      double t = z.max_abs_ref;
+#pragma unroll
+      for (int j = 0, r = lane; j < PER; ++j, r += 32)
+        if (r < nrec) t = fmax(t, vg_fd(sm, r, f));
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) t = fmax(t, __shfl_down_sync(0xffffffffu, t, o));
       if (lane == 0) od[f] = t;
     } else if (k == 17) { /* the lowest first_class_diff (-1: none) */
       const int f = VG_FIELD(first_class_diff);
-      unsigned long long t = (unsigned long long)vg_fi(sm, lane, f); /* -1 -> the largest */
-      for (int j = 1; j < PER; ++j) t = min(t, (unsigned long long)vg_fi(sm, lane + 32 * j, f));
+      unsigned long long t = (unsigned long long)z.first_class_diff; /* -1 -> the largest */
+#pragma unroll
+      for (int j = 0, r = lane; j < PER; ++j, r += 32)
+        if (r < nrec) t = min(t, (unsigned long long)vg_fi(sm, r, f));
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) t = min(t, __shfl_down_sync(0xffffffffu, t, o));
       if (lane == 0) oi[f] = (long long)t;
@@ -1115,15 +1144,19 @@ __device__ __noinline__ void vg_block_merge_fields(VAcc *sm) {
       if (k == 18) { fv = VG_FIELD(max_abs); fi = VG_FIELD(max_abs_i); fx = VG_FIELD(max_abs_a); fy = VG_FIELD(max_abs_e); }
       else if (k == 19) { fv = VG_FIELD(max_rel); fi = VG_FIELD(max_rel_i); }
       else { fv = VG_FIELD(worst_excess); fi = VG_FIELD(worst_i); }
-      VgArg t;
-      for (int j = 0; j < PER; ++j) {
-        const int r = lane + 32 * j;
+      VgArg t; /* none yet (index -1: vgct_better takes any held maximum over it) */
+      if (k == 18) { t.v = z.max_abs; t.i = z.max_abs_i; t.x = z.max_abs_a; t.y = z.max_abs_e; }
+      else if (k == 19) { t.v = z.max_rel; t.i = z.max_rel_i; t.x = t.y = 0.0; }
+      else { t.v = z.worst_excess; t.i = z.worst_i; t.x = t.y = 0.0; }
+#pragma unroll
+      for (int j = 0, r = lane; j < PER; ++j, r += 32) {
+        if (r >= nrec) break;
         VgArg o;
         o.v = vg_fd(sm, r, fv);
         o.i = vg_fi(sm, r, fi);
         o.x = fx >= 0 ? vg_fd(sm, r, fx) : 0.0;
         o.y = fy >= 0 ? vg_fd(sm, r, fy) : 0.0;
-        if (j == 0) t = o; else vg_arg_fold(t, o);
+        vg_arg_fold(t, o);
       }
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) {
@@ -1142,9 +1175,9 @@ __device__ __noinline__ void vg_block_merge_fields(VAcc *sm) {
     }
   }
   if (threadIdx.x == 0) { /* the scales: 1 in every unscaled record */
-    out.scale_a = sm[0].a.scale_a;
-    out.scale_e = sm[0].a.scale_e;
-    out.scale_d = sm[0].a.scale_d;
+    out.scale_a = z.scale_a;
+    out.scale_e = z.scale_e;
+    out.scale_d = z.scale_d;
   }
   __syncthreads(); /* every record is read, `out` complete */
   if ((int)threadIdx.x < (int)(sizeof(vgct_acc) / 8))

@@ -16,6 +16,9 @@ SLICE_ACC_SIZE: int
 HIST_MAX_PREFIXES: int
 HIST_MAX_WIDTH: int
 __version__: str
+# compare's stream that leaves it to the inputs' producer (their DLPack C exchange API): compare
+# then returns NotImplemented, having done nothing, when an input cannot be taken that way
+PRODUCER_STREAM: object
 
 def compare(
     actual: Any,
@@ -24,10 +27,11 @@ def compare(
     atol: float = 1e-3,
     quantiles: Optional[Sequence[float]] = (0.99,),
     dim: Optional[SupportsIndex] = None,  # any integer (numpy.int64 too), not a bool
-    stream: Optional[int] = None,  # None for CPU inputs; CUDA: -1 (no sync), 1, 2 or a cudaStream_t
+    stream: Optional[object] = None,  # None for CPU inputs; CUDA: -1 (no sync), 1, 2 or a
+                                      # cudaStream_t; or PRODUCER_STREAM
     dtype_actual: Optional[str] = None,
     dtype_expected: Optional[str] = None,
-) -> Dict[str, Any]: ...
+) -> Any: ...  # Dict[str, Any]; NotImplemented only with PRODUCER_STREAM
 def fingerprint(x: Any, stream: Optional[int] = None, dtype: Optional[str] = None) -> int: ...
 def build_info() -> Dict[str, Any]: ...
 def device_props(device: int) -> Dict[str, Any]: ...

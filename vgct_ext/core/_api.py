@@ -133,8 +133,12 @@ def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-
         a, da = _dlpack.prepare(actual, argname="actual")
         e, de = _dlpack.prepare(expected, argname="expected")
         keep = _dlpack.pin(a, e)  # noqa: F841 - NumPy arrays cannot be resized until the call returns
-        d = _dlpack.call_on_stream(
-            (a, e), lambda s, xa, xe: _C.compare(xa, xe, rtol, atol, qs, dim, s, da, de))
+        d = NotImplemented
+        if _dlpack.producer_streams(a, e):  # torch tensors: _C takes the producer's stream
+            d = _C.compare(a, e, rtol, atol, qs, dim, _C.PRODUCER_STREAM, da, de)
+        if d is NotImplemented:
+            d = _dlpack.call_on_stream(
+                (a, e), lambda s, xa, xe: _C.compare(xa, xe, rtol, atol, qs, dim, s, da, de))
     except Exception as exc:  # a refusal: named by _dlpack.explain, else as raised
         better = _dlpack.explain(exc, (("actual", actual, a), ("expected", expected, e)))
         if better is None:

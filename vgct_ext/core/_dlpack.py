@@ -321,6 +321,22 @@ def _same_stream_exports(xs: Tuple[Any, ...], devs: Any, stream: Optional[int]) 
     return tuple(out)
 
 
+def producer_streams(a: Any, e: Any) -> bool:
+    """Whether ``compare`` may pass ``_C.PRODUCER_STREAM`` for ``(a, e)`` (prepared inputs):
+    both of one type that itself carries the DLPack C exchange API (torch.Tensor from torch
+    2.10).  ``_C`` then takes both through it and computes on the producer's current work
+    stream on the first CUDA input's device -- for torch the stream :func:`call_on_stream`
+    would have looked up (torch's current stream there), without this module's device and
+    stream look-ups (~4 us of a small CUDA call); for another producer with the table, the
+    stream the DLPack 1.3 exchange API says a consumer should launch on (where
+    :func:`consumer_stream` would name 1 and have that producer synchronise with it).  ``_C``
+    returns NotImplemented, having done nothing, where it cannot take an input that way
+    (managed memory, inputs on two devices with other streams), and the caller goes through
+    :func:`call_on_stream`."""
+    tp = type(a)
+    return tp is type(e) and tp is not _ndarray and _has_exchange_api(tp)
+
+
 def _has_exchange_api(tp: type) -> bool:
     """Whether ``tp`` itself (not a base class) carries the DLPack C exchange API
     (``__dlpack_c_exchange_api__``, DLPack 1.3; torch from 2.10): ``_C`` then exports its

@@ -239,19 +239,23 @@ def test_the_table_is_used_and_each_tensor_released_once(mode):
     assert (sys.getrefcount(a), sys.getrefcount(e)) == (ra, re_)  # every export's deleter ran, once
 
 
-@pytest.mark.parametrize("fault", ["table of major version 2", "export fails", "tensor of major version 2",
-                                   "subclass"])
-def test_every_planted_fault_falls_back_to_dunder_dlpack(mode, fault):
-    a, e = _pair(seed=11)
-    cls = Producer
-    if fault == "table of major version 2":
-        cls = ProducerV2
-    elif fault == "export fails":
+FAULTS = ["table of major version 2", "export fails", "tensor of major version 2", "subclass"]
+
+
+def _plant(mode, fault):
+    """The producer class for one of FAULTS (the export's faults set on `mode`); Producer for
+    any other name."""
+    if fault == "export fails":
         mode.fail = True
     elif fault == "tensor of major version 2":
         mode.tensor_major = 2
-    else:
-        cls = SubProducer
+    return {"table of major version 2": ProducerV2, "subclass": SubProducer}.get(fault, Producer)
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_every_planted_fault_falls_back_to_dunder_dlpack(mode, fault):
+    a, e = _pair(seed=11)
+    cls = _plant(mode, fault)
     pa, pe = cls(a), cls(e)
     ra = sys.getrefcount(a)
     got = _C.compare(pa, pe, quantiles=())
@@ -273,3 +277,106 @@ def test_a_refused_dtype_raises_the_capsule_paths_error_and_leaks_nothing(mode):
     assert str(via_table.value) == str(via_numpy.value)
     assert Producer.dunder_calls == 0 and mode.exports == 20  # the first input's refusal stops the call
     assert sys.getrefcount(z) == rz
+
+
+# ---- compare's stream=PRODUCER_STREAM: the stream left to the producer ------------------------
+
+
+def test_producer_stream_takes_both_inputs_through_the_table(mode):
+    """_C.compare(..., stream=PRODUCER_STREAM) (vgpy_open_pair_producer): both inputs through the
+    table, no __dlpack__, each export released once; host memory asks no stream."""
+    a, e = _pair(seed=5)
+    pa, pe = Producer(a), Producer(e)
+    ra, re_ = sys.getrefcount(a), sys.getrefcount(e)
+    for _ in range(20):
+        got = _C.compare(pa, pe, quantiles=(0.5,), stream=_C.PRODUCER_STREAM)
+    _check_values(got, a, e)
+    assert got["quantiles"] == {0.5: float(np.quantile(np.abs(a - e), 0.5))}
+    assert got == _C.compare(a, e, quantiles=(0.5,))  # the general path's dict, every field
+    assert (mode.exports, Producer.dunder_calls, mode.streams) == (40, 0, 0)
+    assert (sys.getrefcount(a), sys.getrefcount(e)) == (ra, re_)
+
+
+@pytest.mark.parametrize("fault", FAULTS + ["one NumPy array"])
+def test_producer_stream_does_nothing_where_the_table_cannot_take_an_input(mode, fault):
+    """Every planted fault: NotImplemented, no __dlpack__ called, nothing held (the caller, compare,
+    then goes the general way) -- also when the first input was taken and the second is not."""
+    a, e = _pair(seed=13)
+    cls = _plant(mode, fault)
+    pa = cls(a)
+    pe = e if fault == "one NumPy array" else cls(e)
+    ra, re_ = sys.getrefcount(a), sys.getrefcount(e)
+    assert _C.compare(pa, pe, quantiles=(), stream=_C.PRODUCER_STREAM) is NotImplemented
+    assert cls.dunder_calls == 0
+    assert (sys.getrefcount(a), sys.getrefcount(e)) == (ra, re_)
+    _check_values(_C.compare(pa, pe, quantiles=()), a, e)  # the general way still reads them
+    st = vgct_ext.compare(pa, pe, quantiles=())  # compare() falls back to it by itself
+    d = a - e
+    assert st.max_abs_err == float(np.max(np.abs(d)))
+    assert st.rel_l2 == pytest.approx(oracle.norm_ratio(d, e), rel=1e-12, abs=0)
+
+
+def test_producer_stream_keeps_the_general_paths_errors(mode):
+    """Refusals -- an unsupported dtype of either input (the second one's after the first was
+    exported), shapes that differ, a bad argument -- raise what the general path raises, and
+    release every export."""
+    a, e = _pair(seed=17)
+    z, ez = np.ones(8, dtype=np.complex128), e[:999]
+    for x, y in ((z, z), (a, z), (a, ez)):
+        px, py = Producer(x), Producer(y)
+        rx, ry = sys.getrefcount(x), sys.getrefcount(y)
+        with pytest.raises((TypeError, ValueError)) as general:
+            _C.compare(px, py, quantiles=())
+        with pytest.raises(type(general.value)) as producer:
+            _C.compare(px, py, quantiles=(), stream=_C.PRODUCER_STREAM)
+        assert str(producer.value) == str(general.value)
+        assert (sys.getrefcount(x), sys.getrefcount(y)) == (rx, ry)
+    with pytest.raises(ValueError, match="quantile"):
+        _C.compare(Producer(a), Producer(e), quantiles=(1.5,), stream=_C.PRODUCER_STREAM)
+
+
+def test_only_compare_takes_the_producer_stream():
+    """reduce_raw, histogram and fingerprint refuse it as any non-int stream (TypeError)."""
+    a, e = _pair(seed=19)
+    for call in (lambda: _C.reduce_raw(a, e, stream=_C.PRODUCER_STREAM),
+                 lambda: _C.histogram(a, e, [0], 0, 8, stream=_C.PRODUCER_STREAM),
+                 lambda: _C.fingerprint(a, stream=_C.PRODUCER_STREAM)):
+        with pytest.raises(TypeError, match="stream must be None or an int"):
+            call()
+
+
+def test_compare_leaves_the_stream_to_torch_and_other_inputs_to_call_on_stream(monkeypatch):
+    """vgct_ext.compare on two plain torch tensors passes PRODUCER_STREAM (no device or stream
+    look-up in Python: call_on_stream patched to fail) and gives the general path's result; a
+    torch subclass, a NumPy array, or a mixed pair still go through call_on_stream."""
+    torch = _torch_with_api()
+    from vgct_ext.core import _dlpack
+
+    real = _dlpack.call_on_stream
+    calls = []
+
+    def spy(xs, fn):
+        calls.append(tuple(type(x).__name__ for x in xs))
+        return real(xs, fn)
+
+    def refuse(xs, fn):
+        raise AssertionError("call_on_stream on the producer's path")
+
+    g = torch.Generator().manual_seed(23)
+    e = torch.randn(3001, generator=g, dtype=torch.float32)
+    a = (e + 1e-3 * torch.randn(3001, generator=g)).to(torch.bfloat16)
+    monkeypatch.setattr(_dlpack, "call_on_stream", refuse)
+    st = vgct_ext.compare(a, e, quantiles=(0.5, 0.99))
+    ref = _C.compare(a, e, quantiles=(0.5, 0.99))  # stream None: the general path
+    assert st.max_abs_err == ref["max_abs_err"] and st.mismatches == ref["mismatches"]
+    assert st.rel_l2 == ref["rel_l2"] and st.quantiles == ref["quantiles"]
+    d = np.abs(a.double().numpy() - e.double().numpy())
+    assert st.quantiles[0.99] == float(np.quantile(d, 0.99))
+
+    class Sub(torch.Tensor):
+        pass
+
+    monkeypatch.setattr(_dlpack, "call_on_stream", spy)
+    for x, y in ((a.as_subclass(Sub), e.as_subclass(Sub)), (a, e.numpy()), (a.float().numpy(), e.numpy())):
+        vgct_ext.compare(x, y, quantiles=())
+    assert calls == [("Sub", "Sub"), ("Tensor", "ndarray"), ("ndarray", "ndarray")]

@@ -422,6 +422,38 @@ def test_bitwise_repeatable():
         assert d == ref
 
 
+@pytest.mark.parametrize("kernel,per_block", [("lean", 4096), ("fast", 8192)])
+@pytest.mark.parametrize("blocks", [2, 31, 32, 33, 255, 256, 257, 264])
+def test_last_block_fold_for_every_grid_size(kernel, per_block, blocks, lean_max):
+    """The last block's fold of the grid's partials (cuda/reduce.cu vg_reduce_finish): grids of at
+    most 256 blocks (the block's records) are copied in and merged field by field (fewer than 32
+    partials: lanes with none), larger ones keep the merge a thread.  Grids of 2 .. 264 blocks of
+    k_reduce_lean (2 chunks of 8 bf16 pairs a thread) and the fast path (4 a thread, the ring),
+    with a ragged end; planted: an exact tie of max |a - e| and of the worst mismatch (|a - e| =
+    64, the same |e|) in the middle block and the last one -- the lower flat index must win
+    across partials -- the largest |a - e| / |e| in the first block, a NaN pair and an inf pair:
+    every field and the quantiles equal the CPU engine's and the float64 oracle's."""
+    sms = torch.cuda.get_device_properties(DEV).multi_processor_count
+    if blocks > 2 * sms:  # flat_grid: at most 2 blocks an SM
+        pytest.skip(f"a grid of {blocks} blocks needs {blocks // 2 + blocks % 2}+ SMs (have {sms})")
+    n = per_block * blocks - 3
+    lean_max.value = (1 << 62) if kernel == "lean" else 0
+    g = torch.Generator(device=DEV).manual_seed(blocks)
+    e32 = torch.randn(n, device=DEV, generator=g)
+    a32 = e32 + 1e-2 * torch.randn(n, device=DEV, generator=g)
+    mid, last = (blocks // 2) * per_block + 17, n - 5
+    e32[mid] = e32[last] = 0.5  # bf16-exact: |a - e| = 64 and the same tolerance at both
+    a32[mid] = a32[last] = 64.5
+    e32[9], a32[9] = 1e-6, 3.0  # the largest |a - e| / |e| (~3e6), its |a - e| below 64
+    a32[(blocks // 3) * per_block + 1] = float("nan")
+    e32[n - 2] = float("inf")
+    a, e = a32.to(torch.bfloat16), e32.to(torch.bfloat16)
+    st = check3(a, e, quantiles=(0.5, 0.99))
+    assert st.max_abs_err == 64.0 and st.max_abs_err_index == (mid,)
+    assert st.worst_mismatch_index == (mid,) and st.max_rel_err_index == (9,)
+    assert (st.nan_actual, st.posinf_expected, st.n_finite) == (1, 1, n - 2)
+
+
 @pytest.fixture
 def mapped_hook():
     """The result record's destination hook (cuda/reduce.cu vgct_cuda_test_mapped): 1 = the
@@ -1717,6 +1749,31 @@ def test_exchange_api_on_the_current_stream_reads_what_the_stream_wrote(monkeypa
             a = (e + 1e-3 * torch.randn_like(e)).to(torch.bfloat16)
             g = check3(a, e, quantiles=(0.5, 0.99))
         assert g.n == 1 << 20
+
+
+def test_compare_takes_the_producers_stream_without_python_look_ups(monkeypatch):
+    """vgct_ext.compare of two plain torch CUDA tensors leaves the stream to the producer
+    (_C.PRODUCER_STREAM: _C reads torch's current work stream on the tensors' device through the
+    C table; vgct_ext.core._dlpack.call_on_stream, the Python look-ups, patched to fail): on a
+    side stream made current and on the default stream, the pair written by kernels queued just
+    before on that stream (kept busy: a wrong stream would read early) is read after them, the
+    p99's launches included -- values equal to the CPU engine's and the float64 oracle's."""
+    _torch_exchange_api()
+    from vgct_ext.core import _dlpack
+
+    def refuse(xs, fn):
+        raise AssertionError("call_on_stream on the producer's path")
+
+    monkeypatch.setattr(_dlpack, "call_on_stream", refuse)
+    side = torch.cuda.Stream()
+    for stream in (side, torch.cuda.current_stream()):
+        for n in (1 << 12, 1 << 21):
+            with torch.cuda.stream(stream):
+                e = torch.randn(n, device="cuda", dtype=torch.float32)
+                torch.cuda._sleep(2_000_000)
+                a = (e + 1e-3 * torch.randn_like(e)).to(torch.bfloat16)
+                g = check3(a, e, quantiles=(0.5, 0.99))
+            assert g.n == n
 
 
 def test_exchange_api_on_another_stream_goes_through_dunder_dlpack(monkeypatch):
