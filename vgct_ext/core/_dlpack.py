@@ -73,6 +73,7 @@ _CUDA_DEVICE_TYPES = (_KDLCUDA, 13)  # kDLCUDA, kDLCUDAManaged
 _torch_fp8_export: Optional[bool] = None  # probed once per process
 _torch_fp8: Optional[Tuple[Any, Tuple[Any, ...]]] = None  # (torch, its float8 dtypes)
 _ndarray = np.ndarray
+_type_dict = type.__dict__["__dict__"].__get__  # a type's own attribute dict, no metaclass in between
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # torch's C-level CUDA look-ups, found once per torch module: (torch, get_device, raw_stream);
 # the functions are cached, never what they return (the current stream/device can change)
@@ -342,8 +343,10 @@ def _has_exchange_api(tp: type) -> bool:
     (``__dlpack_c_exchange_api__``, DLPack 1.3; torch from 2.10): ``_C`` then exports its
     tensors by a C call and checks itself that the producer's current stream is the one it
     computes on (``vgct_bridge_import_exchange`` in csrc/bridge.c), so no
-    :class:`_SameStreamExport` is needed."""
-    return "__dlpack_c_exchange_api__" in tp.__dict__
+    :class:`_SameStreamExport` is needed.  The type's own dict is read as ``_C`` reads it
+    (``tp_dict``), through ``type``'s descriptor: a metaclass that overrides ``__dict__`` (or
+    makes it raise) cannot change the answer or fail the call."""
+    return "__dlpack_c_exchange_api__" in _type_dict(tp)
 
 
 def consumer_stream(*xs: Any) -> Optional[int]:

@@ -380,3 +380,31 @@ def test_compare_leaves_the_stream_to_torch_and_other_inputs_to_call_on_stream(m
     for x, y in ((a.as_subclass(Sub), e.as_subclass(Sub)), (a, e.numpy()), (a.float().numpy(), e.numpy())):
         vgct_ext.compare(x, y, quantiles=())
     assert calls == [("Sub", "Sub"), ("Tensor", "ndarray"), ("ndarray", "ndarray")]
+
+
+def test_a_metaclass_that_overrides_dunder_dict_does_not_break_compare():
+    """compare() asks whether an input's own type carries the table (_dlpack.producer_streams)
+    for every pair of one type: a type whose metaclass makes ``__dict__`` raise is read through
+    ``type``'s own descriptor (as _C reads tp_dict), not through the metaclass -- the pair still
+    goes the general way (``__dlpack__``), values against float64 NumPy."""
+
+    class Meta(type):
+        @property
+        def __dict__(cls):
+            raise RuntimeError("a metaclass's __dict__")
+
+    class Wrapped(metaclass=Meta):
+        def __init__(self, arr):
+            self.arr = arr
+
+        def __dlpack__(self, **kw):
+            return self.arr.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.arr.__dlpack_device__()
+
+    a, e = _pair(seed=29)
+    st = vgct_ext.compare(Wrapped(a), Wrapped(e), quantiles=(0.5,))
+    d = a - e
+    assert st.max_abs_err == float(np.max(np.abs(d)))
+    assert st.quantiles[0.5] == float(np.quantile(np.abs(d), 0.5))
