@@ -751,11 +751,11 @@ static int exchange_refusal(void) {
  *     the one the engine computes on (0 and 1 both the legacy default).
  *     Anything else -- another stream, managed memory -- is left to
  *     __dlpack__(stream=...), which orders the producer's work first.
- *     `adopt` (compare's PRODUCER_STREAM, vgpy_open_pair_producer): the
+ *     `adopt` (compare's PRODUCER_STREAM, vgpy_open_pair's `producer`): the
  *     stream is the producer's own -- *stream, 0 on entry, becomes the
  *     current work stream of the first kDLCUDA tensor's device (0 -> 1, the
  *     legacy default), which every later tensor's device must then have;
- *     host memory is read with no stream.
+ *     host memory is read with no stream (the caller passes stream_obj NULL).
  * The device comes from the DLTensor (dev is set); fill_view checks the rest
  * exactly as for a capsule.  Returns 1 with *out holding the tensor, or -1
  * with an exception set and nothing held (fill_view's, or the producer's
@@ -788,7 +788,7 @@ int vgct_bridge_import_exchange(PyObject *obj, const char *argname, PyObject *st
   if (mv->version.major != DLPACK_MAJOR_VERSION) goto not_taken;
   const DLDevice d = mv->dl_tensor.device;
   if (d.device_type == kDLCPU || d.device_type == kDLCUDAHost) {
-    if (!adopt && stream_obj != NULL && stream_obj != Py_None) goto not_taken; /* __dlpack__ path refuses it */
+    if (stream_obj != NULL && stream_obj != Py_None) goto not_taken; /* __dlpack__ path refuses it */
   } else if (d.device_type == kDLCUDA) {
     void *cur = NULL;
     if (stream_fn(kDLCUDA, d.device_id, &cur) != 0 || PyErr_Occurred()) goto not_taken;

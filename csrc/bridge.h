@@ -78,7 +78,7 @@ int vgct_bridge_import(PyObject *obj, const char *argname, const vgct_device *de
  * __dlpack_c_exchange_api__ on obj's own type), when it needs no stream
  * synchronisation: host memory with stream None, or CUDA memory whose
  * device's current work stream is *stream (the parsed stream the engine
- * computes on).  adopt != 0: the producer's stream is taken instead (host
+ * computes on).  adopt != 0 (stream_obj NULL): the producer's stream instead (host
  * memory with no stream; the first CUDA tensor sets *stream, 0 on entry, to
  * its device's current work stream, 0 -> 1).  1: imported, *dev set from the
  * tensor, the caller owns it (vgct_import_release); 0: not taken, nothing

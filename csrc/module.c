@@ -76,8 +76,8 @@ static int reduce_pair(const vgct_view *a, const vgct_view *e, const vgct_params
 
 /* What compare and reduce_raw share after their argument parsing, in this
  * order: rtol/atol checked; the quantiles parsed (qs non-NULL: compare's);
- * dim parsed; both inputs opened (vgpy_open_pair; with `producer`, compare's
- * PRODUCER_STREAM, vgpy_open_pair_producer); dim checked against actual's
+ * dim parsed; both inputs opened (vgpy_open_pair; `producer`: compare's
+ * PRODUCER_STREAM); dim checked against actual's
  * dims and made non-negative (*dim -1: none).  Returns 0 with *ia, *ie held
  * (the caller releases them), 1 (producer only) when the producer's way did
  * not take the inputs (nothing held, no exception), or -1 with one exception
@@ -92,8 +92,7 @@ static int open_reduction(PyObject *actual, PyObject *expected, double *rtol, do
   int has_dim = 0;
   *dim = -1;
   if (vgpy_parse_dim(dim_obj, &has_dim, dim) < 0) return -1;
-  const int rc = producer ? vgpy_open_pair_producer(actual, expected, dta_obj, dte_obj, ia, ie, stream)
-                          : vgpy_open_pair(actual, expected, stream_obj, dta_obj, dte_obj, ia, ie, stream);
+  const int rc = vgpy_open_pair(actual, expected, stream_obj, producer, dta_obj, dte_obj, ia, ie, stream);
   if (rc != 0) return rc;
   if (!has_dim) {
     *dim = -1;
@@ -363,7 +362,7 @@ static PyObject *py_histogram(PyObject *self, PyObject *args, PyObject *kwargs) 
   Py_DECREF(seq);
   vgct_import ia = VGCT_IMPORT_INIT, ie = VGCT_IMPORT_INIT;
   uintptr_t stream = 0;
-  if (vgpy_open_pair(actual, expected, stream_obj, dta_obj, dte_obj, &ia, &ie, &stream) < 0)
+  if (vgpy_open_pair(actual, expected, stream_obj, 0, dta_obj, dte_obj, &ia, &ie, &stream) < 0)
     return NULL;
   const vgct_view *a = &ia.view, *e = &ie.view;
   PyObject *result = NULL;
@@ -1014,7 +1013,7 @@ PyMODINIT_FUNC PyInit__C(void) {
     Py_DECREF(m);
     return NULL;
   }
-  /* compare's stream=PRODUCER_STREAM (vgpy_open_pair_producer): a plain
+  /* compare's stream=PRODUCER_STREAM (vgpy_open_pair's `producer`): a plain
      object, recognised by identity, made once per process */
   if (vgpy_producer_stream == NULL &&
       (vgpy_producer_stream = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type)) == NULL) {

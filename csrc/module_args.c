@@ -644,11 +644,25 @@ static int check_same_shape(const vgct_view *a, const vgct_view *e) {
 
 /* The two inputs of compare/reduce_raw/histogram: stream and dtype overrides
  * parsed, devices checked, both imported (zero-copy), same logical shape.
- * On success the caller releases *ia and *ie; on failure nothing is held. */
-int vgpy_open_pair(PyObject *actual, PyObject *expected, PyObject *stream_obj,
-                     PyObject *dta_obj, PyObject *dte_obj, vgct_import *ia, vgct_import *ie,
-                     uintptr_t *stream) {
-  if (vgpy_parse_stream(stream_obj, stream) < 0) return -1;
+ * On success (0) the caller releases *ia and *ie; on failure (-1, one
+ * exception set) nothing is held.
+ * `producer` (compare's stream=_C.PRODUCER_STREAM, vgpy_producer_stream; the
+ * Python layer passes it for two inputs whose type has the DLPack C exchange
+ * API): stream_obj is not read; both inputs go through the exchange API and
+ * the stream the engine computes on is adopted from the producer
+ * (vgct_bridge_import_exchange's `adopt`: the current work stream of the
+ * first CUDA input's device, 0 for host memory) instead of looked up in
+ * Python first (vgct_ext/core/_dlpack.py call_on_stream: ~4 us of a small
+ * call's Python code, docs/performance.md).  When the exchange path does not
+ * take an input (another stream on a second device, managed memory, a
+ * refused export) it returns 1: nothing held, no exception, and the caller
+ * goes the general way with the stream looked up in Python. */
+int vgpy_open_pair(PyObject *actual, PyObject *expected, PyObject *stream_obj, int producer,
+                   PyObject *dta_obj, PyObject *dte_obj, vgct_import *ia, vgct_import *ie,
+                   uintptr_t *stream) {
+  *stream = 0;
+  if (producer) stream_obj = NULL; /* the producer's stream, adopted below */
+  else if (vgpy_parse_stream(stream_obj, stream) < 0) return -1;
   int dta = vgpy_parse_dtype_override("dtype_actual", dta_obj);
   if (dta == -2) return -1;
   int dte = vgpy_parse_dtype_override("dtype_expected", dte_obj);
@@ -656,10 +670,15 @@ int vgpy_open_pair(PyObject *actual, PyObject *expected, PyObject *stream_obj,
   /* each input through its producer's C exchange API when it can be (no
      Python call into the producer), else __dlpack_device__ + __dlpack__ */
   vgct_device da, de;
-  const int xa = vgct_bridge_import_exchange(actual, "actual", stream_obj, stream, 0, dta, &da, ia);
+  const int xa = vgct_bridge_import_exchange(actual, "actual", stream_obj, stream, producer, dta, &da, ia);
   if (xa < 0) return -1;
-  const int xe = vgct_bridge_import_exchange(expected, "expected", stream_obj, stream, 0, dte, &de, ie);
+  if (producer && !xa) return 1;
+  const int xe = vgct_bridge_import_exchange(expected, "expected", stream_obj, stream, producer, dte, &de, ie);
   if (xe < 0) goto fail;
+  if (producer && !xe) {
+    vgct_import_release(ia);
+    return 1;
+  }
   if (!xa && vgct_bridge_device(actual, "actual", &da) < 0) goto fail;
   if (!xe && vgct_bridge_device(expected, "expected", &de) < 0) goto fail;
   if (vgpy_check_devices(&da, &de) < 0) goto fail;
@@ -674,43 +693,6 @@ fail:
 }
 
 PyObject *vgpy_producer_stream = NULL;
-
-/* compare's inputs when the Python layer passes _C.PRODUCER_STREAM
- * (vgpy_producer_stream) for two inputs whose type has the DLPack C exchange
- * API: both through it, with the stream the engine computes on adopted from
- * the producer (vgct_bridge_import_exchange's `adopt`: the current work
- * stream of the first CUDA input's device) instead of looked up in Python
- * first (vgct_ext/core/_dlpack.py call_on_stream: ~4 us of a small call's
- * Python code, docs/performance.md).  The same stream, the same checks:
- * devices and shapes as vgpy_open_pair.  0: both held (the caller releases
- * them), *stream set (0 for host memory); 1: not taken -- an input the
- * exchange path does not take (another stream on a second device, managed
- * memory, a refused export) -- nothing held, no exception, and the caller
- * goes the general way (vgpy_open_pair with the stream looked up in Python);
- * -1: an exception set, nothing held. */
-int vgpy_open_pair_producer(PyObject *actual, PyObject *expected, PyObject *dta_obj,
-                            PyObject *dte_obj, vgct_import *ia, vgct_import *ie,
-                            uintptr_t *stream) {
-  *stream = 0;
-  int dta = vgpy_parse_dtype_override("dtype_actual", dta_obj);
-  if (dta == -2) return -1;
-  int dte = vgpy_parse_dtype_override("dtype_expected", dte_obj);
-  if (dte == -2) return -1;
-  vgct_device da, de;
-  const int xa = vgct_bridge_import_exchange(actual, "actual", NULL, stream, 1, dta, &da, ia);
-  if (xa <= 0) return xa < 0 ? -1 : 1;
-  const int xe = vgct_bridge_import_exchange(expected, "expected", NULL, stream, 1, dte, &de, ie);
-  if (xe <= 0) {
-    vgct_import_release(ia);
-    return xe < 0 ? -1 : 1;
-  }
-  if (vgpy_check_devices(&da, &de) < 0 || check_same_shape(&ia->view, &ie->view) < 0) {
-    vgct_import_release(ie);
-    vgct_import_release(ia);
-    return -1;
-  }
-  return 0;
-}
 
 /* bytes-like of exactly `size` bytes -> *out; TypeError / ValueError naming `what`. */
 int vgpy_read_record(PyObject *o, const char *what, size_t size, void *out) {

@@ -59,15 +59,12 @@ int vgpy_check_devices(const vgct_device *da, const vgct_device *de);
 int vgpy_parse_quantiles(PyObject *quantiles, double *qs, int *nq);
 int vgpy_parse_dim(PyObject *dim_obj, int *has, long *dim);
 int vgpy_check_dim(const vgct_view *a, long *dim);
-int vgpy_open_pair(PyObject *actual, PyObject *expected, PyObject *stream_obj,
+int vgpy_open_pair(PyObject *actual, PyObject *expected, PyObject *stream_obj, int producer,
                    PyObject *dta_obj, PyObject *dte_obj, vgct_import *ia, vgct_import *ie,
                    uintptr_t *stream);
 /* _C.PRODUCER_STREAM (made at module init): compare's stream argument that
- * leaves the stream to the inputs' producer (vgpy_open_pair_producer). */
+ * leaves the stream to the inputs' producer (vgpy_open_pair's `producer`). */
 extern PyObject *vgpy_producer_stream;
-int vgpy_open_pair_producer(PyObject *actual, PyObject *expected, PyObject *dta_obj,
-                            PyObject *dte_obj, vgct_import *ia, vgct_import *ie,
-                            uintptr_t *stream);
 int vgpy_read_record(PyObject *o, const char *what, size_t size, void *out);
 int vgpy_parse_shape(PyObject *o, const char *what, vgct_view *v);
 

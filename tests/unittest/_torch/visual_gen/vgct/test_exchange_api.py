@@ -283,7 +283,7 @@ def test_a_refused_dtype_raises_the_capsule_paths_error_and_leaks_nothing(mode):
 
 
 def test_producer_stream_takes_both_inputs_through_the_table(mode):
-    """_C.compare(..., stream=PRODUCER_STREAM) (vgpy_open_pair_producer): both inputs through the
+    """_C.compare(..., stream=PRODUCER_STREAM) (vgpy_open_pair's `producer`): both inputs through the
     table, no __dlpack__, each export released once; host memory asks no stream."""
     a, e = _pair(seed=5)
     pa, pe = Producer(a), Producer(e)
