@@ -348,7 +348,8 @@ def test_unusable_tables_fall_back_to_dunder_dlpack_without_exporting(calls, fau
 
 def test_a_table_planted_after_the_class_was_made_is_used(calls):
     P = _producer(attribute="none")
-    P.__dlpack_c_exchange_api__ = _producer()._keep[2]  # another type's table: this type now carries it
+    Q = _producer()  # holds the table and its export callback: alive as long as P uses them
+    P.__dlpack_c_exchange_api__ = Q._keep[2]  # another type's table: this type now carries it
     a, e = _pair(seed=9)
     _check_values(_C.compare(P(a), P(e), quantiles=()), a, e)
     assert (P.dunder_calls, calls.exports, len(_Tensors.deleted)) == (0, 2, 2)
