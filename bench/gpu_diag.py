@@ -8,7 +8,11 @@ With --ncu-shape K [--fuse M] it runs one compare of 2^26 pairs of bench_gpu.p99
 shape: without quantiles when M is -1 (the default), else with p99 and the fused window's hook
 ``vgct_cuda_test_fuse`` set to M (3: the sparse way, 4: every pair classified; cuda/reduce.cu).
 
-    python bench/gpu_diag.py [--ncu-target | --ncu-small | --ncu-shape K [--fuse M]]
+With --signal-ab it instead prints the host wall of compare with the reduction's end learnt from its
+completion word and from a stream synchronisation, alternated in rounds (cuda/reduce.cu
+vgct_cuda_test_signal), with torch.testing.assert_close on the same pair beside it.
+
+    python bench/gpu_diag.py [--ncu-target | --ncu-small | --ncu-shape K [--fuse M] | --signal-ab]
 """
 import statistics
 import sys
@@ -30,6 +34,39 @@ def wall_us(fn, reps=200):
         fn()
         ts.append((time.perf_counter() - t) * 1e6)
     return statistics.median(ts)
+
+
+def signal_ab(rounds=7, reps=200):
+    """The reduction's end learnt from its completion word (cuda/reduce.cu vgct_cuda_test_signal = 0,
+    the default) against a stream synchronisation (= 1): host wall of compare on bf16 pairs (e = a +
+    1e-2 noise, rounded), medians of `rounds` alternating rounds, each the median of `reps` calls;
+    torch.testing.assert_close on the same pair beside it, with a tolerance the pair passes (atol=1: no
+    failure report built). Prints a ratio table."""
+    import ctypes
+    hook = ctypes.c_longlong.in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_signal")
+    print("| bf16 pairs | quantiles | synchronise us | completion word us | word / sync | "
+          "torch.testing.assert_close us |\n|---:|---|---:|---:|---:|---:|")
+    try:
+        for lg in (10, 16, 20, 22):
+            e32 = torch.randn(1 << lg, device="cuda")
+            a = (e32 + 1e-2 * torch.randn_like(e32)).to(torch.bfloat16)
+            e = e32.to(torch.bfloat16)
+            for q in (None, (0.99,)):
+                t = {0: [], 1: []}
+                for _ in range(rounds):
+                    for mode in (1, 0):
+                        hook.value = mode
+                        t[mode].append(wall_us(lambda: vgct_ext.compare(a, e, quantiles=q), reps))
+                hook.value = 0
+                w, y = statistics.median(t[0]), statistics.median(t[1])
+                tc = ""
+                if q is None:  # a passing tolerance: torch's cheapest way, no failure report
+                    tc = f"{wall_us(lambda: torch.testing.assert_close(a, e, rtol=0.0, atol=1.0), 50):.1f}"
+                print(f"| 2^{lg} | {'p99' if q else 'none'} | {y:.1f} | {w:.1f} | {w / y:.3f} | {tc} |",
+                      flush=True)
+    finally:
+        hook.value = 0
+    return 0
 
 
 def main():
@@ -70,6 +107,8 @@ def main():
         vgct_ext.compare(a, e, quantiles=(0.99,))
         torch.cuda.synchronize()
         return 0
+    if "--signal-ab" in sys.argv:
+        return signal_ab()
     x = torch.randn(1, device="cuda")
     print(f"torch x.sum().item() (launch + sync): {wall_us(lambda: x.sum().item()):.1f} us")
     one = torch.ones(1)

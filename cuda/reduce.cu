@@ -100,7 +100,21 @@ struct RArgs {
   VgWinFuse wf;    /* k_reduce_bulk<..., WIN = 1 or 2>: the fused key window */
   const int *wsel; /* k_reduce_bulk: the device's choice of WIN (WinState::mode), or
                       NULL; a variant whose WIN is not the one chosen returns at once */
+  unsigned *done;  /* the completion word (mapped pinned memory) or NULL, and */
+  unsigned seq;    /* the value to write there last (vg_signal_done)          */
 };
+
+/* The grid's last store: seq into the host's completion word, after the
+ * result record and the workspace's reset words (counter, gate thresholds),
+ * fenced at system scope so that the host -- and any kernel launched after
+ * the host saw the word -- sees them (CallCtx::wait_signal).  Thread 0 of
+ * the block that wrote the record, after it wrote it. */
+__device__ __forceinline__ void vg_signal_done(const RArgs &A) {
+  if (A.done) {
+    __threadfence_system();
+    *reinterpret_cast<volatile unsigned *>(A.done) = A.seq;
+  }
+}
 
 template <int DA, int DE>
 struct VChunk {
@@ -120,6 +134,7 @@ __device__ __forceinline__ void vg_reduce_finish(const RArgs &A, VAcc *sm) {
     if (threadIdx.x == 0) {
       *A.res = sm[0].a;
       if (A.gate) A.gate[0] = A.gate[1] = A.gate[2] = 0u;
+      vg_signal_done(A);
     }
     return;
   }
@@ -153,6 +168,7 @@ __device__ __forceinline__ void vg_reduce_finish(const RArgs &A, VAcc *sm) {
     *A.res = sm[0].a;
     *A.counter = 0;
     if (A.gate) A.gate[0] = A.gate[1] = A.gate[2] = 0u; /* every block is done with them */
+    vg_signal_done(A); /* (not in row mode: never signalled, below) */
   }
   if (A.slice_mode == 1) {
     for (int64_t j = threadIdx.x; j < A.it.S; j += RT) {
@@ -933,8 +949,19 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_col(const __grid_constant__ RA
 }
 
 /* vg_hot_flush out of line: one copy of vgct_acc_merge for k_reduce_lean's two
- * flush sites (code size; the fast kernels keep theirs inline, see vg_merge). */
-__device__ __noinline__ void vg_lean_flush(HotAcc &h, vgct_acc *s) { vg_hot_flush(h, s); }
+ * flush sites (code size; the fast kernels keep theirs inline, see vg_merge).
+ * The out-of-line merge gets a copy of the HotAcc, and the caller zeroes the
+ * original's sums and counters itself (what vg_hot_flush leaves in it): were
+ * h's own address passed, ptxas could keep h in local memory through the
+ * whole pair loop (it did, once the loop's addresses were stepped: LDL/STL
+ * on every pair, 2026-12-03). */
+__device__ __noinline__ void vg_lean_flush_out(HotAcc &t, vgct_acc *s) { vg_hot_flush(t, s); }
+__device__ __forceinline__ void vg_lean_flush(HotAcc &h, vgct_acc *s) {
+  HotAcc t = h; /* the copy's address escapes, not h's: h stays in registers */
+  vg_lean_flush_out(t, s);
+  h.s_aa = h.s_ee = h.s_ae = h.s_dd = h.s_d = 0.0; /* what vg_hot_flush leaves in h */
+  h.n = h.neq = h.nmm = 0;
+}
 
 /* k_reduce_lean: VG_MODE_LEAN, small unscaled inputs of any layout (the
  * flat, general and row-mode iterations of k_reduce_gen, chunk by chunk):
@@ -946,11 +973,11 @@ __device__ __noinline__ void vg_lean_flush(HotAcc &h, vgct_acc *s) { vg_hot_flus
  * chunks of every warp fall back to the definition until its gate holds
  * maxima), and a shorter executed path (67 KB of code against the ring
  * kernel's 97 KB for bf16, sm_90), which a short launch fetches cold.  Known
- * cost left in it: vg_lean_flush takes the HotAcc by reference out of line,
- * so the register update round-trips it through local memory (ptxas: a
- * 136-byte stack frame); at 2^20 bf16 pairs (256 blocks, ~22 us) ~1/3 of the
- * time is the blocks' merges and the last block's fold (docs/performance.md,
- * 2026-12-02 20:55 UTC). */
+ * cost left in it: at 2^20 bf16 pairs (256 blocks, ~20 us) ~1/3 of the time
+ * is the blocks' merges and the last block's fold (docs/performance.md,
+ * 2026-12-02 20:55 UTC); the loop issues one instruction every ~10 cycles a
+ * warp at the 2 blocks an SM its registers allow, so more loads in flight
+ * (a whole chunk at once) was slower (2026-12-02 23:05 UTC). */
 template <int DA, int DE>
 __global__ void __launch_bounds__(RT, 2) k_reduce_lean(const __grid_constant__ RArgs A) {
   typedef vg_chunk<DA, DE> G;
@@ -990,14 +1017,22 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_lean(const __grid_constant__ R
          docs/performance.md, 2026-12-02 20:55 UTC) */
       typename vg_isz<DA>::T ra = vg_ld_raw<DA>(qa);
       typename vg_isz<DE>::T re = vg_ld_raw<DE>(qe);
+      /* the addresses and the flat index stepped, not recomputed: the same
+         values, ~17 fewer 64-bit integer instructions a pair (the loop was
+         ~92 SASS instructions a pair on its common path, sm_90) */
+      const int64_t stepa = sai * isa, stepe = sei * ise;
+      int64_t idx = f;
 #pragma unroll 1
       for (int q = 0; q < cnt; ++q) {
         const double xa = vg_cvt_raw<DA>(ra), xe = vg_cvt_raw<DE>(re);
         if (q + 1 < cnt) {
-          ra = vg_ld_raw<DA>(qa + (q + 1) * sai * isa);
-          re = vg_ld_raw<DE>(qe + (q + 1) * sei * ise);
+          qa += stepa;
+          qe += stepe;
+          ra = vg_ld_raw<DA>(qa);
+          re = vg_ld_raw<DE>(qe);
         }
-        vg_pair<SC>(h, acc, xa, xe, f + q * sfi, A.rtol, A.atol);
+        vg_pair<SC>(h, acc, xa, xe, idx, A.rtol, A.atol);
+        idx += sfi;
       }
     } else if (ints) {
       for (int q = 0; q < cnt; ++q)
@@ -1205,6 +1240,25 @@ extern "C" {
 __attribute__((visibility("default"))) long long vgct_cuda_test_mapped = 0;
 }
 
+/* How the host learns that a whole-tensor reduction of at most VG_SIGNAL_MAX
+ * pairs, without a fused window, is done: its last block writes a completion
+ * word into the mapped pinned buffer (vg_signal_done) and the host reads that
+ * word (CallCtx::wait_signal) instead of synchronising the stream -- ~2 us
+ * sooner on an H200 (docs/performance.md, 2026-12-02 23:05 UTC; a small
+ * call's floor is ~10 us of launch and wait).  Larger inputs synchronise:
+ * there the 2 us are nothing.  The fused window copies its counts after the
+ * kernel, so it synchronises too.  (A long queue of earlier work on the
+ * stream: wait_signal spins for at most VG_SPIN_US, then leaves the rest to
+ * the driver's wait.)
+ * Test/bench hook (not an API; ctypes, like the others):
+ * vgct_cuda_test_signal = 1 makes every reduction synchronise instead; 2
+ * plants a fault: the host waits for a word the kernel is not asked to
+ * write (the wait must end in an error once the stream is done, not hang). */
+#define VG_SIGNAL_MAX (INT64_C(1) << 22)
+extern "C" {
+__attribute__((visibility("default"))) long long vgct_cuda_test_signal = 0;
+}
+
 /* workspace layout (bytes from d_ws) */
 #define WS_COUNTER 0
 #define WS_GATE 16 /* 3 words: the grid's shared gate thresholds */
@@ -1295,6 +1349,18 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
   const bool mapped = it.S == 1 && ws->d_pin != NULL && vgct_cuda_test_mapped == 0;
   A.res = mapped ? (vgct_acc *)ws->d_pin : (vgct_acc *)(ws->d_ws + WS_RES);
   A.sres = (vgct_slice_acc *)(ws->d_ws + WS_SRES);
+  static_assert((WS_SRES - WS_RES) + (size_t)VG_SLICE_CHUNK * sizeof(vgct_slice_acc) <= VG_PIN_DONE &&
+                    VG_PIN_WIN + sizeof(WinState) <= VG_PIN_DONE,
+                "h_pin: the completion word past every record copied there");
+  const bool signal = mapped && wf == NULL && vgct_numel(a) <= VG_SIGNAL_MAX &&
+                      vgct_cuda_test_signal != 1;
+  unsigned *flag = (unsigned *)(ws->h_pin + VG_PIN_DONE);
+  if (signal) {
+    A.done = vgct_cuda_test_signal == 2 ? NULL : (unsigned *)(ws->d_pin + VG_PIN_DONE);
+    A.seq = ++ws->seq != 0u ? ws->seq : ++ws->seq; /* never 0, the word's reset value */
+    /* reset before the launch (ordered before it): a stale word never matches */
+    __atomic_store_n(flag, 0u, __ATOMIC_RELEASE);
+  }
   A.part = (vgct_acc *)(ws->d_ws + WS_PART);
   const int CH = vg_chunk_elems(it.da, it.de);
   /* blocks per launch: one resident wave (2 blocks per SM, __launch_bounds__)
@@ -1413,7 +1479,8 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
         return cx.rc;
       wf->copied = 1;
     }
-    if (!cx.check(cx.sync(), "cudaStreamSynchronize (after reduce)"))
+    if (signal ? !cx.check(cx.wait_signal(flag, A.seq), "the reduction's completion word (after reduce)")
+               : !cx.check(cx.sync(), "cudaStreamSynchronize (after reduce)"))
       return cx.rc;
     cx.mark("sync");
     vgct_acc part;

@@ -232,6 +232,34 @@ cudaError_t CallCtx::sync() {
   return cudaStreamSynchronize(stream);
 }
 
+/* How long wait_signal reads the word before it leaves the wait to the driver
+ * (a long queue ahead of the kernel on the caller's stream: the driver's wait
+ * follows the context's scheduling flags, e.g. blocking sync, where a spin
+ * would hold a core for as long as the queue runs). */
+#define VG_SPIN_US 200.0
+
+cudaError_t CallCtx::wait_signal(const unsigned *flag, unsigned seq) {
+  __atomic_fetch_add(&vgct_cuda_test_syncs, 1LL, __ATOMIC_RELAXED);
+  const double t0 = now_us();
+  for (unsigned i = 1;; ++i) {
+    /* acquire: the record the kernel wrote before the word is read after it */
+    if (__atomic_load_n(flag, __ATOMIC_ACQUIRE) == seq) return cudaSuccess;
+    if ((i & 255u) == 0u) { /* every few microseconds: has the stream failed? */
+      cudaError_t e = cudaStreamQuery(stream);
+      if (e == cudaErrorNotReady && now_us() - t0 > VG_SPIN_US)
+        e = cudaStreamSynchronize(stream); /* the rest of the wait: the driver's */
+      if (e == cudaSuccess) /* finished: its stores are visible now */
+        return __atomic_load_n(flag, __ATOMIC_ACQUIRE) == seq ? cudaSuccess : cudaErrorUnknown;
+      if (e != cudaErrorNotReady) return e;
+    }
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+  }
+}
+
 void CallCtx::mark(const char *what) {
   if (!trace_on() || ntr >= 24) return;
   trn[ntr] = what;

@@ -92,6 +92,8 @@ int vg_prepare(const vgct_view *a, const vgct_view *e, int slice_dim, IterSpec *
 #define VG_PIN_BYTES (4u << 20)     /* pinned host buffer for result records */
 #define VG_PIN_WIN 2048u            /* where vg_reduce_run copies a fused window's
                                        counts (WinState) beside the record */
+#define VG_PIN_DONE (VG_PIN_BYTES - 64u) /* the reduction's completion word (reduce.cu
+                                       vg_signal_done, CallCtx::wait_signal) */
 #define VG_MAX_PARTS 16384          /* reduce: whole-tensor partials         */
 #define VG_SLICE_CHUNK 65536        /* reduce: slices per launch             */
 #define VG_LAUNCH_PAIRS (INT64_C(1) << 32) /* reduce: most pairs per chunked launch */
@@ -105,6 +107,7 @@ struct DevWS {
   char *d_ws;         /* VG_WS_BYTES of device memory                       */
   char *h_pin;        /* VG_PIN_BYTES of pinned host memory                 */
   char *d_pin;        /* h_pin's device address (mapped), or NULL: see reduce.cu */
+  unsigned seq;       /* the last completion word asked of a kernel (never 0) */
 };
 
 /* Scope guard for one entry-point call: switches to the view's device,
@@ -129,6 +132,20 @@ struct CallCtx {
   /* cudaStreamSynchronize(stream): every host round trip of a call goes
      through here, counted for the tests (vgct_cuda_test_syncs, runtime.cu) */
   cudaError_t sync();
+  /* The other round trip: wait until the kernel just launched on `stream`
+     writes `seq` into the mapped pinned word `flag` (its last store, after
+     its result and a system-scope fence: reduce.cu vg_signal_done), reading
+     the word instead of asking the driver -- ~2 us sooner than
+     cudaStreamSynchronize, which learns of the end only once the whole grid
+     has retired (docs/performance.md, 2026-12-02 23:05 UTC).  Every few
+     microseconds it asks cudaStreamQuery, so that a kernel that failed (the
+     word never comes) is reported with its error, as sync() reports it; a
+     stream found finished without the word is an internal error
+     (cudaErrorUnknown).  After VG_SPIN_US (200 us: a queue of earlier work
+     on the stream) it leaves the rest of the wait to cudaStreamSynchronize,
+     which follows the context's scheduling flags (blocking sync), then reads
+     the word.  Counted like sync(), once. */
+  cudaError_t wait_signal(const unsigned *flag, unsigned seq);
   /* VGCT_CUDA_TRACE=1: host time of each step, printed to stderr at the end
      of the call (latency breakdowns; no effect otherwise) */
   void mark(const char *what);

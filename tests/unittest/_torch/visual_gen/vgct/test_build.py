@@ -257,7 +257,9 @@ def test_core_never_imports_the_method_layer():
 
 
 def test_every_host_round_trip_of_the_cuda_code_goes_through_callctx_sync():
-    """cuda/*.cu and *.cuh wait for the device only through CallCtx::sync (cuda/runtime.cu), which counts each
+    """cuda/*.cu and *.cuh wait for the device only through CallCtx::sync or CallCtx::wait_signal (the
+    reduction's completion word, whose wait asks cudaStreamQuery and, after a while, leaves the rest to
+    cudaStreamSynchronize; cuda/runtime.cu), which count each
     wait for the GPU tests (vgct_cuda_test_syncs: test_gpu.py checks that the fused window's call makes no
     round trip before its reduction, and one in all when the record answers its p99). A direct
     cudaStreamSynchronize, a blocking cudaMemcpy/cudaMemset or a device/event synchronisation elsewhere would
@@ -275,9 +277,44 @@ def test_every_host_round_trip_of_the_cuda_code_goes_through_callctx_sync():
         for i, line in enumerate(code.splitlines(), 1):
             for m in blocking.finditer(line):
                 found.append((f.name, i, m.group(1)))
-    sync_body = [x for x in found if x[0] == "runtime.cu" and x[2] == "cudaStreamSynchronize"]
-    assert len(sync_body) == 1, found  # CallCtx::sync's own call
     src = (ROOT / "cuda" / "runtime.cu").read_text().splitlines()
-    assert any(line.startswith("cudaError_t CallCtx::sync()") for line in src[max(0, sync_body[0][1] - 4):
-                                                                              sync_body[0][1]]), sync_body
-    assert [x for x in found if x not in sync_body] == [], found
+
+    def body(opener):  # the (first, last) line of the runtime.cu function whose definition opens so
+        first = [i for i, line in enumerate(src, 1) if line.startswith(opener)]
+        assert len(first) == 1, (opener, first)
+        return first[0], next(i for i in range(first[0], len(src) + 1) if src[i - 1] == "}")
+
+    sync, wait = body("cudaError_t CallCtx::sync()"), body("cudaError_t CallCtx::wait_signal(")
+    inside = {"sync": [x[2] for x in found if x[0] == "runtime.cu" and sync[0] <= x[1] <= sync[1]],
+              "wait_signal": [x[2] for x in found if x[0] == "runtime.cu" and wait[0] <= x[1] <= wait[1]]}
+    # sync's own call; wait_signal's query of a failed stream and its fallback to the driver's wait
+    assert inside == {"sync": ["cudaStreamSynchronize"],
+                      "wait_signal": ["cudaStreamQuery", "cudaStreamSynchronize"]}, (inside, found)
+    assert [x for x in found if not (x[0] == "runtime.cu" and (sync[0] <= x[1] <= sync[1] or
+                                                               wait[0] <= x[1] <= wait[1]))] == [], found
+
+
+def test_the_completion_word_is_stored_last_after_a_system_fence():
+    """cuda/reduce.cu: vg_signal_done fences at system scope (__threadfence_system) before it stores the
+    word, and each of its two calls in vg_reduce_finish (one block; the last block after the fold) comes
+    after the same thread's stores of the record (*A.res) and the workspace's reset words (the gate's
+    thresholds; the counter after a fold). The host reads the record once it sees the word
+    (CallCtx::wait_signal): a missing fence or an early word would hand over a half-written record or
+    leave the next kernel a stale counter, which a GPU test catches only when the timing falls so."""
+    code = re.sub(r"/\*.*?\*/", " ", (ROOT / "cuda" / "reduce.cu").read_text(), flags=re.S)
+    code = re.sub(r"//[^\n]*", "", code)
+
+    def function(head):  # a function's text, from its head to the first line that is "}"
+        start = code.index(head)
+        return code[start:code.index("\n}", start)]
+
+    signal = function("void vg_signal_done(const RArgs &A)")
+    assert 0 < signal.index("__threadfence_system()") < signal.index("= A.seq"), signal
+    finish = function("__device__ __forceinline__ void vg_reduce_finish(")
+    calls = [m.start() for m in re.finditer(r"vg_signal_done\(A\);", finish)]
+    assert len(calls) == 2, finish
+    for k, at in enumerate(calls):
+        block = finish[finish.rindex("if (threadIdx.x == 0) {", 0, at):at]
+        assert "}" not in block, block  # the call is in that block, after everything it stores
+        wanted = ["*A.res = sm[0].a;", "A.gate[0] = A.gate[1] = A.gate[2] = 0u;"] + (["*A.counter = 0;"] if k else [])
+        assert all(w in block for w in wanted), (k, block)

@@ -478,6 +478,25 @@ MAPPED_CASES = [  # (dtype a, dtype e, shape, lean hook, layout): the kernel tha
 ]
 
 
+def _two_records(dt_a, dt_e, shape, layout, seed):
+    """Inputs P = a and Q = b against one reference e, with different records (a NaN and a large
+    difference planted in P; Q the reference shifted by one, or every 7th integer by 3), laid out
+    as `layout` says ("contiguous", "misaligned": x[1:], "transposed": x.t())."""
+    a, e = pair(shape, getattr(torch, dt_a), getattr(torch, dt_e) if dt_e else None, seed=seed)
+    if a.dtype.is_floating_point:
+        fa = a.view(-1)
+        fa[7] = float("nan")
+        fa[-2] = fa[-2] + 8
+    b = e.to(a.dtype) + (1 if a.dtype.is_floating_point else 0)
+    if not a.dtype.is_floating_point:
+        b[::7] += 3
+    if layout == "misaligned":
+        a, b, e = a[1:], b[1:], e[1:]
+    elif layout == "transposed":
+        a, b, e = a.t(), b.t(), e.t()
+    return a, b, e
+
+
 @pytest.mark.parametrize("dt_a,dt_e,shape,lean,layout", MAPPED_CASES)
 def test_result_record_mapped_equals_copied(dt_a, dt_e, shape, lean, layout, mapped_hook, lean_max):
     """The reduction's result record written straight into the mapped pinned buffer equals the one
@@ -486,18 +505,7 @@ def test_result_record_mapped_equals_copied(dt_a, dt_e, shape, lean, layout, map
     alternate so that every mapped call follows a copied call on the OTHER input: a record left
     unwritten (the buffer still holding the previous call's) fails check3 and the equalities.  No
     quantiles: nothing else writes the pinned buffer between the reduction and its read."""
-    a, e = pair(shape, getattr(torch, dt_a), getattr(torch, dt_e) if dt_e else None, seed=41)
-    if a.dtype.is_floating_point:
-        fa = a.view(-1)
-        fa[7] = float("nan")
-        fa[-2] = fa[-2] + 8
-    b = e.to(a.dtype) + (1 if a.dtype.is_floating_point else 0)  # Q: another record
-    if not a.dtype.is_floating_point:
-        b[::7] += 3
-    if layout == "misaligned":
-        a, b, e = a[1:], b[1:], e[1:]
-    elif layout == "transposed":
-        a, b, e = a.t(), b.t(), e.t()
+    a, b, e = _two_records(dt_a, dt_e, shape, layout, seed=41)
     lean_max.value = lean
     seen = {"P": set(), "Q": set()}
     for mode, which in ((1, "Q"), (0, "P"), (1, "P"), (0, "Q"), (1, "Q"), (0, "P")):
@@ -538,6 +546,112 @@ def test_result_record_mapped_path_is_the_default():
     assert all(traces), r.stderr
     copied = [any(re.search(r" memcpy \d", ln) for ln in t) for t in traces]
     assert copied == [False, True, False], r.stderr
+
+
+@pytest.fixture
+def signal_hook():
+    """The reduction's completion-word hook (cuda/reduce.cu vgct_cuda_test_signal): 0 (default) the
+    host reads the word the last block writes, 1 it synchronises the stream instead, 2 it waits for a
+    word no kernel is asked to write (a planted fault); reset after."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    h = ctypes.c_longlong.in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_signal")
+    yield h
+    h.value = 0
+
+
+SIGNAL_CASES = MAPPED_CASES + [
+    ("bfloat16", None, (1 << 22,), 1 << 62, "contiguous"),  # VG_SIGNAL_MAX: the word, lean kernel
+    ("bfloat16", None, ((1 << 22) + 8,), 0, "contiguous"),  # above it: synchronised either way
+]
+
+
+@pytest.mark.parametrize("dt_a,dt_e,shape,lean,layout", SIGNAL_CASES)
+def test_completion_word_equals_synchronising(dt_a, dt_e, shape, lean, layout, signal_hook, lean_max):
+    """The host learning of the reduction's end from the word its last block writes (CallCtx::
+    wait_signal) gives the record the stream's synchronisation gives, bit for bit, on every reduce
+    kernel; each call == the CPU engine == the float64 oracle (check3); one host round trip a call
+    either way. As in the mapped-record test, two inputs P and Q alternate so that a record read
+    before the kernel wrote it (the previous call's, on the other input) fails; and once the stream
+    is kept busy (torch.cuda._sleep, ~10 ms) before the reduction, so the wait outlasts its spin
+    (VG_SPIN_US, cuda/runtime.cu) and ends in the driver's synchronisation, then reads the word."""
+    a, b, e = _two_records(dt_a, dt_e, shape, layout, seed=43)
+    lean_max.value = lean
+    syncs = _sync_hooks()[0]
+    seen = {"P": set(), "Q": set()}
+    for i, (mode, which) in enumerate(((1, "Q"), (0, "P"), (1, "P"), (0, "Q"), (1, "Q"), (0, "P"))):
+        signal_hook.value = mode
+        if i == 3:
+            torch.cuda._sleep(20_000_000)  # the stream busy for a while before the reduction
+        before = syncs.value
+        g = vgct_ext.compare(a if which == "P" else b, e, quantiles=())
+        assert syncs.value == before + 1, (mode, syncs.value - before)
+        seen[which].add(repr(g.as_dict()))
+        check3(a if which == "P" else b, e, quantiles=())
+    assert len(seen["P"]) == 1 and len(seen["Q"]) == 1, seen
+    assert seen["P"] != seen["Q"]
+
+
+@pytest.mark.parametrize("dt_a,dt_e,shape,lean,layout", SIGNAL_CASES)
+def test_completion_word_never_written_is_an_error_not_a_hang(dt_a, dt_e, shape, lean, layout, signal_hook,
+                                                              lean_max):
+    """Planted: the host waits for a completion word the kernel is not asked to write (hook 2). On every
+    reduce kernel of at most VG_SIGNAL_MAX = 2^22 pairs -- the calls that must take the word's way --
+    the wait must end (the stream found finished without the word) in a RuntimeError naming the
+    completion word, within seconds, and the next call must be right; above 2^22 pairs the call
+    synchronises, so the planted fault cannot touch it."""
+    import time
+
+    a, _, e = _two_records(dt_a, dt_e, shape, layout, seed=44)
+    lean_max.value = lean
+    signal_hook.value = 2
+    t0 = time.perf_counter()
+    if a.numel() <= 1 << 22:
+        with pytest.raises(RuntimeError, match="completion word"):
+            vgct_ext.compare(a, e, quantiles=())
+        assert time.perf_counter() - t0 < 30
+    else:
+        check3(a, e, quantiles=())
+    signal_hook.value = 0
+    check3(a, e, quantiles=(0.5,))
+
+
+def test_completion_word_from_threads_on_their_own_streams():
+    """Eight threads, each on its own stream with its own input (one block, several blocks, the
+    ring), 30 calls each, at once: every call's record equals that input's record computed alone
+    (the completion word and its sequence number are the device workspace's, taken under its lock:
+    a word read for another call's kernel would hand over a record not yet written)."""
+    import threading
+
+    inputs = []
+    for k in range(8):
+        n = (1000, 70_000, 1 << 20, 3 << 20)[k % 4] + k
+        a, e = pair((n,), torch.bfloat16 if k % 2 else torch.float32, seed=50 + k)
+        inputs.append((a, e, repr(check3(a, e, quantiles=()).as_dict())))
+    torch.cuda.synchronize()
+    bad, errors = [], []
+
+    def work(k):
+        try:
+            a, e, want = inputs[k]
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.default_stream())
+            with torch.cuda.stream(s):
+                for _ in range(30):
+                    got = repr(vgct_ext.compare(a, e, quantiles=()).as_dict())
+                    if got != want:
+                        bad.append(k)
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and not bad, (errors, bad)
 
 
 def test_producer_on_side_stream():
