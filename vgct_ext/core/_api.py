@@ -19,6 +19,10 @@ def _is_bool(x: Any) -> bool:
     return dt is not None and (getattr(dt, "kind", None) == "b" or str(dt) == "torch.bool")
 
 
+_DEFAULT_QUANTILES = (0.99,)  # compare's default, the very object (and () the one empty tuple):
+_NO_QUANTILES = ()  # _quantile_tuple returns either as it is
+_ndarray = _dlpack._ndarray
+
 _Q_TYPE_ERROR = "quantiles must be a float in [0, 1] or a sequence of them"
 
 
@@ -73,7 +77,7 @@ def _tolerance(name: str, x: Any) -> float:
 
 
 def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-3,
-            quantiles: Union[float, Iterable[float], None] = (0.99,),
+            quantiles: Union[float, Iterable[float], None] = _DEFAULT_QUANTILES,
             dim: Optional[int] = None) -> PairedStats:
     """Paired statistics of ``actual`` against the reference ``expected``, in one pass, float64.
 
@@ -103,7 +107,7 @@ def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-
             it (any n, not an approximation). A single number is accepted (a Python or NumPy
             scalar, a 0-d array); bools are refused (TypeError). The default ``(0.99,)`` costs
             1.3-1.9x the compare without quantiles on a 2-core CPU at 2^20..2^28 pairs and
-            about 80 us more at 2^20 pairs on an H200 (docs/metrics.md, "Cost of the default
+            about 40-100 us more at 2^10..2^20 pairs on an H200 (docs/metrics.md, "Cost of the default
             quantiles"); nothing more where fewer than 1% of the pairs differ (an identical
             pair: the reduction's zero count answers it, "Ranks the reduction answers"); pass
             ``()`` or ``None`` when no quantile is needed.
@@ -126,13 +130,18 @@ def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-
         RuntimeError: a CUDA input with a build without CUDA, or a CUDA failure.
         MemoryError: the engine could not allocate its work space.
     """
-    qs = _quantile_tuple(quantiles)
-    rtol, atol = _tolerance("rtol", rtol), _tolerance("atol", atol)
+    # the defaults and plain floats as they are, without the calls (what the two return for them)
+    qs = quantiles if quantiles is _DEFAULT_QUANTILES or quantiles is _NO_QUANTILES else _quantile_tuple(quantiles)
+    if type(rtol) is not float:
+        rtol = _tolerance("rtol", rtol)
+    if type(atol) is not float:
+        atol = _tolerance("atol", atol)
     a, e = actual, expected
     try:
         a, da = _dlpack.prepare(actual, argname="actual")
         e, de = _dlpack.prepare(expected, argname="expected")
-        keep = _dlpack.pin(a, e)  # noqa: F841 - NumPy arrays cannot be resized until the call returns
+        # NumPy arrays cannot be resized until the call returns (pin: nothing for other objects)
+        keep = _dlpack.pin(a, e) if isinstance(a, _ndarray) or isinstance(e, _ndarray) else ()  # noqa: F841
         d = NotImplemented
         if _dlpack.producer_streams(a, e):  # torch tensors: _C takes the producer's stream
             d = _C.compare(a, e, rtol, atol, qs, dim, _C.PRODUCER_STREAM, da, de)
@@ -147,7 +156,7 @@ def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-
             raise better from exc
         finally:
             del better  # no frame <-> exception cycle (the inputs would live until a GC pass)
-    return PairedStats._from_c(d)
+    return PairedStats._from_c(d, True)  # d: the fresh dict _C returned, no one else's
 
 
 def fingerprint(x: Any) -> int:

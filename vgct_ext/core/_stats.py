@@ -17,6 +17,8 @@ import numpy as np
 Index = Tuple[int, ...]
 
 
+_MappingProxy = types.MappingProxyType
+_set_attr = object.__setattr__
 _PAIRED_FIELDS: Dict[type, Tuple[str, ...]] = {}  # PairedStats._from_c: field names per class
 # the fields of PairedStats holding a flat index from _C (PairedStats._from_c unravels them)
 _INDEX_FIELDS = ("max_abs_err_index", "max_rel_err_index", "worst_mismatch_index",
@@ -30,10 +32,14 @@ def _unravel(flat: Optional[int], shape: Tuple[int, ...]) -> Optional[Index]:
     if len(shape) == 1:
         return (flat,)
     out = []
-    for s in reversed(shape):
-        flat, r = divmod(flat, s) if s else (flat, 0)
-        out.append(r)
-    return tuple(reversed(out))
+    for s in reversed(shape):  # % and // (divmod's two results) without a call per axis
+        if s:
+            out.append(flat % s)
+            flat //= s
+        else:
+            out.append(0)
+    out.reverse()
+    return tuple(out)
 
 
 def _fmt(x: Optional[float], spec: str = ".4g") -> str:
@@ -240,18 +246,19 @@ class PairedStats:
         self.__post_init__()
 
     @classmethod
-    def _from_c(cls, d: Dict[str, Any]) -> "PairedStats":
+    def _from_c(cls, d: Dict[str, Any], _owned: bool = False) -> "PairedStats":
         """Build from the dict of ``_C.compare`` (flat indices -> multi-indices).
 
         The same object ``cls(**fields)`` gives, without the frozen ``__init__``'s one
         ``object.__setattr__`` per field: this is on the path of every ``compare`` (a third
         of a small comparison's Python time went here).  The dict's keys are checked against
-        the fields in full the first time (per class), then by their number.
+        the fields in full the first time (per class), then by their number.  The instance's
+        ``__dict__`` is a copy of ``d`` (one C-level copy, not one insertion per field) --
+        ``d`` itself, and its quantiles dict the read-only mapping's, when ``_owned`` says
+        that no one else holds them (``compare``: the fresh dict ``_C`` returned).
         """
         names = _PAIRED_FIELDS.get(cls)
-        obj = cls.__new__(cls)
-        state = obj.__dict__  # filled in place: one copy of ``d``, not two
-        state.update(d)
+        state = d if _owned else dict(d)
         state.setdefault("dim", None)
         state.setdefault("slices", None)
         if names is None or len(state) != len(names):
@@ -263,14 +270,27 @@ class PairedStats:
             if extra:
                 raise TypeError(f"PairedStats: _C.compare gave unknown fields {extra}")
             _PAIRED_FIELDS[cls] = full
-        shape = state["shape"] = tuple(state["shape"])
-        for k in _INDEX_FIELDS:
-            state[k] = _unravel(state[k], shape)
+        shape = state["shape"]
+        if type(shape) is not tuple:
+            shape = state["shape"] = tuple(shape)
+        if len(shape) == 1:  # _unravel, without a call per index: its 1-d case, and None as None
+            for k in _INDEX_FIELDS:
+                i = state[k]
+                if i is not None:
+                    state[k] = (i,)
+        else:
+            for k in _INDEX_FIELDS:
+                i = state[k]
+                if i is not None:
+                    state[k] = _unravel(i, shape)
         sl = state["slices"]
         if sl is not None:
             state["slices"] = SliceStats(**sl)
         # frozen all the way down (as __post_init__): a read-only copy of the quantiles
-        state["quantiles"] = types.MappingProxyType(dict(state["quantiles"]))
+        q = state["quantiles"]
+        state["quantiles"] = _MappingProxy(q if _owned and type(q) is dict else dict(q))
+        obj = cls.__new__(cls)
+        _set_attr(obj, "__dict__", state)  # past the frozen __setattr__, as __init__ goes
         return obj
 
     def quantile(self, p: float) -> Optional[float]:

@@ -424,6 +424,24 @@ def test_from_c_equals_the_constructor_and_refuses_a_disagreeing_dict():
         PairedStats._from_c(bad)
 
 
+def test_from_c_copies_a_callers_dict_and_unravels_as_numpy():
+    """_from_c(d) keeps nothing of the caller's dict (compare alone hands over its fresh dict,
+    _owned=True); the flat indices unravel as numpy.unravel_index does, any rank."""
+    from vgct_ext import _C
+    from vgct_ext.core._stats import PairedStats, _unravel
+
+    a = np.arange(6.0)
+    d = _C.compare(a, a + 1.0, 1e-3, 1e-3, (0.5,), None, None, None, None)
+    got = PairedStats._from_c(d)
+    d["n"], d["quantiles"][0.5] = -1, -1.0
+    assert got.n == 6 and got.quantiles == {0.5: 1.0} and got.max_abs_err_index == (0,)
+    for shape in ((5,), (2, 3), (4, 1, 3), (2, 3, 4, 5), (1, 1, 1, 7)):
+        for flat in (0, 1, int(np.prod(shape)) - 1, int(np.prod(shape)) // 2):
+            want = tuple(int(i) for i in np.unravel_index(flat, shape))
+            assert _unravel(flat, shape) == want and all(type(i) is int for i in _unravel(flat, shape))
+    assert _unravel(5, (3, 0, 2)) == (2, 0, 1) and _unravel(0, ()) == ()
+
+
 def test_same_stream_export_asks_torch_for_no_synchronisation_only_on_its_own_stream(monkeypatch):
     """A plain torch tensor on CUDA whose current stream is the consumer stream is exported with
     __dlpack__(stream=-1) (nothing to synchronise: the DLPack spec's -1); on another stream, a
