@@ -1479,9 +1479,17 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
         return cx.rc;
       wf->copied = 1;
     }
-    if (signal ? !cx.check(cx.wait_signal(flag, A.seq), "the reduction's completion word (after reduce)")
-               : !cx.check(cx.sync(), "cudaStreamSynchronize (after reduce)"))
+    if (signal) {
+      /* cudaErrorUnknown from the wait: the stream finished and the word never came */
+      const cudaError_t we = cx.wait_signal(flag, A.seq);
+      if (!cx.check(we, we == cudaErrorUnknown
+                            ? "waiting for the reduction's completion word (the stream finished "
+                              "without it: an internal error)"
+                            : "waiting for the reduction's completion word (after reduce)"))
+        return cx.rc;
+    } else if (!cx.check(cx.sync(), "cudaStreamSynchronize (after reduce)")) {
       return cx.rc;
+    }
     cx.mark("sync");
     vgct_acc part;
     memcpy(&part, ws->h_pin, sizeof part);
