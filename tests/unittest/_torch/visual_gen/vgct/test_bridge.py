@@ -1613,6 +1613,10 @@ def test_producer_reraising_one_instance_makes_no_context_cycle():
 
 _INTERRUPT_CHILD = r"""
 import json, os, signal, sys, threading, time
+# Python raises KeyboardInterrupt on SIGINT only when it starts with SIGINT's default disposition;
+# a shell's background job (`cmd &` without job control, e.g. a CI step sent to the background)
+# starts with SIGINT ignored, and then the signal below would be lost, not the poll tested
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import numpy as np
 import vgct_ext
 n, quantiles, dim, when = int(sys.argv[1]), sys.argv[2] == "q", sys.argv[3], sys.argv[4]

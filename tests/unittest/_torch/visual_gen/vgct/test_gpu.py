@@ -785,6 +785,7 @@ def test_quantile_limit_at_an_infinite_order_statistic_on_gpu():
 
 _GPU_INTERRUPT_CHILD = r"""
 import json, os, signal, sys, threading, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as test_bridge.py's child: never ignored
 import torch, vgct_ext
 mode = sys.argv[1]
 dev = torch.device("cuda", torch.cuda.current_device())
