@@ -959,8 +959,7 @@ __device__ __noinline__ void vg_lean_flush_out(HotAcc &t, vgct_acc *s) { vg_hot_
 __device__ __forceinline__ void vg_lean_flush(HotAcc &h, vgct_acc *s) {
   HotAcc t = h; /* the copy's address escapes, not h's: h stays in registers */
   vg_lean_flush_out(t, s);
-  h.s_aa = h.s_ee = h.s_ae = h.s_dd = h.s_d = 0.0; /* what vg_hot_flush leaves in h */
-  h.n = h.neq = h.nmm = 0;
+  vg_hot_clear(h); /* what vg_hot_flush leaves in h */
 }
 
 /* k_reduce_lean: VG_MODE_LEAN, small unscaled inputs of any layout (the

@@ -197,12 +197,18 @@ struct HotAcc {
   int64_t mxi, mri, wxi, n, neq, nmm;
 };
 
-__host__ __device__ __forceinline__ void vg_hot_init(HotAcc &h) {
+/* The sums and counters of h back to zero (its maxima stay): a fresh
+ * accumulator's, and what every flush leaves behind. */
+__host__ __device__ __forceinline__ void vg_hot_clear(HotAcc &h) {
   h.s_aa = h.s_ee = h.s_ae = h.s_dd = h.s_d = 0.0;
+  h.n = h.neq = h.nmm = 0;
+}
+
+__host__ __device__ __forceinline__ void vg_hot_init(HotAcc &h) {
+  vg_hot_clear(h);
   h.mx = h.mr = h.wx = h.ref = -1.0;
   h.mxa = h.mxe = 0.0;
   h.mxi = h.mri = h.wxi = -1;
-  h.n = h.neq = h.nmm = 0;
 }
 
 __host__ __device__ __forceinline__ bool vg_finite(double x) {
@@ -260,8 +266,7 @@ __host__ __device__ __forceinline__ void vg_hot_flush(HotAcc &h, vgct_acc *s) {
   t.max_abs_ref = h.ref;
   t.n = h.n; t.n_finite = h.n; t.n_unequal = h.neq; t.n_mismatch = h.nmm;
   vgct_acc_merge(s, &t);
-  h.s_aa = h.s_ee = h.s_ae = h.s_dd = h.s_d = 0.0;
-  h.n = h.neq = h.nmm = 0;
+  vg_hot_clear(h);
 }
 
 /* The scaled (float64) path: the definition on a thread-local vgct_acc,
