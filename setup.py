@@ -21,6 +21,9 @@ Environment:
                          sm_100f SASS, and PTX always for the plain arch:
                          "90a" -> compute_90)
   VGCT_WERROR=1          add -Werror to the C flags
+  VGCT_PHASE_TRACE=1     a diagnostic CUDA build (-DVGCT_PHASE_TRACE): the small-input
+                         reduce kernel prints its phases' times on every launch
+                         (bench/phase_trace.py); never for use
   CUDA_HOME / CUDA_PATH  where the toolkit lives (else found from nvcc)
 Nothing is downloaded.
 """
@@ -174,6 +177,9 @@ class VgctBuildExt(build_ext):
             nvcc_version = _nvcc_version(nvcc)
             gencode = _gencode(os.environ.get("VGCT_CUDA_ARCHS", "90"))
         archs_str = " ".join(gencode)
+        # the diagnostic build (-DVGCT_PHASE_TRACE on the kernels): recorded in the config
+        # header, so that switching it relinks the module, and reported by build_info()
+        trace = int(bool(nvcc) and os.environ.get("VGCT_PHASE_TRACE", "0") not in ("", "0"))
 
         config = os.path.join(gen_dir, "vgct_build_config.h")
         _write_if_changed(config, (
@@ -182,6 +188,7 @@ class VgctBuildExt(build_ext):
             f"#define VGCT_VERSION {_c_str(_version())}\n"
             f"#define VGCT_NVCC_VERSION {_c_str(nvcc_version)}\n"
             f"#define VGCT_CUDA_ARCHS {_c_str(archs_str)}\n"
+            f"#define VGCT_PHASE_TRACE_BUILD {trace}\n"
             "#endif\n"))
         ext.include_dirs.append(gen_dir)
         # module.c includes it: a new version / nvcc / arch list rebuilds (it is rewritten
@@ -194,7 +201,7 @@ class VgctBuildExt(build_ext):
             if cudart is None:
                 raise RuntimeError(f"nvcc found ({nvcc}) but no libcudart_static.a under {home}; "
                                    "set CUDA_HOME, or VGCT_CUDA=0 for a CPU-only build")
-            objs = self._compile_cuda(nvcc, nvcc_version, home, cu, gencode, gen_dir)
+            objs = self._compile_cuda(nvcc, nvcc_version, home, cu, gencode, gen_dir, trace)
             ext.extra_objects.extend(objs)
             ext.define_macros.append(("VGCT_HAVE_CUDA", "1"))
             ext.library_dirs.append(cudart)
@@ -209,7 +216,7 @@ class VgctBuildExt(build_ext):
             print(f"vgct_ext: CPU-only build ({why})")
         super().build_extension(ext)
 
-    def _compile_cuda(self, nvcc, nvcc_version, home, sources, gencode, gen_dir):
+    def _compile_cuda(self, nvcc, nvcc_version, home, sources, gencode, gen_dir, trace=0):
         """nvcc each .cu into an object; a CUDA compile error fails the build.
 
         Objects are cached in build/vgct_cuda_cache/ (pip's editable builds use a fresh temp
@@ -228,6 +235,8 @@ class VgctBuildExt(build_ext):
                  "-DVGCT_HAVE_CUDA=1"] + gencode
         if self.debug:
             flags += ["-g", "-lineinfo"]
+        if trace:
+            flags.append("-DVGCT_PHASE_TRACE")  # diagnostics only (cuda/reduce.cu, vg_pt_report)
         common = hashlib.sha256()
         common.update(nvcc.encode() + b"\0" + nvcc_version.encode())
         common.update("\0".join(f for f in flags if f != gen_dir).encode())

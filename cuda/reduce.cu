@@ -104,6 +104,49 @@ struct RArgs {
   unsigned seq;    /* the value to write there last (vg_signal_done)          */
 };
 
+/* A diagnostic build only (nvcc -DVGCT_PHASE_TRACE; never in a release
+ * build): thread 0 of every k_reduce_lean block stamps %globaltimer (ns) at
+ * its entry (0), after its own last flush (1), after the block's merge (2)
+ * and after writing its partial, just before its arrival at the counter (3;
+ * the arrival's release makes it visible to the last block); the last block
+ * of a grid of several blocks prints, per launch, the grid's spread of each
+ * stamp and its own fold's and signal's times (bench/phase_trace.py reads
+ * the lines). */
+#ifdef VGCT_PHASE_TRACE
+#define VG_PT_BLOCKS 4096
+__device__ unsigned long long vg_pt[VG_PT_BLOCKS][4];
+__device__ __forceinline__ unsigned long long vg_gtimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#define VG_PT_STAMP(k)                                          \
+  do {                                                          \
+    if (threadIdx.x == 0 && blockIdx.x < VG_PT_BLOCKS)          \
+      vg_pt[blockIdx.x][k] = vg_gtimer();                       \
+  } while (0)
+__device__ __noinline__ void vg_pt_report(unsigned long long t_fold, unsigned long long t_sig) {
+  const unsigned nb = min(gridDim.x, (unsigned)VG_PT_BLOCKS);
+  unsigned long long lo[4], hi[4];
+  for (int k = 0; k < 4; ++k) { lo[k] = ~0ull; hi[k] = 0; }
+  for (unsigned b = 0; b < nb; ++b)
+    for (int k = 0; k < 4; ++k) {
+      const unsigned long long t = __ldcg(&vg_pt[b][k]);
+      lo[k] = min(lo[k], t);
+      hi[k] = max(hi[k], t);
+    }
+  const unsigned long long z = lo[0];
+  printf("VGPT grid %u entry %.3f %.3f flushed %.3f %.3f merged %.3f %.3f arrived %.3f %.3f "
+         "folded %.3f signalled %.3f\n", gridDim.x, 0.0, (hi[0] - z) * 1e-3,
+         (lo[1] - z) * 1e-3, (hi[1] - z) * 1e-3, (lo[2] - z) * 1e-3, (hi[2] - z) * 1e-3,
+         (lo[3] - z) * 1e-3, (hi[3] - z) * 1e-3, (t_fold - z) * 1e-3, (t_sig - z) * 1e-3);
+}
+#else
+#define VG_PT_STAMP(k) \
+  do {                 \
+  } while (0)
+#endif
+
 /* The grid's last store: seq into the host's completion word, after the
  * result record and the workspace's reset words (counter, gate thresholds),
  * fenced at system scope so that the host -- and any kernel launched after
@@ -130,6 +173,7 @@ struct VChunk {
 template <int SC>
 __device__ __forceinline__ void vg_reduce_finish(const RArgs &A, VAcc *sm) {
   vg_block_merge<RT, SC>(sm);
+  if (SC == VG_MODE_LEAN) VG_PT_STAMP(2);
   if (gridDim.x == 1 && A.slice_mode != 1) {
     if (threadIdx.x == 0) {
       *A.res = sm[0].a;
@@ -139,6 +183,7 @@ __device__ __forceinline__ void vg_reduce_finish(const RArgs &A, VAcc *sm) {
     return;
   }
   if (threadIdx.x == 0) A.part[blockIdx.x] = sm[0].a;
+  if (SC == VG_MODE_LEAN) VG_PT_STAMP(3); /* before the arrival: its release orders the stamp */
   if (!vg_last_block(A.counter)) return;
   if (!VG_SCALED(SC) && gridDim.x <= RT) {
     /* the partials, word by word (coalesced L2 reads, all in flight at once),
@@ -165,10 +210,16 @@ __device__ __forceinline__ void vg_reduce_finish(const RArgs &A, VAcc *sm) {
     vg_block_merge<RT, SC>(sm);
   }
   if (threadIdx.x == 0) {
+#ifdef VGCT_PHASE_TRACE
+    const unsigned long long t_fold = vg_gtimer();
+#endif
     *A.res = sm[0].a;
     *A.counter = 0;
     if (A.gate) A.gate[0] = A.gate[1] = A.gate[2] = 0u; /* every block is done with them */
     vg_signal_done(A); /* (not in row mode: never signalled, below) */
+#ifdef VGCT_PHASE_TRACE
+    if (SC == VG_MODE_LEAN) vg_pt_report(t_fold, vg_gtimer());
+#endif
   }
   if (A.slice_mode == 1) {
     for (int64_t j = threadIdx.x; j < A.it.S; j += RT) {
@@ -962,26 +1013,43 @@ __device__ __forceinline__ void vg_lean_flush(HotAcc &h, vgct_acc *s) {
   vg_hot_clear(h); /* what vg_hot_flush leaves in h */
 }
 
+/* The thread's last flush: h's record stored as it is when nothing was
+ * folded into s yet (vg_lean_store_fresh: no copy to the stack, no call, no
+ * merge), else vg_lean_flush. */
+__device__ __forceinline__ void vg_lean_flush_last(HotAcc &h, vgct_acc *s) {
+  if (!vg_lean_store_fresh(h, s)) vg_lean_flush(h, s);
+}
+
 /* k_reduce_lean: VG_MODE_LEAN, small unscaled inputs of any layout (the
  * flat, general and row-mode iterations of k_reduce_gen, chunk by chunk):
- * every pair through vg_pair (the register update, vgct_acc_update's finite
- * branch) or, for integer pairs with a 64-bit side, vgct_acc_update_at; no
+ * every pair through vg_pair / vg_pair_fin (the register update,
+ * vgct_acc_update's finite branch) or, for integer pairs with a 64-bit
+ * side, vgct_acc_update_at; no
  * gate, no vector loads, nothing unrolled; a typed pair's next elements
  * loaded while the current pair is folded.  Trade-off: ~70 instructions a
  * pair against the fast path's ~50, but no warm-up (the fast path's first
  * chunks of every warp fall back to the definition until its gate holds
  * maxima), and a shorter executed path (67 KB of code against the ring
- * kernel's 97 KB for bf16, sm_90), which a short launch fetches cold.  Known
- * cost left in it: at 2^20 bf16 pairs (256 blocks, ~20 us) ~1/3 of the time
- * is the blocks' merges and the last block's fold (docs/performance.md,
- * 2026-12-02 20:55 UTC); the loop issues one instruction every ~10 cycles a
- * warp at the 2 blocks an SM its registers allow, so more loads in flight
- * (a whole chunk at once) was slower (2026-12-02 23:05 UTC). */
+ * kernel's 97 KB for bf16, sm_90), which a short launch fetches cold.  A
+ * typed pair's finiteness is tested on its float32 values, and a thread's
+ * last flush stores its register record as it is when nothing was folded
+ * into its vgct_acc yet (vg_lean_flush_last: the whole flush of a small
+ * input).  Where the time goes (2^20 bf16 pairs, 256 blocks, 17.5 us;
+ * bench/phase_trace.py, docs/performance.md 2026-12-03 06:05 UTC): the
+ * pair loop to the last flush ~8-10 us (16 pairs a thread: per warp one
+ * instruction every ~10 cycles, a chain of dependent steps), the block's
+ * merge with its barrier ~2 us, the arrival ~0.8, the last block's fold
+ * ~3 us, the record and the completion word ~0.8.  Measured slower and
+ * not kept: more loads in flight (a whole chunk at once, 2026-12-02 23:05
+ * UTC); a chunk's pairs folded as independent work without branches, and
+ * the warp's best maxima shared after its first step (2026-12-03). */
 template <int DA, int DE>
 __global__ void __launch_bounds__(RT, 2) k_reduce_lean(const __grid_constant__ RArgs A) {
   typedef vg_chunk<DA, DE> G;
+  static_assert(!G::TYPED || vg_fast<DA, DE>::ok, "the typed loop reads float32 values");
   constexpr int SC = VG_MODE_LEAN;
   extern __shared__ __align__(16) VAcc vsm[];
+  VG_PT_STAMP(0);
   const IterSpec &it = A.it;
   /* row mode: block = slice j's g-th; otherwise one slice (A.bpj is 1 in the flat iteration) */
   const int64_t j = A.slice_mode == 1 ? (int64_t)blockIdx.x / A.bpj : 0;
@@ -1023,14 +1091,21 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_lean(const __grid_constant__ R
       int64_t idx = f;
 #pragma unroll 1
       for (int q = 0; q < cnt; ++q) {
-        const double xa = vg_cvt_raw<DA>(ra), xe = vg_cvt_raw<DE>(re);
+        /* float16/bfloat16/float32 (the typed pairs here): the float32 value
+           (vgct_load_f32, exact) widened is vgct_load's float64 value, and
+           the pair is finite exactly when both float32 values are: the test
+           in float32, on the load's own result, instead of two float64
+           compares after the conversions (vg_pair_fin) */
+        const float fa = vgct_load_f32(&ra, DA), fe = vgct_load_f32(&re, DE);
+        const bool fin = vg_finite32(fa) && vg_finite32(fe);
+        const double xa = (double)fa, xe = (double)fe;
         if (q + 1 < cnt) {
           qa += stepa;
           qe += stepe;
           ra = vg_ld_raw<DA>(qa);
           re = vg_ld_raw<DE>(qe);
         }
-        vg_pair<SC>(h, acc, xa, xe, idx, A.rtol, A.atol);
+        vg_pair_fin<SC>(h, acc, xa, xe, fin, idx, A.rtol, A.atol);
         idx += sfi;
       }
     } else if (ints) {
@@ -1048,7 +1123,8 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_lean(const __grid_constant__ R
       vg_lean_flush(h, acc);
     }
   }
-  vg_lean_flush(h, acc);
+  vg_lean_flush_last(h, acc);
+  VG_PT_STAMP(1);
   vg_reduce_finish<SC>(A, vsm);
 }
 

@@ -194,7 +194,11 @@ int vg_reduce_can_fuse(const DevWS *ws, const vgct_view *a, const vgct_view *e,
 struct HotAcc {
   double s_aa, s_ee, s_ae, s_dd, s_d;
   double mx, mxa, mxe, mr, wx, ref;
-  int64_t mxi, mri, wxi, n, neq, nmm;
+  int64_t mxi, mri, wxi;
+  /* the counters of the pairs since the last flush: every kernel flushes at
+     least every VG_FLUSH pairs plus one step (at most a few hundred pairs),
+     so 32 bits hold them; one integer add a pair each instead of two */
+  int32_t n, neq, nmm;
 };
 
 /* The sums and counters of h back to zero (its maxima stay): a fresh
@@ -213,6 +217,12 @@ __host__ __device__ __forceinline__ void vg_hot_init(HotAcc &h) {
 
 __host__ __device__ __forceinline__ bool vg_finite(double x) {
   return fabs(x) <= 0x1.fffffffffffffp+1023;
+}
+
+/* vg_finite((double)x) for a float32 x: widening keeps NaN, the infinities
+ * and every finite value (finite), so the test can be made in float32. */
+__host__ __device__ __forceinline__ bool vg_finite32(float x) {
+  return fabsf(x) <= 0x1.fffffep+127f;
 }
 
 /* vgct_acc_update(s, a, e, idx, rtol, atol, 0) for a finite pair, on h. */
@@ -256,17 +266,45 @@ __host__ __device__ __noinline__ static void vg_merge(vgct_acc *VGCT_RESTRICT s,
  * sums are two-level (blocks of VG_FLUSH, then merges): rounding error grows
  * with VG_FLUSH + pairs/VG_FLUSH, not with the pairs a thread folds. */
 #define VG_FLUSH 128
+/* The record of the pairs folded into h (vgct_acc_init's fields elsewhere). */
+__host__ __device__ __forceinline__ void vg_hot_record(const HotAcc &h, vgct_acc *t) {
+  vgct_acc_init(t, 0);
+  t->s_aa = h.s_aa; t->s_ee = h.s_ee; t->s_ae = h.s_ae; t->s_dd = h.s_dd; t->s_d = h.s_d;
+  t->max_abs = h.mx; t->max_abs_i = h.mxi; t->max_abs_a = h.mxa; t->max_abs_e = h.mxe;
+  t->max_rel = h.mr; t->max_rel_i = h.mri;
+  t->worst_excess = h.wx; t->worst_i = h.wxi;
+  t->max_abs_ref = h.ref;
+  t->n = h.n; t->n_finite = h.n; t->n_unequal = h.neq; t->n_mismatch = h.nmm;
+}
+
 __host__ __device__ __forceinline__ void vg_hot_flush(HotAcc &h, vgct_acc *s) {
   vgct_acc t;
-  vgct_acc_init(&t, 0);
-  t.s_aa = h.s_aa; t.s_ee = h.s_ee; t.s_ae = h.s_ae; t.s_dd = h.s_dd; t.s_d = h.s_d;
-  t.max_abs = h.mx; t.max_abs_i = h.mxi; t.max_abs_a = h.mxa; t.max_abs_e = h.mxe;
-  t.max_rel = h.mr; t.max_rel_i = h.mri;
-  t.worst_excess = h.wx; t.worst_i = h.wxi;
-  t.max_abs_ref = h.ref;
-  t.n = h.n; t.n_finite = h.n; t.n_unequal = h.neq; t.n_mismatch = h.nmm;
+  vg_hot_record(h, &t);
   vgct_acc_merge(s, &t);
   vg_hot_clear(h);
+}
+
+/* k_reduce_lean's LAST flush when nothing was folded into *s yet: stores
+ * h's record there and returns true; else returns false (the caller
+ * flushes).  Only where everything written to *s is a vgct_acc_update /
+ * vgct_acc_update_at (each counts its pair in n first) or a flush of h
+ * (after VG_FLUSH pairs, each counted in h.n or s->n): k_reduce_lean.  The
+ * fast kernels' fallbacks write maxima alone (vgct_acc_maxima, no count),
+ * so there s->n == 0 does not mean an empty record.  Here it does: *s is
+ * vgct_acc_init's, and vgct_acc_merge of that empty record with h's is h's
+ * record field for field, bit for bit: the sums 0 + x (x never -0: every
+ * sum of h starts at +0, and +0 + -0 is +0), the counters 0 + n, every
+ * maximum h's (an index < 0 never wins vgct_better, and the empty record's
+ * are -1), max |e| and first_class_diff as they are.  Why: the merge is
+ * ~200 instructions a thread, the whole of a small input's flush (16 pairs
+ * a thread at 2^20).  h is left as it is (the thread is done).  Host check:
+ * the same record as vg_hot_flush. */
+__host__ __device__ __forceinline__ bool vg_lean_store_fresh(const HotAcc &h, vgct_acc *s) {
+  if (s->n != 0) return false;
+  vgct_acc t;
+  vg_hot_record(h, &t);
+  *s = t;
+  return true;
 }
 
 /* The scaled (float64) path: the definition on a thread-local vgct_acc,
@@ -280,7 +318,7 @@ __host__ __device__ __forceinline__ void vg_part_flush(vgct_acc *part, vgct_acc 
  *   VG_MODE_FAST   0  unscaled; float16/bfloat16/float32 pairs through the
  *                     chunk fast path (vg_fast_chunk, below), others pair by pair
  *   VG_MODE_SCALED 1  the scaled update (a float64 input, vgct_needs_scaling)
- *   VG_MODE_LEAN   2  unscaled, every pair through vg_pair (the register
+ *   VG_MODE_LEAN   2  unscaled, every pair through vg_pair / vg_pair_fin (the register
  *                     update, no gate): for small inputs, where the fast
  *                     path's warm-up (every warp's first chunks fall back to
  *                     the definition until its gate holds maxima) and its code
@@ -300,10 +338,14 @@ __host__ __device__ __forceinline__ void vg_part_flush(vgct_acc *part, vgct_acc 
 __device__ __noinline__ void vg_cold_update(vgct_acc *s, double a, double e, int64_t idx,
                                             double rtol, double atol, int scaled);
 
+/* vg_pair with the pair's finiteness given: fin must be vg_finite(a) &&
+ * vg_finite(e) (a caller with the float32 values of narrow inputs tests it
+ * there, vg_finite32). */
 template <int SC>
-__host__ __device__ __forceinline__ void vg_pair(HotAcc &h, vgct_acc *s, double a, double e,
-                                                 int64_t idx, double rtol, double atol) {
-  if (!VG_SCALED(SC) && vg_finite(a) && vg_finite(e)) {
+__host__ __device__ __forceinline__ void vg_pair_fin(HotAcc &h, vgct_acc *s, double a, double e,
+                                                     bool fin, int64_t idx, double rtol,
+                                                     double atol) {
+  if (!VG_SCALED(SC) && fin) {
     vg_hot_update(h, a, e, idx, rtol, atol);
   } else {
 #ifdef __CUDA_ARCH__
@@ -312,6 +354,12 @@ __host__ __device__ __forceinline__ void vg_pair(HotAcc &h, vgct_acc *s, double 
     vgct_acc_update(s, a, e, idx, rtol, atol, VG_SCALED(SC));
 #endif
   }
+}
+
+template <int SC>
+__host__ __device__ __forceinline__ void vg_pair(HotAcc &h, vgct_acc *s, double a, double e,
+                                                 int64_t idx, double rtol, double atol) {
+  vg_pair_fin<SC>(h, s, a, e, vg_finite(a) && vg_finite(e), idx, rtol, atol);
 }
 
 /* ---- the narrow-dtype chunk fast path ----------------------------------
@@ -678,17 +726,13 @@ __device__ __forceinline__ double vg_ld(const char *p, int rt) {
   return vgct_load(p, D >= 0 ? D : rt);
 }
 
-/* The same in two steps, for a typed element (D >= 0): its storage loaded
- * now (vg_ld_raw), converted by THE loader later (vg_cvt_raw: vgct_load reads
- * the T it was given) -- a load issued one pair ahead of its use
- * (k_reduce_lean). */
+/* A typed element's storage (D >= 0), loaded now and converted by THE
+ * loader later (vgct_load_f32 for the float16/bfloat16/float32 pairs of
+ * k_reduce_lean: it reads the T it was given) -- a load issued one pair
+ * ahead of its use. */
 template <int D>
 __device__ __forceinline__ typename vg_isz<D>::T vg_ld_raw(const char *p) {
   return *reinterpret_cast<const typename vg_isz<D>::T *>(p);
-}
-template <int D>
-__device__ __forceinline__ double vg_cvt_raw(typename vg_isz<D>::T x) {
-  return vgct_load(&x, D);
 }
 
 /* Chunk geometry of a dtype pair: CH elements per chunk = one 16-byte vector

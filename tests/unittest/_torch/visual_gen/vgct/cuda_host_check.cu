@@ -37,7 +37,15 @@
  *     definition folds: every pair), the keys of 0 are counted, and
  *     vg_win_sparse counts and stores what the keys of the whole chunk give -- for
  *     float16, bfloat16, float32 and the mixed pairs; a bound 2^-20 too high
- *     must miss keys (teeth).
+ *     must miss keys (teeth);
+ * 10. k_reduce_lean's typed loop: pairs folded by vg_pair_fin with their
+ *     finiteness tested in float32 (vg_finite32), and the last flush a
+ *     store into a record nothing was folded into (vg_lean_store_fresh),
+ *     against vg_pair and vg_hot_flush, bit for bit; a planted store over a
+ *     used record must change the result (teeth); vg_finite32 against
+ *     vg_finite on every float16 and bfloat16 pattern, every float32 one of
+ *     the exponent's two ends (zeros, subnormals, FLT_MAX's binade, inf,
+ *     NaN; both signs) and 2M at random.
  * Prints "N passed, M failed" last; exit status 1 on any failure.
  */
 #include <math.h>
@@ -756,17 +764,126 @@ static int check_distinct(void) {
   return bad != 0;
 }
 
+/* k_reduce_lean's typed loop: binary32-valued pairs folded by vg_pair_fin
+ * with their finiteness tested in float32 (vg_finite32), and the thread's
+ * last flush a plain store into a record nothing was folded into
+ * (vg_lean_store_fresh), against vg_pair and vg_hot_flush: the record bit
+ * for bit, sums included, on pairs built to hit every rule --
+ * ties of |d|, of |d|/|e| and of the excess at other indices, e == 0,
+ * signed zeros, subnormals, near FLT_MAX, NaN/Inf -- with chunks cut short
+ * (cnt < 8), indices rising or falling, and the kernels' periodic flushes.
+ * Teeth: storing whatever s holds (the test s->n == 0 left out) must give
+ * another record in some trials. */
+static float lean_val(int kind) {
+  switch (kind) {
+    case 0: return 0.0f;
+    case 1: return -0.0f;
+    case 2: return (float)ldexp(U(), -140); /* subnormal */
+    case 3: { /* near and at FLT_MAX */
+      const float m = R() % 2 ? 0x1.fffffep+127f : 0x1.fffffcp+127f;
+      return R() % 3 ? m * (R() % 2 ? 1.0f : -1.0f) : 3.0e38f * (float)(U() - 0.5);
+    }
+    case 4: return 1.0f;
+    case 5: return -1.5f;
+    case 6: return 0.25f * (float)(int)(R() % 9); /* few distinct values: ties */
+    default: return (float)ldexp(U() - 0.5, (int)(R() % 20) - 10);
+  }
+}
+
+static int check_lean_loop(long *n_stored, long *n_teeth, long *n_chunks) {
+  int bad = 0;
+  for (int t = 0; t < 40000; ++t) {
+    const int nch = (t % 7 == 0) ? (int)(R() % 3) : 1 + (int)(R() % 40);
+    const double rtol = (t % 5) ? 1e-3 : 0.0, atol = (t % 4) ? 1e-3 : 0.0;
+    const int nonfinite = t % 5 == 0;
+    const int64_t sfi = (t % 3 == 0) ? -1 : (t % 3 == 1) ? 1 : 7;
+    vgct_acc want, got, wrong;
+    vgct_acc_init(&want, 0);
+    vgct_acc_init(&got, 0);
+    HotAcc hw, hg;
+    vg_hot_init(hw);
+    vg_hot_init(hg);
+    int since = 0;
+    int64_t base = 100000;
+    for (int c = 0; c < nch; ++c) {
+      const int cnt = (R() % 4 == 0) ? 1 + (int)(R() % 8) : 8;
+      float fa[8], fe[8];
+      for (int q = 0; q < 8; ++q) {
+        fa[q] = fe[q] = 0.0f;
+        if (q >= cnt) continue;
+        float e = lean_val((int)(R() % 8)), a;
+        switch (R() % 5) {
+          case 0: a = e; break;
+          case 1: a = lean_val((int)(R() % 8)); break;
+          case 2: a = -e; break;
+          default: a = (float)((double)e * (1 + 1e-3 * (U() - 0.5)) + 1e-3 * (U() - 0.5));
+        }
+        if (nonfinite && R() % 13 == 0) (R() % 2 ? a : e) = (R() % 3 == 0) ? NAN : (R() % 2 ? INFINITY : -INFINITY);
+        fa[q] = a;
+        fe[q] = e;
+      }
+      const int64_t idx0 = base;
+      base += (sfi < 0 ? -1 : 1) * 8 * (sfi < 0 ? -sfi : sfi) + (int64_t)(R() % 3);
+      for (int q = 0; q < cnt; ++q)
+        vg_pair<VG_MODE_LEAN>(hw, &want, (double)fa[q], (double)fe[q], idx0 + q * sfi, rtol, atol);
+      for (int q = 0; q < cnt; ++q) /* k_reduce_lean's typed loop */
+        vg_pair_fin<VG_MODE_LEAN>(hg, &got, (double)fa[q], (double)fe[q],
+                                  vg_finite32(fa[q]) && vg_finite32(fe[q]), idx0 + q * sfi, rtol,
+                                  atol);
+      ++*n_chunks;
+      if ((since += cnt) >= VG_FLUSH) {
+        since = 0;
+        vg_hot_flush(hw, &want);
+        vg_hot_flush(hg, &got);
+      }
+    }
+    vg_hot_flush(hw, &want);
+    wrong = got;
+    vg_hot_record(hg, &wrong); /* the planted fault: s overwritten whatever it held */
+    if (vg_lean_store_fresh(hg, &got)) ++*n_stored; else vg_hot_flush(hg, &got);
+    *n_teeth += memcmp(&wrong, &want, sizeof want) != 0;
+    if (memcmp(&got, &want, sizeof want) != 0) {
+      if (bad < 5) printf("lean loop: record differs in trial %d (%d chunks)\n", t, nch);
+      ++bad;
+    }
+  }
+  /* the float32 finiteness test against the float64 one: every float16 and
+     bfloat16 pattern, and float32 patterns around the exponent's ends */
+  for (uint32_t b = 0; b < 65536u; ++b) {
+    const float fb = vgct_f32_from_bits(b << 16), fh = (float)vgct_f16_to_f64((uint16_t)b);
+    bad += vg_finite32(fb) != vg_finite((double)fb);
+    bad += vg_finite32(fh) != vg_finite((double)fh);
+  }
+  /* float32: the exponent's two ends exhaustively (every mantissa, both signs: 0, the
+     subnormals, the largest finite binade with FLT_MAX, inf and every NaN), and 2M at random */
+  for (uint32_t m = 0; m < (1u << 23); ++m)
+    for (uint32_t hi : {0x00000000u, 0x7f000000u, 0x7f800000u, 0x80000000u, 0xff000000u, 0xff800000u}) {
+      const float f = vgct_f32_from_bits(hi | m);
+      bad += vg_finite32(f) != vg_finite((double)f);
+    }
+  for (int i = 0; i < 2000000; ++i) {
+    const float f = vgct_f32_from_bits((uint32_t)R());
+    bad += vg_finite32(f) != vg_finite((double)f);
+  }
+  return bad;
+}
+
 int main() {
   int passed = 0, failed = 0;
   long nc = 0;
   const int fc = check_fast_counts<8>(&nc) + check_fast_counts<4>(&nc);
   printf("fast path counters at the tolerance boundary: %ld chunks folded\n", nc);
   long nw = 0, nk = 0, nl = 0;
-  const int r[11] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
+  int r[12] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
                      fc + (nc < 100000), check_key_narrow(), check_int_pairs(),
                      check_win_t32(&nw) + (nw < 1000000), check_distinct(),
-                     check_win_classify(&nk), check_win_cand(&nl) + (nl < 700000)};
-  const char *names[11] = {"register accumulator == vgct_acc_update (bitwise)",
+                     check_win_classify(&nk), check_win_cand(&nl) + (nl < 700000),
+                     0};
+  long ns = 0, nt = 0, nlc = 0; /* last: the checks above draw the same numbers as before it */
+  r[11] = check_lean_loop(&ns, &nt, &nlc) + (ns < 1000) + (nt < 1000) + (nlc < 100000);
+  printf("lean loop: %ld chunks, %ld records stored fresh, %ld trials the planted fault changes\n",
+         nlc, ns, nt);
+  const char *names[12] = {"register accumulator == vgct_acc_update (bitwise)",
                           "periodic flushes: maxima/counters exact, sums 1e-13",
                           "FastDiv == '/'",
                           "narrow-dtype chunk fast path: maxima/counters exact, sums 1e-13",
@@ -776,8 +893,9 @@ int main() {
                           "fused window: max |d32| < t32(lo) => every key < lo",
                           "vg_distinct_ascending == std::sort + std::unique",
                           "fused window: the fold's classification == the keys' comparisons",
-                          "fused window, sparse way: candidates and their keys == the keys' comparisons"};
-  for (int i = 0; i < 11; ++i) {
+                          "fused window, sparse way: candidates and their keys == the keys' comparisons",
+                          "lean loop: float32 finiteness and the fresh last flush == vg_pair + vg_hot_flush (bitwise)"};
+  for (int i = 0; i < 12; ++i) {
     printf("%s: %s\n", names[i], r[i] ? "FAIL" : "ok");
     r[i] ? ++failed : ++passed;
   }

@@ -1492,7 +1492,11 @@ def test_setup_gencode_ptx_only_for_the_plain_arch(monkeypatch):
         gencode("sm_90")
 
 
-def test_setup_depends_and_single_nvcc_version_call(monkeypatch, tmp_path):
+@pytest.mark.parametrize("trace", ["", "1"])
+def test_setup_depends_and_single_nvcc_version_call(monkeypatch, tmp_path, trace):
+    """The config header (a dependency of the module) records the nvcc version, the archs and
+    whether this is the VGCT_PHASE_TRACE=1 diagnostic build -- so switching that relinks -- and
+    the kernels get -DVGCT_PHASE_TRACE only then."""
     from setuptools import Distribution
     from setuptools.command.build_ext import build_ext
 
@@ -1509,20 +1513,22 @@ def test_setup_depends_and_single_nvcc_version_call(monkeypatch, tmp_path):
     monkeypatch.setitem(g, "_cudart_dir", lambda home: "/fake/lib64")
     monkeypatch.setitem(g, "_cu_sources", lambda: ["cuda/fake.cu"])
     monkeypatch.setattr(cmd_cls, "_compile_cuda",
-                        lambda self, nvcc, nvcc_version, *a: calls["compile"].append(nvcc_version) or [])
+                        lambda self, nvcc, nvcc_version, *a: calls["compile"].append((nvcc_version, a[-1])) or [])
     seen = []
     monkeypatch.setattr(build_ext, "build_extension", lambda self, e: seen.append(list(e.depends)))
     monkeypatch.delenv("VGCT_CUDA", raising=False)
     monkeypatch.setenv("VGCT_CUDA_ARCHS", "90a")
+    monkeypatch.setenv("VGCT_PHASE_TRACE", trace)
     cmd = cmd_cls(Distribution())
     cmd.build_temp = str(tmp_path)
     cmd.build_extension(ext)
     config = tmp_path / "vgct_gen" / "vgct_build_config.h"
-    assert calls == {"version": 1, "compile": ["12.8.93"]}
+    assert calls == {"version": 1, "compile": [("12.8.93", int(trace == "1"))]}
     assert seen and str(config) in seen[0] and "pyproject.toml" in seen[0]
     text = config.read_text()
     assert '"-gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90"' in text
     assert '#define VGCT_NVCC_VERSION "12.8.93"' in text
+    assert f"#define VGCT_PHASE_TRACE_BUILD {int(trace == '1')}" in text
 
 
 # -- minor: dtype names, overrides from byte views only, deleter errors, lazy dunders ------------

@@ -49,6 +49,8 @@ def test_build_info_fields():
         assert isinstance(bi[k], int) and bi[k] >= 0, k
     assert bi["dlpack_version"] == "1.0"
     assert bi["max_threads"] >= 1
+    # never the diagnostic build (VGCT_PHASE_TRACE=1: its kernels print on every launch)
+    assert bi["phase_trace"] is False
     if bi["cuda_compiled"]:
         assert re.fullmatch(r"\d+\.\d+(\.\d+)?", bi["nvcc_version"])
         assert "-gencode arch=compute_" in bi["cuda_archs"]

@@ -454,6 +454,39 @@ def test_last_block_fold_for_every_grid_size(kernel, per_block, blocks, lean_max
     assert (st.nan_actual, st.posinf_expected, st.n_finite) == (1, 1, n - 2)
 
 
+@pytest.mark.parametrize("dt", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("n", [4096 + 13, (1 << 24) + 3])
+def test_lean_last_flush_fresh_and_used_records(dt, n, lean_max):
+    """k_reduce_lean's last flush (cuda/reduce.cu vg_lean_flush_last): a thread's register record
+    is stored as it is only into a record nothing was folded into (vg_lean_store_fresh), else merged.
+    Forced lean, typed pairs: at 4109 pairs each thread has at most 2 chunks of 8 (no flush
+    before the last); at 2^24 + 3 the threads of every full block have 32 on a 132-SM H200
+    (flushes after 128 pairs: their last flush merges). Planted: thread 3's first two chunks all
+    NaN (at 4109 pairs its record only counts, its registers hold nothing), a NaN as the very first
+    pair of thread 0 (its record used before any finite pair), an inf as the third pair of thread
+    4 (a record used between register pairs), a tie of max |a - e| and of the worst mismatch in two
+    threads of one warp (the lower index wins) -- every field and the quantiles equal the CPU
+    engine's and the float64 oracle's (a store over a used record would lose its NaN and inf
+    counts, a merge into a fresh one nothing)."""
+    lean_max.value = 1 << 62
+    t = getattr(torch, dt)
+    g = torch.Generator(device=DEV).manual_seed(n % 1000)
+    e32 = torch.randn(n, device=DEV, generator=g)
+    a32 = e32 + 1e-2 * torch.randn(n, device=DEV, generator=g)
+    a32[0] = float("nan")  # thread 0's first pair
+    a32[3 * 8:4 * 8] = float("nan")  # thread 3's first chunk ...
+    a32[259 * 8:260 * 8] = float("nan")  # ... and its second (at 4109 pairs: 2 blocks of 512 chunks)
+    e32[4 * 8 + 2] = float("inf")  # thread 4's first chunk, its third pair
+    e32[10 * 8 + 5] = e32[12 * 8 + 1] = 0.5  # one warp, two threads: |a - e| = 64 at both
+    a32[10 * 8 + 5] = a32[12 * 8 + 1] = 64.5
+    a, e = a32.to(t), e32.to(t)
+    st = check3(a, e, quantiles=(0.5, 0.99))
+    assert st.max_abs_err == 64.0 and st.max_abs_err_index == (10 * 8 + 5,)
+    assert st.worst_mismatch_index == (10 * 8 + 5,)
+    n_nan = 1 + 8 + 8
+    assert (st.nan_actual, st.posinf_expected, st.n_finite) == (n_nan, 1, n - n_nan - 1)
+
+
 @pytest.fixture
 def mapped_hook():
     """The result record's destination hook (cuda/reduce.cu vgct_cuda_test_mapped): 1 = the
