@@ -1024,9 +1024,8 @@ __device__ __forceinline__ void vg_lean_flush_last(HotAcc &h, vgct_acc *s) {
  * flat, general and row-mode iterations of k_reduce_gen, chunk by chunk):
  * every pair through vg_pair / vg_pair_fin (the register update,
  * vgct_acc_update's finite branch) or, for integer pairs with a 64-bit
- * side, vgct_acc_update_at; no
- * gate, no vector loads, nothing unrolled; a typed pair's next elements
- * loaded while the current pair is folded.  Trade-off: ~70 instructions a
+ * side, vgct_acc_update_at; no gate, no vector loads, nothing unrolled; a
+ * typed pair's next elements loaded while the current pair is folded.  Trade-off: ~70 instructions a
  * pair against the fast path's ~50, but no warm-up (the fast path's first
  * chunks of every warp fall back to the definition until its gate holds
  * maxima), and a shorter executed path (67 KB of code against the ring

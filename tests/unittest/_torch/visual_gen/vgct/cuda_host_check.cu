@@ -770,7 +770,7 @@ static int check_distinct(void) {
  * (vg_lean_store_fresh), against vg_pair and vg_hot_flush: the record bit
  * for bit, sums included, on pairs built to hit every rule --
  * ties of |d|, of |d|/|e| and of the excess at other indices, e == 0,
- * signed zeros, subnormals, near FLT_MAX, NaN/Inf -- with chunks cut short
+ * signed zeros, subnormals, FLT_MAX and its neighbour, NaN/Inf -- with chunks cut short
  * (cnt < 8), indices rising or falling, and the kernels' periodic flushes.
  * Teeth: storing whatever s holds (the test s->n == 0 left out) must give
  * another record in some trials. */
@@ -875,10 +875,10 @@ int main() {
   printf("fast path counters at the tolerance boundary: %ld chunks folded\n", nc);
   long nw = 0, nk = 0, nl = 0;
   int r[12] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
-                     fc + (nc < 100000), check_key_narrow(), check_int_pairs(),
-                     check_win_t32(&nw) + (nw < 1000000), check_distinct(),
-                     check_win_classify(&nk), check_win_cand(&nl) + (nl < 700000),
-                     0};
+               fc + (nc < 100000), check_key_narrow(), check_int_pairs(),
+               check_win_t32(&nw) + (nw < 1000000), check_distinct(),
+               check_win_classify(&nk), check_win_cand(&nl) + (nl < 700000),
+               0 /* check_lean_loop, below */};
   long ns = 0, nt = 0, nlc = 0; /* last: the checks above draw the same numbers as before it */
   r[11] = check_lean_loop(&ns, &nt, &nlc) + (ns < 1000) + (nt < 1000) + (nlc < 100000);
   printf("lean loop: %ld chunks, %ld records stored fresh, %ld trials the planted fault changes\n",
