@@ -187,7 +187,9 @@ def build_info() -> Dict[str, Any]:
     ``-gencode`` list; both None for a CPU-only build); at run time ``cuda_runtime_version``,
     ``cuda_driver_version`` (0 without a driver) and ``cuda_device_count`` (0 without a GPU;
     all three 0 for a CPU-only build); ``compiler``; ``dlpack_version``; ``max_threads`` (CPU
-    worker threads, ``VGCT_NUM_THREADS`` or the CPU count); ``extension_path`` (the file the
+    worker threads, ``VGCT_NUM_THREADS`` or the CPU count); ``phase_trace`` (bool: True only for
+    a ``VGCT_PHASE_TRACE=1`` diagnostic build, whose small-input CUDA reduce prints its phases'
+    times on every launch -- bench/phase_trace.py; never for use); ``extension_path`` (the file the
     compiled ``_C`` was loaded from) and ``package_path`` (this package's folder): with an
     editable install of another checkout the two can be in different trees, and then the C code
     is not this tree's.
