@@ -27,15 +27,20 @@
  *
  * Kernels (one template over (dtype_a, dtype_e, scaled); dtypes as
  * compile-time constants so vgct_load folds to one conversion):
- *   k_reduce_bulk  both inputs unit-stride after the host's reordering
- *                  (contiguous, or reversed), a typed pair, both bases 16-byte
- *                  aligned, a device of compute capability 9+: each warp
- *                  streams its own runs of chunks through a ring of VG_BP
+ *   k_reduce_bulk  a typed pair whose warp steps are each one memory run, on
+ *                  a device of compute capability 9+: both inputs unit-stride
+ *                  after the host's reordering (contiguous, or reversed), both
+ *                  bases 16-byte aligned (RL = 0); or (RL = 1, ring_layout)
+ *                  two inner axes whose rows, 16-byte aligned, hold whole
+ *                  warp steps -- a transposed matrix, rows apart in memory,
+ *                  the slices of row mode (per-channel statistics) -- each
+ *                  chunk's flat index made from its row (vg_ring_index).
+ *                  Each warp streams its own runs of chunks through a ring of VG_BP
  *                  shared-memory stages filled by the copy engine
  *                  (cp.async.bulk + mbarrier; while a warp folds one stage,
  *                  the copies of the next two are in flight).  Trade-off:
  *                  fastest (no registers for the bytes in flight), only for
- *                  that layout; 36-48 KiB of ring on top of the 58 KiB of
+ *                  those layouts; 36-48 KiB of ring on top of the 58 KiB of
  *                  per-thread records (vg_bulk::SMEM, ~94-106 KiB a block).
  *                  WIN = 1 or 2 (float16/bfloat16/float32 pairs): it also counts
  *                  the exact quantiles' key window (select.cu's window plan,
@@ -45,7 +50,8 @@
  *                  bf16 x[1:], or a generic dtype pair): scalar loads, or
  *                  16-byte vector loads into registers, RU chunks in flight
  *                  per thread.  Trade-off: any alignment, fewer bytes in flight.
- *   k_reduce_gen   any strides: per chunk of CH elements along the inner
+ *   k_reduce_gen   any strides (the layouts the ring does not take): per
+ *                  chunk of CH elements along the inner
  *                  axis one row decomposition (FastDiv, no divides), vector
  *                  loads where the inner axis is unit-stride and the chunk
  *                  aligned; also per-slice "row mode" (slice axis outermost,
@@ -746,10 +752,66 @@ template <int DA, int DE, int WIN = 0> struct vg_bulk {
   static constexpr int SMEM_W = SMEM + (int)sizeof(VgWinSh); /* with the fused window */
 };
 
-template <int DA, int DE, int SC, int WIN = 0>
+/* Where the ring's chunks are (the host's ring_layout): a slice's inner
+ * space (the whole tensor, or slice j of a row-mode reduction) of unit inner
+ * stride, read a warp step -- CW chunks -- at a time by one bulk copy an
+ * operand.  With k == 1 it is one run; with k > 1 every row of L elements
+ * holds whole chunks (L % CH == 0) and either the rows follow each other in
+ * memory (one run in another logical order: a transposed matrix) or each row
+ * holds whole warp steps (cpr % CW == 0: a step never leaves its row), so a
+ * step's chunks are contiguous in memory either way.  (ring_layout gives RL 1
+ * only two inner axes with rows of whole steps today; the other cases are
+ * handled here but have not run on a GPU.)
+ *   vg_ring_src    the addresses of chunk cb's first elements (a step's);
+ *   vg_ring_index  the flat logical index of chunk cc's first pair (i0 =
+ *                  cc * CH): jf + i0 * sf on one axis, else the row's flat
+ *                  offset plus the chunk's column times the inner axis's flat
+ *                  stride (A.cpr chunks a row).
+ * FLAT: the caller knows the layout is one whole-tensor run (RL 0, and the
+ * fused window's variants: vg_reduce_can_fuse), and the row code is compiled
+ * out (compiled in, it cost the fused variants 8-byte spills, ptxas sm_90,
+ * and the flat run's bf16 row ~5%). */
+template <int CH, int ISA, int ISE, bool FLAT>
+__device__ __forceinline__ void vg_ring_src(const RArgs &A, const char *pa, const char *pe,
+                                            int64_t cb, const char *&qa, const char *&qe) {
+  const IterSpec &it = A.it;
+  if (FLAT) { /* (the parameter's own pointers: the flat kernel's code unchanged) */
+    qa = it.pa + cb * CH * ISA;
+    qe = it.pe + cb * CH * ISE;
+    return;
+  }
+  if (it.k == 1) {
+    qa = pa + cb * CH * ISA;
+    qe = pe + cb * CH * ISE;
+    return;
+  }
+  const uint64_t row = vg_div((uint64_t)cb, A.cprd);
+  int64_t oa, oe, of;
+  vg_row_offsets(it, row, oa, oe, of);
+  const int64_t col0 = (cb - (int64_t)row * A.cpr) * CH;
+  qa = pa + (oa + col0) * ISA;
+  qe = pe + (oe + col0) * ISE;
+}
+
+template <int CH, bool FLAT>
+__device__ __forceinline__ int64_t vg_ring_index(const RArgs &A, int64_t jf, int64_t cc,
+                                                 int64_t i0) {
+  const IterSpec &it = A.it;
+  if (FLAT) return it.f0 + i0 * it.sf[0];
+  if (it.k == 1) return jf + i0 * it.sf[0];
+  const uint64_t row = vg_div((uint64_t)cc, A.cprd);
+  if (it.k == 2) /* (the common case: a transposed matrix, a latent's channel rows) */
+    return jf + (int64_t)row * it.sf[0] + (cc - (int64_t)row * A.cpr) * CH * it.sf[1];
+  int64_t oa, oe, of; /* (oa, oe: unused here) */
+  vg_row_offsets(it, row, oa, oe, of);
+  return jf + of + (cc - (int64_t)row * A.cpr) * CH * it.sf[it.k - 1];
+}
+
+template <int DA, int DE, int SC, int WIN = 0, int RL = 0>
 __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ RArgs A) {
   typedef vg_chunk<DA, DE> G;
   typedef vg_bulk<DA, DE, WIN> B;
+  static_assert(!(WIN && RL), "the fused window reads one whole-tensor run");
   static_assert(!WIN || (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok), "fused window: fast pairs");
   static_assert(WIN >= 0 && WIN <= 2, "WIN: 0 none, 1 the sparse way, 2 every pair classified");
   /* the fused window's way chosen on the device (WinState::mode): the three
@@ -777,15 +839,30 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
   }
   __syncwarp();
   __shared__ GateHeld held[RT / 32];
+  /* RL 1 (the host's ring_layout: rows, slices, a run in another logical
+     order): row mode's block = slice j's g-th (A.bpj blocks a slice), with
+     the slice's own shared thresholds (its maxima are its pairs'); otherwise
+     one slice.  FLAT (RL 0, and the fused window's variants): one
+     whole-tensor run, the row code compiled out -- the flat case's code is
+     what it was before the rows came (they cost its bf16 no-quantile row
+     ~5% when compiled in: docs/performance.md, 2026-12-03 08:00 UTC) */
+  constexpr bool FLAT = WIN != 0 || RL == 0;
+  const int64_t j = !FLAT && A.slice_mode == 1 ? (int64_t)blockIdx.x / A.bpj : 0;
+  const int64_t g = (int64_t)blockIdx.x - j * (!FLAT && A.slice_mode == 1 ? A.bpj : 0);
   HotAcc h;
   FastGate gate;
   vgct_acc part; /* scaled path only (local memory) */
-  vgct_acc *acc = vg_thread_start<DA, DE, SC>(vsm, h, gate, &held[w], A.gate, A.rtol, part);
+  unsigned *const glob = !FLAT && A.slice_mode == 1 ? (A.sgate ? A.sgate + 3 * j : NULL) : A.gate;
+  vgct_acc *acc = vg_thread_start<DA, DE, SC>(vsm, h, gate, &held[w], glob, A.rtol, part);
   vgct_acc *cold = VG_SCALED(SC) ? &part : acc; /* where vg_pair sends the definition path */
   int since = 0;                     /* pairs since the last flush */
-  const int64_t c0 = (int64_t)blockIdx.x * A.cpb;
+  const int64_t c0 = g * A.cpb;
   const int64_t c1 = min(c0 + A.cpb, A.nchunk);
-  const int64_t m = it.m, sf = it.sf[0];
+  /* the slice's first elements and flat index; sf: the flat index's stride
+     inside a chunk (the inner axis's) */
+  const char *const pa = it.pa + j * it.ssa * G::ISA, *const pe = it.pe + j * it.sse * G::ISE;
+  const int64_t jf = it.f0 + j * it.ssf;
+  const int64_t m = it.m, sf = FLAT ? it.sf[0] : it.sf[it.k - 1];
   const int64_t cfull = min(c1, m / G::CH); /* chunks below it are whole */
   const int64_t nstep = (c1 - c0 + (int64_t)RT * B::RB - 1) / ((int64_t)RT * B::RB);
   /* step k of warp w: chunks [cb, cb + CW) with cb = c0 + k*RT*RB + w*CW; lane l
@@ -804,8 +881,10 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
     uint64_t *b = &bar[w][p];
     vg_mbar_arrive_tx(b, (unsigned)(nf * 16 * (G::NVA + G::NVE)));
     if (nf > 0) {
-      vg_bulk_load(st, it.pa + cb * G::CH * G::ISA, (unsigned)(nf * 16 * G::NVA), b);
-      vg_bulk_load(st + B::BA, it.pe + cb * G::CH * G::ISE, (unsigned)(nf * 16 * G::NVE), b);
+      const char *qa, *qe;
+      vg_ring_src<G::CH, G::ISA, G::ISE, FLAT>(A, pa, pe, cb, qa, qe);
+      vg_bulk_load(st, qa, (unsigned)(nf * 16 * G::NVA), b);
+      vg_bulk_load(st + B::BA, qe, (unsigned)(nf * 16 * G::NVE), b);
     }
   };
   int64_t cb = c0 + (int64_t)w * B::CW;
@@ -841,21 +920,24 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
       const int j = lane + 32 * u;
       const int64_t cc = cb + j, i0 = cc * G::CH;
       if (j < nf) {
+        const int64_t fi = vg_ring_index<G::CH, FLAT>(A, jf, cc, i0);
         if constexpr (WIN == 1) {
-          slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], it.f0 + i0 * sf, sf, A.rtol,
-                                          A.atol, &lk);
+          slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], fi, sf, A.rtol, A.atol, &lk);
           vg_win_cand<DA, DE>(sa + j * G::NVA, se + j * G::NVE, lk, wc, A.wf, wsh, w); /* per lane */
         } else if constexpr (WIN == 2) {
-          slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], it.f0 + i0 * sf, sf, A.rtol,
-                                          A.atol, nullptr, &wc);
+          slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], fi, sf, A.rtol, A.atol, nullptr,
+                                          &wc);
           if (wc.in) vg_win_chunk<DA, DE>(ch[u], wc.in, A.wf, wsh, w); /* rare, per lane */
         } else {
-          slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], it.f0 + i0 * sf, sf, A.rtol, A.atol);
+          slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], fi, sf, A.rtol, A.atol);
         }
-      } else if (cc < c1) { /* the last chunk, partial: the definition */
+      } else if (cc < c1) { /* the last chunk, partial: the definition (a whole-tensor
+                               run only: the host gives the ring rows or slices only when
+                               the rows hold whole chunks) */
         const int cnt = (int)min((int64_t)G::CH, m - i0);
-        vg_fold_tail<DA, DE, SC>(cold, it.pa + i0 * G::ISA, it.pe + i0 * G::ISE, cnt,
-                                 it.f0 + i0 * sf, sf, A.rtol, A.atol);
+        vg_fold_tail<DA, DE, SC>(cold, (FLAT ? it.pa : pa) + i0 * G::ISA,
+                                 (FLAT ? it.pe : pe) + i0 * G::ISE, cnt,
+                                 (FLAT ? it.f0 : jf) + i0 * sf, sf, A.rtol, A.atol);
         if constexpr (WIN) { /* its keys one by one */
           vg_f32chunk<G::CH> x;
 #pragma unroll 1
@@ -1131,19 +1213,29 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_lean(const __grid_constant__ R
 
 #define RSMEM ((int)(RT * sizeof(VAcc)))
 
+/* Test hook (not an API; ctypes, like the others below): the reduce kernel
+ * the last reduction launched -- 1 k_reduce_flat, 2 k_reduce_gen, 3
+ * k_reduce_col, 4 k_reduce_bulk (the ring), 5 k_reduce_lean -- so that a
+ * test can tell which kernel its layout took. */
+extern "C" {
+__attribute__((visibility("default"))) long long vgct_cuda_test_kernel_last = 0;
+}
+
 /* One k_reduce_bulk variant (WIN 0: no window; 1, 2: the fused window's two
  * ways) launched with its dynamic shared memory opted in (done: its flags). */
-template <int DA, int DE, int SC, int WIN>
+template <int DA, int DE, int SC, int WIN, int RL = 0>
 static cudaError_t launch_bulk(int grid, const RArgs &A, cudaStream_t s, int *done) {
   const int bytes = WIN ? vg_bulk<DA, DE, WIN>::SMEM_W : vg_bulk<DA, DE>::SMEM;
-  cudaError_t e = vg_smem_optin(k_reduce_bulk<DA, DE, SC, WIN>, done, bytes);
+  cudaError_t e = vg_smem_optin(k_reduce_bulk<DA, DE, SC, WIN, RL>, done, bytes);
   if (e != cudaSuccess) return e;
-  k_reduce_bulk<DA, DE, SC, WIN><<<grid, RT, bytes, s>>>(A);
+  vgct_cuda_test_kernel_last = 4;
+  k_reduce_bulk<DA, DE, SC, WIN, RL><<<grid, RT, bytes, s>>>(A);
   return cudaGetLastError();
 }
 
-/* kind: 0 flat, 1 general strides / row mode, 2 column mode, 3 flat through
- * the shared-memory ring (typed pairs, both bases 16-byte aligned).  With
+/* kind: 0 flat, 1 general strides / row mode, 2 column mode, 3 through the
+ * shared-memory ring (typed pairs): a flat run, both bases 16-byte aligned
+ * (RL 0), or the rows and slices ring_layout accepts (RL 1).  With
  * the fused window (A.wf.w) the ring's three variants are launched in a row,
  * each reading the device's choice (WinState::mode, through RArgs::wsel --
  * set here and nowhere else, so no other launch returns at once) and
@@ -1151,8 +1243,8 @@ static cudaError_t launch_bulk(int grid, const RArgs &A, cudaStream_t s, int *do
 template <int DA, int DE, int SC>
 static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_t s,
                                  int *fused) {
-  static int done[7][64]; /* per kernel: flat, gen, col, bulk, gen with RG = 1, bulk + window
-                             (the sparse way, every pair classified) */
+  static int done[8][64]; /* per kernel: flat, gen, col, bulk, gen with RG = 1, bulk + window
+                             (the sparse way, every pair classified), bulk over rows (RL 1) */
   cudaError_t e;
   if constexpr (DA >= 0 && DE >= 0) {
     if (kind == 3) {
@@ -1180,27 +1272,34 @@ static cudaError_t launch_reduce(int kind, int grid, const RArgs &A, cudaStream_
             return cudaSuccess;
           }
         }
-        return launch_bulk<DA, DE, SC, 0>(grid, A, s, done[3]);
+        if (A.it.k == 1 && A.slice_mode == 0) return launch_bulk<DA, DE, SC, 0>(grid, A, s, done[3]);
+        return launch_bulk<DA, DE, SC, 0, 1>(grid, A, s, done[7]); /* rows, slices */
       }
     }
   }
-  if (kind == 3) kind = 0; /* no ring here: the flat kernel, same layout */
+  if (kind == 3) /* no ring here: the flat kernel, same layout; rows or slices
+                    (ring_layout): the general kernel, whose grid they have */
+    kind = A.it.k == 1 && A.slice_mode == 0 ? 0 : 1;
   if (kind == 0) {
     if ((e = vg_smem_optin(k_reduce_flat<DA, DE, SC>, done[0], RSMEM)) != cudaSuccess) return e;
+    vgct_cuda_test_kernel_last = 1;
     k_reduce_flat<DA, DE, SC><<<grid, RT, RSMEM, s>>>(A);
   } else if (kind == 1) {
     if constexpr (vg_chunk<DA, DE>::NVA > 1 && vg_chunk<DA, DE>::NVE > 1) {
       const int K = A.it.k; /* a strided inner dimension: one chunk in flight (k_reduce_gen's RG) */
       if (A.it.sa[K - 1] != 1 || A.it.se[K - 1] != 1) {
         if ((e = vg_smem_optin(k_reduce_gen<DA, DE, SC, 1>, done[4], RSMEM)) != cudaSuccess) return e;
+        vgct_cuda_test_kernel_last = 2;
         k_reduce_gen<DA, DE, SC, 1><<<grid, RT, RSMEM, s>>>(A);
         return cudaGetLastError();
       }
     }
     if ((e = vg_smem_optin(k_reduce_gen<DA, DE, SC>, done[1], RSMEM)) != cudaSuccess) return e;
+    vgct_cuda_test_kernel_last = 2;
     k_reduce_gen<DA, DE, SC><<<grid, RT, RSMEM, s>>>(A);
   } else if constexpr (DA < 0 && DE < 0) { /* column mode reads scalars: generic dtypes only */
     if ((e = vg_smem_optin(k_reduce_col<DA, DE, SC>, done[2], RSMEM)) != cudaSuccess) return e;
+    vgct_cuda_test_kernel_last = 3;
     k_reduce_col<DA, DE, SC><<<grid, RT, RSMEM, s>>>(A);
   } else {
     return launch_reduce<-1, -1, SC>(kind, grid, A, s, fused);
@@ -1213,6 +1312,7 @@ static cudaError_t launch_lean(int grid, const RArgs &A, cudaStream_t s) {
   static int done[64];
   cudaError_t e = vg_smem_optin(k_reduce_lean<DA, DE>, done, RSMEM);
   if (e != cudaSuccess) return e;
+  vgct_cuda_test_kernel_last = 5;
   k_reduce_lean<DA, DE><<<grid, RT, RSMEM, s>>>(A);
   return cudaGetLastError();
 }
@@ -1284,6 +1384,38 @@ static int64_t vg_lean_max(void) {
 }
 static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
+/* Chunks a warp step of k_reduce_bulk (no fused window) for a typed pair. */
+static int bulk_cw(int da, int de) {
+#define VG_CASE(X, Y) if (da == X && de == Y) return vg_bulk<X, Y>::CW;
+  VG_TYPED_PAIRS(VG_CASE)
+#undef VG_CASE
+  return 0;
+}
+
+/* Whether k_reduce_bulk can read the general iteration of `it` (a whole
+ * tensor of two inner axes, or the slices of row mode; cpr chunks of ch
+ * pairs a row) -- vg_ring_src's layout: a typed pair whose ring this device
+ * runs, exactly two inner axes, a unit-stride inner axis whose rows hold
+ * whole warp steps (cpr % CW == 0: no step leaves its row), every row's and
+ * slice's first element 16-byte aligned (the bulk copies' alignment).  Not
+ * (k_reduce_gen keeps them): three or more inner axes (an NCHW tensor read as
+ * NHWC), where the ring measured slower for float32 (+7-11%) and no faster
+ * for bfloat16 (docs/performance.md, 2026-12-03 08:00 UTC); one inner axis
+ * in row mode, and rows that are one memory run but not of whole steps,
+ * which the kernel's code handles but which have not run on a GPU yet. */
+static bool ring_layout(const DevWS *ws, const IterSpec &it, int64_t cpr, int64_t ch) {
+  const int bs = bulk_smem(it.da, it.de);
+  if (bs <= 0 || (size_t)bs > ws->smem_optin || ws->cc_major < 9) return false;
+  const int K = it.k;
+  if (K != 2) return false;
+  if (it.sa[K - 1] != 1 || it.se[K - 1] != 1 || it.sh[K - 1] % ch != 0) return false;
+  if ((uintptr_t)it.pa % 16 != 0 || (uintptr_t)it.pe % 16 != 0) return false;
+  for (int d = 0; d < K - 1; ++d)
+    if ((it.sa[d] * it.isa) % 16 != 0 || (it.se[d] * it.ise) % 16 != 0) return false;
+  if (it.S > 1 && ((it.ssa * it.isa) % 16 != 0 || (it.sse * it.ise) % 16 != 0)) return false;
+  return cpr % bulk_cw(it.da, it.de) == 0;
+}
+
 /* Test/bench hooks (not an API; ctypes on vgct_ext._C, like the others):
  * vgct_cuda_test_fuse: 0 automatic; 1 never fuse the key window into the
  * reduction (the window plan then makes its own pass, k_sel_window); 2 start
@@ -1344,10 +1476,23 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_signal = 0;
 #define VG_MIN_CHUNKS 4  /* chunks a thread at least (fast path)       */
 #define VG_LEAN_CHUNKS 2 /* chunks a thread at least (VG_MODE_LEAN)    */
 
+/* Bench hook (not an API; ctypes, like the others): vgct_cuda_test_bpsm > 0
+ * sets the blocks a SM that a whole-tensor or row-mode grid of the fast or
+ * scaled kernels aims at (default 2: one resident wave, __launch_bounds__);
+ * more blocks are more waves of smaller blocks, which the hardware hands to
+ * whichever SM is free (bench/bench_grid.py).  The lean kernel's grid keeps 2. */
+extern "C" {
+__attribute__((visibility("default"))) long long vgct_cuda_test_bpsm = 0;
+}
+static int64_t vg_grid_target(const DevWS *ws, int lean) {
+  const long long h = vgct_cuda_test_bpsm;
+  return (int64_t)ws->sms * (!lean && h > 0 && h <= 64 ? (int64_t)h : 2);
+}
+
 /* The whole-tensor grid of the flat iteration (kind 0 / 3 below) over nchunk
  * chunks: the blocks and the chunks a block folds. */
 static void flat_grid(const DevWS *ws, int64_t nchunk, int lean, int64_t *grid, int64_t *cpb) {
-  const int64_t target = (int64_t)ws->sms * 2;
+  const int64_t target = vg_grid_target(ws, lean);
   const int64_t minch = lean ? VG_LEAN_CHUNKS : VG_MIN_CHUNKS;
   int64_t blocks = ceil_div(nchunk, (int64_t)RT * minch);
   if (blocks > target) blocks = target;
@@ -1441,11 +1586,11 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
      for large inputs -- the most pairs per thread, so the fast path's gate
      (vg_fast_chunk) settles early -- but at least VG_MIN_CHUNKS chunks per
      thread (small inputs: the per-block merge would dominate) */
-  const int64_t target = (int64_t)ws->sms * 2;
   /* small inputs (at most vg_lean_max() pairs, unscaled): VG_MODE_LEAN, at least
      VG_LEAN_CHUNKS chunks a thread (more blocks: the register update needs
      more warps to hide its float64 latencies than the fast path does) */
   const int lean = !scaled && vgct_numel(a) <= vg_lean_max();
+  const int64_t target = vg_grid_target(ws, lean);
   const int64_t minch = lean ? VG_LEAN_CHUNKS : VG_MIN_CHUNKS;
 
   const int64_t S = it.S;
@@ -1478,6 +1623,7 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
     it.S = Sc;
     A.it = it;
     int64_t grid;
+    int lk = kind; /* this launch's kernel: 3 (the ring) where its layout allows */
     if (kind == 0) {
       A.slice_mode = 0;
       A.nchunk = ceil_div(it.m, CH);
@@ -1488,10 +1634,10 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
       A.vec = ((uintptr_t)it.pa % 16 == 0) && ((uintptr_t)it.pe % 16 == 0);
       const int bs = bulk_smem(it.da, it.de);
       if (A.vec && ws->cc_major >= 9 && bs > 0 && (size_t)bs <= ws->smem_optin)
-        kind = 3; /* the ring (typed pairs only: bulk_smem is 0 otherwise) */
+        lk = 3; /* the ring (typed pairs only: bulk_smem is 0 otherwise) */
       /* the fused window (vg_reduce_can_fuse said yes to the caller): the
          partials where the caller has room, the window to the ring kernel */
-      if (wf && kind == 3 && !lean && !scaled && bulk_smem_w(it.da, it.de) > 0 &&
+      if (wf && lk == 3 && !lean && !scaled && bulk_smem_w(it.da, it.de) > 0 &&
           (size_t)bulk_smem_w(it.da, it.de) <= ws->smem_optin) {
         A.wf = *wf;
         A.part = wf->part;
@@ -1511,6 +1657,13 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
       A.cpb = round_up(ceil_div(A.nchunk, bpj), RT);
       A.bpj = ceil_div(A.nchunk, A.cpb);
       grid = Sc * A.bpj;
+      /* the ring where the layout lets each warp step's chunks be one bulk
+         copy an operand (ring_layout, vg_ring_src): a transposed matrix,
+         rows apart in memory, the slices of row mode, two inner axes with
+         rows of whole steps; the grid above is the general kernel's, which
+         the ring folds the same way (docs/performance.md 2026-12-03 08:00
+         UTC: the transposed and latent rows) */
+      if (!lean && ring_layout(ws, it, A.cpr, CH)) lk = 3;
     } else {
       A.slice_mode = 2;
       A.rows = it.m / it.sh[it.k - 1];
@@ -1528,11 +1681,11 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
         return cx.rc;
     }
     int typed = 0, fused = 0;
-    if (!cx.check(dispatch_reduce(it.da, it.de, scaled, lean, kind, (int)grid, A, cx.stream, &typed,
+    if (!cx.check(dispatch_reduce(it.da, it.de, scaled, lean, lk, (int)grid, A, cx.stream, &typed,
                                   &fused),
-                  kind == 0 ? "k_reduce_flat launch"
-                  : kind == 1 ? "k_reduce_gen launch"
-                  : kind == 2 ? "k_reduce_col launch" : "k_reduce_bulk launch"))
+                  lk == 0 ? "k_reduce_flat launch"
+                  : lk == 1 ? "k_reduce_gen launch"
+                  : lk == 2 ? "k_reduce_col launch" : "k_reduce_bulk launch"))
       return cx.rc;
     const size_t bytes = S > 1 ? (WS_SRES - WS_RES) + (size_t)Sc * sizeof(vgct_slice_acc) : sizeof(vgct_acc);
     if (wf && fused) wf->used = 1;

@@ -1360,17 +1360,25 @@ __device__ __forceinline__ void vg_mbar_wait(uint64_t *bar, unsigned parity) {
 #endif
 }
 
-/* Inner-space decomposition: row index (over axes 0..k-2) -> offsets. */
+/* Inner-space decomposition: row index (over axes 0..k-2) -> offsets.  Every
+ * caller's row is below sh[0] * ... * sh[k-2] (a chunk's or an element's
+ * position over the inner length L, a column-mode row), so the outermost axis
+ * takes what the inner ones leave, undivided: k - 2 divisions, not k - 1. */
 __device__ __forceinline__ void vg_row_offsets(const IterSpec &it, uint64_t row, int64_t &oa,
                                                int64_t &oe, int64_t &of) {
   oa = oe = of = 0;
-  for (int d = it.k - 2; d >= 0; --d) {
+  for (int d = it.k - 2; d >= 1; --d) {
     uint64_t q = vg_div(row, it.dv[d]);
     int64_t r = (int64_t)(row - q * (uint64_t)it.sh[d]);
     oa += r * it.sa[d];
     oe += r * it.se[d];
     of += r * it.sf[d];
     row = q;
+  }
+  if (it.k >= 2) {
+    oa += (int64_t)row * it.sa[0];
+    oe += (int64_t)row * it.se[0];
+    of += (int64_t)row * it.sf[0];
   }
 }
 

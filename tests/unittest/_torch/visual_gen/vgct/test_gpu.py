@@ -228,6 +228,92 @@ def test_float32_strided_inner_dimension_one_chunk_in_flight(side, dim, reduce_m
         check3(a, e, dim=dim)
 
 
+@pytest.fixture
+def kernel_last():
+    """The reduce's record of the kernel the last reduction launched (cuda/reduce.cu
+    vgct_cuda_test_kernel_last: 1 flat, 2 general strides, 3 column mode, 4 the ring, 5 lean)."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    h = ctypes.c_longlong.in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_kernel_last")
+    h.value = 0
+    yield h
+    h.value = 0
+
+
+RUN_LAYOUTS = {  # name: (base shape, view of the base, dim, the kernel: 4 the ring, 2 the general kernel)
+    "transposed": ((1000, 1024), lambda x: x.t(), None, 4),  # k = 2: rows of 1024, index stride 1000
+    # three inner axes stay with the general kernel (measured slower on the ring for float32)
+    "nchw_as_nhwc": ((2, 16, 32, 64), lambda x: x.permute(0, 2, 3, 1), None, 2),  # k = 3: (2, 16, 2048)
+    "transposed_outer": ((8, 24, 256), lambda x: x.transpose(0, 1), None, 2),  # k = 3, inner axis in order
+    "transposed_batch": ((2, 1024, 1024), lambda x: x[1].t(), None, 4),  # k = 2, a base 2 MiB in
+    "rows_of_whole_steps": ((1000, 1536), lambda x: x[:, 256:1280], None, 4),  # rows apart in memory
+    "latent_channels": ((2, 16, 64, 256), lambda x: x, 1, 4),  # row mode: 16 slices of 2 rows apart
+    "channels_of_nhwc": ((2, 16, 32, 64), lambda x: x.permute(0, 2, 3, 1), 3, 4),  # row mode, k = 2 a slice
+    # not (yet) given to the ring -- ring_layout: two inner axes, rows of whole warp steps
+    "steps_across_rows": ((1024, 1000), lambda x: x.t(), None, 2),  # one run, cpr 125 (float64 500)
+    "slices_of_one_axis": ((16, 8192), lambda x: x, 0, 2),  # row mode, k = 1 a slice
+    "rows_not_whole_chunks": ((1000, 1021), lambda x: x.t(), None, 2),  # 1021 % CH != 0 for every CH
+    # rows of 4290 (2 a slice, apart): not whole chunks (CH 8), for float64 (CH 2) not whole steps
+    "latent_rows_not_whole_chunks": ((2, 16, 33, 130), lambda x: x, 1, 2),
+    # storage offset 1: the run is not 16-byte aligned
+    "misaligned_run": ((1000, 1024), lambda x: x.reshape(-1)[1:1 + 999 * 1024].view(999, 1024).t(), None, 2),
+}
+
+
+@pytest.mark.parametrize("dt_a,dt_e", [("bfloat16", None), ("float16", None), ("float32", None),
+                                       ("float64", None), ("bfloat16", "float32"),
+                                       ("float16", "float32")])
+@pytest.mark.parametrize("layout", list(RUN_LAYOUTS))
+def test_ring_reads_rows_slices_and_runs_in_another_order(layout, dt_a, dt_e, lean_max, kernel_last):
+    """The ring kernel (k_reduce_bulk) reads more than a flat run (cuda/reduce.cu ring_layout,
+    vg_ring_src, vg_ring_index): a transposed matrix whose memory is one run in another logical
+    order, rows apart in memory that each hold whole warp steps, and the slices of row mode
+    (per-channel statistics, dim=) -- each chunk's flat index made from its row. Rows that do not
+    hold whole warp steps, a misaligned run, one inner axis in row mode, or three inner axes keep
+    the general kernel. The
+    fast path forced (lean off). Planted where memory order and logical order disagree: an exact
+    tie of max |a - e| and of the worst mismatch (|a - e| = 64, the same |e|) at two elements, the
+    one later in memory having the lower flat index (it must win); the largest |a - e| / |e|; a
+    NaN in `actual`, an inf in `expected`. Every field, the per-slice statistics and the
+    quantiles equal the CPU engine's and the float64 oracle's, the maxima's indices are the
+    planted ones, and the kernel is the one named."""
+    shape, view, dim, kernel = RUN_LAYOUTS[layout]
+    lean_max.value = 0
+    a0, e0 = pair(shape, getattr(torch, dt_a), getattr(torch, dt_e) if dt_e else None, seed=7)
+    a, e = view(a0), view(e0)
+    n = a.numel()
+    # the view's flat indices in the order of their memory addresses
+    coords = np.unravel_index(np.arange(n), tuple(a.shape))
+    order = np.argsort(sum(c * s for c, s in zip(coords, a.stride())), kind="stable")
+    # `late` later in memory than `early` but the lower flat index (the first position from a
+    # quarter of the run on that something earlier in memory follows in the flat order); where
+    # memory order is the flat order (rows apart, slices), two elements half the run apart
+    inv = np.maximum.accumulate(order)[n // 4 + 3:] > order[n // 4 + 3:]
+    if inv.any():
+        j = n // 4 + 3 + int(np.argmax(inv))
+        late = int(order[j])
+        early = int(order[:j][order[:j] > late][0])
+    else:
+        late, early = n // 4 + 3, 3 * n // 4 + 5
+
+    def at(k):  # flat index -> multi-index of the view
+        return tuple(int(x) for x in np.unravel_index(k, tuple(a.shape)))
+
+    for k in (late, early):
+        e[at(k)], a[at(k)] = 0.5, 64.5  # exact in every dtype here: |a - e| = 64 at both
+    rel = at(int(order[n // 3]))
+    e[rel], a[rel] = 2.0 ** -20, 3.0  # |a - e| / |e| ~ 3e6: the largest; |a - e| below 64
+    a[at(int(order[7]))] = float("nan")
+    e[at(int(order[n - 9]))] = float("inf")
+    st = check3(a, e, quantiles=(0.5, 0.99), dim=dim)
+    assert kernel_last.value == kernel, f"{layout}: kernel {kernel_last.value}, expected {kernel}"
+    assert st.max_abs_err == 64.0 and st.max_abs_err_index == at(late)
+    assert st.worst_mismatch_index == at(late) and st.max_rel_err_index == rel
+    assert (st.nan_actual, st.posinf_expected, st.n_finite) == (1, 1, n - 2)
+
+
 def test_negative_strides_cupy():
     cp = pytest.importorskip("cupy", reason="cupy not installed (negative strides need a producer "
                                             "that makes them; torch has none)")
@@ -292,7 +378,10 @@ def test_shared_thresholds_reset_between_calls(dt, lean_max):
     a2, e2 = pair((1 << 20,), t, rel=1e-4, seed=22)
     check3(a2, e2, quantiles=(0.5,))
     check3(a.view(1024, 1024).t(), e.view(1024, 1024).t(), quantiles=(0.5,))
-    check3(a2.view(1024, 1024).t(), e2.view(1024, 1024).t(), quantiles=(0.5,))  # the general kernel
+    check3(a2.view(1024, 1024).t(), e2.view(1024, 1024).t(), quantiles=(0.5,))  # the ring, rows
+    check3(a.view(1024, 1024)[:, 3:].t(), e.view(1024, 1024)[:, 3:].t(), quantiles=(0.5,))
+    check3(a2.view(1024, 1024)[:, 3:].t(), e2.view(1024, 1024)[:, 3:].t(),
+           quantiles=(0.5,))  # the general kernel (rows of 1021: not whole chunks)
 
 
 def test_many_slices_column_and_row_modes():
