@@ -3,7 +3,7 @@
 #   1. build vgct_ext with its CUDA kernels (no network: --no-build-isolation --no-deps)
 #   2. a smoke run of every kernel (scripts/gpu_sanitize.py), then the GPU tests
 #      (every test under tests/.../vgct marked gpu: test_gpu.py, the sharded NCCL
-#      cases, the GPU probes and gates)
+#      cases, the GPU probes and gates), in GPU_CHECK_JOBS (4) processes at once
 #   3. the benchmark bench/bench_gpu.py (ratio table) and a latency breakdown
 #      (bench/gpu_diag.py; GPU_CHECK_NCU=1 adds an ncu profile of the reduce kernel)
 #   4. compute-sanitizer memcheck and racecheck on scripts/gpu_sanitize.py (when present)
@@ -66,7 +66,9 @@ step() {
 step build 420 $PY -m pip install --no-build-isolation --no-deps -v -e .
 step info 60 $PY -c "import vgct_ext, json; print(json.dumps(vgct_ext.build_info()))"
 step smoke 120 $PY scripts/gpu_sanitize.py
-step gpu_tests 420 $PY -m pytest -q -p no:cacheprovider -m gpu -rs \
+# GPU_CHECK_JOBS pytest processes side by side (default 4; 1: one process): the GPU tests are
+# mostly host-bound (CPU engine, float64 oracle), so they share the device (scripts/pytest_split.sh)
+step gpu_tests 420 env PYTHON="$PY" bash scripts/pytest_split.sh "${GPU_CHECK_JOBS:-4}" -q -m gpu -rs \
   tests/unittest/_torch/visual_gen/vgct
 step bench 420 $PY bench/bench_gpu.py --json "$OUT/bench.json" ${GPU_CHECK_BENCH_ARGS:-}
 step diag 120 $PY bench/gpu_diag.py
