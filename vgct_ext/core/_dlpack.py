@@ -72,6 +72,7 @@ _KDLCUDA = 2  # DLPack's kDLCUDA (torch's and CuPy's CUDA tensors)
 _CUDA_DEVICE_TYPES = (_KDLCUDA, 13)  # kDLCUDA, kDLCUDAManaged
 _torch_fp8_export: Optional[bool] = None  # probed once per process
 _torch_fp8: Optional[Tuple[Any, Tuple[Any, ...]]] = None  # (torch, its float8 dtypes)
+_torch_tensor: Optional[Tuple[Any, type]] = None  # (torch, torch.Tensor): _torch_of's cache
 _ndarray = np.ndarray
 _type_dict = type.__dict__["__dict__"].__get__  # a type's own attribute dict, no metaclass in between
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -82,10 +83,22 @@ _torch_cuda_fns: Optional[Tuple[Any, Any, Any]] = None
 
 def _torch_of(x: Any) -> Any:
     """The torch module when ``x`` is a torch.Tensor (any subclass), else None."""
+    c = _torch_tensor
+    if c is not None and c[0] is sys.modules.get("torch"):  # (the module found before)
+        return c[0] if isinstance(x, c[1]) else None
+    return _torch_of_lookup(x)
+
+
+def _torch_of_lookup(x: Any) -> Any:
+    """:func:`_torch_of` without its cache: torch and its Tensor class looked up in
+    ``sys.modules`` (torch may be imported after vgct_ext, or replaced), then cached."""
+    global _torch_tensor
     torch = sys.modules.get("torch")
-    if torch is not None and isinstance(x, getattr(torch, "Tensor", ())):
-        return torch
-    return None
+    cls = getattr(torch, "Tensor", None) if torch is not None else None
+    if not isinstance(cls, type):
+        return None
+    _torch_tensor = (torch, cls)
+    return torch if isinstance(x, cls) else None
 
 
 def _cupy_of(x: Any) -> Any:
@@ -144,9 +157,10 @@ def prepare(x: Any, force_fp8_view: bool = False, argname: str = "x") -> Tuple[A
     x = x.detach()  # the alias torch's export holds (never the caller's tensor object)
     if x.is_neg():
         x = x.resolve_neg()  # a copy with the sign applied (torch exports the storage unsigned)
-    if x.dtype in _torch_fp8_dtypes(torch):
+    dt = x.dtype
+    if dt.itemsize == 1 and dt.is_floating_point and dt in _torch_fp8_dtypes(torch):
         if force_fp8_view or not _torch_exports_fp8(torch):
-            return x.view(torch.uint8), str(x.dtype).rpartition(".")[2]
+            return x.view(torch.uint8), str(dt).rpartition(".")[2]
     return x, None
 
 

@@ -41,6 +41,35 @@ def test_import_does_not_import_torch():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_torch_imported_after_vgct_ext_and_a_compare_is_recognised():
+    """vgct_ext caches torch.Tensor once it finds torch (_dlpack._torch_of): a compare before
+    torch is imported must not cache "no torch", and a float8 tensor, a Tensor subclass and a
+    negated view made after the import must take torch's path (the float8 view, resolve_neg),
+    with their values, not be refused or read unsigned."""
+    code = textwrap.dedent("""
+        import sys, numpy as np, vgct_ext
+        class A(np.ndarray):  # (not a plain ndarray: it goes through the torch check)
+            pass
+        s = vgct_ext.compare(np.ones(3, np.float32).view(A), np.ones(3, np.float32))
+        assert "torch" not in sys.modules and s.n == 3
+        import torch
+        x = torch.tensor([1.0, 2.0, 4.0], dtype=torch.float8_e4m3fn)
+        s = vgct_ext.compare(x, torch.tensor([1.0, 2.0, 3.0]), quantiles=())
+        assert (s.dtype_actual, s.max_abs_err, s.max_abs_err_index) == ("float8_e4m3fn", 1.0, (2,)), s
+        class T(torch.Tensor):
+            pass
+        y = torch.tensor([1.0, -2.0]).as_subclass(T)
+        s = vgct_ext.compare(y, torch.tensor([1.0, -2.0]), quantiles=())
+        assert s.n_unequal == 0 and s.n == 2, s
+        z = torch.tensor([1.0, 2.0])._neg_view()  # the negation bit: exported unsigned unless resolved
+        s = vgct_ext.compare(z, torch.tensor([-1.0, -2.0]), quantiles=())
+        assert s.n_unequal == 0, s
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
 def test_build_info_fields():
     bi = vgct_ext.build_info()
     assert bi["version"] == vgct_ext.__version__ == _C.__version__ == _pyproject()["project"]["version"]
