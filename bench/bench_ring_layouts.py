@@ -32,20 +32,10 @@ def measure(log2n, reps):
 
     import vgct_ext
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
-    import bench_gpu  # noqa: E402  (make_pair)
+    import bench_gpu  # noqa: E402  (make_pair, cuda_time: the project's timer)
 
-    def t(fn):
-        for _ in range(2):
-            fn()
-        ts = []
-        for _ in range(reps):
-            s, f = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            f.record()
-            f.synchronize()
-            ts.append(s.elapsed_time(f))
-        return statistics.median(ts)
+    def t(fn):  # median device ms of CUDA events around fn(), after two warm-up calls
+        return bench_gpu.cuda_time(fn, reps)[0]
 
     n = 1 << log2n
     side = 1 << (log2n // 2)
