@@ -755,22 +755,20 @@ template <int DA, int DE, int WIN = 0> struct vg_bulk {
 /* Where the ring's chunks are (the host's ring_layout): a slice's inner
  * space (the whole tensor, or slice j of a row-mode reduction) of unit inner
  * stride, read a warp step -- CW chunks -- at a time by one bulk copy an
- * operand.  With k == 1 it is one run; with k > 1 every row of L elements
- * holds whole chunks (L % CH == 0) and either the rows follow each other in
- * memory (one run in another logical order: a transposed matrix) or each row
- * holds whole warp steps (cpr % CW == 0: a step never leaves its row), so a
- * step's chunks are contiguous in memory either way.  (ring_layout gives RL 1
- * only two inner axes with rows of whole steps today; the other cases are
- * handled here but have not run on a GPU.)
+ * operand.  FLAT (RL 0, and the fused window's variants: vg_reduce_can_fuse):
+ * one whole-tensor run.  Otherwise (RL 1) exactly what ring_layout admits:
+ * two inner axes (it.k == 2), rows of L elements that hold whole warp steps
+ * (A.cpr chunks a row, a multiple of CW: a step never leaves its row), so a
+ * step's chunks are one memory run.
  *   vg_ring_src    the addresses of chunk cb's first elements (a step's);
  *   vg_ring_index  the flat logical index of chunk cc's first pair (i0 =
- *                  cc * CH): jf + i0 * sf on one axis, else the row's flat
- *                  offset plus the chunk's column times the inner axis's flat
- *                  stride (A.cpr chunks a row).
- * FLAT: the caller knows the layout is one whole-tensor run (RL 0, and the
- * fused window's variants: vg_reduce_can_fuse), and the row code is compiled
- * out (compiled in, it cost the fused variants 8-byte spills, ptxas sm_90,
- * and the flat run's bf16 row ~5%). */
+ *                  cc * CH): FLAT, f0 + i0 * sf; else the row's flat offset
+ *                  plus the chunk's column times the inner axis's flat stride.
+ *                  (Made once a step by lane 0 and read from shared memory
+ *                  instead, it ran more instructions, not fewer: ncu,
+ *                  docs/performance.md, 2026-12-03 10:50-11:50 UTC.)
+ * The row code is compiled out of FLAT (compiled in, it cost the fused
+ * variants 8-byte spills, ptxas sm_90, and the flat run's bf16 row ~5%). */
 template <int CH, int ISA, int ISE, bool FLAT>
 __device__ __forceinline__ void vg_ring_src(const RArgs &A, const char *pa, const char *pe,
                                             int64_t cb, const char *&qa, const char *&qe) {
@@ -780,17 +778,10 @@ __device__ __forceinline__ void vg_ring_src(const RArgs &A, const char *pa, cons
     qe = it.pe + cb * CH * ISE;
     return;
   }
-  if (it.k == 1) {
-    qa = pa + cb * CH * ISA;
-    qe = pe + cb * CH * ISE;
-    return;
-  }
-  const uint64_t row = vg_div((uint64_t)cb, A.cprd);
-  int64_t oa, oe, of;
-  vg_row_offsets(it, row, oa, oe, of);
-  const int64_t col0 = (cb - (int64_t)row * A.cpr) * CH;
-  qa = pa + (oa + col0) * ISA;
-  qe = pe + (oe + col0) * ISE;
+  const int64_t row = (int64_t)vg_div((uint64_t)cb, A.cprd);
+  const int64_t col0 = (cb - row * A.cpr) * CH;
+  qa = pa + (row * it.sa[0] + col0) * ISA;
+  qe = pe + (row * it.se[0] + col0) * ISE;
 }
 
 template <int CH, bool FLAT>
@@ -798,13 +789,8 @@ __device__ __forceinline__ int64_t vg_ring_index(const RArgs &A, int64_t jf, int
                                                  int64_t i0) {
   const IterSpec &it = A.it;
   if (FLAT) return it.f0 + i0 * it.sf[0];
-  if (it.k == 1) return jf + i0 * it.sf[0];
-  const uint64_t row = vg_div((uint64_t)cc, A.cprd);
-  if (it.k == 2) /* (the common case: a transposed matrix, a latent's channel rows) */
-    return jf + (int64_t)row * it.sf[0] + (cc - (int64_t)row * A.cpr) * CH * it.sf[1];
-  int64_t oa, oe, of; /* (oa, oe: unused here) */
-  vg_row_offsets(it, row, oa, oe, of);
-  return jf + of + (cc - (int64_t)row * A.cpr) * CH * it.sf[it.k - 1];
+  const int64_t row = (int64_t)vg_div((uint64_t)cc, A.cprd);
+  return jf + row * it.sf[0] + (cc - row * A.cpr) * CH * it.sf[1];
 }
 
 template <int DA, int DE, int SC, int WIN = 0, int RL = 0>
@@ -862,7 +848,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
      inside a chunk (the inner axis's) */
   const char *const pa = it.pa + j * it.ssa * G::ISA, *const pe = it.pe + j * it.sse * G::ISE;
   const int64_t jf = it.f0 + j * it.ssf;
-  const int64_t m = it.m, sf = FLAT ? it.sf[0] : it.sf[it.k - 1];
+  const int64_t m = it.m, sf = FLAT ? it.sf[0] : it.sf[1]; /* (RL 1: it.k == 2) */
   const int64_t cfull = min(c1, m / G::CH); /* chunks below it are whole */
   const int64_t nstep = (c1 - c0 + (int64_t)RT * B::RB - 1) / ((int64_t)RT * B::RB);
   /* step k of warp w: chunks [cb, cb + CW) with cb = c0 + k*RT*RB + w*CW; lane l
@@ -1401,8 +1387,9 @@ static int bulk_cw(int da, int de) {
  * (k_reduce_gen keeps them): three or more inner axes (an NCHW tensor read as
  * NHWC), where the ring measured slower for float32 (+7-11%) and no faster
  * for bfloat16 (docs/performance.md, 2026-12-03 08:00 UTC); one inner axis
- * in row mode, and rows that are one memory run but not of whole steps,
- * which the kernel's code handles but which have not run on a GPU yet. */
+ * in row mode, and rows that are one memory run but not of whole steps.
+ * The kernel's RL 1 code (vg_ring_src, vg_ring_index) assumes exactly this
+ * layout: widen it here only together with that code. */
 static bool ring_layout(const DevWS *ws, const IterSpec &it, int64_t cpr, int64_t ch) {
   const int bs = bulk_smem(it.da, it.de);
   if (bs <= 0 || (size_t)bs > ws->smem_optin || ws->cc_major < 9) return false;

@@ -3,7 +3,8 @@
     compute-sanitizer --tool memcheck  python3 scripts/gpu_sanitize.py
     compute-sanitizer --tool racecheck python3 scripts/gpu_sanitize.py
 
-Covers: k_reduce_bulk (aligned contiguous typed pairs: the shared-memory ring), k_reduce_flat
+Covers: k_reduce_bulk (aligned contiguous typed pairs: the shared-memory ring; a transposed
+matrix of rows of whole warp steps and the row-mode slices: its row path), k_reduce_flat
 (misaligned scalar path, generic dtypes), k_reduce_gen
 (transposed, stride 0, per-slice row mode), k_reduce_col (per-slice column mode),
 k_reduce_lean (small inputs: every call below runs twice, once with the lean kernel and once
@@ -46,6 +47,8 @@ def main():
     a4, e4 = pair((20_005,), torch.float64)
     calls.append(("flat float64 (scaled ring)", a4, e4, None))
     calls.append(("flat bf16 vs fp32 (48-byte chunks)", a4.to(torch.bfloat16), e4.to(torch.float32), None))
+    a6, e6 = pair((40, 1024), torch.bfloat16)  # rows of 1024: whole warp steps (ring_layout)
+    calls.append(("ring transposed (two inner axes)", a6.t(), e6.t(), None))
     a2, e2 = pair((96, 130), torch.float32)
     calls.append(("gen transposed", a2.t(), e2.t(), None))
     calls.append(("gen stride0", a2[:1].expand(50, 130), e2[:1].expand(50, 130), None))

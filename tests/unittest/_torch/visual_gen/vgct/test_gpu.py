@@ -314,6 +314,54 @@ def test_ring_reads_rows_slices_and_runs_in_another_order(layout, dt_a, dt_e, le
     assert (st.nan_actual, st.posinf_expected, st.n_finite) == (1, 1, n - 2)
 
 
+@pytest.mark.parametrize("dt", ["bfloat16", "float32"])
+@pytest.mark.parametrize("layout", ["transposed", "latent_channels"])
+def test_ring_index_in_every_step_of_long_runs(layout, dt, lean_max, kernel_last):
+    """The ring's flat index on runs of many warp steps (cuda/reduce.cu k_reduce_bulk, RL 1:
+    each chunk's index from its row, vg_ring_index, while the stages of VG_BP steps rotate).
+    2^24 pairs: 16-32 steps a warp, where test_ring_reads_rows_slices_and_runs_in_another_order's
+    inputs take one or two, so an index that goes wrong only in later steps, or in some stage or
+    phase of the ring, is caught (a planted per-step index read from the wrong step's slot failed
+    all four cases on the H200, 2026-12-03). At 24 positions drawn at random in
+    memory: the transposed matrix (4096 x 4096 `.t()`) gets an exact tie of max |a - e| and of the
+    worst mismatch (|a - e| = 64, the same |e|) at the position and at the element one memory row
+    earlier and one column on -- earlier in memory, higher flat index: the position must win; the
+    latent (2, 16, 512, 1024) with dim=1 (row mode, 16 slices) one largest |a - e| at the
+    position. The maxima's indices must be the planted position's, the kernel the ring."""
+    lean_max.value = 0
+    tdt = getattr(torch, dt)
+    if layout == "transposed":
+        a0, e0 = pair((4096, 4096), tdt, seed=11)
+        R, C = a0.shape
+        a, e, dim = a0.t(), e0.t(), None
+    else:
+        a0, e0 = pair((2, 16, 512, 1024), tdt, seed=12)
+        a, e, dim = a0, e0, 1
+    af, ef = a0.view(-1), e0.view(-1)  # memory order
+    n = af.numel()
+    rng = np.random.default_rng(5)
+    for p in rng.choice(np.arange(4096, n - 4096), 24, replace=False).tolist():
+        touched = [p]
+        if layout == "transposed":
+            r, c = divmod(p, C)
+            if r == 0 or c == C - 1:
+                continue
+            touched.append((r - 1) * C + c + 1)  # earlier in memory, higher flat index
+            want = (c, r)  # the view's index of memory position p
+        else:
+            want = tuple(int(x) for x in np.unravel_index(p, tuple(a.shape)))
+        saved = [(af[q].clone(), ef[q].clone()) for q in touched]
+        for q in touched:
+            ef[q], af[q] = 0.5, 64.5  # exact in both dtypes: |a - e| = 64
+        st = vgct_ext.compare(a, e, quantiles=None, dim=dim)
+        assert kernel_last.value == 4, f"{layout}: kernel {kernel_last.value}, expected the ring"
+        assert st.max_abs_err == 64.0
+        assert st.max_abs_err_index == want, f"{layout} {dt}: memory position {p}"
+        assert st.worst_mismatch_index == want, f"{layout} {dt}: memory position {p}"
+        for q, (x, y) in zip(touched, saved):
+            af[q], ef[q] = x, y
+
+
 def test_negative_strides_cupy():
     cp = pytest.importorskip("cupy", reason="cupy not installed (negative strides need a producer "
                                             "that makes them; torch has none)")
