@@ -316,13 +316,14 @@ def test_ring_reads_rows_slices_and_runs_in_another_order(layout, dt_a, dt_e, le
 
 @pytest.mark.parametrize("dt", ["bfloat16", "float32"])
 @pytest.mark.parametrize("layout", ["transposed", "latent_channels"])
-def test_ring_index_in_every_step_of_long_runs(layout, dt, lean_max, kernel_last):
+def test_ring_index_at_random_positions_of_long_runs(layout, dt, lean_max, kernel_last):
     """The ring's flat index on runs of many warp steps (cuda/reduce.cu k_reduce_bulk, RL 1:
     each chunk's index from its row, vg_ring_index, while the stages of VG_BP steps rotate).
     2^24 pairs: 16-32 steps a warp, where test_ring_reads_rows_slices_and_runs_in_another_order's
     inputs take one or two, so an index that goes wrong only in later steps, or in some stage or
-    phase of the ring, is caught (a planted per-step index read from the wrong step's slot failed
-    all four cases on the H200, 2026-12-03). At 24 positions drawn at random in
+    phase of the ring, is likely caught: 24 positions sample the (warp, step) pairs, they do not
+    cover them (a planted fault in a per-step index tried and not merged -- step k's slot read
+    from the other phase -- failed all four cases on the H200, 2026-12-03). At 24 positions drawn at random in
     memory: the transposed matrix (4096 x 4096 `.t()`) gets an exact tie of max |a - e| and of the
     worst mismatch (|a - e| = 64, the same |e|) at the position and at the element one memory row
     earlier and one column on -- earlier in memory, higher flat index: the position must win; the
