@@ -323,8 +323,8 @@ def test_ring_index_at_random_positions_of_long_runs(layout, dt, lean_max, kerne
     inputs take one or two, so an index that goes wrong only in later steps, or in some stage or
     phase of the ring, is likely caught: 24 positions sample the (warp, step) pairs, they do not
     cover them (a planted fault in a per-step index tried and not merged -- step k's slot read
-    from the other phase -- failed all four cases on the H200, 2026-12-03). At 24 positions drawn at random in
-    memory: the transposed matrix (4096 x 4096 `.t()`) gets an exact tie of max |a - e| and of the
+    from the other phase -- failed all four cases on the H200, 2026-12-03). At 24 positions
+    drawn at random in memory: the transposed matrix (4096 x 4096 `.t()`) gets an exact tie of max |a - e| and of the
     worst mismatch (|a - e| = 64, the same |e|) at the position and at the element one memory row
     earlier and one column on -- earlier in memory, higher flat index: the position must win; the
     latent (2, 16, 512, 1024) with dim=1 (row mode, 16 slices) one largest |a - e| at the
