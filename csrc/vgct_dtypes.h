@@ -268,6 +268,18 @@ VGCT_HD uint64_t vgct_load_int(const void *p, int dt) {
   }
 }
 
+/* The bfloat16 element of a 32-bit word holding two (little-endian: element
+ * 0 in the low half), as float32: its bits are the float32's upper half --
+ * the same definition as vgct_load_f32's VGCT_BFLOAT16 case, with the half
+ * taken by a shift (low) or a mask (high) instead of a 16-bit extraction and
+ * a shift (the CUDA reduce's vector path, cuda/reduce.cu vg_fold_vec: ptxas
+ * sm_90 makes the bfloat16 kernels' chunk folds shorter with it).  Checked
+ * against vgct_load_f32 on every bfloat16 pattern in both halves
+ * (tests/.../cuda_host_check.cu). */
+VGCT_HD float vgct_bf16_of_word(uint32_t w, int high) {
+  return vgct_f32_from_bits(high ? (w & 0xffff0000u) : (w << 16));
+}
+
 /* The float32 value of a float16, bfloat16 or float32 element at p (binary32
  * holds every value of the three exactly, so this equals (float)vgct_load(p,
  * dt)).  Used by the CUDA reduce's narrow-dtype fast path, which makes its

@@ -85,6 +85,9 @@
 #define RU 2         /* chunks in flight per thread (4: slower, 2026-11-29) */
 
 #define VG_ROW_MIN 4096 /* row mode when a slice has at least this many */
+/* k_reduce_bulk counts a block's steps and whole chunks in 32 bits: the ring
+   takes a launch only when its blocks hold fewer chunks than this */
+#define VG_RING_CPB (INT64_C(1) << 30)
 
 struct RArgs {
   IterSpec it;
@@ -405,9 +408,13 @@ __device__ __forceinline__ bool vg_fold_vec(HotAcc &h, const FastGate &g, vgct_a
   if constexpr (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok) {
     vg_f32chunk<G::CH> x;
 #pragma unroll
-    for (int q = 0; q < G::CH; ++q) {
-      x.a[q] = vgct_load_f32(ba + q * G::ISA, DA);
-      x.e[q] = vgct_load_f32(be + q * G::ISE, DE);
+    for (int q = 0; q < G::CH; ++q) { /* (bfloat16: from the vector's words) */
+      x.a[q] = DA == VGCT_BFLOAT16
+                   ? vgct_bf16_of_word(reinterpret_cast<const uint32_t *>(c.va)[q >> 1], q & 1)
+                   : vgct_load_f32(ba + q * G::ISA, DA);
+      x.e[q] = DE == VGCT_BFLOAT16
+                   ? vgct_bf16_of_word(reinterpret_cast<const uint32_t *>(c.ve)[q >> 1], q & 1)
+                   : vgct_load_f32(be + q * G::ISE, DE);
     }
     return vg_fast_or_slow<G::CH>(h, g, acc, x, f, sf, rtol, atol, lk, wc);
   } else {
@@ -850,19 +857,21 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
   const int64_t jf = it.f0 + j * it.ssf;
   const int64_t m = it.m, sf = FLAT ? it.sf[0] : it.sf[1]; /* (RL 1: it.k == 2) */
   const int64_t cfull = min(c1, m / G::CH); /* chunks below it are whole */
-  const int64_t nstep = (c1 - c0 + (int64_t)RT * B::RB - 1) / ((int64_t)RT * B::RB);
+  constexpr int CSTEP = RT * B::RB; /* chunks of the block per step */
   /* step k of warp w: chunks [cb, cb + CW) with cb = c0 + k*RT*RB + w*CW; lane l
      folds chunks cb + l + 32u.  Lane 0 arms stage k % VG_BP with the bytes of
      the whole chunks and starts their copies (none: the phase completes on the
-     arrival alone).  The loop carries cb, the stage p = k % VG_BP and its
-     mbarrier phase (k / VG_BP) & 1 instead of dividing k each step. */
-  constexpr int64_t CSTEP = (int64_t)RT * B::RB; /* chunks of the block per step */
-  auto whole = [&](int64_t cb) {
-    const int64_t nf = cfull - cb;
-    return nf < 0 ? 0 : (nf > B::CW ? B::CW : (int)nf);
-  };
-  auto issue = [&](int64_t cb, int p) {
-    const int nf = whole(cb);
+     arrival alone).  The loop carries cb, rem = cfull - cb (the whole chunks
+     from cb on: the step's are rem clamped to [0, CW]), the stage p = k % VG_BP
+     and its mbarrier phase (k / VG_BP) & 1 instead of dividing k each step.
+     The step counters are 32-bit: 0 <= cfull - c0 <= c1 - c0 <= A.cpb < 2^30
+     (a block's first chunk is below m / CH + 1; the host's VG_RING_CPB), so
+     nstep CSTEP < 2^30 + CSTEP, and rem and rem - VG_BP CSTEP stay within
+     (-2^31, 2^30). */
+  const int nstep = (int)((c1 - c0 + CSTEP - 1) / CSTEP);
+  auto whole = [](int rem) { return min(max(rem, 0), B::CW); };
+  auto issue = [&](int64_t cb, int rem, int p) {
+    const int nf = whole(rem);
     char *st = ring + p * B::STAGE;
     uint64_t *b = &bar[w][p];
     vg_mbar_arrive_tx(b, (unsigned)(nf * 16 * (G::NVA + G::NVE)));
@@ -874,12 +883,13 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
     }
   };
   int64_t cb = c0 + (int64_t)w * B::CW;
+  int rem = (int)(cfull - cb);
   if (lane == 0)
-    for (int k = 0; k < VG_BP && k < nstep; ++k) issue(cb + k * CSTEP, k);
+    for (int k = 0; k < VG_BP && k < nstep; ++k) issue(cb + k * CSTEP, rem - k * CSTEP, k);
   int p = 0;
   unsigned phase = 0;
-  for (int64_t k = 0; k < nstep; ++k, cb += CSTEP) {
-    const int nf = whole(cb);
+  for (int k = 0; k < nstep; ++k, cb += CSTEP, rem -= CSTEP) {
+    const int nf = whole(rem);
     vg_mbar_wait(&bar[w][p], phase);
     const uint4 *sa = reinterpret_cast<const uint4 *>(ring + p * B::STAGE);
     const uint4 *se = reinterpret_cast<const uint4 *>(ring + p * B::STAGE + B::BA);
@@ -897,7 +907,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
     const int pc = p; /* this step's stage */
     if constexpr (WIN != 1) { /* (the sparse way reads the stage again after the fold) */
       __syncwarp(); /* every lane has read stage p: lane 0 may refill it */
-      if (lane == 0 && k + VG_BP < nstep) issue(cb + VG_BP * CSTEP, pc);
+      if (lane == 0 && k + VG_BP < nstep) issue(cb + VG_BP * CSTEP, rem - VG_BP * CSTEP, pc);
     }
     if (++p == VG_BP) { p = 0; phase ^= 1u; }
     bool slow = false;
@@ -939,7 +949,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
                                                                        first __syncwarp: every
                                                                        lane is done with stage pc */
     if constexpr (WIN == 1)
-      if (lane == 0 && k + VG_BP < nstep) issue(cb + VG_BP * CSTEP, pc);
+      if (lane == 0 && k + VG_BP < nstep) issue(cb + VG_BP * CSTEP, rem - VG_BP * CSTEP, pc);
     vg_thread_step<DA, DE, SC>(gate, h, part, acc, slow, since, B::RB * G::CH);
   }
   if constexpr (WIN) vg_win_end(A.wf, wsh, wc, w, lane);
@@ -1620,7 +1630,8 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
       A.cprd = vg_make_div((uint64_t)A.cpr);
       A.vec = ((uintptr_t)it.pa % 16 == 0) && ((uintptr_t)it.pe % 16 == 0);
       const int bs = bulk_smem(it.da, it.de);
-      if (A.vec && ws->cc_major >= 9 && bs > 0 && (size_t)bs <= ws->smem_optin)
+      if (A.vec && ws->cc_major >= 9 && bs > 0 && (size_t)bs <= ws->smem_optin &&
+          A.cpb < VG_RING_CPB)
         lk = 3; /* the ring (typed pairs only: bulk_smem is 0 otherwise) */
       /* the fused window (vg_reduce_can_fuse said yes to the caller): the
          partials where the caller has room, the window to the ring kernel */
@@ -1650,7 +1661,7 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
          rows of whole steps; the grid above is the general kernel's, which
          the ring folds the same way (docs/performance.md 2026-12-03 08:00
          UTC: the transposed and latent rows) */
-      if (!lean && ring_layout(ws, it, A.cpr, CH)) lk = 3;
+      if (!lean && A.cpb < VG_RING_CPB && ring_layout(ws, it, A.cpr, CH)) lk = 3;
     } else {
       A.slice_mode = 2;
       A.rows = it.m / it.sh[it.k - 1];

@@ -868,22 +868,40 @@ static int check_lean_loop(long *n_stored, long *n_teeth, long *n_chunks) {
   return bad;
 }
 
+/* vgct_bf16_of_word (csrc/vgct_dtypes.h, the reduce's vector path) == vgct_load_f32's bfloat16
+ * case, bit for bit: every one of the 65536 bfloat16 patterns (NaNs, infinities, zeros and
+ * subnormals among them) in the low and in the high half of a word whose other half holds
+ * another pattern (its own bit complement, so no half reads as the other). */
+static int check_bf16_word(void) {
+  int bad = 0;
+  for (uint32_t b = 0; b < 65536u; ++b) {
+    const uint16_t h = (uint16_t)b;
+    const uint32_t want = vgct_bits_from_f32(vgct_load_f32(&h, VGCT_BFLOAT16));
+    const uint32_t other = (~b) & 0xffffu;
+    const uint32_t lo = vgct_bits_from_f32(vgct_bf16_of_word(b | (other << 16), 0));
+    const uint32_t hi = vgct_bits_from_f32(vgct_bf16_of_word((b << 16) | other, 1));
+    if ((lo != want || hi != want) && bad++ < 5)
+      printf("bf16 %04x: word low half %08x, high half %08x, vgct_load_f32 %08x\n", b, lo, hi, want);
+  }
+  return bad;
+}
+
 int main() {
   int passed = 0, failed = 0;
   long nc = 0;
   const int fc = check_fast_counts<8>(&nc) + check_fast_counts<4>(&nc);
   printf("fast path counters at the tolerance boundary: %ld chunks folded\n", nc);
   long nw = 0, nk = 0, nl = 0;
-  int r[12] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
+  int r[13] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
                fc + (nc < 100000), check_key_narrow(), check_int_pairs(),
                check_win_t32(&nw) + (nw < 1000000), check_distinct(),
                check_win_classify(&nk), check_win_cand(&nl) + (nl < 700000),
-               0 /* check_lean_loop, below */};
+               0 /* check_lean_loop, below */, check_bf16_word()};
   long ns = 0, nt = 0, nlc = 0; /* last: the checks above draw the same numbers as before it */
   r[11] = check_lean_loop(&ns, &nt, &nlc) + (ns < 1000) + (nt < 1000) + (nlc < 100000);
   printf("lean loop: %ld chunks, %ld records stored fresh, %ld trials the planted fault changes\n",
          nlc, ns, nt);
-  const char *names[12] = {"register accumulator == vgct_acc_update (bitwise)",
+  const char *names[13] = {"register accumulator == vgct_acc_update (bitwise)",
                           "periodic flushes: maxima/counters exact, sums 1e-13",
                           "FastDiv == '/'",
                           "narrow-dtype chunk fast path: maxima/counters exact, sums 1e-13",
@@ -894,8 +912,9 @@ int main() {
                           "vg_distinct_ascending == std::sort + std::unique",
                           "fused window: the fold's classification == the keys' comparisons",
                           "fused window, sparse way: candidates and their keys == the keys' comparisons",
-                          "lean loop: float32 finiteness and the fresh last flush == vg_pair + vg_hot_flush (bitwise)"};
-  for (int i = 0; i < 12; ++i) {
+                          "lean loop: float32 finiteness and the fresh last flush == vg_pair + vg_hot_flush (bitwise)",
+                          "vgct_bf16_of_word == vgct_load_f32 (bfloat16, every pattern, both halves)"};
+  for (int i = 0; i < 13; ++i) {
     printf("%s: %s\n", names[i], r[i] ? "FAIL" : "ok");
     r[i] ? ++failed : ++passed;
   }

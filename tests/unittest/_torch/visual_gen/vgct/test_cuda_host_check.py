@@ -10,7 +10,9 @@ caught), the selection's distinct ascending ranks (vg_distinct_ascending), the f
 per-pair classification, and its sparse way (every pair whose key is at or above the window's low
 end is a candidate, and the candidates' keys give the whole chunk's counts), and the lean kernel's
 typed loop (finiteness tested in float32, the last flush a store into a record nothing was folded
-into: the same record as vg_pair and vg_hot_flush, bit for bit; a planted fault must differ).
+into: the same record as vg_pair and vg_hot_flush, bit for bit; a planted fault must differ),
+and the vector path's bfloat16 unpacking (vgct_bf16_of_word) against the scalar loader on every
+bfloat16 pattern in both halves of a word.
 Skips when nvcc is not found.
 """
 
@@ -43,4 +45,4 @@ def test_cuda_helpers_on_the_host(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"nvcc failed:\n{r.stdout}\n{r.stderr}"
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and r.stdout.rstrip().endswith("12 passed, 0 failed"), r.stdout + r.stderr
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("13 passed, 0 failed"), r.stdout + r.stderr
