@@ -178,9 +178,19 @@ VGCT_HD double vgct_f16_to_f64(uint16_t h) {
   return (h & 0x8000u) ? -v : v;
 }
 
-VGCT_HD double vgct_bf16_to_f64(uint16_t h) {
-  return (double)vgct_f32_from_bits((uint32_t)h << 16);
+/* THE bfloat16 -> float32 conversion: a bfloat16 is the upper half of a
+ * float32's bits.  Here the element of a 32-bit word holding two
+ * (little-endian: element 0 in the low half), taken by a shift (low) or a
+ * mask (high): the scalar loaders pass one element as the low half; the CUDA
+ * reduce's vector path (cuda/reduce.cu vg_fold_vec) passes the vector's words,
+ * which ptxas sm_90 folds in fewer instructions than a 16-bit extraction and
+ * a shift.  Checked on every bfloat16 pattern in both halves against the
+ * format's fields (tests/.../cuda_host_check.cu). */
+VGCT_HD float vgct_bf16_of_word(uint32_t w, int high) {
+  return vgct_f32_from_bits(high ? (w & 0xffff0000u) : (w << 16));
 }
+
+VGCT_HD double vgct_bf16_to_f64(uint16_t h) { return (double)vgct_bf16_of_word(h, 0); }
 
 VGCT_HD double vgct_e4m3fn_to_f64(uint8_t x) {
   uint32_t mag = x & 0x7fu;
@@ -268,18 +278,6 @@ VGCT_HD uint64_t vgct_load_int(const void *p, int dt) {
   }
 }
 
-/* The bfloat16 element of a 32-bit word holding two (little-endian: element
- * 0 in the low half), as float32: its bits are the float32's upper half --
- * the same definition as vgct_load_f32's VGCT_BFLOAT16 case, with the half
- * taken by a shift (low) or a mask (high) instead of a 16-bit extraction and
- * a shift (the CUDA reduce's vector path, cuda/reduce.cu vg_fold_vec: ptxas
- * sm_90 makes the bfloat16 kernels' chunk folds shorter with it).  Checked
- * against vgct_load_f32 on every bfloat16 pattern in both halves
- * (tests/.../cuda_host_check.cu). */
-VGCT_HD float vgct_bf16_of_word(uint32_t w, int high) {
-  return vgct_f32_from_bits(high ? (w & 0xffff0000u) : (w << 16));
-}
-
 /* The float32 value of a float16, bfloat16 or float32 element at p (binary32
  * holds every value of the three exactly, so this equals (float)vgct_load(p,
  * dt)).  Used by the CUDA reduce's narrow-dtype fast path, which makes its
@@ -287,7 +285,7 @@ VGCT_HD float vgct_bf16_of_word(uint32_t w, int high) {
  * other dtype is a caller error (read as float32). */
 VGCT_HD float vgct_load_f32(const void *p, int dt) {
   switch (dt) {
-    case VGCT_BFLOAT16: return vgct_f32_from_bits((uint32_t)VGCT_RD(uint16_t, p) << 16);
+    case VGCT_BFLOAT16: return vgct_bf16_of_word(VGCT_RD(uint16_t, p), 0);
 #ifdef __CUDA_ARCH__
     case VGCT_FLOAT16: {
       float f;

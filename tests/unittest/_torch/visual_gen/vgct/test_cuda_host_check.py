@@ -11,8 +11,8 @@ per-pair classification, and its sparse way (every pair whose key is at or above
 end is a candidate, and the candidates' keys give the whole chunk's counts), and the lean kernel's
 typed loop (finiteness tested in float32, the last flush a store into a record nothing was folded
 into: the same record as vg_pair and vg_hot_flush, bit for bit; a planted fault must differ),
-and the vector path's bfloat16 unpacking (vgct_bf16_of_word) against the scalar loader on every
-bfloat16 pattern in both halves of a word.
+and the bfloat16 conversion of the loaders and of the vector path (vgct_bf16_of_word) against the
+format's fields on every bfloat16 pattern, in both halves of a word.
 Skips when nvcc is not found.
 """
 
