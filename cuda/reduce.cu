@@ -12,7 +12,9 @@
  * the warp or -- thresholds shared by the grid, vg_gate_exchange -- anywhere;
  * else the maxima part of the definition, vgct_acc_maxima, pair by pair);
  * every VG_FLUSH pairs the registers are merged into that vgct_acc with
- * vgct_acc_merge (two-level sums).  The block folds its threads' vgct_acc
+ * vgct_acc_merge -- in the fast path, whose registers hold no maximum, their
+ * sums and counters added (vg_hot_flush_sums: the same record) -- two-level
+ * sums.  The block folds its threads' vgct_acc
  * with a fixed binary tree in shared memory, each block writes one partial,
  * and the last block to finish (integer counter, vg_last_block) folds the
  * partials in block order and writes the result record (a whole-tensor
@@ -473,7 +475,8 @@ __device__ __forceinline__ bool vg_fold_scalar(HotAcc &h, const FastGate &g, vgc
  *                    (warp_held: the warp's GateHeld; glob: the shared
  *                    thresholds or NULL), the scaled path's local vgct_acc;
  *   vg_thread_flush  the register (unscaled) or local (scaled) accumulator
- *                    merged into the thread's vgct_acc;
+ *                    merged into the thread's vgct_acc (the fast path's
+ *                    kernels: its sums and counters added, vg_sums_only);
  *   vg_thread_step   the end of a warp-uniform step of `pairs` pairs a
  *                    thread: the gate refresh, and every VG_FLUSH pairs a
  *                    flush (two-level sums). */
@@ -489,18 +492,30 @@ __device__ __forceinline__ vgct_acc *vg_thread_start(VAcc *vsm, HotAcc &h, FastG
   return acc;
 }
 
-template <int SC>
+/* SO ("sums only"): the kernel's register accumulator never holds a maximum,
+ * so its flushes add sums and counters alone (vg_hot_flush_sums: the same
+ * record).  True for the fast path's pairs (SC VG_MODE_FAST, vg_fast::ok) in
+ * k_reduce_flat, k_reduce_bulk and k_reduce_gen, which fold them by
+ * vg_fast_chunk and its fallbacks only; k_reduce_col folds every pair by
+ * vg_pair (h's maxima), and passes false. */
+template <int DA, int DE, int SC> struct vg_sums_only {
+  static constexpr bool v = SC == VG_MODE_FAST && vg_fast<DA, DE>::ok;
+};
+
+template <int SC, bool SO>
 __device__ __forceinline__ void vg_thread_flush(HotAcc &h, vgct_acc &part, vgct_acc *acc) {
-  if (VG_SCALED(SC)) vg_part_flush(&part, acc); else vg_hot_flush(h, acc);
+  if (VG_SCALED(SC)) vg_part_flush(&part, acc);
+  else if (SO) vg_hot_flush_sums(h, acc);
+  else vg_hot_flush(h, acc);
 }
 
-template <int DA, int DE, int SC>
+template <int DA, int DE, int SC, bool SO>
 __device__ __forceinline__ void vg_thread_step(FastGate &gate, HotAcc &h, vgct_acc &part,
                                                vgct_acc *acc, bool slow, int &since, int pairs) {
   vg_gate_refresh<DA, DE, SC>(gate, acc, slow);
   if ((since += pairs) >= VG_FLUSH) {
     since = 0;
-    vg_thread_flush<SC>(h, part, acc);
+    vg_thread_flush<SC, SO>(h, part, acc);
   }
 }
 
@@ -517,6 +532,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
       vg_thread_start<DA, DE, SC>(vsm, h, gate, &held[threadIdx.x >> 5], A.gate, A.rtol, part);
   vgct_acc *cold = VG_SCALED(SC) ? &part : acc; /* where vg_pair sends the definition path */
   int since = 0;                     /* pairs since the last flush */
+  constexpr bool SO = vg_sums_only<DA, DE, SC>::v; /* (vg_thread_flush) */
   const int64_t c0 = (int64_t)blockIdx.x * A.cpb;
   const int64_t c1 = min(c0 + A.cpb, A.nchunk);
   const int64_t m = it.m, sf = it.sf[0];
@@ -554,9 +570,9 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
         }
       }
     }
-    vg_thread_step<DA, DE, SC>(gate, h, part, acc, slow, since, RU * G::CH);
+    vg_thread_step<DA, DE, SC, SO>(gate, h, part, acc, slow, since, RU * G::CH);
   }
-  vg_thread_flush<SC>(h, part, acc);
+  vg_thread_flush<SC, SO>(h, part, acc);
   vg_reduce_finish<SC>(A, vsm);
 }
 
@@ -849,6 +865,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
   vgct_acc *acc = vg_thread_start<DA, DE, SC>(vsm, h, gate, &held[w], glob, A.rtol, part);
   vgct_acc *cold = VG_SCALED(SC) ? &part : acc; /* where vg_pair sends the definition path */
   int since = 0;                     /* pairs since the last flush */
+  constexpr bool SO = vg_sums_only<DA, DE, SC>::v; /* (vg_thread_flush) */
   const int64_t c0 = g * A.cpb;
   const int64_t c1 = min(c0 + A.cpb, A.nchunk);
   /* the slice's first elements and flat index; sf: the flat index's stride
@@ -950,10 +967,10 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
                                                                        lane is done with stage pc */
     if constexpr (WIN == 1)
       if (lane == 0 && k + VG_BP < nstep) issue(cb + VG_BP * CSTEP, rem - VG_BP * CSTEP, pc);
-    vg_thread_step<DA, DE, SC>(gate, h, part, acc, slow, since, B::RB * G::CH);
+    vg_thread_step<DA, DE, SC, SO>(gate, h, part, acc, slow, since, B::RB * G::CH);
   }
   if constexpr (WIN) vg_win_end(A.wf, wsh, wc, w, lane);
-  vg_thread_flush<SC>(h, part, acc);
+  vg_thread_flush<SC, SO>(h, part, acc);
   vg_reduce_finish<SC>(A, vsm);
 }
 
@@ -983,6 +1000,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RA
       A.slice_mode == 1 ? (A.sgate ? A.sgate + 3 * j : NULL) : A.gate, A.rtol, part);
   vgct_acc *cold = VG_SCALED(SC) ? &part : acc; /* where vg_pair sends the definition path */
   int since = 0;                     /* pairs since the last flush */
+  constexpr bool SO = vg_sums_only<DA, DE, SC>::v; /* (vg_thread_flush) */
   const int64_t c0 = g * A.cpb;
   const int64_t c1 = min(c0 + A.cpb, A.nchunk);
   const int K = it.k;
@@ -1033,9 +1051,9 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RA
         slow |= vg_fold_scalar<DA, DE, SC>(h, gate, cold, it, qa[u], qe[u], sai, sei, cnt[u], fq[u],
                                            sfi, A.rtol, A.atol);
     }
-    vg_thread_step<DA, DE, SC>(gate, h, part, acc, slow, since, RG * G::CH);
+    vg_thread_step<DA, DE, SC, SO>(gate, h, part, acc, slow, since, RG * G::CH);
   }
-  vg_thread_flush<SC>(h, part, acc);
+  vg_thread_flush<SC, SO>(h, part, acc);
   vg_reduce_finish<SC>(A, vsm);
 }
 
@@ -1068,11 +1086,11 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_col(const __grid_constant__ RA
         else
           vg_pair<SC>(h, cold, vg_ld<DA>(qa + q * sai * isa, it.da),
                       vg_ld<DE>(qe + q * sei * ise, it.de), f + q * sfi, A.rtol, A.atol);
-        vg_thread_step<DA, DE, SC>(gate, h, part, acc, false, since, 1);
+        vg_thread_step<DA, DE, SC, false>(gate, h, part, acc, false, since, 1);
       }
     }
   }
-  vg_thread_flush<SC>(h, part, acc);
+  vg_thread_flush<SC, false>(h, part, acc);
   if (j < it.S) vgct_slice_from_acc(acc, &A.sres[j]);
   vg_reduce_finish<SC>(A, vsm);
 }

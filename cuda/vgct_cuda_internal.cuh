@@ -180,7 +180,8 @@ int vg_reduce_can_fuse(const DevWS *ws, const vgct_view *a, const vgct_view *e,
  * calls), for the unscaled update.  A non-finite pair touches only counters
  * and the class fields, never a HotAcc field, so the kernels fold it with
  * vgct_acc_update into the thread's vgct_acc (shared memory) and add the
- * HotAcc in at the end with vgct_acc_merge (vg_hot_flush): integer counters
+ * HotAcc in at the end with vgct_acc_merge (vg_hot_flush; the fast path's
+ * kernels, whose HotAcc holds no maximum: vg_hot_flush_sums): integer counters
  * commute, and merging into an accumulator whose sums and maxima are still
  * at their initial values is exact.  The result is bit for bit that of
  * vgct_acc_update on every pair in order (host test: the same functions
@@ -253,8 +254,9 @@ __host__ __device__ __forceinline__ void vg_hot_update(HotAcc &h, double a, doub
 /* vgct_acc_merge out of line, for the block trees and the last block's fold:
  * one copy of its ~200 instructions instead of one per call site keeps each
  * kernel's code small (short launches fetch every instruction cold).  The
- * flushes of the hot loops keep it inline: a call there makes the caller
- * save its live registers to the stack (measured: 14% slower, 2026-11-29). */
+ * flushes of the hot loops keep it inline (vg_hot_flush; the fast path's,
+ * vg_hot_flush_sums, has no merge): a call there makes the caller save its
+ * live registers to the stack (measured: 14% slower, 2026-11-29). */
 __host__ __device__ __noinline__ static void vg_merge(vgct_acc *VGCT_RESTRICT s,
                                                      const vgct_acc *VGCT_RESTRICT o) {
   vgct_acc_merge(s, o);
@@ -281,6 +283,35 @@ __host__ __device__ __forceinline__ void vg_hot_flush(HotAcc &h, vgct_acc *s) {
   vgct_acc t;
   vg_hot_record(h, &t);
   vgct_acc_merge(s, &t);
+  vg_hot_clear(h);
+}
+
+/* vg_hot_flush for the fast path's kernels, where h never holds a maximum
+ * (the narrow pairs go through vg_fast_chunk, which sets only h's sums,
+ * counters and max |e|; every maximum goes to the thread's vgct_acc, by the
+ * fallbacks) and *s is unscaled (every scale 1: vgct_acc_init(s, 0), and
+ * only vgct_acc_update(.., 0), vgct_acc_maxima and these flushes write it).
+ * Then vgct_acc_merge of h's record is, field for field and bit for bit,
+ * this: its ratios are all 1 (vgct_merge_ratio of equal scales), so each sum
+ * is s + h (x * 1 is x exactly, -0 and NaN included); h's maxima are the
+ * initial -1 at index -1, which never win vgct_better; h's max |e| is a
+ * plain maximum; its class counters are 0.  Why: ~25 SASS instructions
+ * instead of the merge's ~160, once every VG_FLUSH pairs a thread: ~0.7%
+ * fewer instructions executed and ~1% less device time on bfloat16 and
+ * float32 pairs (ncu, docs/performance.md, 2026-12-03 14:50 UTC).  Host
+ * check 14: the same record as vg_hot_flush, bit for bit, on the states the
+ * fast kernels reach. */
+__host__ __device__ __forceinline__ void vg_hot_flush_sums(HotAcc &h, vgct_acc *s) {
+  s->s_aa = s->s_aa + h.s_aa;
+  s->s_ee = s->s_ee + h.s_ee;
+  s->s_ae = s->s_ae + h.s_ae;
+  s->s_dd = s->s_dd + h.s_dd;
+  s->s_d = s->s_d + h.s_d;
+  if (h.ref > s->max_abs_ref) s->max_abs_ref = h.ref;
+  s->n += h.n;
+  s->n_finite += h.n;
+  s->n_unequal += h.neq;
+  s->n_mismatch += h.nmm;
   vg_hot_clear(h);
 }
 

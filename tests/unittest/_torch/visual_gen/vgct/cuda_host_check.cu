@@ -46,6 +46,12 @@
  *     vg_finite on every float16 and bfloat16 pattern, every float32 one of
  *     the exponent's two ends (zeros, subnormals, FLT_MAX's binade, inf,
  *     NaN; both signs) and 2M at random.
+ * 14. the fast kernels' flush (vg_hot_flush_sums: sums, counters and max |e|
+ *     added, no merge) against vg_hot_flush, bit for bit, on the states the
+ *     kernels reach: a HotAcc folded by vg_fast_chunk only, a thread record
+ *     written only by the fallbacks (vgct_acc_maxima, vgct_acc_update) and
+ *     earlier flushes; two planted faults (max |e| or n_finite not merged)
+ *     must change the record (teeth).
  * Prints "N passed, M failed" last; exit status 1 on any failure.
  */
 #include <math.h>
@@ -899,22 +905,87 @@ static int check_bf16_word(void) {
   return bad;
 }
 
+/* Check 14: vg_hot_flush_sums == vg_hot_flush where the fast kernels call it. */
+static int check_flush_sums(long *n_flush, long *n_teeth) {
+  int bad = 0;
+  for (int t = 0; t < 20000; ++t) {
+    const double rtol = (t % 5) ? 1e-3 : 0.0, atol = (t % 4) ? 1e-3 : 0.0;
+    const int nonfinite = t % 3 == 0;
+    vgct_acc s;
+    vgct_acc_init(&s, 0);
+    HotAcc h;
+    vg_hot_init(h);
+    HotGate g;
+    GateHeld held;
+    vg_gate_init(g, held, rtol);
+    const int nch = 1 + (int)(R() % 40);
+    int64_t f = 1000;
+    for (int c = 0; c < nch; ++c, f += 8) {
+      float a[8], e[8];
+      for (int q = 0; q < 8; ++q) {
+        e[q] = lean_val((int)(R() % 8));
+        switch (R() % 4) {
+          case 0: a[q] = e[q]; break;
+          case 1: a[q] = lean_val((int)(R() % 8)); break;
+          default: a[q] = (float)((double)e[q] * (1 + 1e-3 * (U() - 0.5)) + 1e-3 * (U() - 0.5));
+        }
+        if (nonfinite && R() % 17 == 0) (R() % 2 ? a[q] : e[q]) = R() % 2 ? NAN : -INFINITY;
+      }
+      const int r = vg_fast_chunk<8>(h, g, held, a, e, f, 1, rtol, atol);
+      if (r != VG_CHUNK_DONE) { /* the kernels' fallbacks, then their gate refresh */
+        for (int q = 0; q < 8; ++q) {
+          if (r == VG_CHUNK_MAXIMA) vgct_acc_maxima(&s, a[q], e[q], f + q, rtol, atol);
+          else vgct_acc_update(&s, a[q], e[q], f + q, rtol, atol, 0);
+        }
+        vg_held_from_acc(held, &s);
+        vg_gate_derive(g, held);
+      }
+      if (R() % 4 != 0 && c != nch - 1) continue;
+      vgct_acc want = s, got = s, wrong1 = s, wrong2 = s;
+      HotAcc hw = h, hg = h, h1 = h, h2 = h;
+      vg_hot_flush(hw, &want);
+      vg_hot_flush_sums(hg, &got);
+      vg_hot_flush_sums(h1, &wrong1);
+      wrong1.max_abs_ref = s.max_abs_ref; /* planted: max |e| not merged */
+      vg_hot_flush_sums(h2, &wrong2);
+      wrong2.n_finite = s.n_finite; /* planted: n_finite not added */
+      const bool hsame = hw.s_aa == hg.s_aa && hw.s_ee == hg.s_ee && hw.s_ae == hg.s_ae &&
+                         hw.s_dd == hg.s_dd && hw.s_d == hg.s_d && hw.n == hg.n &&
+                         hw.neq == hg.neq && hw.nmm == hg.nmm && hw.ref == hg.ref &&
+                         hw.mxi == hg.mxi && hw.mri == hg.mri && hw.wxi == hg.wxi;
+      if (memcmp(&want, &got, sizeof want) != 0 || !hsame) {
+        if (bad < 5) printf("flush sums: record differs in trial %d, chunk %d\n", t, c);
+        ++bad;
+      }
+      *n_teeth += memcmp(&want, &wrong1, sizeof want) != 0;
+      *n_teeth += memcmp(&want, &wrong2, sizeof want) != 0;
+      ++*n_flush;
+      s = want;
+      h = hw;
+    }
+  }
+  return bad;
+}
+
 int main() {
   int passed = 0, failed = 0;
   long nc = 0;
   const int fc = check_fast_counts<8>(&nc) + check_fast_counts<4>(&nc);
   printf("fast path counters at the tolerance boundary: %ld chunks folded\n", nc);
   long nw = 0, nk = 0, nl = 0;
-  int r[13] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
+  int r[14] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
                fc + (nc < 100000), check_key_narrow(), check_int_pairs(),
                check_win_t32(&nw) + (nw < 1000000), check_distinct(),
                check_win_classify(&nk), check_win_cand(&nl) + (nl < 700000),
-               0 /* check_lean_loop, below */, check_bf16_word()};
+               0 /* check_lean_loop, below */, check_bf16_word(), 0 /* below */};
   long ns = 0, nt = 0, nlc = 0; /* last: the checks above draw the same numbers as before it */
   r[11] = check_lean_loop(&ns, &nt, &nlc) + (ns < 1000) + (nt < 1000) + (nlc < 100000);
   printf("lean loop: %ld chunks, %ld records stored fresh, %ld trials the planted fault changes\n",
          nlc, ns, nt);
-  const char *names[13] = {"register accumulator == vgct_acc_update (bitwise)",
+  long nfl = 0, nft = 0;
+  r[13] = check_flush_sums(&nfl, &nft) + (nfl < 100000) + (nft < 100000);
+  printf("flush sums: %ld flushes, %ld planted faults caught\n", nfl, nft);
+  const char *names[14] = {"register accumulator == vgct_acc_update (bitwise)",
                           "periodic flushes: maxima/counters exact, sums 1e-13",
                           "FastDiv == '/'",
                           "narrow-dtype chunk fast path: maxima/counters exact, sums 1e-13",
@@ -926,8 +997,9 @@ int main() {
                           "fused window: the fold's classification == the keys' comparisons",
                           "fused window, sparse way: candidates and their keys == the keys' comparisons",
                           "lean loop: float32 finiteness and the fresh last flush == vg_pair + vg_hot_flush (bitwise)",
-                          "vgct_bf16_of_word == bfloat16's decoded fields (every pattern, both halves)"};
-  for (int i = 0; i < 13; ++i) {
+                          "vgct_bf16_of_word == bfloat16's decoded fields (every pattern, both halves)",
+                          "the fast kernels' flush (vg_hot_flush_sums) == vg_hot_flush (bitwise)"};
+  for (int i = 0; i < 14; ++i) {
     printf("%s: %s\n", names[i], r[i] ? "FAIL" : "ok");
     r[i] ? ++failed : ++passed;
   }

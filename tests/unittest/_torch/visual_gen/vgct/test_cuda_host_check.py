@@ -12,7 +12,8 @@ end is a candidate, and the candidates' keys give the whole chunk's counts), and
 typed loop (finiteness tested in float32, the last flush a store into a record nothing was folded
 into: the same record as vg_pair and vg_hot_flush, bit for bit; a planted fault must differ),
 and the bfloat16 conversion of the loaders and of the vector path (vgct_bf16_of_word) against the
-format's fields on every bfloat16 pattern, in both halves of a word.
+format's fields on every bfloat16 pattern, in both halves of a word, and the fast kernels' flush
+(vg_hot_flush_sums: sums and counters added) against vg_hot_flush, bit for bit.
 Skips when nvcc is not found.
 """
 
@@ -45,4 +46,4 @@ def test_cuda_helpers_on_the_host(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"nvcc failed:\n{r.stdout}\n{r.stderr}"
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and r.stdout.rstrip().endswith("13 passed, 0 failed"), r.stdout + r.stderr
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("14 passed, 0 failed"), r.stdout + r.stderr
