@@ -1,0 +1,89 @@
+"""scripts/gpu_stress.sh: one pytest selection rerun by several processes at once for a time (the
+ring's intermittent wrong result, docs/performance.md 2026-12-03 15:50 UTC). Checked on a scratch
+test directory: every process reruns the whole selection, a run that fails is counted and its log
+kept (the assertion's message in it), a run cut by the time limit is not counted, and bad
+arguments are refused."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[5] / "scripts" / "gpu_stress.sh"
+
+TESTS = textwrap.dedent("""
+    import os
+    import time
+
+    def test_counted():
+        # one line per run of this test, any process (O_APPEND: whole lines)
+        fd = os.open(os.environ["STRESS_RAN"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.write(fd, f"{os.getpid()}\\n".encode())
+        os.close(fd)
+        n = sum(1 for _ in open(os.environ["STRESS_RAN"]))
+        every = int(os.environ.get("STRESS_FAIL_EVERY", "0"))
+        assert not (every and n % every == 0), f"planted failure on run {n}"
+
+    def test_slow():
+        time.sleep(float(os.environ.get("STRESS_SLEEP", "0")))
+""")
+
+
+def _run(tmp_path, *args, fail_every=0, sleep=0.0):
+    (tmp_path / "t").mkdir(exist_ok=True)
+    (tmp_path / "t" / "test_scratch.py").write_text(TESTS)
+    ran = tmp_path / "ran.txt"
+    ran.write_text("")
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "STRESS_RAN": str(ran),
+           "STRESS_FAIL_EVERY": str(fail_every), "STRESS_SLEEP": str(sleep),
+           "STRESS_DIR": str(tmp_path / "logs"), "TMPDIR": str(tmp_path)}
+    p = subprocess.run(["bash", str(SCRIPT), *args], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=120)
+    return p, ran.read_text().splitlines()
+
+
+def _summary(out):
+    m = re.search(r"gpu_stress: (\d+) runs completed, (\d+) failed", out)
+    assert m, out
+    return int(m.group(1)), int(m.group(2))
+
+
+def test_every_process_reruns_the_selection(tmp_path):
+    p, ran = _run(tmp_path, "3", "4", "t")
+    assert p.returncode == 0, p.stdout + p.stderr
+    runs, failed = _summary(p.stdout)
+    assert failed == 0 and runs >= 3
+    # test_counted ran once in each completed run, and perhaps in the one run a process had
+    # going when the time was up (cut, not counted); each run is its own pytest process
+    assert runs <= len(ran) <= runs + 3
+    assert len(set(ran)) == len(ran)
+    for k in (1, 2, 3):  # every process completed at least one run
+        assert re.search(rf"^p{k} run 1 rc 0: ", p.stdout, re.M), p.stdout
+
+
+def test_a_failing_run_is_counted_and_its_log_kept(tmp_path):
+    p, ran = _run(tmp_path, "2", "4", "t", fail_every=2)
+    assert p.returncode == 1, p.stdout
+    runs, failed = _summary(p.stdout)
+    logs = sorted((tmp_path / "logs").glob("fail_p*_*.log"))
+    assert failed >= 1 and len(logs) == failed
+    assert all("planted failure on run" in f.read_text() for f in logs)
+    assert sum(1 for line in p.stdout.splitlines() if re.match(r"p\d run \d+ rc 1: ", line)) == failed
+
+
+def test_a_run_cut_by_the_time_limit_is_not_counted(tmp_path):
+    p, _ = _run(tmp_path, "1", "2", "t", sleep=30)
+    assert p.returncode == 5, p.stdout
+    assert _summary(p.stdout) == (0, 0)
+    assert "stopped at the time limit (not counted)" in p.stdout
+
+
+@pytest.mark.parametrize("args", [("0", "5", "t"), ("2", "x", "t"), ("2", "5")])
+def test_bad_arguments_are_refused(tmp_path, args):
+    p, _ = _run(tmp_path, *args)
+    assert p.returncode == 2 and "usage:" in p.stderr, p.stdout + p.stderr
