@@ -1,11 +1,16 @@
-"""scripts/gpu_stress.sh: one pytest selection rerun by several processes at once for a time (the
-ring's intermittent wrong result, docs/performance.md 2026-12-03 15:50 UTC). Checked on a scratch
-test directory: every process reruns the whole selection, a run that fails is counted and its log
-kept (the assertion's message in it), a run cut by the time limit is not counted, and bad
-arguments are refused."""
+"""The two detectors of an intermittent wrong result (the ring's misread, docs/performance.md
+2026-12-03 15:40 UTC), checked on the CPU.
+
+scripts/gpu_stress.sh (one pytest selection rerun by several processes at once for a time), on a
+scratch test directory: every process reruns the whole selection, a run that fails is counted and
+its log kept (the assertion's message in it), a run cut by the time limit is not counted, and bad
+arguments are refused.  scripts/gpu_repeat_check.py (repeated compare calls on one pair, in
+several processes, each result against the process's first, bit for bit), with --device cpu:
+agreeing calls pass, its planted fault fails the run and is named, bad arguments are refused."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -87,3 +92,41 @@ def test_a_run_cut_by_the_time_limit_is_not_counted(tmp_path):
 def test_bad_arguments_are_refused(tmp_path, args):
     p, _ = _run(tmp_path, *args)
     assert p.returncode == 2 and "usage:" in p.stderr, p.stdout + p.stderr
+
+
+# ---- scripts/gpu_repeat_check.py: repeated calls on one pair must agree bit for bit ----------
+
+REPEAT = Path(__file__).resolve().parents[5] / "scripts" / "gpu_repeat_check.py"
+
+
+def _repeat(*args, plant=None):
+    pytest.importorskip("torch")
+    env = dict(os.environ)
+    env.pop("VGCT_REPEAT_PLANT", None)
+    if plant is not None:
+        env["VGCT_REPEAT_PLANT"] = str(plant)
+    return subprocess.run([sys.executable, str(REPEAT), "--device", "cpu", *args], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("p99", [False, True])
+def test_repeated_calls_agree(p99):
+    p = _repeat("--procs", "2", "--calls", "3", "--log2n", "12", *(["--p99"] if p99 else []))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "p0: 3 calls, 0 differ from the first" in p.stdout
+    assert "p1: 3 calls, 0 differ from the first" in p.stdout
+
+
+def test_a_result_that_differs_is_reported():
+    """The checker's planted fault (VGCT_REPEAT_PLANT=2: process 0's third call's n_unequal
+    changed) must fail the run and name the field."""
+    p = _repeat("--procs", "2", "--calls", "4", "--log2n", "12", plant=2)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert re.search(r"^p0 call 2: differs from call 0 in 1 fields: n_unequal", p.stdout, re.M)
+    assert "p1: 4 calls, 0 differ from the first" in p.stdout
+
+
+@pytest.mark.parametrize("args", [("--calls", "1"), ("--procs", "0"), ("--log2n", "40")])
+def test_repeat_bad_arguments_are_refused(args):
+    p = _repeat(*args)
+    assert p.returncode == 2 and "error" in p.stderr, p.stdout + p.stderr
