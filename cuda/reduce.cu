@@ -14,10 +14,10 @@
  * every VG_FLUSH pairs the registers are merged into that vgct_acc with
  * vgct_acc_merge -- in the fast path, whose registers hold no maximum, their
  * sums and counters added (vg_hot_flush_sums: the same record) -- two-level
- * sums.  The block folds its threads' vgct_acc
- * with a fixed binary tree in shared memory, each block writes one partial,
- * and the last block to finish (integer counter, vg_last_block) folds the
- * partials in block order and writes the result record (a whole-tensor
+ * sums.  The block folds its threads' vgct_acc with a fixed binary tree in
+ * shared memory, each block writes one partial, and the last block to finish
+ * (integer counter, vg_last_block) folds the partials in block order and
+ * writes the result record (a whole-tensor
  * launch: straight into the mapped pinned host buffer, so the host reads it
  * after the stream's synchronisation with no copy launched; with slices: the
  * workspace, copied back).  No floating-point

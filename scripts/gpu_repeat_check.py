@@ -103,7 +103,7 @@ def main(argv=None):
         ap.error("need --procs >= 1, --calls >= 2, 1 <= --log2n <= 31")
     if args.worker >= 0:
         return worker(args, args.worker)
-    base = [a for a in (argv if argv is not None else sys.argv[1:])]
+    base = list(argv if argv is not None else sys.argv[1:])
     procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *base, "--worker", str(k)])
              for k in range(args.procs)]
     rcs = [p.wait() for p in procs]
