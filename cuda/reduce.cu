@@ -40,7 +40,9 @@
  *                  Each warp streams its own runs of chunks through a ring of VG_BP
  *                  shared-memory stages filled by the copy engine
  *                  (cp.async.bulk + mbarrier; while a warp folds one stage,
- *                  the copies of the next two are in flight).  Trade-off:
+ *                  the copies of the next two are in flight; before lane 0
+ *                  refills a stage every lane fences its reads of it against
+ *                  the copy's async-proxy writes, vg_stage_release).  Trade-off:
  *                  fastest (no registers for the bytes in flight), only for
  *                  those layouts; 36-48 KiB of ring on top of the 58 KiB of
  *                  per-thread records (vg_bulk::SMEM, ~94-106 KiB a block).
@@ -923,7 +925,8 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
     }
     const int pc = p; /* this step's stage */
     if constexpr (WIN != 1) { /* (the sparse way reads the stage again after the fold) */
-      __syncwarp(); /* every lane has read stage p: lane 0 may refill it */
+      vg_stage_release(); /* the reads before the refill's async writes (write after read) */
+      __syncwarp();       /* every lane has read stage p: lane 0 may refill it */
       if (lane == 0 && k + VG_BP < nstep) issue(cb + VG_BP * CSTEP, rem - VG_BP * CSTEP, pc);
     }
     if (++p == VG_BP) { p = 0; phase ^= 1u; }
@@ -962,6 +965,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
         }
       }
     }
+    if constexpr (WIN == 1) vg_stage_release(); /* (before vg_win_flush's __syncwarp) */
     if constexpr (WIN) vg_win_flush(A.wf, wsh, w, lane, VG_WFLUSH); /* warp-uniform; its
                                                                        first __syncwarp: every
                                                                        lane is done with stage pc */

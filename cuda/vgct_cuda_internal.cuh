@@ -1377,6 +1377,26 @@ __device__ __forceinline__ void vg_bulk_load(void *dst, const void *src, unsigne
 #endif
 }
 
+/* A reader's release of a stage before the copy engine refills it: every
+ * lane that read the stage (generic proxy) runs this after its last read and
+ * before the __syncwarp after which lane 0 starts the refill's cp.async.bulk
+ * (async proxy).  PTX ISA, "Memory Consistency Model", proxies: accesses to
+ * the same memory through different proxies are ordered only by a proxy
+ * fence (fence.proxy.async), in either direction -- here a read before an
+ * async write (write after read); a __syncwarp orders the generic proxy only,
+ * and a lane's shared loads may still be outstanding when lane 0 issues the
+ * copy.  Without it the ring kernel misread pairs, now and then, with
+ * several processes sharing the GPU: the value read at flat index i was the
+ * one at i + 6144, three steps on -- the stage's refill had landed before
+ * the read (11 of 321 processes of scripts/gpu_repeat_check.py under load
+ * gave a wrong result without the fence, 0 of 316 with it; its cost was
+ * within the A/B's noise: docs/performance.md, 2026-12-03 16:37 UTC). */
+__device__ __forceinline__ void vg_stage_release(void) {
+#if VG_HAS_BULK
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
 /* Wait until the phase of parity `parity` of *bar has completed. */
 __device__ __forceinline__ void vg_mbar_wait(uint64_t *bar, unsigned parity) {
 #if VG_HAS_BULK

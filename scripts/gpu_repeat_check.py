@@ -1,31 +1,41 @@
 """Repeated calls of ``vgct_ext.compare`` on one pair must give the same result, bit for bit.
 
 Results are deterministic by design (docs/metrics.md: each engine folds and merges in a fixed
-order), so any call that differs from the first of its process read its input wrongly or raced:
-the detector for the ring kernel's intermittent misread (docs/performance.md, 2026-12-03 15:40
-UTC), faster than rerunning the test suite.  PROCS processes (one CUDA context each: time-sliced
-on one GPU, the load under which the misread showed) each build the same pair, call
-``compare`` CALLS times, and compare every result with their first, field by field (floats by
-their bits, arrays by their bytes).
+order), so any call that differs from the first of its process -- or a process whose first
+result differs from the other processes' -- read its input wrongly or raced: the detector of the
+ring kernel's intermittent misread (docs/performance.md, 2026-12-03 15:40 UTC and 16:40 UTC),
+faster than rerunning the test suite.  PROCS processes (one CUDA context each: time-sliced on one
+GPU, the load under which the misread showed) each build the same pair, call ``compare`` CALLS
+times, and compare every result with their first, field by field (floats by their bits, arrays
+by their bytes).  With ``--fresh R`` each of the PROCS slots starts R such processes one after
+another, and every process's first result is also compared with the one most processes gave:
+each misread seen was a process's first call, made while other processes were starting (the
+load that caught it: eight fresh processes at a time, four calls each, with the p99 --
+``--procs 8 --calls 4 --fresh 20 --p99``).
 
-    python scripts/gpu_repeat_check.py [--procs 4] [--calls 200] [--log2n 25] [--dtype bf16]
-                                       [--shape ties|noise] [--p99] [--device cuda]
+    python scripts/gpu_repeat_check.py [--procs 4] [--calls 200] [--fresh 1] [--log2n 25]
+                                       [--dtype bf16] [--shape ties|noise] [--p99] [--device cuda]
 
 The pair (seeded, the same in every process): ``e32 ~ N(0, 1)``; ties: ``a = dtype(e32 + 1e-3
 N(0, 1))``, ``e = dtype(e32)`` (the failing test's data); noise: ``a = dtype(e32 + 1e-2 N(0,
 1))``.  Without --p99 the call takes no quantiles (the ring without a window); with it the
-default p99 (from 2^25 pairs: the fused window).  Prints a line per process and a summary; exit
-status 0 when every call matched, 1 when one did not, 2 on a usage error.  Test hook (not an
-API): VGCT_REPEAT_PLANT=K changes the K-th call's fingerprint in process 0 (the checker's own
-planted fault: tests/.../test_gpu_stress.py).
+default p99 (from 2^25 pairs: the fused window).  Prints a line per process that saw a
+difference and a summary; exit status 0 when every call matched, 1 when one did not, 2 on a
+usage error.  Test hook (not an API): VGCT_REPEAT_PLANT=K changes the K-th call's fingerprint
+(K = 0: the first), =every every call's alike, in the first process only (the checker's own
+planted faults: tests/.../test_gpu_stress.py).
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
+import re
 import subprocess
 import sys
+import threading
+from collections import Counter
 
 
 def fingerprint(result):
@@ -71,27 +81,46 @@ def worker(args, k):
     e = e32.to(dt)
     del e32, noise
     q = (0.99,) if args.p99 else None
-    plant = int(os.environ.get("VGCT_REPEAT_PLANT", "-1")) if k == 0 else -1
-    first = fingerprint(vgct_ext.compare(a, e, quantiles=q))
+    hook = os.environ.get("VGCT_REPEAT_PLANT", "-1") if k == 0 else "-1"
+    every = hook == "every"  # every call's fingerprint changed alike: unlike the other processes
+    plant = -1 if every else int(hook)
+
+    def call(i):
+        fp = fingerprint(vgct_ext.compare(a, e, quantiles=q))
+        if i == plant or every:
+            fp["n_unequal"] = fp["n_unequal"] + " (planted)"
+        return fp
+
+    first = call(0)
+    digest = hashlib.sha256(json.dumps(first, sort_keys=True).encode()).hexdigest()
     bad = 0
     for i in range(1, args.calls):
-        fp = fingerprint(vgct_ext.compare(a, e, quantiles=q))
-        if i == plant:
-            fp["n_unequal"] = fp["n_unequal"] + " (planted)"
-        d = diff(first, fp)
+        d = diff(first, call(i))
         if d:
             bad += 1
             if bad <= 3:
                 print(f"p{k} call {i}: differs from call 0 in {len(d)} fields: " + "; ".join(d[:6]),
                       flush=True)
     print(f"p{k}: {args.calls} calls, {bad} differ from the first", flush=True)
+    print(f"p{k} first result {digest}", flush=True)
     return 1 if bad else 0
+
+
+def run_slot(args, base, slot, out):
+    """Slot `slot`'s --fresh worker processes, one after another; (worker, status, stdout) of
+    each into out."""
+    for r in range(args.fresh):
+        k = slot * args.fresh + r
+        p = subprocess.run([sys.executable, os.path.abspath(__file__), *base, "--worker", str(k)],
+                           capture_output=True, text=True)
+        out.append((k, p.returncode, p.stdout + p.stderr))
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--procs", type=int, default=4)
     ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--fresh", type=int, default=1)
     ap.add_argument("--log2n", type=int, default=25)
     ap.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
     ap.add_argument("--shape", choices=("ties", "noise"), default="ties")
@@ -99,17 +128,35 @@ def main(argv=None):
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--worker", type=int, default=-1, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.procs < 1 or args.calls < 2 or not 1 <= args.log2n <= 31:
-        ap.error("need --procs >= 1, --calls >= 2, 1 <= --log2n <= 31")
+    if args.procs < 1 or args.calls < 2 or args.fresh < 1 or not 1 <= args.log2n <= 31:
+        ap.error("need --procs >= 1, --calls >= 2, --fresh >= 1, 1 <= --log2n <= 31")
     if args.worker >= 0:
         return worker(args, args.worker)
     base = list(argv if argv is not None else sys.argv[1:])
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *base, "--worker", str(k)])
-             for k in range(args.procs)]
-    rcs = [p.wait() for p in procs]
-    failed = sum(1 for r in rcs if r != 0)
-    print(f"gpu_repeat_check: {args.procs} processes x {args.calls} calls, "
-          f"{failed} process(es) saw a result differ or failed")
+    out = []
+    slots = [threading.Thread(target=run_slot, args=(args, base, j, out)) for j in range(args.procs)]
+    for t in slots:
+        t.start()
+    for t in slots:
+        t.join()
+    firsts = {}
+    for k, rc, text in out:
+        m = re.search(r"^p\d+ first result ([0-9a-f]{64})$", text, re.M)
+        firsts[k] = m.group(1) if m else None
+    common = Counter(d for d in firsts.values() if d).most_common(1)
+    common = common[0][0] if common else None
+    failed = 0
+    for k, rc, text in sorted(out):
+        odd = firsts[k] != common
+        if rc != 0 or odd:
+            failed += 1
+            why = f"status {rc}" + ("; its first result unlike most processes'" if odd else "")
+            print(f"--- process p{k} ({why}):")
+            print("\n".join(text.rstrip().splitlines()[-8:]), flush=True)
+        else:
+            print(next((ln for ln in text.splitlines() if ln.startswith(f"p{k}: ")), f"p{k}: ?"))
+    print(f"gpu_repeat_check: {len(out)} processes ({args.procs} at a time) x {args.calls} calls, "
+          f"{failed} saw a result differ (from their first or from most processes') or failed")
     return 1 if failed else 0
 
 

@@ -5,8 +5,10 @@ scripts/gpu_stress.sh (one pytest selection rerun by several processes at once f
 scratch test directory: every process reruns the whole selection, a run that fails is counted and
 its log kept (the assertion's message in it), a run cut by the time limit is not counted, and bad
 arguments are refused.  scripts/gpu_repeat_check.py (repeated compare calls on one pair, in
-several processes, each result against the process's first, bit for bit), with --device cpu:
-agreeing calls pass, its planted fault fails the run and is named, bad arguments are refused."""
+several processes, each result against the process's first and each process's first against
+most processes', bit for bit), with --device cpu: agreeing calls pass, its planted faults (a
+later call, a first call, every call of one process) fail the run and are named, bad arguments
+are refused."""
 
 from __future__ import annotations
 
@@ -126,7 +128,31 @@ def test_a_result_that_differs_is_reported():
     assert "p1: 4 calls, 0 differ from the first" in p.stdout
 
 
-@pytest.mark.parametrize("args", [("--calls", "1"), ("--procs", "0"), ("--log2n", "40")])
+def test_fresh_processes_agree():
+    """--fresh 2: two slots start two processes each, one after another; all four agree."""
+    p = _repeat("--procs", "2", "--calls", "2", "--fresh", "2", "--log2n", "12")
+    assert p.returncode == 0, p.stdout + p.stderr
+    for k in range(4):
+        assert f"p{k}: 2 calls, 0 differ from the first" in p.stdout
+    assert "4 processes (2 at a time) x 2 calls, 0 saw a result differ" in p.stdout
+
+
+@pytest.mark.parametrize("plant, own", [("0", "p0: 3 calls, 2 differ from the first"),
+                                        ("every", "p0: 3 calls, 0 differ from the first")])
+def test_a_first_result_unlike_the_other_processes_is_reported(plant, own):
+    """The misread's pattern: a process's first call wrong (plant 0: it also differs from the
+    process's later calls) or every call of one process wrong alike (plant every: only the
+    comparison with the other processes sees it) -- both must fail the run."""
+    p = _repeat("--procs", "2", "--calls", "3", "--fresh", "2", "--log2n", "12", plant=plant)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "--- process p0 (status " in p.stdout
+    assert "its first result unlike most processes'" in p.stdout
+    assert own in p.stdout
+    assert "4 processes (2 at a time) x 3 calls, 1 saw a result differ" in p.stdout
+
+
+@pytest.mark.parametrize("args", [("--calls", "1"), ("--procs", "0"), ("--log2n", "40"),
+                                  ("--fresh", "0")])
 def test_repeat_bad_arguments_are_refused(args):
     p = _repeat(*args)
     assert p.returncode == 2 and "error" in p.stderr, p.stdout + p.stderr
