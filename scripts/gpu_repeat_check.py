@@ -21,7 +21,7 @@ N(0, 1))``, ``e = dtype(e32)`` (the failing test's data); noise: ``a = dtype(e32
 1))``.  Without --p99 the call takes no quantiles (the ring without a window); with it the
 default p99 (from 2^25 pairs: the fused window).  Prints a line per process that saw a
 difference and a summary; exit status 0 when every call matched, 1 when one did not, 2 on a
-usage error.  Test hook (not an API): VGCT_REPEAT_PLANT=K changes the K-th call's fingerprint
+usage error, 130 on Ctrl-C (no new process started, the running ones killed).  Test hook (not an API): VGCT_REPEAT_PLANT=K changes the K-th call's fingerprint
 (K = 0: the first), =every every call's alike, in the first process only (the checker's own
 planted faults: tests/.../test_gpu_stress.py).
 """
@@ -106,14 +106,18 @@ def worker(args, k):
     return 1 if bad else 0
 
 
-def run_slot(args, base, slot, out):
-    """Slot `slot`'s --fresh worker processes, one after another; (worker, status, stdout) of
-    each into out."""
+def run_slot(args, base, slot, out, live, stop):
+    """Slot `slot`'s --fresh worker processes, one after another, until done or `stop` is set;
+    (worker, status, output) of each into out, the running one in live[slot]."""
     for r in range(args.fresh):
+        if stop.is_set():
+            return
         k = slot * args.fresh + r
-        p = subprocess.run([sys.executable, os.path.abspath(__file__), *base, "--worker", str(k)],
-                           capture_output=True, text=True)
-        out.append((k, p.returncode, p.stdout + p.stderr))
+        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), *base, "--worker", str(k)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        live[slot] = p
+        text = p.communicate()[0]
+        out.append((k, p.returncode, text))
 
 
 def main(argv=None):
@@ -133,12 +137,21 @@ def main(argv=None):
     if args.worker >= 0:
         return worker(args, args.worker)
     base = list(argv if argv is not None else sys.argv[1:])
-    out = []
-    slots = [threading.Thread(target=run_slot, args=(args, base, j, out)) for j in range(args.procs)]
+    out, live, stop = [], [None] * args.procs, threading.Event()
+    slots = [threading.Thread(target=run_slot, args=(args, base, j, out, live, stop), daemon=True)
+             for j in range(args.procs)]
     for t in slots:
         t.start()
-    for t in slots:
-        t.join()
+    try:
+        for t in slots:
+            t.join()
+    except KeyboardInterrupt:  # no new processes; the running ones stopped
+        stop.set()
+        for p in live:
+            if p is not None and p.poll() is None:
+                p.kill()
+        print(f"gpu_repeat_check: interrupted after {len(out)} processes", file=sys.stderr)
+        return 130
     firsts = {}
     for k, rc, text in out:
         m = re.search(r"^p\d+ first result ([0-9a-f]{64})$", text, re.M)

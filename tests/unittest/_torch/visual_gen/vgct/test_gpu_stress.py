@@ -7,16 +7,19 @@ its log kept (the assertion's message in it), a run cut by the time limit is not
 arguments are refused.  scripts/gpu_repeat_check.py (repeated compare calls on one pair, in
 several processes, each result against the process's first and each process's first against
 most processes', bit for bit), with --device cpu: agreeing calls pass, its planted faults (a
-later call, a first call, every call of one process) fail the run and are named, bad arguments
-are refused."""
+later call, a first call, every call of one process) fail the run and are named, an interrupt
+leaves no worker running, bad arguments are refused."""
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -149,6 +152,47 @@ def test_a_first_result_unlike_the_other_processes_is_reported(plant, own):
     assert "its first result unlike most processes'" in p.stdout
     assert own in p.stdout
     assert "4 processes (2 at a time) x 3 calls, 1 saw a result differ" in p.stdout
+
+
+def _marked(mark):
+    """Pids of the running processes whose environment holds VGCT_STRESS_TEST_MARK=mark (Linux
+    /proc): a checker's workers, wherever they were reparented."""
+    want = f"VGCT_STRESS_TEST_MARK={mark}".encode()
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            env = (d / "environ").read_bytes().split(b"\0")
+            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if want in env and state != "Z":
+            pids.append(int(d.name))
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
+def test_an_interrupted_check_starts_no_more_processes_and_stops_its_own():
+    """Ctrl-C (SIGINT to the checker alone, not its process group) during --fresh: status 130,
+    its running workers stopped, no new one started."""
+    pytest.importorskip("torch")
+    mark = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if k != "VGCT_REPEAT_PLANT"}
+    env["VGCT_STRESS_TEST_MARK"] = mark
+    p = subprocess.Popen([sys.executable, str(REPEAT), "--device", "cpu", "--procs", "2",
+                          "--calls", "3", "--fresh", "40", "--log2n", "21"], env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while len(_marked(mark)) < 3 and time.monotonic() < deadline:  # the checker, two workers
+        time.sleep(0.1)
+    assert p.poll() is None, "the checker ended before it could be interrupted"
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, out + err
+    assert "gpu_repeat_check: interrupted after" in err
+    time.sleep(1.0)
+    assert _marked(mark) == [], "worker processes left running or started after the interrupt"
 
 
 @pytest.mark.parametrize("args", [("--calls", "1"), ("--procs", "0"), ("--log2n", "40"),
