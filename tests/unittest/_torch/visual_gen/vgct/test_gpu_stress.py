@@ -8,7 +8,8 @@ arguments are refused.  scripts/gpu_repeat_check.py (repeated compare calls on o
 several processes, each result against the process's first and each process's first against
 most processes', bit for bit), with --device cpu: agreeing calls pass, its planted faults (a
 later call, a first call, every call of one process) fail the run and are named, an interrupt
-leaves no worker running, bad arguments are refused."""
+leaves no worker running, bad arguments are refused.  On a GPU (marked ``gpu``): the ring
+kernel's misread as a regression test, through gpu_repeat_check.py --fresh."""
 
 from __future__ import annotations
 
@@ -104,13 +105,13 @@ def test_bad_arguments_are_refused(tmp_path, args):
 REPEAT = Path(__file__).resolve().parents[5] / "scripts" / "gpu_repeat_check.py"
 
 
-def _repeat(*args, plant=None):
+def _repeat(*args, plant=None, device="cpu"):
     pytest.importorskip("torch")
     env = dict(os.environ)
     env.pop("VGCT_REPEAT_PLANT", None)
     if plant is not None:
         env["VGCT_REPEAT_PLANT"] = str(plant)
-    return subprocess.run([sys.executable, str(REPEAT), "--device", "cpu", *args], env=env,
+    return subprocess.run([sys.executable, str(REPEAT), "--device", device, *args], env=env,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -200,3 +201,33 @@ def test_an_interrupted_check_starts_no_more_processes_and_stops_its_own():
 def test_repeat_bad_arguments_are_refused(args):
     p = _repeat(*args)
     assert p.returncode == 2 and "error" in p.stderr, p.stdout + p.stderr
+
+
+# ---- on the GPU: the ring kernel's misread as a regression test ---------------------------------
+
+def _cuda_reason():
+    import vgct_ext
+    info = vgct_ext.build_info()
+    if not info.get("cuda_compiled") or not info.get("cuda_device_count"):
+        return "vgct_ext without CUDA, or no CUDA device"
+    try:
+        import torch
+    except ImportError:
+        return "torch not installed"
+    return None if torch.cuda.is_available() else f"torch without CUDA (torch {torch.__version__})"
+
+
+@pytest.mark.gpu
+def test_ring_reads_its_input_with_processes_starting_beside_it():
+    """cuda/vgct_cuda_internal.cuh vg_stage_release: without the proxy fence before a ring
+    stage's refill, 11 of 321 processes' first compare calls on 2^25 bf16 pairs with the p99 read
+    pairs of another step while other processes were starting (docs/performance.md, 2026-12-03
+    16:37 UTC).  32 such processes, eight at a time, must all give the same results, bit for bit:
+    with the fence removed (the planted fault) this fails, at the rate measured then, about two
+    runs in three (1 - 0.966^32); with it, never -- the results are deterministic."""
+    reason = _cuda_reason()
+    if reason:
+        pytest.skip(reason)
+    p = _repeat("--procs", "8", "--calls", "3", "--fresh", "4", "--p99", device="cuda")
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    assert "32 processes (8 at a time) x 3 calls, 0 saw a result differ" in p.stdout
