@@ -1,5 +1,5 @@
 """The two detectors of an intermittent wrong result (the ring's misread, docs/performance.md
-2026-12-03 15:40 UTC), checked on the CPU.
+2026-12-03 15:40 UTC), checked on the CPU; and the misread itself, on a GPU.
 
 scripts/gpu_stress.sh (one pytest selection rerun by several processes at once for a time), on a
 scratch test directory: every process reruns the whole selection, a run that fails is counted and
