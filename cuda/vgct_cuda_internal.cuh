@@ -1389,8 +1389,9 @@ __device__ __forceinline__ void vg_bulk_load(void *dst, const void *src, unsigne
  * several processes sharing the GPU: the value read at flat index i was the
  * one at i + 6144, three steps on -- the stage's refill had landed before
  * the read (11 of 321 processes of scripts/gpu_repeat_check.py under load
- * gave a wrong result without the fence, 0 of 316 with it; its cost was
- * within the A/B's noise: docs/performance.md, 2026-12-03 16:37 UTC). */
+ * failed without the fence, each of the 6 inspected a wrong first result;
+ * 0 of 163 with it; its cost within the A/B's noise: docs/performance.md,
+ * 2026-12-03 16:37 UTC). */
 __device__ __forceinline__ void vg_stage_release(void) {
 #if VG_HAS_BULK
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
