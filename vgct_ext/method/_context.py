@@ -56,6 +56,7 @@ class Session:
     report_path: Optional[str] = None
     report_error: Optional[str] = None
     evidence_errors: List[str] = dataclasses.field(default_factory=list)
+    gate_errors: List[str] = dataclasses.field(default_factory=list)  # gate failures no test reported
     evidence_unused: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def __repr__(self) -> str:  # short: a traceback showing this object must not dump every record

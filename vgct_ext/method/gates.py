@@ -795,6 +795,24 @@ def _test_end(state: Tuple[Any, "set[_Entry]"]) -> List[str]:
     return problems
 
 
+def _session_end() -> List[str]:
+    """For the pytest plugin, at the session's end (after the last test and the session fixtures' teardown):
+    the gate failures no test reported -- collected by a soft block ended by GeneratorExit/CancelledError after
+    the last test's call (a session fixture's teardown), or held by a soft_gates block still open outside every
+    test -- as lines for the session's failure (empty: nothing); the blocks are marked reported.  A failure
+    collected after this (at interpreter exit) can only be warned about."""
+    with _OPEN_LOCK:
+        unreported = list(_UNREPORTED)
+        del _UNREPORTED[:]
+        held = [x for x in _OPEN if isinstance(x, _Collect) and x and not x.reported]
+        for x in held:
+            x.reported = True
+    return ([f"collected by a soft_gates block ended by GeneratorExit/CancelledError after the last test: "
+             f"{str(f).splitlines()[0]}" for f in unreported] +
+            [f"held by a soft_gates block open outside every test: {str(f).splitlines()[0]}"
+             for x in held for f in x])
+
+
 def _combine(failures: Sequence[_GateError], what: str) -> _GateError:
     """One exception for several gate failures: an :class:`EvidenceMissing` when any of them is one (a gate
     that did not run is never reported as a GateFailure), else a :class:`GateFailure`."""
@@ -847,7 +865,7 @@ def soft_gates() -> Iterator[List[_GateError]]:
     exception (``__cause__``; the failures are also added to it as a note), so a ``pytest.raises`` around the
     block (nor a ``pytest.skip``/``xfail`` in it) cannot hide it; KeyboardInterrupt and SystemExit propagate as
     they are, and so do GeneratorExit and asyncio's CancelledError, the failures then reported by the pytest
-    plugin at the end of the test. Without a gate failure the block's exception propagates unchanged. Blocks
+    plugin at the end of the test (after the last test: at the session's end, failing the session). Without a gate failure the block's exception propagates unchanged. Blocks
     nest; a failure belongs to the innermost block. The block belongs to the thread that opens it: a gate run in
     another thread meanwhile raises there as usual -- also in a thread started inside the block. asyncio tasks
     created inside the block share it while it is open (their failures are collected when they run before it

@@ -437,7 +437,7 @@ WORKER_KEY = "vgct"
 
 def _worker_payload(s: _context.Session) -> str:
     """What an xdist worker hands the controller (JSON text: execnet carries only plain types)."""
-    return json.dumps({"records": s.records, "nondeterminism": s.nondeterminism,
+    return json.dumps({"records": s.records, "nondeterminism": s.nondeterminism, "gate_errors": s.gate_errors,
                        "calibration": [[p, k, st, slot] for (p, k, st), slot in s.calibration.items()]},
                       default=_json_default)
 
@@ -450,6 +450,7 @@ def merge_worker_payload(s: _context.Session, text: str, worker: str = "worker")
     data = json.loads(text)
     s.records.extend(data.get("records", []))
     s.nondeterminism.extend(data.get("nondeterminism", []))
+    s.gate_errors.extend(f"{e} (on {worker})" for e in data.get("gate_errors", []))
     for path, key, stratum, slot in data.get("calibration", []):
         mine = s.calibration.get((path, key, stratum))
         if mine is None:
@@ -479,6 +480,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     s = config.stash.get(STATE, None)
     if s is None:
         return
+    gates = sys.modules.get(__package__ + ".gates")  # (not imported: no gate ran, nothing to report)
+    if gates is not None:
+        s.gate_errors.extend(gates._session_end())
     if _is_xdist_worker(config):  # the controller writes evidence and report once, for every worker
         config.workeroutput[WORKER_KEY] = _worker_payload(s)  # type: ignore[attr-defined]
         return
@@ -497,6 +501,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             s.report_error = f"vgct: the report was not written to {p}: {exc}"
     if (s.report_error or s.evidence_errors) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+    if s.gate_errors and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a gate failed where no test could report it
 
 
 def _json_default(o: Any) -> Any:
@@ -535,6 +541,7 @@ def build_report(config: pytest.Config, s: _context.Session, exitstatus: int) ->
         "evidence_written": s.evidence_written,
         "evidence_unused": s.evidence_unused,
         "evidence_errors": s.evidence_errors,
+        "gate_errors": s.gate_errors,
     }
 
 
@@ -723,6 +730,8 @@ def terminal_files(tr: Any, s: _context.Session) -> None:
                       yellow=True)
     for e in s.evidence_errors:
         tr.write_line(f"vgct ERROR: {e}", red=True)
+    for e in s.gate_errors:
+        tr.write_line(f"vgct ERROR: a gate failure no test reported (the session fails): {e}", red=True)
     if s.report_path:
         tr.write_line(f"vgct report: {s.report_path}")
     if s.report_error:
