@@ -800,16 +800,17 @@ def _session_end() -> List[str]:
     the gate failures no test reported -- collected by a soft block ended by GeneratorExit/CancelledError after
     the last test's call (a session fixture's teardown), or held by a soft_gates block still open outside every
     test -- as lines for the session's failure (empty: nothing); the blocks are marked reported.  A failure
-    collected after this (at interpreter exit) can only be warned about."""
+    collected after this (a later pytest_sessionfinish hook, the session fixtures' teardown after pytest.exit(),
+    interpreter exit) can only be warned about."""
     with _OPEN_LOCK:
         unreported = list(_UNREPORTED)
         del _UNREPORTED[:]
         held = [x for x in _OPEN if isinstance(x, _Collect) and x and not x.reported]
         for x in held:
             x.reported = True
-    return ([f"collected by a soft_gates block ended by GeneratorExit/CancelledError after the last test: "
-             f"{str(f).splitlines()[0]}" for f in unreported] +
-            [f"held by a soft_gates block open outside every test: {str(f).splitlines()[0]}"
+    return ([f"a gate failure collected by a soft_gates block ended by GeneratorExit/CancelledError after the "
+             f"last test: {str(f).splitlines()[0]}" for f in unreported] +
+            [f"a gate failure held by a soft_gates block open outside every test: {str(f).splitlines()[0]}"
              for x in held for f in x])
 
 

@@ -46,6 +46,7 @@ __all__ = ["VgctFixture"]
 
 STATE = pytest.StashKey[_context.Session]()
 SKIPPED_BY_REQUIREMENT = pytest.StashKey[bool]()
+LOST = pytest.StashKey[List[str]]()  # what the test's call lost (gates._test_end), for its report
 PAIRED_MARKERS = ("t1", "t2", "component", "feature")
 MARKERS = (
     "gpu: needs a CUDA GPU (vgct: added by requires_gpu/requires_gpus; skipped without one)",
@@ -200,6 +201,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     rep = yield
+    lost = item.stash.get(LOST, None) if call.when == "call" else None
+    if lost and not rep.failed:  # a skip or an xfail (raised, or by its marker) must not hide lost gate failures
+        how = "xfailed" if hasattr(rep, "wasxfail") else rep.outcome
+        item.config.stash[STATE].gate_errors.extend(f"{item.nodeid} ({how}): {x}" for x in lost)
     if rep.skipped and item.stash.get(SKIPPED_BY_REQUIREMENT, False) and isinstance(rep.longrepr, tuple):
         path, line = item.reportinfo()[:2]
         rep.longrepr = (str(path), (line or 0) + 1, rep.longrepr[2])  # report the test, not this plugin
@@ -235,6 +240,7 @@ def pytest_runtest_call(item: pytest.Item):
         result = yield
     finally:
         lost = gates._test_end(soft)
+        item.stash[LOST] = lost  # (pytest_runtest_makereport: the session fails if the test does not)
         if lost:  # shown with the test's failure, whatever failed it
             lost_text = "gate failures this test never reported, or blocks it left open:\n  " + "\n  ".join(lost)
             item.add_report_section("call", "vgct", lost_text)
@@ -490,19 +496,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         from .evidence import write_calibration
 
         s.evidence_written = write_calibration(s, _command(config))
+    if s.gate_errors and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a gate failed where no test could report it
+    if s.evidence_errors and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
     path = config.getoption("--vgct-report")
     if path:
         p = _report_path(config, path)
-        try:
-            report = build_report(config, s, int(exitstatus))
+        try:  # (the session's status as it ends: the report's own failure aside, which it cannot hold)
+            report = build_report(config, s, int(session.exitstatus))
             _files.atomic_write_text(p, json.dumps(report, indent=2, default=_json_default) + "\n")
             s.report_path = str(p)
         except (OSError, TypeError, ValueError) as exc:
             s.report_error = f"vgct: the report was not written to {p}: {exc}"
-    if (s.report_error or s.evidence_errors) and session.exitstatus == pytest.ExitCode.OK:
+    if s.report_error and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
-    if s.gate_errors and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a gate failed where no test could report it
 
 
 def _json_default(o: Any) -> Any:
@@ -731,7 +739,7 @@ def terminal_files(tr: Any, s: _context.Session) -> None:
     for e in s.evidence_errors:
         tr.write_line(f"vgct ERROR: {e}", red=True)
     for e in s.gate_errors:
-        tr.write_line(f"vgct ERROR: a gate failure no test reported (the session fails): {e}", red=True)
+        tr.write_line(f"vgct ERROR (no test failed with it; the session fails): {e}", red=True)
     if s.report_path:
         tr.write_line(f"vgct report: {s.report_path}")
     if s.report_error:
