@@ -30,10 +30,12 @@ nondeterminism; report exact commands, hardware, precision, observed statistics,
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 import shlex
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -47,6 +49,38 @@ __all__ = ["VgctFixture"]
 STATE = pytest.StashKey[_context.Session]()
 SKIPPED_BY_REQUIREMENT = pytest.StashKey[bool]()
 LOST = pytest.StashKey[List[str]]()  # what the test's call lost (gates._test_end), for its report
+THREAD_HOOK = pytest.StashKey[Any]()  # the threading.excepthook the plugin's wraps (pytest's own, usually)
+
+# Gate failures raised in a thread and not handled there (threading.excepthook): pytest only warns about an
+# unhandled thread exception, which would let a failing gate pass.  The plugin's hook records them (and calls
+# the hook it wraps); the test whose call ends next fails with them, or the session at its end.
+_THREAD_LOCK = threading.Lock()
+_THREAD_GATE_FAILURES: List[str] = []
+
+
+def _thread_hook(args: Any, /, *, prev: Any) -> None:
+    gates = sys.modules.get(__package__ + ".gates")  # (not imported: no gate can have raised)
+    if gates is not None and isinstance(args.exc_value, gates._GateError):
+        name = "<unknown>" if args.thread is None else args.thread.name
+        with _THREAD_LOCK:
+            _THREAD_GATE_FAILURES.append(f"a gate failure raised in thread {name!r} and not handled there: "
+                                         f"{str(args.exc_value).splitlines()[0]}")
+    prev(args)
+
+
+def _install_thread_hook(config: pytest.Config) -> None:
+    """Wrap threading.excepthook once, after every plugin's pytest_configure (pytest's own hook, set there,
+    does not call the one it replaces: installed before it, this one would never run)."""
+    if THREAD_HOOK not in config.stash:
+        config.stash[THREAD_HOOK] = prev = threading.excepthook
+        threading.excepthook = functools.partial(_thread_hook, prev=prev)
+
+
+def _thread_gate_failures() -> List[str]:
+    with _THREAD_LOCK:
+        out = list(_THREAD_GATE_FAILURES)
+        del _THREAD_GATE_FAILURES[:]
+    return out
 PAIRED_MARKERS = ("t1", "t2", "component", "feature")
 MARKERS = (
     "gpu: needs a CUDA GPU (vgct: added by requires_gpu/requires_gpus; skipped without one)",
@@ -159,6 +193,11 @@ def _report_path(config: pytest.Config, path: str) -> Path:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    prev = config.stash.get(THREAD_HOOK, None)
+    if prev is not None:  # (before pytest's own cleanup restores the hook it replaced)
+        if isinstance(threading.excepthook, functools.partial) and threading.excepthook.func is _thread_hook:
+            threading.excepthook = prev
+        del config.stash[THREAD_HOOK]
     s = config.stash.get(STATE, None)
     if s is not None:
         _context.pop_session(s)
@@ -187,6 +226,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    _install_thread_hook(item.config)
     unmet = skips.unmet_requirement(item)
     if unmet is None:
         return
@@ -239,7 +279,7 @@ def pytest_runtest_call(item: pytest.Item):
         ctx.claims.clear()
         result = yield
     finally:
-        lost = gates._test_end(soft)
+        lost = gates._test_end(soft) + _thread_gate_failures()
         item.stash[LOST] = lost  # (pytest_runtest_makereport: the session fails if the test does not)
         if lost:  # shown with the test's failure, whatever failed it
             lost_text = "gate failures this test never reported, or blocks it left open:\n  " + "\n  ".join(lost)
@@ -489,6 +529,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     gates = sys.modules.get(__package__ + ".gates")  # (not imported: no gate ran, nothing to report)
     if gates is not None:
         s.gate_errors.extend(gates._session_end())
+    s.gate_errors.extend(_thread_gate_failures())
     if _is_xdist_worker(config):  # the controller writes evidence and report once, for every worker
         config.workeroutput[WORKER_KEY] = _worker_payload(s)  # type: ignore[attr-defined]
         return

@@ -610,6 +610,44 @@ def test_own_block_then_skip():
     assert rep["exitstatus"] == 1 and len(rep["gate_errors"]) == 2
 
 
+def test_a_gate_failure_unhandled_in_a_thread_fails_the_test_or_the_session(pytester):
+    """A gate that fails in a thread whose exception nobody handles (pytest itself only warns about an
+    unhandled thread exception): the test whose call it happened in fails, naming the thread; one raised after
+    the last test's call (a thread a session fixture joins in its teardown) fails the session.  The planted
+    fault, the plugin's thread hook removed: exit status 0, one warning.  In a subprocess (threads, hooks)."""
+    pytester.makepyfile(test_x=HEADER + """
+import threading
+
+@pytest.fixture(scope="session", autouse=True)
+def late_thread():
+    go = threading.Event()
+    t = threading.Thread(target=lambda: (go.wait(), assert_t1(E * 1.5, E, component="c", feature="late")),
+                         name="late-worker")
+    t.start()
+    yield
+    go.set()
+    t.join()
+
+def test_1_thread():
+    t = threading.Thread(target=lambda: assert_t1(E * 1.5, E, component="c", feature="in a thread"),
+                         name="pipeline-worker")
+    t.start()
+    t.join()
+
+def test_2_clean():
+    assert_t1(E, E, component="c", feature="clean")
+""")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider",
+                                           "-W", "ignore::pytest.PytestUnhandledThreadExceptionWarning")
+    result.assert_outcomes(failed=1, passed=1)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*a gate failure raised in thread 'pipeline-worker' and not handled there: *feature 'in a thread'*",
+        "*vgct ERROR (no test failed with it; the session fails): a gate failure raised in thread 'late-worker' "
+        "and not handled there: *feature 'late'*"])
+    assert "FAILED test_x.py::test_1_thread" in out and result.ret == pytest.ExitCode.TESTS_FAILED
+
+
 def test_a_block_left_open_in_a_worker_thread_or_hidden_by_a_skip_fails_its_test(pytester, run):
     """A soft block a test leaves open in a pool's worker thread (module-scoped pool: the next test reuses the
     worker) must not swallow the next test's failing gate there; and a pytest.skip()/xfail() after a failed gate
