@@ -799,9 +799,9 @@ def _session_end() -> List[str]:
     """For the pytest plugin, at the session's end (after the last test and the session fixtures' teardown):
     the gate failures no test reported -- collected by a soft block ended by GeneratorExit/CancelledError after
     the last test's call (a session fixture's teardown), or held by a soft_gates block still open outside every
-    test -- as lines for the session's failure (empty: nothing); the blocks are marked reported.  A failure
-    collected after this (a later pytest_sessionfinish hook, the session fixtures' teardown after pytest.exit(),
-    interpreter exit) can only be warned about."""
+    test -- as lines for the session's failure (empty: nothing); the blocks are marked reported.  Called at
+    the start of the plugin's pytest_sessionfinish and again after every implementation of it; a failure
+    collected later (interpreter exit) can only be warned about."""
     with _OPEN_LOCK:
         unreported = list(_UNREPORTED)
         del _UNREPORTED[:]

@@ -541,17 +541,47 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a gate failed where no test could report it
     if s.evidence_errors and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+    _write_report(session, s)
+
+
+def _write_report(session: pytest.Session, s: _context.Session) -> None:
+    """The --vgct-report document, with the session's status as it ends (the report's own failure aside,
+    which it cannot hold: that makes the status INTERNAL_ERROR)."""
+    config = session.config
     path = config.getoption("--vgct-report")
     if path:
         p = _report_path(config, path)
-        try:  # (the session's status as it ends: the report's own failure aside, which it cannot hold)
+        try:
             report = build_report(config, s, int(session.exitstatus))
             _files.atomic_write_text(p, json.dumps(report, indent=2, default=_json_default) + "\n")
-            s.report_path = str(p)
+            s.report_path, s.report_error = str(p), None
         except (OSError, TypeError, ValueError) as exc:
             s.report_error = f"vgct: the report was not written to {p}: {exc}"
     if s.report_error and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+
+@pytest.hookimpl(wrapper=True, specname="pytest_sessionfinish")
+def pytest_sessionfinish_late_gate_errors(session: pytest.Session, exitstatus: int) -> Any:
+    """After every pytest_sessionfinish implementation (a conftest's; pytest's own, which tears the session
+    fixtures down after pytest.exit()): gate failures lost meanwhile still fail the session -- added to the
+    report (written again) or, on an xdist worker, to what it hands the controller (xdist's own wrapper sends
+    it after this one).  Only hook wrappers registered after this plugin's run later."""
+    result = yield
+    config = session.config
+    s = config.stash.get(STATE, None)
+    gates = sys.modules.get(__package__ + ".gates")
+    late = (gates._session_end() if gates is not None else []) + _thread_gate_failures()
+    if s is None or not late:
+        return result
+    s.gate_errors.extend(late)
+    if _is_xdist_worker(config):
+        config.workeroutput[WORKER_KEY] = _worker_payload(s)  # type: ignore[attr-defined]
+        return result
+    if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    _write_report(session, s)
+    return result
 
 
 def _json_default(o: Any) -> Any:

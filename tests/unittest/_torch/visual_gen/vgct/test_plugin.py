@@ -563,6 +563,57 @@ def test_a_gate_failure_after_the_last_test_fails_an_xdist_session(pytester):
     assert "(on gw" in result.stdout.str()
 
 
+@pytest.mark.parametrize("where", ["conftest_sessionfinish", "teardown_after_pytest_exit"])
+def test_a_gate_failure_after_the_plugins_own_session_end_still_fails_the_session(pytester, where):
+    """Gate failures lost after the plugin's own pytest_sessionfinish ran -- in a conftest's
+    pytest_sessionfinish, or in a session fixture's teardown, which pytest runs there when a test called
+    pytest.exit(returncode=0) -- fail the session too (its hook wrapper checks after every implementation), and
+    the report, written again, lists them.  The planted fault, the wrapper removed: exit status 0."""
+    layers = """
+import numpy as np
+import pytest
+from vgct_ext import soft_gates
+from vgct_ext.gates import assert_t1
+
+E = np.linspace(-1.0, 1.0, 64).reshape(4, 16)
+
+def _layers():
+    with soft_gates():
+        assert_t1(E * 1.5, E, component="c", feature="late")
+        yield
+"""
+    if where == "conftest_sessionfinish":
+        pytester.makeconftest(layers + """
+def pytest_sessionfinish(session, exitstatus):
+    g = _layers()
+    next(g)
+    g.close()
+""")
+        pytester.makepyfile(test_x="def test_ok():\n    pass\n")
+    else:
+        pytester.makepyfile(test_x=layers + """
+@pytest.fixture(scope="session", autouse=True)
+def sess():
+    yield
+    g = _layers()
+    next(g)
+    g.close()
+
+def test_ok():
+    pass
+
+def test_zz_exit():
+    pytest.exit("done early", returncode=0)
+""")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "ignore::RuntimeWarning",
+                                           "--vgct-report=r.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(["*vgct ERROR (no test failed with it; the session fails): a gate failure "
+                                 "collected by a soft_gates block ended by GeneratorExit*feature 'late'*"])
+    rep = json.loads((pytester.path / "r.json").read_text())
+    assert rep["exitstatus"] == 1 and len(rep["gate_errors"]) == 1 and "'late'" in rep["gate_errors"][0]
+
+
 def test_a_skip_or_an_xfail_does_not_hide_lost_gate_failures(pytester, run):
     """Lost gate failures are pinned on the test whose call finds them: a module fixture's teardown abandoning a
     soft block (found by the next test's call), a test's own abandoned block.  When that test then skips, or is
