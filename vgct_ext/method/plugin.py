@@ -58,14 +58,33 @@ _THREAD_LOCK = threading.Lock()
 _THREAD_GATE_FAILURES: List[str] = []
 
 
+def _gate_error_in(exc: Any, gate_error: type) -> Optional[BaseException]:
+    """The first gate failure in an exception, its causes and contexts, and an exception group's members
+    (a gate's failure wrapped by a harness, or raised in a TaskGroup), or None."""
+    todo, seen = [exc], set()
+    while todo:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, gate_error):
+            return e
+        todo.extend([e.__cause__, e.__context__, *getattr(e, "exceptions", ())])
+    return None
+
+
 def _thread_hook(args: Any, /, *, prev: Any) -> None:
-    gates = sys.modules.get(__package__ + ".gates")  # (not imported: no gate can have raised)
-    if gates is not None and isinstance(args.exc_value, gates._GateError):
-        name = "<unknown>" if args.thread is None else args.thread.name
-        with _THREAD_LOCK:
-            _THREAD_GATE_FAILURES.append(f"a gate failure raised in thread {name!r} and not handled there: "
-                                         f"{str(args.exc_value).splitlines()[0]}")
-    prev(args)
+    try:
+        gates = sys.modules.get(__package__ + ".gates")  # (not imported: no gate can have raised)
+        found = _gate_error_in(args.exc_value, gates._GateError) if gates is not None else None
+        if found is not None:
+            name = "<unknown>" if args.thread is None else args.thread.name
+            first = (str(found).splitlines() or [type(found).__name__])[0]
+            with _THREAD_LOCK:
+                _THREAD_GATE_FAILURES.append(f"a gate failure raised in thread {name!r} and not handled there: "
+                                             f"{first}")
+    finally:
+        prev(args)
 
 
 def _install_thread_hook(config: pytest.Config) -> None:
@@ -190,6 +209,17 @@ def _is_xdist_worker(config: pytest.Config) -> bool:
 def _report_path(config: pytest.Config, path: str) -> Path:
     p = Path(path)
     return p if p.is_absolute() else Path(str(config.invocation_params.dir)) / p
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _install_thread_hook(session.config)  # (after every pytest_configure: collection's threads too)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    s = session.config.stash.get(STATE, None)
+    if s is not None:  # a thread's gate failure during collection (a test module's import) is no test's
+        s.gate_errors.extend(f"{x} (during collection)" for x in _thread_gate_failures())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
