@@ -797,6 +797,16 @@ def _test_end(state: Tuple[Any, "set[_Entry]"]) -> List[str]:
     return problems
 
 
+def _drain_unreported() -> List[str]:
+    """For the pytest plugin, after a test's teardown: the failures of soft blocks ended by
+    GeneratorExit/CancelledError since the test's call ended (a fixture's teardown), as lines."""
+    with _OPEN_LOCK:
+        unreported = list(_UNREPORTED)
+        del _UNREPORTED[:]
+    return [f"a gate failure collected by a soft_gates block ended by GeneratorExit/CancelledError: "
+            f"{str(f).splitlines()[0]}" for f in unreported]
+
+
 def _session_end() -> List[str]:
     """For the pytest plugin, at the session's end (after the last test and the session fixtures' teardown):
     the gate failures no test reported -- collected by a soft block ended by GeneratorExit/CancelledError after

@@ -287,6 +287,20 @@ def _is_paired(item: pytest.Item) -> bool:
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) -> Any:
+    """Gate failures lost during the test's teardown (a fixture abandoning a soft block; a thread's) fail the
+    session, named with the test -- not the next test, whose skip or xfail could otherwise hide them."""
+    try:
+        return (yield)
+    finally:
+        s = item.config.stash.get(STATE, None)
+        gates = sys.modules.get(__package__ + ".gates")
+        late = (gates._drain_unreported() if gates is not None else []) + _thread_gate_failures()
+        if s is not None:
+            s.gate_errors.extend(f"{x} (in or after the teardown of {item.nodeid})" for x in late)
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
     session = item.config.stash[STATE]
     paired = _is_paired(item)

@@ -532,7 +532,8 @@ def _check_late_gates(result):
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.stdout.fnmatch_lines([
         "*vgct ERROR (no test failed with it; the session fails): a gate failure collected by a soft_gates block "
-        "ended by GeneratorExit/CancelledError after the last test: *feature 'abandoned after the last test'*",
+        "ended by GeneratorExit/CancelledError: *feature 'abandoned after the last test'* (in or after the "
+        "teardown of test_x.py::test_clean)*",
         "*vgct ERROR (no test failed with it; the session fails): a gate failure held by a soft_gates block open "
         "outside every test: *feature 'collected outside every test'*"])
 
@@ -685,11 +686,11 @@ def test_thread():
 
 
 def test_a_skip_or_an_xfail_does_not_hide_lost_gate_failures(pytester, run):
-    """Lost gate failures are pinned on the test whose call finds them: a module fixture's teardown abandoning a
-    soft block (found by the next test's call), a test's own abandoned block.  When that test then skips, or is
-    xfailed (raised, or by its marker), the failures must fail the session (exit status 1, each named with the
-    test and how it ended, the report's exitstatus 1 too); before, the skip or the xfail hid them (the planted
-    fault: exit status 0)."""
+    """Lost gate failures: a test's own abandoned soft block is pinned on the test; when the test then skips,
+    or is xfailed (here by its marker), they must fail the session (exit status 1, each named with the test and
+    how it ended; the report's exitstatus 1 too).  A module fixture's teardown abandoning a block fails the
+    session too, named with the test whose teardown it was (it was pinned on the next test, whose skip or xfail
+    hid it).  The planted faults: exit status 0."""
     layers = """
 from vgct_ext import soft_gates
 
@@ -711,7 +712,9 @@ def test_uses_mod(mod):
 """, test_b=HEADER + layers + """
 @pytest.mark.xfail(reason="unrelated")
 def test_marked_xfail():
-    pass
+    g = _layers("own block, xfail")
+    next(g)
+    g.close()
 
 def test_own_block_then_skip():
     g = _layers("own block")
@@ -723,12 +726,15 @@ def test_own_block_then_skip():
     result.assert_outcomes(passed=1, xfailed=1, skipped=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.stdout.fnmatch_lines([
+        "*vgct ERROR (no test failed with it; the session fails): a gate failure collected by a soft_gates block "
+        "ended by GeneratorExit/CancelledError: *feature 'module teardown'* (in or after the teardown of "
+        "test_a.py::test_uses_mod)",
         "*vgct ERROR (no test failed with it; the session fails): test_b.py::test_marked_xfail (xfailed): "
-        "*feature 'module teardown'*",
+        "*feature 'own block, xfail'*",
         "*vgct ERROR (no test failed with it; the session fails): test_b.py::test_own_block_then_skip (skipped): "
         "*feature 'own block'*"])
     rep = json.loads((pytester.path / "r.json").read_text())
-    assert rep["exitstatus"] == 1 and len(rep["gate_errors"]) == 2
+    assert rep["exitstatus"] == 1 and len(rep["gate_errors"]) == 3
 
 
 def test_a_gate_failure_unhandled_in_a_thread_fails_the_test_or_the_session(pytester):
