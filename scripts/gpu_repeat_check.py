@@ -199,5 +199,6 @@ def main(argv=None):
         return 1 if failed else 130
     return 1 if report(out, args) else 0
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -797,31 +797,29 @@ def _test_end(state: Tuple[Any, "set[_Entry]"]) -> List[str]:
     return problems
 
 
-def _drain_unreported() -> List[str]:
-    """For the pytest plugin, after a test's teardown: the failures of soft blocks ended by
-    GeneratorExit/CancelledError since the test's call ended (a fixture's teardown), as lines."""
+def _drain_unreported(when: str = "") -> List[str]:
+    """For the pytest plugin, after a test's teardown and at the session's end: the failures of soft blocks
+    ended by GeneratorExit/CancelledError since the last look (a fixture's teardown), as lines (``when``:
+    where, for the line)."""
     with _OPEN_LOCK:
         unreported = list(_UNREPORTED)
         del _UNREPORTED[:]
-    return [f"a gate failure collected by a soft_gates block ended by GeneratorExit/CancelledError: "
+    return [f"a gate failure collected by a soft_gates block ended by GeneratorExit/CancelledError{when}: "
             f"{str(f).splitlines()[0]}" for f in unreported]
 
 
 def _session_end() -> List[str]:
     """For the pytest plugin, at the session's end (after the last test and the session fixtures' teardown):
     the gate failures no test reported -- collected by a soft block ended by GeneratorExit/CancelledError after
-    the last test's call (a session fixture's teardown), or held by a soft_gates block still open outside every
-    test -- as lines for the session's failure (empty: nothing); the blocks are marked reported.  Called at
-    the start of the plugin's pytest_sessionfinish and again after every implementation of it; a failure
-    collected later (interpreter exit) can only be warned about."""
+    the last test's teardown, or held by a soft_gates block still open outside every test -- as lines for the
+    session's failure (empty: nothing); the blocks are marked reported.  Called at the start of the plugin's
+    pytest_sessionfinish and again after every implementation of it; a failure collected later (interpreter
+    exit) can only be warned about."""
     with _OPEN_LOCK:
-        unreported = list(_UNREPORTED)
-        del _UNREPORTED[:]
         held = [x for x in _OPEN if isinstance(x, _Collect) and x and not x.reported]
         for x in held:
             x.reported = True
-    return ([f"a gate failure collected by a soft_gates block ended by GeneratorExit/CancelledError after the "
-             f"last test: {str(f).splitlines()[0]}" for f in unreported] +
+    return (_drain_unreported(" after the last test") +
             [f"a gate failure held by a soft_gates block open outside every test: {str(f).splitlines()[0]}"
              for x in held for f in x])
 
@@ -878,8 +876,9 @@ def soft_gates() -> Iterator[List[_GateError]]:
     exception (``__cause__``; the failures are also added to it as a note), so a ``pytest.raises`` around the
     block (nor a ``pytest.skip``/``xfail`` in it) cannot hide it; KeyboardInterrupt and SystemExit propagate as
     they are, and so do GeneratorExit and asyncio's CancelledError, the failures then reported by the pytest
-    plugin at the end of the test (after the last test: at the session's end, failing the session). Without a gate failure the block's exception propagates unchanged. Blocks
-    nest; a failure belongs to the innermost block. The block belongs to the thread that opens it: a gate run in
+    plugin at the end of the test (after the last test: at the session's end, failing the session). Without a
+    gate failure the block's exception propagates unchanged. Blocks nest; a failure belongs to the innermost
+    block. The block belongs to the thread that opens it: a gate run in
     another thread meanwhile raises there as usual -- also in a thread started inside the block. asyncio tasks
     created inside the block share it while it is open (their failures are collected when they run before it
     ends); a gate that runs after the block has ended raises, wherever the block's context was copied. Also

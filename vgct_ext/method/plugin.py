@@ -53,7 +53,7 @@ THREAD_HOOK = pytest.StashKey[Any]()  # the threading.excepthook the plugin's wr
 
 # Gate failures raised in a thread and not handled there (threading.excepthook): pytest only warns about an
 # unhandled thread exception, which would let a failing gate pass.  The plugin's hook records them (and calls
-# the hook it wraps); the test whose call ends next fails with them, or the session at its end.
+# the hook it wraps); the test whose call ends next fails with them, or else the session (_pending_gate_errors).
 _THREAD_LOCK = threading.Lock()
 _THREAD_GATE_FAILURES: List[str] = []
 
@@ -100,6 +100,14 @@ def _thread_gate_failures() -> List[str]:
         out = list(_THREAD_GATE_FAILURES)
         del _THREAD_GATE_FAILURES[:]
     return out
+
+
+def _pending_gate_errors(session_end: bool = False) -> List[str]:
+    """Gate failures lost since the last look, as lines: soft blocks ended by GeneratorExit/CancelledError
+    (at the session's end also the failures held by a block open outside every test) and threads'."""
+    gates = sys.modules.get(__package__ + ".gates")  # (not imported: no gate ran, nothing lost)
+    lost = [] if gates is None else gates._session_end() if session_end else gates._drain_unreported()
+    return lost + _thread_gate_failures()
 PAIRED_MARKERS = ("t1", "t2", "component", "feature")
 MARKERS = (
     "gpu: needs a CUDA GPU (vgct: added by requires_gpu/requires_gpus; skipped without one)",
@@ -256,7 +264,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    _install_thread_hook(item.config)
     unmet = skips.unmet_requirement(item)
     if unmet is None:
         return
@@ -294,8 +301,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) 
         return (yield)
     finally:
         s = item.config.stash.get(STATE, None)
-        gates = sys.modules.get(__package__ + ".gates")
-        late = (gates._drain_unreported() if gates is not None else []) + _thread_gate_failures()
+        late = _pending_gate_errors()
         if s is not None:
             s.gate_errors.extend(f"{x} (in or after the teardown of {item.nodeid})" for x in late)
 
@@ -570,10 +576,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     s = config.stash.get(STATE, None)
     if s is None:
         return
-    gates = sys.modules.get(__package__ + ".gates")  # (not imported: no gate ran, nothing to report)
-    if gates is not None:
-        s.gate_errors.extend(gates._session_end())
-    s.gate_errors.extend(_thread_gate_failures())
+    s.gate_errors.extend(_pending_gate_errors(session_end=True))
     if _is_xdist_worker(config):  # the controller writes evidence and report once, for every worker
         config.workeroutput[WORKER_KEY] = _worker_payload(s)  # type: ignore[attr-defined]
         return
@@ -614,8 +617,7 @@ def pytest_sessionfinish_late_gate_errors(session: pytest.Session, exitstatus: i
     result = yield
     config = session.config
     s = config.stash.get(STATE, None)
-    gates = sys.modules.get(__package__ + ".gates")
-    late = (gates._session_end() if gates is not None else []) + _thread_gate_failures()
+    late = _pending_gate_errors(session_end=True)
     if s is None or not late:
         return result
     s.gate_errors.extend(late)
