@@ -258,7 +258,8 @@ def test_ring_reads_its_input_with_processes_starting_beside_it():
     another step; docs/performance.md, 2026-12-03 16:37 UTC).  88 such processes, eight at a
     time, must all give the same results, bit for bit -- always, with the fence: the results
     are deterministic.  At the rate measured then, a build without the fence would fail this
-    ~95% of the time (1 - 0.966^88); not yet run on a GPU, with or without it."""
+    ~95% of the time (1 - 0.966^88).  On an H200 (docs/performance.md, 2026-12-03 19:00 UTC)
+    it passed with the fence and failed without it (6 of 88 processes a wrong first call)."""
     reason = _cuda_reason()
     if reason:
         pytest.skip(reason)
