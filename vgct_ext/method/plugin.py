@@ -30,18 +30,16 @@ nondeterminism; report exact commands, hardware, precision, observed statistics,
 from __future__ import annotations
 
 import datetime
-import functools
 import json
 import os
 import shlex
 import sys
-import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pytest
 
-from . import _context, _files, skips
+from . import _context, _files, _unhandled, skips
 from ._hardware import hardware_info, precision_settings, versions
 
 __all__ = ["VgctFixture"]
@@ -49,65 +47,18 @@ __all__ = ["VgctFixture"]
 STATE = pytest.StashKey[_context.Session]()
 SKIPPED_BY_REQUIREMENT = pytest.StashKey[bool]()
 LOST = pytest.StashKey[List[str]]()  # what the test's call lost (gates._test_end), for its report
-THREAD_HOOK = pytest.StashKey[Any]()  # the threading.excepthook the plugin's wraps (pytest's own, usually)
-
-# Gate failures raised in a thread and not handled there (threading.excepthook): pytest only warns about an
-# unhandled thread exception, which would let a failing gate pass.  The plugin's hook records them (and calls
-# the hook it wraps); the test whose call ends next fails with them, or else the session (_pending_gate_errors).
-_THREAD_LOCK = threading.Lock()
-_THREAD_GATE_FAILURES: List[str] = []
-
-
-def _gate_error_in(exc: Any, gate_error: type) -> Optional[BaseException]:
-    """The first gate failure in an exception, its causes and contexts, and an exception group's members
-    (a gate's failure wrapped by a harness, or raised in a TaskGroup), or None."""
-    todo, seen = [exc], set()
-    while todo:
-        e = todo.pop(0)
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, gate_error):
-            return e
-        todo.extend([e.__cause__, e.__context__, *getattr(e, "exceptions", ())])
-    return None
-
-
-def _thread_hook(args: Any, /, *, prev: Any) -> None:
-    try:
-        gates = sys.modules.get(__package__ + ".gates")  # (not imported: no gate can have raised)
-        found = _gate_error_in(args.exc_value, gates._GateError) if gates is not None else None
-        if found is not None:
-            name = "<unknown>" if args.thread is None else args.thread.name
-            first = (str(found).splitlines() or [type(found).__name__])[0]
-            with _THREAD_LOCK:
-                _THREAD_GATE_FAILURES.append(f"a gate failure raised in thread {name!r} and not handled there: "
-                                             f"{first}")
-    finally:
-        prev(args)
-
-
-def _install_thread_hook(config: pytest.Config) -> None:
-    """Wrap threading.excepthook once, after every plugin's pytest_configure (pytest's own hook, set there,
-    does not call the one it replaces: installed before it, this one would never run)."""
-    if THREAD_HOOK not in config.stash:
-        config.stash[THREAD_HOOK] = prev = threading.excepthook
-        threading.excepthook = functools.partial(_thread_hook, prev=prev)
-
-
-def _thread_gate_failures() -> List[str]:
-    with _THREAD_LOCK:
-        out = list(_THREAD_GATE_FAILURES)
-        del _THREAD_GATE_FAILURES[:]
-    return out
+UNHANDLED = pytest.StashKey[Any]()  # undoes the hooks of _unhandled (threads, futures, event loops) when set
 
 
 def _pending_gate_errors(session_end: bool = False) -> List[str]:
     """Gate failures lost since the last look, as lines: soft blocks ended by GeneratorExit/CancelledError
-    (at the session's end also the failures held by a block open outside every test) and threads'."""
+    (at the session's end also the failures held by a block open outside every test) and what the hooks of
+    _unhandled caught (threads, unread futures, event loops; at the session's end after a garbage collection)."""
     gates = sys.modules.get(__package__ + ".gates")  # (not imported: no gate ran, nothing lost)
     lost = [] if gates is None else gates._session_end() if session_end else gates._drain_unreported()
-    return lost + _thread_gate_failures()
+    return lost + _unhandled.take(session_end=session_end)
+
+
 PAIRED_MARKERS = ("t1", "t2", "component", "feature")
 MARKERS = (
     "gpu: needs a CUDA GPU (vgct: added by requires_gpu/requires_gpus; skipped without one)",
@@ -221,21 +172,24 @@ def _report_path(config: pytest.Config, path: str) -> Path:
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    _install_thread_hook(session.config)  # (after every pytest_configure: collection's threads too)
+    config = session.config
+    if UNHANDLED not in config.stash:  # (after every pytest_configure, for pytest's thread hook: _unhandled)
+        undo_thread_hook = _unhandled.install_thread_hook()
+        _unhandled.install()
+        config.stash[UNHANDLED] = lambda: (undo_thread_hook(), _unhandled.uninstall())
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     s = session.config.stash.get(STATE, None)
     if s is not None:  # a thread's gate failure during collection (a test module's import) is no test's
-        s.gate_errors.extend(f"{x} (during collection)" for x in _thread_gate_failures())
+        s.gate_errors.extend(f"{x} (during collection)" for x in _unhandled.take())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    prev = config.stash.get(THREAD_HOOK, None)
-    if prev is not None:  # (before pytest's own cleanup restores the hook it replaced)
-        if isinstance(threading.excepthook, functools.partial) and threading.excepthook.func is _thread_hook:
-            threading.excepthook = prev
-        del config.stash[THREAD_HOOK]
+    undo = config.stash.get(UNHANDLED, None)
+    if undo is not None:  # (the thread hook: before pytest's own cleanup restores the hook it replaced)
+        undo()
+        del config.stash[UNHANDLED]
     s = config.stash.get(STATE, None)
     if s is not None:
         _context.pop_session(s)
@@ -319,6 +273,7 @@ def pytest_runtest_call(item: pytest.Item):
     plan = [(session.seed + k, i) for k in range(n_seeds) for i in range(n)]
     from . import gates  # (on first use: the plugin loads before the test modules)
 
+    _unhandled.install_loop_hook()  # (asyncio imported since the session started: by a test module, say)
     soft = gates._test_begin()  # the test's own soft-mode stack; what it leaves open is closed after it
     try:
         for seed, i in plan[:-1]:
@@ -329,7 +284,7 @@ def pytest_runtest_call(item: pytest.Item):
         ctx.claims.clear()
         result = yield
     finally:
-        lost = gates._test_end(soft) + _thread_gate_failures()
+        lost = gates._test_end(soft) + _unhandled.take()
         item.stash[LOST] = lost  # (pytest_runtest_makereport: the session fails if the test does not)
         if lost:  # shown with the test's failure, whatever failed it
             lost_text = "gate failures this test never reported, or blocks it left open:\n  " + "\n  ".join(lost)

@@ -22,6 +22,8 @@ except ImportError:
 # vgct_ext.method, and a later test's ``vgct_ext.gates`` and ``vgct_ext.probes`` would then hold two different
 # GateFailure classes (expect_gate_failure's ``except GateFailure`` missing the gate's).
 import vgct_ext.gates  # noqa: F401,E402
+import asyncio  # noqa: F401,E402  (the plugin's event-loop hook patches the asyncio it finds imported)
+import concurrent.futures  # noqa: F401,E402
 import vgct_ext.probes  # noqa: F401,E402
 from vgct_ext.method._hardware import stratum_of
 
@@ -773,6 +775,161 @@ def test_2_clean():
         "*vgct ERROR (no test failed with it; the session fails): a gate failure raised in thread 'late-worker' "
         "and not handled there: *feature 'late'*"])
     assert "FAILED test_x.py::test_1_thread" in out and result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+FUTURES = HEADER + """
+import asyncio
+import concurrent.futures as cf
+from vgct_ext import GateFailure
+
+PLANT = %r  # the planted fault: the plugin's future and event-loop hooks undone for every test
+
+@pytest.fixture(scope="session", autouse=True)
+def unhook():
+    from vgct_ext.method import _unhandled
+    _unhandled.install_loop_hook()
+    undo = [(owner, attr, getattr(owner, attr)) for owner, attr, _ in _unhandled._PATCHED.values()]
+    for owner, attr, orig in list(_unhandled._PATCHED.values()) if PLANT else ():
+        setattr(owner, attr, orig)
+    yield
+    for owner, attr, hooked in undo:
+        setattr(owner, attr, hooked)
+
+def bad(tag):
+    assert_t1(E * 1.5, E, component="c", feature=tag)
+
+@pytest.fixture(scope="session", autouse=True)
+def late_pool(unhook):  # (torn down before unhook, which restores the hooks)
+    with cf.ThreadPoolExecutor(1) as ex:
+        yield
+        ex.submit(bad, "after the last test")
+
+def test_unread_submit():
+    with cf.ThreadPoolExecutor(2) as ex:
+        ex.submit(bad, "unread submit")
+
+def test_unconsumed_map():
+    with cf.ThreadPoolExecutor(2) as ex:
+        ex.map(bad, ["unconsumed map"])
+
+def test_task_never_awaited():
+    async def main():
+        asyncio.get_running_loop().create_task(asyncio.to_thread(bad, "task never awaited"))
+        await asyncio.sleep(0.2)
+    asyncio.run(main())
+
+def test_callback():
+    async def main():
+        asyncio.get_running_loop().call_soon(bad, "callback")
+        await asyncio.sleep(0)
+    asyncio.run(main())
+
+def test_first_failure_wins_unread():
+    out = cf.Future()
+    def shard(tag):
+        try:
+            bad(tag)
+        except GateFailure as e:
+            try:
+                out.set_exception(e)  # (a reference cycle: e's traceback holds this frame, which holds out)
+            except cf.InvalidStateError:
+                pass
+    with cf.ThreadPoolExecutor(1) as ex:  # (one worker: the first shard sets it)
+        list(ex.map(shard, ["first shard", "second shard"]))
+    assert out.done()
+
+def test_done_callback():
+    with cf.ThreadPoolExecutor(1) as ex:
+        f = ex.submit(lambda: None)
+        f.add_done_callback(lambda _: bad("done-callback"))
+        f.result()
+
+def test_own_loop_handler_takes_it():
+    seen = []
+    async def main():
+        asyncio.get_running_loop().set_exception_handler(lambda loop, c: seen.append(c["exception"]))
+        asyncio.get_running_loop().call_soon(bad, "own handler")
+        await asyncio.sleep(0)
+    asyncio.run(main())
+    assert isinstance(seen[0], GateFailure)
+
+class BatchError(Exception):
+    def __init__(self, failures):
+        super().__init__(f"{len(failures)} failed")
+        self.exceptions = failures  # (not exceptions: must not break the hooks)
+
+def test_other_exceptions_pass_through():
+    def job():
+        raise BatchError([(3, "timeout")])
+    with cf.ThreadPoolExecutor(1) as ex:
+        with pytest.raises(BatchError):
+            ex.submit(job).result(timeout=30)
+
+@pytest.fixture(scope="module")
+def prefetched():
+    with cf.ThreadPoolExecutor(2) as ex:
+        yield {tag: ex.submit(bad, tag) for tag in ("prefetched 0", "prefetched 1")}
+
+def test_prefetched_0(prefetched):
+    assert isinstance(prefetched["prefetched 0"].exception(timeout=30), GateFailure)
+
+def test_prefetched_1_read_by_a_later_test(prefetched):
+    with pytest.raises(GateFailure):
+        prefetched["prefetched 1"].result()
+
+def test_read_in_every_way():
+    with cf.ThreadPoolExecutor(2) as ex:
+        with pytest.raises(GateFailure):
+            ex.submit(bad, "result").result()
+        assert isinstance(ex.submit(bad, "exception").exception(), GateFailure)
+        with pytest.raises(GateFailure):
+            list(ex.map(bad, ["consumed map"]))
+    async def main():
+        with pytest.raises(GateFailure):
+            await asyncio.to_thread(bad, "awaited")
+        out = await asyncio.gather(asyncio.to_thread(bad, "gathered"), return_exceptions=True)
+        assert isinstance(out[0], GateFailure)
+    asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("plant", [False, True])
+def test_a_gate_failure_kept_by_an_unread_future_or_an_unawaited_task_fails(pytester, run, plant):
+    """A gate failure stored in a concurrent.futures Future destroyed unread (a submit's, an unconsumed map's, a
+    first-failure-wins future in a reference cycle), raised by a future's done-callback, or handed to an asyncio
+    loop's exception handler (a task never awaited, a callback) fails the test during whose call it happened,
+    or the session (after the last test).  Passes: a failure read in any way (result() under pytest.raises,
+    exception(), a consumed map, await, gather's results), read by a later test (a module fixture's futures),
+    taken by the loop's own handler; an exception whose ``exceptions`` are not exceptions passes through (it
+    hung a worker once).  The planted fault, the hooks undone: every test passes and the session exits 0 --
+    nothing else would have seen these failures."""
+    pytester.makepyfile(test_x=FUTURES % plant)
+    result = run("-W", "ignore::pytest.PytestUnraisableExceptionWarning")
+    out = result.stdout.str()
+    if plant:
+        result.assert_outcomes(passed=11)
+        assert result.ret == pytest.ExitCode.OK, out
+        return
+    result.assert_outcomes(failed=6, passed=5)
+    future = "*a gate failure stored in a concurrent.futures Future that nobody read*"
+    result.stdout.fnmatch_lines([f"{future}feature 'unread submit'*", f"{future}feature 'unconsumed map'*",
+                                 "*a gate failure handed to an asyncio event loop's exception handler "
+                                 "(Task exception was never retrieved): *feature 'task never awaited'*",
+                                 "*asyncio event loop's exception handler (Exception in callback*"
+                                 "*feature 'callback'*",
+                                 f"{future}feature 'first shard'*",
+                                 "*a gate failure raised in a concurrent.futures Future's done-callback*"
+                                 "*feature 'done-callback'*",
+                                 f"*vgct ERROR (no test failed with it; the session fails): {future}"
+                                 "feature 'after the last test'*"])
+    summary = out.split("short test summary")[-1]
+    for name in ("unread_submit", "unconsumed_map", "task_never_awaited", "callback", "first_failure_wins_unread",
+                 "done_callback"):
+        assert f"FAILED test_x.py::test_{name}" in summary
+    for name in ("read_in_every_way", "own_loop_handler", "other_exceptions", "prefetched"):
+        assert name not in summary
+    assert "nobody read" not in "".join(ln for ln in out.splitlines() if "second shard" in ln)  # (not stored)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
 def test_a_block_left_open_in_a_worker_thread_or_hidden_by_a_skip_fails_its_test(pytester, run):

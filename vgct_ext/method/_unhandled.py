@@ -1,0 +1,266 @@
+"""Gate failures that nothing raises in a test: the pytest plugin's hooks that catch them.
+
+A gate that fails raises (:class:`vgct_ext.GateFailure`); the test fails only if that exception reaches it.
+These holders keep it from the test without any error of their own, where pytest at most warns:
+
+* a thread that does not handle it (``threading.excepthook``: pytest warns);
+* a :class:`concurrent.futures.Future` that stores it (``set_exception``: an executor's work item) and is
+  destroyed with neither ``result()`` (``Executor.map``'s iterator calls it) nor ``exception()`` called --
+  nobody can read it any more (the rule asyncio applies to its own futures) -- or is still unread at the
+  session's end; a future's done-callback that raises it (``concurrent.futures`` only logs that);
+* an asyncio event loop's exception handler (``call_exception_handler``, unless the code set its own with
+  ``loop.set_exception_handler``), which asyncio hands what no code can receive any more: a task or future
+  whose exception was never retrieved (when it is destroyed), a callback's exception (asyncio logs it).
+
+:func:`install` wraps them (once per process; nested in-process sessions only count, and each takes only what
+was caught while it was the innermost), :func:`uninstall` restores them, and :func:`take` returns, as report
+lines, what was caught since the last look and forgets it.  The plugin calls :func:`take` at the end of each
+test's call (the test fails), of each teardown and of the session (the session fails).  Only gate failures
+count (:class:`vgct_ext.GateFailure`, :class:`vgct_ext.EvidenceMissing`), also wrapped: a cause, a context,
+an exception group's member.  Not seen: ``_thread.start_new_thread`` (its failures go to
+``sys.unraisablehook``), ``multiprocessing`` pools' results, event loops not derived from asyncio's
+``BaseEventLoop`` (uvloop), a future or task still referenced at the session's end by what outlives it (a
+module global: asyncio reports it at interpreter exit), and the other children of an
+``asyncio.gather`` without ``return_exceptions`` (gather marks their exceptions retrieved)."""
+
+from __future__ import annotations
+
+import builtins
+import collections
+import functools
+import gc
+import importlib
+import itertools
+import sys
+import threading
+import weakref
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+
+_LOCK = threading.Lock()
+_CAUGHT: List[Tuple[int, str]] = []  # (depth, line): threads', loops', done-callbacks' (under _LOCK)
+_FUTURES: Dict[int, Tuple[Any, str, int]] = {}  # key -> (weakref to a future holding one, line, depth), unread
+_DEAD: Deque[int] = collections.deque()  # keys of such futures destroyed (appended by their weakref callbacks,
+#                                          which the garbage collector may run while _LOCK is held: no lock)
+_KEYS = itertools.count(1)
+_PATCHED: Dict[str, Tuple[Any, str, Any]] = {}  # "Owner.attr" -> (owner, attribute, the original)
+_DEPTH = 0  # install() calls not yet undone (in-process pytester sessions nest)
+_GROUP = getattr(builtins, "BaseExceptionGroup", ())  # (Python 3.11+; isinstance(x, ()) is False)
+
+
+def gate_error_in(exc: Any) -> Optional[BaseException]:
+    """The first gate failure in an exception, its causes and contexts, and an exception group's members
+    (a gate's failure wrapped by a harness, or raised in a TaskGroup), or None (also when no gate was ever
+    imported: then none can have failed).  Follows only exception objects, and never raises."""
+    gates = sys.modules.get(__package__ + ".gates")
+    if gates is None:
+        return None
+    try:
+        todo, seen = [exc], set()
+        while todo:
+            e = todo.pop(0)
+            if not isinstance(e, BaseException) or id(e) in seen:
+                continue
+            seen.add(id(e))
+            if isinstance(e, gates._GateError):
+                return e
+            members = getattr(e, "exceptions", ()) if isinstance(e, _GROUP) else ()
+            todo.extend([e.__cause__, e.__context__, *members])
+    except Exception:  # (a hostile exception: a hook must never fail the code it watches)
+        return None
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    try:
+        return (str(e).splitlines() or [type(e).__name__])[0]
+    except Exception:
+        return type(e).__name__
+
+
+def _catch(line: str) -> None:
+    with _LOCK:
+        _CAUGHT.append((_DEPTH, line))
+
+
+# -- threads --------------------------------------------------------------------------------------------------
+
+def _thread_hook(args: Any, /, *, prev: Any) -> None:
+    try:
+        found = gate_error_in(args.exc_value)
+        if found is not None:
+            name = "<unknown>" if args.thread is None else args.thread.name
+            _catch(f"a gate failure raised in thread {name!r} and not handled there: {_first_line(found)}")
+    finally:
+        prev(args)
+
+
+def install_thread_hook() -> Callable[[], None]:
+    """Wrap ``threading.excepthook`` (call it after every plugin's pytest_configure: pytest's own hook, set
+    there, does not call the one it replaces, so one installed before it would never run).  Returns the undo."""
+    prev = threading.excepthook
+    threading.excepthook = mine = functools.partial(_thread_hook, prev=prev)
+
+    def undo() -> None:
+        if threading.excepthook is mine:  # (before pytest's own cleanup restores the hook it replaced)
+            threading.excepthook = prev
+    return undo
+
+
+# -- concurrent.futures -----------------------------------------------------------------------------------------
+
+def _setter(orig: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(orig)
+    def set_exception(self: Any, exception: Any) -> None:
+        found = gate_error_in(exception)
+        if found is None or self.done():  # (done: orig raises InvalidStateError; the first exception stays)
+            return orig(self, exception)
+        # registered before the future is done: a reader woken by set_exception must find it to mark it read
+        key = next(_KEYS)
+        line = (f"a gate failure stored in a concurrent.futures Future that nobody read (neither its result() "
+                f"nor its exception() was called): {_first_line(found)}")
+        with _LOCK:  # (a list: two threads may race to set it; the one whose exception is stored stays)
+            self._vgct_keys = getattr(self, "_vgct_keys", []) + [key]
+            _FUTURES[key] = (weakref.ref(self, lambda _, k=key: _DEAD.append(k)), line, _DEPTH)
+        try:
+            return orig(self, exception)
+        except BaseException:  # (another thread set it first: that exception, not this one, is stored)
+            with _LOCK:
+                _FUTURES.pop(key, None)
+                self._vgct_keys = [k for k in self._vgct_keys if k != key]
+            raise
+    return set_exception
+
+
+def _mark_read(fut: Any) -> None:
+    with _LOCK:
+        for key in getattr(fut, "_vgct_keys", ()):
+            _FUTURES.pop(key, None)
+
+
+def _reader(orig: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(orig)
+    def read(self: Any, timeout: Optional[float] = None) -> Any:
+        try:
+            out = orig(self, timeout)
+        except BaseException as e:  # read only when the stored exception is what came out (not a timeout)
+            if e is getattr(self, "_exception", None):
+                _mark_read(self)
+            raise
+        _mark_read(self)
+        return out
+    return read
+
+
+def _callbacks(orig: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(orig)
+    def add_done_callback(self: Any, fn: Callable[[Any], Any]) -> Any:
+        @functools.wraps(fn)
+        def guarded(fut: Any) -> Any:
+            try:
+                return fn(fut)
+            except BaseException as e:  # (concurrent.futures only logs it)
+                found = gate_error_in(e)
+                if found is not None:
+                    _catch(f"a gate failure raised in a concurrent.futures Future's done-callback "
+                           f"{getattr(fn, '__qualname__', fn)!r}: {_first_line(found)}")
+                raise
+        return orig(self, guarded)
+    return add_done_callback
+
+
+# -- asyncio -----------------------------------------------------------------------------------------------------
+
+def _handler(orig: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(orig)
+    def call_exception_handler(self: Any, context: Dict[str, Any]) -> Any:
+        # (a handler the code set itself takes the exception: it is then that code's to report)
+        if isinstance(context, dict) and getattr(self, "_exception_handler", None) is None:
+            found = gate_error_in(context.get("exception"))
+            if found is not None:
+                _catch(f"a gate failure handed to an asyncio event loop's exception handler "
+                       f"({str(context.get('message') or 'unhandled')[:80]}): {_first_line(found)}")
+        return orig(self, context)
+    return call_exception_handler
+
+
+def _patch(owner: Any, attr: str, wrap: Callable[[Any], Any]) -> None:
+    orig = getattr(owner, attr)
+    _PATCHED[f"{owner.__qualname__}.{attr}"] = (owner, attr, orig)
+    setattr(owner, attr, wrap(orig))
+
+
+def install_loop_hook() -> None:
+    """Wrap asyncio's ``BaseEventLoop.call_exception_handler`` if the hooks are installed and not yet that one
+    (asyncio re-imported: pytester restores ``sys.modules`` after an in-process run)."""
+    if _DEPTH and "BaseEventLoop.call_exception_handler" not in _PATCHED:
+        base_events = sys.modules.get("asyncio.base_events")
+        if base_events is not None:
+            _patch(base_events.BaseEventLoop, "call_exception_handler", _handler)
+
+
+def install() -> None:
+    """Wrap ``concurrent.futures.Future`` (set_exception, result, exception, add_done_callback) and the asyncio
+    event loops' exception handler (asyncio imported here: a test that imports it in its body would otherwise
+    find it unwrapped).  Nested calls only count (one set of wrappers a process)."""
+    global _DEPTH
+    _DEPTH += 1
+    if _DEPTH == 1:
+        import concurrent.futures as cf
+
+        importlib.import_module("asyncio.base_events")  # (for install_loop_hook)
+
+        _patch(cf.Future, "set_exception", _setter)
+        _patch(cf.Future, "result", _reader)
+        _patch(cf.Future, "exception", _reader)
+        _patch(cf.Future, "add_done_callback", _callbacks)
+    install_loop_hook()
+
+
+def uninstall() -> None:
+    """Undo :func:`install`: what the innermost session caught and did not take passes to the one around it;
+    the last call restores the originals and forgets everything."""
+    global _DEPTH
+    if _DEPTH == 0:
+        return
+    with _LOCK:
+        _DEPTH -= 1
+        _CAUGHT[:] = [(min(d, _DEPTH), line) for d, line in _CAUGHT] if _DEPTH else []
+        for key, (ref, line, d) in list(_FUTURES.items()):
+            if _DEPTH:
+                _FUTURES[key] = (ref, line, min(d, _DEPTH))
+            else:
+                del _FUTURES[key]
+        if not _DEPTH:
+            _DEAD.clear()
+    if _DEPTH == 0:
+        for owner, attr, orig in _PATCHED.values():
+            setattr(owner, attr, orig)
+        _PATCHED.clear()
+
+
+def take(session_end: bool = False) -> List[str]:
+    """What the hooks caught since the last look while the current session was the innermost, as lines, then
+    forgotten: threads', event loops' and done-callbacks' gate failures, and the futures holding one that were
+    destroyed unread (first a garbage collection while such a future is alive: one in a reference cycle).
+    ``session_end``: first a garbage collection (an asyncio task in a reference cycle is destroyed there), and
+    every future still holding an unread gate failure counts too."""
+    with _LOCK:  # (a future held only by a reference cycle -- its exception's traceback holds a frame that
+        #          holds the future -- is destroyed by a collection: run one while any such future is pending)
+        pending = any(d == _DEPTH and ref() is not None for ref, _, d in _FUTURES.values())
+    if _DEPTH and (session_end or pending):
+        gc.collect()
+    with _LOCK:
+        out = [line for d, line in _CAUGHT if d == _DEPTH]
+        _CAUGHT[:] = [(d, line) for d, line in _CAUGHT if d != _DEPTH]
+        dead = set()
+        while _DEAD:
+            dead.add(_DEAD.popleft())
+        for key in sorted(_FUTURES):
+            ref, line, d = _FUTURES[key]
+            if d != _DEPTH or not (key in dead or session_end):
+                continue
+            del _FUTURES[key]
+            out.append(line if key in dead or ref() is None
+                       else line + " (the future is still referenced, unread, at the session's end)")
+        _DEAD.extend(k for k in dead if k in _FUTURES)  # (an outer session's, destroyed meanwhile)
+    return out
