@@ -15,13 +15,16 @@ These holders keep it from the test without any error of their own, where pytest
 :func:`install` wraps them (once per process; nested in-process sessions only count, and each takes only what
 was caught while it was the innermost), :func:`uninstall` restores them, and :func:`take` returns, as report
 lines, what was caught since the last look and forgets it.  The plugin calls :func:`take` at the end of each
-test's call (the test fails), of each teardown and of the session (the session fails).  Only gate failures
-count (:class:`vgct_ext.GateFailure`, :class:`vgct_ext.EvidenceMissing`), also wrapped: a cause, a context,
-an exception group's member.  Not seen: ``_thread.start_new_thread`` (its failures go to
-``sys.unraisablehook``), ``multiprocessing`` pools' results, event loops not derived from asyncio's
-``BaseEventLoop`` (uvloop), a future or task still referenced at the session's end by what outlives it (a
-module global: asyncio reports it at interpreter exit), and the other children of an
-``asyncio.gather`` without ``return_exceptions`` (gather marks their exceptions retrieved)."""
+test's call (the test fails), of each teardown and of the session (the session fails).  Only the method's
+verdicts count (:class:`vgct_ext.GateFailure`, :class:`vgct_ext.EvidenceMissing`,
+:class:`vgct_ext.FeatureInactive`, :class:`vgct_ext.PlantedFaultNotCaught`; "a gate failure" in the lines),
+also wrapped: a cause, a context, an exception group's member.  Not seen: a gate still running when the
+session ends (an executor shut down without waiting: it fails at interpreter exit, unreported),
+``_thread.start_new_thread`` (its failures go to ``sys.unraisablehook``), ``multiprocessing`` pools'
+results, event loops not derived from asyncio's ``BaseEventLoop`` (uvloop), a future or task still
+referenced at the session's end by what outlives it (a module global: asyncio reports it at interpreter
+exit), and the other children of an ``asyncio.gather`` without ``return_exceptions`` (gather marks their
+exceptions retrieved)."""
 
 from __future__ import annotations
 
@@ -48,12 +51,16 @@ _GROUP = getattr(builtins, "BaseExceptionGroup", ())  # (Python 3.11+; isinstanc
 
 
 def gate_error_in(exc: Any) -> Optional[BaseException]:
-    """The first gate failure in an exception, its causes and contexts, and an exception group's members
-    (a gate's failure wrapped by a harness, or raised in a TaskGroup), or None (also when no gate was ever
-    imported: then none can have failed).  Follows only exception objects, and never raises."""
-    gates = sys.modules.get(__package__ + ".gates")
-    if gates is None:
+    """The first of the method's verdicts in an exception, its causes and contexts, and an exception group's
+    members (wrapped by a harness, or raised in a TaskGroup), or None (also when neither gates nor probes were
+    ever imported: then none can have failed).  The verdicts: a gate's failure (GateFailure, EvidenceMissing),
+    a feature-active probe's (FeatureInactive), a planted-fault check's (PlantedFaultNotCaught).  Follows only
+    exception objects, and never raises."""
+    gates, probes = sys.modules.get(__package__ + ".gates"), sys.modules.get(__package__ + ".probes")
+    if gates is None and probes is None:
         return None
+    kinds = tuple(k for k in (getattr(gates, "_GateError", None), getattr(probes, "FeatureInactive", None),
+                              getattr(probes, "PlantedFaultNotCaught", None)) if k is not None)
     try:
         todo, seen = [exc], set()
         while todo:
@@ -61,7 +68,7 @@ def gate_error_in(exc: Any) -> Optional[BaseException]:
             if not isinstance(e, BaseException) or id(e) in seen:
                 continue
             seen.add(id(e))
-            if isinstance(e, gates._GateError):
+            if isinstance(e, kinds):
                 return e
             members = getattr(e, "exceptions", ()) if isinstance(e, _GROUP) else ()
             todo.extend([e.__cause__, e.__context__, *members])

@@ -25,6 +25,7 @@ from ._blocks import gate_block
 
 __all__ = [
     "FeatureInactive",
+    "PlantedFaultNotCaught",
     "ProbeResult",
     "CallCounter",
     "assert_feature_active",
@@ -48,6 +49,13 @@ class FeatureInactive(AssertionError):
     def __init__(self, message: str, result: "ProbeResult"):
         super().__init__(message)
         self.result = result
+
+
+class PlantedFaultNotCaught(AssertionError):
+    """:func:`expect_gate_failure` found its planted fault not caught as asked: the gate passed (or no gate
+    ran in the block's thread), or it failed on other statistics, or its message lacks a FAIL row or the
+    component.  An ``AssertionError`` (the test fails); its own class so that the pytest plugin also finds
+    it where no code raises it in a test (an unread Future, a task never awaited, a thread)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -461,8 +469,8 @@ def expect_gate_failure(*, statistics: Optional[Sequence[str]] = None, any_of: O
     * ``any_of``: at least one of these must have failed;
     * ``component``: the message must name it.
 
-    Yields an :class:`ExpectedFailure` filled in on exit. Raises ``AssertionError`` (pytest reports it as a
-    test failure) when the block passes -- the gate let the planted fault through -- or fails on other
+    Yields an :class:`ExpectedFailure` filled in on exit. Raises :class:`PlantedFaultNotCaught` (an
+    ``AssertionError``: pytest reports it as a test failure) when the block passes -- the gate let the planted fault through -- or fails on other
     statistics; other exceptions propagate, also one that ends a :func:`vgct_ext.soft_gates` block inside
     after a gate failed there (the soft block's GateFailure, chained from it, is its context). :class:`EvidenceMissing` does not count: a T2 gate without evidence
     proves nothing about the fault. Under ``pytest --vgct-calibrate`` a T2 gate or a tightened T1 gate
@@ -495,22 +503,22 @@ def expect_gate_failure(*, statistics: Optional[Sequence[str]] = None, any_of: O
         caught.error = exc
         caught.failed = exc.failed_statistics
     else:
-        raise AssertionError(f"planted fault not caught: the gate passed (expected it to fail"
+        raise PlantedFaultNotCaught(f"planted fault not caught: the gate passed (expected it to fail"
                              f"{' on ' + ', '.join(want or anyof) if (want or anyof) else ''}); a gate that "
                              f"lets a real bug pass is the worst defect" + _measured(block.records))
     msg = str(caught.error)
     missing = [s for s in want if s not in caught.failed]
     if missing:
-        raise AssertionError(f"planted fault caught, but not on {missing} (failed: {caught.failed}):\n{msg}")
+        raise PlantedFaultNotCaught(f"planted fault caught, but not on {missing} (failed: {caught.failed}):\n{msg}")
     if anyof and not any(s in caught.failed for s in anyof):
-        raise AssertionError(f"planted fault caught, but on none of {list(anyof)} (failed: {caught.failed}):\n"
+        raise PlantedFaultNotCaught(f"planted fault caught, but on none of {list(anyof)} (failed: {caught.failed}):\n"
                              f"{msg}")
     labels = {c.statistic: c.label for c in caught.error.checks}
     for s in want:
         if not any(labels.get(s, s) in ln and "FAIL" in ln for ln in msg.splitlines()):
-            raise AssertionError(f"no FAIL row for {labels.get(s, s)!r} in the message:\n{msg}")
+            raise PlantedFaultNotCaught(f"no FAIL row for {labels.get(s, s)!r} in the message:\n{msg}")
     if component is not None and f"'{component}'" not in msg:
-        raise AssertionError(f"the failure does not name component {component!r}:\n{msg}")
+        raise PlantedFaultNotCaught(f"the failure does not name component {component!r}:\n{msg}")
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -114,7 +114,7 @@ def test_soft_block_raising(vgct):
     result.assert_outcomes(failed=3)
     assert "contextlib" not in result.stdout.str(), result.stdout.str()
     result.stdout.fnmatch_lines([f"*test_x.py:{at['SOFT']}: *GateFailure: T1 gate failed*"])
-    result.stdout.fnmatch_lines([f"*test_x.py:{at['PLANTED']}: *AssertionError: planted fault not caught*"])
+    result.stdout.fnmatch_lines([f"*test_x.py:{at['PLANTED']}: *PlantedFaultNotCaught: planted fault not caught*"])
     result.stdout.fnmatch_lines([f"*test_x.py:{at['RAISING']}: *GateFailure: T1 gate failed*"])
     result = run("--tb=short")  # each failure's last shown frame: the test's own line
     result.assert_outcomes(failed=3)
@@ -840,6 +840,14 @@ def test_first_failure_wins_unread():
         list(ex.map(shard, ["first shard", "second shard"]))
     assert out.done()
 
+def test_planted_fault_check_in_an_unconsumed_map():
+    from vgct_ext import expect_gate_failure
+    def planted(tag):  # (the fault forgotten: the gate passes, the check fails)
+        with expect_gate_failure(statistics=("rel_l2",)):
+            assert_t1(E, E, component="c", feature=tag)
+    with cf.ThreadPoolExecutor(1) as ex:
+        ex.map(planted, ["forgotten plant"])
+
 def test_done_callback():
     with cf.ThreadPoolExecutor(1) as ex:
         f = ex.submit(lambda: None)
@@ -898,7 +906,7 @@ def test_read_in_every_way():
 @pytest.mark.parametrize("plant", [False, True])
 def test_a_gate_failure_kept_by_an_unread_future_or_an_unawaited_task_fails(pytester, run, plant):
     """A gate failure stored in a concurrent.futures Future destroyed unread (a submit's, an unconsumed map's, a
-    first-failure-wins future in a reference cycle), raised by a future's done-callback, or handed to an asyncio
+    first-failure-wins future in a reference cycle; a planted-fault check's failure too), raised by a future's done-callback, or handed to an asyncio
     loop's exception handler (a task never awaited, a callback) fails the test during whose call it happened,
     or the session (after the last test).  Passes: a failure read in any way (result() under pytest.raises,
     exception(), a consumed map, await, gather's results), read by a later test (a module fixture's futures),
@@ -909,10 +917,10 @@ def test_a_gate_failure_kept_by_an_unread_future_or_an_unawaited_task_fails(pyte
     result = run("-W", "ignore::pytest.PytestUnraisableExceptionWarning")
     out = result.stdout.str()
     if plant:
-        result.assert_outcomes(passed=11)
+        result.assert_outcomes(passed=12)
         assert result.ret == pytest.ExitCode.OK, out
         return
-    result.assert_outcomes(failed=6, passed=5)
+    result.assert_outcomes(failed=7, passed=5)
     future = "*a gate failure stored in a concurrent.futures Future that nobody read*"
     result.stdout.fnmatch_lines([f"{future}feature 'unread submit'*", f"{future}feature 'unconsumed map'*",
                                  "*a gate failure handed to an asyncio event loop's exception handler "
@@ -920,13 +928,14 @@ def test_a_gate_failure_kept_by_an_unread_future_or_an_unawaited_task_fails(pyte
                                  "*asyncio event loop's exception handler (Exception in callback*"
                                  "*feature 'callback'*",
                                  f"{future}feature 'first shard'*",
+                                 f"{future}planted fault not caught*",
                                  "*a gate failure raised in a concurrent.futures Future's done-callback*"
                                  "*feature 'done-callback'*",
                                  f"*vgct ERROR (no test failed with it; the session fails): {future}"
                                  "feature 'after the last test'*"])
     summary = out.split("short test summary")[-1]
     for name in ("unread_submit", "unconsumed_map", "task_never_awaited", "callback", "first_failure_wins_unread",
-                 "done_callback"):
+                 "done_callback", "planted_fault_check_in_an_unconsumed_map"):
         assert f"FAILED test_x.py::test_{name}" in summary
     for name in ("read_in_every_way", "own_loop_handler", "other_exceptions", "prefetched"):
         assert name not in summary

@@ -23,6 +23,7 @@ from vgct_ext.experiment import (  # noqa: E402
 )
 from vgct_ext.probes import (  # noqa: E402
     FeatureInactive,
+    PlantedFaultNotCaught,
     assert_all_written,
     assert_feature_active,
     assert_same_weights,
@@ -499,9 +500,10 @@ def test_expect_gate_failure_checks_the_failing_statistics():
     assert "rel_l2" in caught.failed and caught.error.stats.rel_l2 == pytest.approx(0.01, rel=1e-6)
     assert repr(caught).startswith("ExpectedFailure(failed=[") and "'rel_l2'" in repr(caught)
     assert "GateFailure: T1 gate failed" in repr(caught)  # the failure's first line, not an address
-    with pytest.raises(AssertionError, match="planted fault not caught") as ei:
+    with pytest.raises(PlantedFaultNotCaught, match="planted fault not caught") as ei:  # (an AssertionError)
         with expect_gate_failure():
             assert_t1(e * (1 + 2e-7), e, component="c", feature="f", name="near")
+    assert isinstance(ei.value, AssertionError)
     # the message says how near the fault came: each gating statistic's value against its bar
     import re
 
