@@ -47,6 +47,7 @@ _DEAD: Deque[int] = collections.deque()  # keys of such futures destroyed (appen
 _KEYS = itertools.count(1)
 _PATCHED: Dict[str, Tuple[Any, str, Any]] = {}  # "Owner.attr" -> (owner, attribute, the original)
 _DEPTH = 0  # install() calls not yet undone (in-process pytester sessions nest)
+_COLLECTED = 0  # the newest future key a garbage collection has run for (take)
 _GROUP = getattr(builtins, "BaseExceptionGroup", ())  # (Python 3.11+; isinstance(x, ()) is False)
 
 
@@ -248,13 +249,16 @@ def uninstall() -> None:
 def take(session_end: bool = False) -> List[str]:
     """What the hooks caught since the last look while the current session was the innermost, as lines, then
     forgotten: threads', event loops' and done-callbacks' gate failures, and the futures holding one that were
-    destroyed unread (first a garbage collection while such a future is alive: one in a reference cycle).
-    ``session_end``: first a garbage collection (an asyncio task in a reference cycle is destroyed there), and
-    every future still holding an unread gate failure counts too."""
+    destroyed unread (first a garbage collection when such a future is newly alive: one in a reference
+    cycle).  ``session_end`` (the plugin's last look): first a garbage collection (an asyncio task in a
+    reference cycle is destroyed there), and every future still holding an unread gate failure counts too."""
+    global _COLLECTED
     with _LOCK:  # (a future held only by a reference cycle -- its exception's traceback holds a frame that
-        #          holds the future -- is destroyed by a collection: run one while any such future is pending)
-        pending = any(d == _DEPTH and ref() is not None for ref, _, d in _FUTURES.values())
-    if _DEPTH and (session_end or pending):
+        #          holds the future -- is destroyed by a collection: one for each such future newly pending,
+        #          not one a test while a fixture keeps it for a later test to read)
+        newest = max((k for k, (ref, _, d) in _FUTURES.items() if d == _DEPTH and ref() is not None), default=0)
+    if _DEPTH and (session_end or newest > _COLLECTED):
+        _COLLECTED = max(_COLLECTED, newest)
         gc.collect()
     with _LOCK:
         out = [line for d, line in _CAUGHT if d == _DEPTH]

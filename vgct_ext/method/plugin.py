@@ -50,13 +50,14 @@ LOST = pytest.StashKey[List[str]]()  # what the test's call lost (gates._test_en
 UNHANDLED = pytest.StashKey[Any]()  # undoes the hooks of _unhandled (threads, futures, event loops) when set
 
 
-def _pending_gate_errors(session_end: bool = False) -> List[str]:
+def _pending_gate_errors(session_end: bool = False, last: bool = False) -> List[str]:
     """Gate failures lost since the last look, as lines: soft blocks ended by GeneratorExit/CancelledError
     (at the session's end also the failures held by a block open outside every test) and what the hooks of
-    _unhandled caught (threads, unread futures, event loops; at the session's end after a garbage collection)."""
+    _unhandled caught (threads, unread futures, event loops; at the ``last`` look, after every
+    pytest_sessionfinish implementation, after one garbage collection and with the futures still unread)."""
     gates = sys.modules.get(__package__ + ".gates")  # (not imported: no gate ran, nothing lost)
     lost = [] if gates is None else gates._session_end() if session_end else gates._drain_unreported()
-    return lost + _unhandled.take(session_end=session_end)
+    return lost + _unhandled.take(session_end=last)
 
 
 PAIRED_MARKERS = ("t1", "t2", "component", "feature")
@@ -572,7 +573,7 @@ def pytest_sessionfinish_late_gate_errors(session: pytest.Session, exitstatus: i
     result = yield
     config = session.config
     s = config.stash.get(STATE, None)
-    late = _pending_gate_errors(session_end=True)
+    late = _pending_gate_errors(session_end=True, last=True)
     if s is None or not late:
         return result
     s.gate_errors.extend(late)

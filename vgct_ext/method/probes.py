@@ -470,10 +470,11 @@ def expect_gate_failure(*, statistics: Optional[Sequence[str]] = None, any_of: O
     * ``component``: the message must name it.
 
     Yields an :class:`ExpectedFailure` filled in on exit. Raises :class:`PlantedFaultNotCaught` (an
-    ``AssertionError``: pytest reports it as a test failure) when the block passes -- the gate let the planted fault through -- or fails on other
-    statistics; other exceptions propagate, also one that ends a :func:`vgct_ext.soft_gates` block inside
-    after a gate failed there (the soft block's GateFailure, chained from it, is its context). :class:`EvidenceMissing` does not count: a T2 gate without evidence
-    proves nothing about the fault. Under ``pytest --vgct-calibrate`` a T2 gate or a tightened T1 gate
+    ``AssertionError``: pytest reports it as a test failure) when the block passes -- the gate let the planted
+    fault through -- or fails on other statistics; other exceptions propagate, also one that ends a
+    :func:`vgct_ext.soft_gates` block inside after a gate failed there (the soft block's GateFailure, chained
+    from it, is its context). :class:`EvidenceMissing` does not count: a T2 gate without evidence proves
+    nothing about the fault. Under ``pytest --vgct-calibrate`` a T2 gate or a tightened T1 gate
     (``tighten=k``) in the block records nothing and ends the block quietly (``.calibrating`` is True): such gates
     record instead of gating at their evidence there, so the fault is checked in the gating run, and a faulty run
     never becomes evidence -- nor does any gate's run anywhere in the process while the block is open (another
@@ -504,15 +505,16 @@ def expect_gate_failure(*, statistics: Optional[Sequence[str]] = None, any_of: O
         caught.failed = exc.failed_statistics
     else:
         raise PlantedFaultNotCaught(f"planted fault not caught: the gate passed (expected it to fail"
-                             f"{' on ' + ', '.join(want or anyof) if (want or anyof) else ''}); a gate that "
-                             f"lets a real bug pass is the worst defect" + _measured(block.records))
+                                    f"{' on ' + ', '.join(want or anyof) if (want or anyof) else ''}); a gate "
+                                    f"that lets a real bug pass is the worst defect" + _measured(block.records))
     msg = str(caught.error)
     missing = [s for s in want if s not in caught.failed]
     if missing:
-        raise PlantedFaultNotCaught(f"planted fault caught, but not on {missing} (failed: {caught.failed}):\n{msg}")
+        raise PlantedFaultNotCaught(f"planted fault caught, but not on {missing} (failed: {caught.failed}):\n"
+                                    f"{msg}")
     if anyof and not any(s in caught.failed for s in anyof):
-        raise PlantedFaultNotCaught(f"planted fault caught, but on none of {list(anyof)} (failed: {caught.failed}):\n"
-                             f"{msg}")
+        raise PlantedFaultNotCaught(f"planted fault caught, but on none of {list(anyof)} "
+                                    f"(failed: {caught.failed}):\n{msg}")
     labels = {c.statistic: c.label for c in caught.error.checks}
     for s in want:
         if not any(labels.get(s, s) in ln and "FAIL" in ln for ln in msg.splitlines()):

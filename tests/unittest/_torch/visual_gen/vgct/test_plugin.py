@@ -840,6 +840,12 @@ def test_first_failure_wins_unread():
         list(ex.map(shard, ["first shard", "second shard"]))
     assert out.done()
 
+KEPT = []
+
+def test_kept_unread_until_the_session_ends():
+    with cf.ThreadPoolExecutor(1) as ex:
+        KEPT.append(ex.submit(bad, "kept unread"))  # (alive: it could still be read, by a later test)
+
 def test_planted_fault_check_in_an_unconsumed_map():
     from vgct_ext import expect_gate_failure
     def planted(tag):  # (the fault forgotten: the gate passes, the check fails)
@@ -906,21 +912,22 @@ def test_read_in_every_way():
 @pytest.mark.parametrize("plant", [False, True])
 def test_a_gate_failure_kept_by_an_unread_future_or_an_unawaited_task_fails(pytester, run, plant):
     """A gate failure stored in a concurrent.futures Future destroyed unread (a submit's, an unconsumed map's, a
-    first-failure-wins future in a reference cycle; a planted-fault check's failure too), raised by a future's done-callback, or handed to an asyncio
-    loop's exception handler (a task never awaited, a callback) fails the test during whose call it happened,
-    or the session (after the last test).  Passes: a failure read in any way (result() under pytest.raises,
-    exception(), a consumed map, await, gather's results), read by a later test (a module fixture's futures),
-    taken by the loop's own handler; an exception whose ``exceptions`` are not exceptions passes through (it
-    hung a worker once).  The planted fault, the hooks undone: every test passes and the session exits 0 --
-    nothing else would have seen these failures."""
+    first-failure-wins future in a reference cycle; a planted-fault check's failure too) or still unread at the
+    session's end (a module global keeps it: the session fails), raised by a future's done-callback, or handed to an
+    asyncio loop's exception handler (a task never awaited, a callback) fails the test during whose call it
+    happened, or the session (after the last test). Passes: a failure read in any way (result() under pytest.raises,
+    exception(), a consumed map, await, gather's results), read by a later test (a module fixture's futures), taken
+    by the loop's own handler; an exception whose ``exceptions`` are not exceptions passes through (it hung a worker
+    once). The planted fault, the hooks undone: every test passes and the session exits 0 -- nothing else would have
+    seen these failures."""
     pytester.makepyfile(test_x=FUTURES % plant)
     result = run("-W", "ignore::pytest.PytestUnraisableExceptionWarning")
     out = result.stdout.str()
     if plant:
-        result.assert_outcomes(passed=12)
+        result.assert_outcomes(passed=13)
         assert result.ret == pytest.ExitCode.OK, out
         return
-    result.assert_outcomes(failed=7, passed=5)
+    result.assert_outcomes(failed=7, passed=6)
     future = "*a gate failure stored in a concurrent.futures Future that nobody read*"
     result.stdout.fnmatch_lines([f"{future}feature 'unread submit'*", f"{future}feature 'unconsumed map'*",
                                  "*a gate failure handed to an asyncio event loop's exception handler "
@@ -933,11 +940,14 @@ def test_a_gate_failure_kept_by_an_unread_future_or_an_unawaited_task_fails(pyte
                                  "*feature 'done-callback'*",
                                  f"*vgct ERROR (no test failed with it; the session fails): {future}"
                                  "feature 'after the last test'*"])
+    result.stdout.fnmatch_lines([f"*vgct ERROR (no test failed with it; the session fails): {future}"
+                                 "feature 'kept unread'*(the future is still referenced, unread, at the "
+                                 "session's end)*"])
     summary = out.split("short test summary")[-1]
     for name in ("unread_submit", "unconsumed_map", "task_never_awaited", "callback", "first_failure_wins_unread",
                  "done_callback", "planted_fault_check_in_an_unconsumed_map"):
         assert f"FAILED test_x.py::test_{name}" in summary
-    for name in ("read_in_every_way", "own_loop_handler", "other_exceptions", "prefetched"):
+    for name in ("read_in_every_way", "own_loop_handler", "other_exceptions", "prefetched", "kept_unread"):
         assert name not in summary
     assert "nobody read" not in "".join(ln for ln in out.splitlines() if "second shard" in ln)  # (not stored)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
