@@ -1,10 +1,11 @@
 """The window plan's sample size (cuda/select.cu WIN_SMAX, 2^20 keys) against smaller samples, for
 the exact p99 at 2^28 pairs, on one GPU.
 
-A sample of K keys costs its own read, its level-0 histogram and, on data without ties, the sort
-of its p99 bucket by ONE block (k_sel_fin: 37-69 us at K = 2^20 on an H200); the window it
-predicts is ~sqrt(2) wider in keys each time K halves, which the reduction counts and the
-window's region finish sorts.  Which wins is measured, not argued: for each shape of
+A sample of K keys costs its own read, its level-0 histogram and, on data without ties, a
+selection in its p99 bucket by ONE block (k_sel_fin: 16-23 us a call at K = 2^20 on an H200
+since the radix selection replaced the sort, 37-69 us before); the window it predicts is
+~sqrt(2) wider in keys each time K halves, which the reduction counts and the window's region
+finish selects in.  Which wins is measured, not argued: for each shape of
 ``bench_gpu.p99_shapes`` it times ``compare(a, e, quantiles=(0.99,))`` with the sample forced to
 K keys through the test hook ``vgct_cuda_test_sel[1]`` (0: the default, min(n / 256, WIN_SMAX)),
 the sizes in alternating rounds (this card's run-to-run spread is up to ~15%: docs/performance.md),

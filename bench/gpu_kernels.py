@@ -109,7 +109,7 @@ def fin_table(sizes, reps):
             for k, v in sorted(per.items(), key=lambda kv: -sum(kv[1])):  # with the finish
                 print(f"   2^{lg} {name}: {sum(v) / reps:8.1f} us  x{len(v) / reps:4.1f}  {k}")
     print("| n | data | wall, levels | wall, finish | x | device, levels | device, finish | x | "
-          "ties/sort/levels/direct/level-1 |")
+          "ties/selected/levels/direct/level-1 |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---|")
     for n, name, (w0, d0), (w1, d1), how in rows:
         print(f"| {n} | {name} | {w0:.1f} us | {w1:.1f} us | {w0 / w1:.2f} | {d0:.1f} us | {d1:.1f} us | "

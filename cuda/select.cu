@@ -38,7 +38,7 @@
  *       One host round trip reads the counts.
  *    d. On the host: a rank r with lt <= r < lt + eql is lo, one past the
  *       stored keys (up to + eqh) is hi, one in between is rank r - lt - eql
- *       of the window's stored keys: one k_sel_fin block sorting that region
+ *       of the window's stored keys: one k_sel_fin block selecting in that region
  *       when it holds at most FIN_CAP keys, else k_sel_buf levels 0 and 1
  *       over it, k_sel_fin over the rank's level-1 bucket, and levels 2-4 --
  *       which return at once when the finish answered (up to NSLOT_WSEL
@@ -106,10 +106,11 @@
  *   k_sel_fin          after level 0 (after level 1 for a window's region):
  *                      each wanted bucket's extremes (one value: its ranks
  *                      are that key) and, when the small buckets hold at most
- *                      FIN_CAP keys, their keys sorted by the last block in
- *                      shared memory (fin_sort: registers and shuffles, a
- *                      barrier only for the stages across warps); or one
- *                      block sorting a window's region (direct).  Replaces
+ *                      FIN_CAP keys, the wanted positions among them
+ *                      selected by the last block in shared memory
+ *                      (fin_select: a radix selection, digits of 8 bits
+ *                      below the keys' common prefix); or one block
+ *                      selecting in a window's region (direct).  Replaces
  *                      the later histogram levels (launch- and scan-bound at
  *                      small n) by one pass.
  *   k_sel_window       the window pass: 3 compares per key and window in
@@ -193,9 +194,8 @@ namespace cg = cooperative_groups;
 #define WS_SEL_CAND (2u << 20)
 #define WS_SEL_CLEAR_END (WS_SEL_HIST + 5u * SEL_BINS * 8u)
 #define WS_SEL_FREG (WS_SEL_CAND + (size_t)SEL_CAP * 8u)
-#define FIN_CAP 8192                     /* keys k_sel_fin sorts in one block */
-#define FIN_PAD(i) ((i) + ((i) >> 4)) /* key i's word in k_sel_fin's shared memory */
-#define FIN_SMEM (FIN_PAD(FIN_CAP) * 8) /* fin_sort's padded keys */
+#define FIN_CAP 8192                     /* keys k_sel_fin selects among in one block */
+#define FIN_SMEM (FIN_CAP * 8)           /* k_sel_fin's keys in shared memory */
 #define SLOT_RADIX 0
 #define SLOT_SAMPLE 1
 #define SLOT_WSEL 2                      /* first window-selection slot       */
@@ -206,7 +206,7 @@ namespace cg = cooperative_groups;
  * SEL_WIN_MIN: the window plan from this many pairs on; below it the store-
  * all plan (every key stored by the data pass, then the finish).  The window
  * plan costs a fixed ~9 launches (the sample, its level 0, the finish and four
- * levels that return at once when it answered, the window pass, one sort of a
+ * levels that return at once when it answered, the window pass, one selection in a
  * window's few thousand stored keys) and 2 host round trips on top of its one
  * read of the inputs; store-all costs 1 round trip, an 8-byte store and a
  * read back a key.  Measured on an H200 (2026-12-01, bf16, p99,
@@ -235,7 +235,7 @@ struct SelState {
   unsigned long long count[SEL_NS];
   long long srank[SEL_NS];    /* sample passes: the sample ranks used  */
   int fin;                    /* k_sel_fin resolved every slot: prefix[s] is its key */
-  int fin_ties, fin_sorted;   /* ...slots by a one-key bucket, by the sort */
+  int fin_ties, fin_selected; /* ...slots by a one-key bucket, by the selection */
   int fin_pad;
   int skip;                   /* the sample's passes: its levels, k_sel_fin and
                                  k_win_count return at once -- k_sel_sample's last block
@@ -647,27 +647,24 @@ __global__ void __launch_bounds__(ST, 1) k_sel_buf(const __grid_constant__ BArgs
  *   - a bucket whose smallest and largest keys are equal holds one value
  *     (ties: bf16 rounding noise puts tens of thousands of keys on one value):
  *     every rank in it is that key, whatever the bucket's size;
- *   - else, in a small group, the region sorted in shared memory (bitonic,
- *     padded with KEY_NONE to a power of two): the groups' buckets are
- *     disjoint key ranges, so small group g's keys sit at [below(g), below(g)
- *     + count(g)) of the sorted region, below(g) the counts of the small
- *     groups with smaller prefixes, and rank r of the bucket is element
- *     below(g) + r;
+ *   - else, in a small group, a selection in the region (fin_select): the
+ *     groups' buckets are disjoint key ranges, so small group g's keys would
+ *     sit at [below(g), below(g) + count(g)) of the region sorted, below(g)
+ *     the counts of the small groups with smaller prefixes, and rank r of
+ *     the bucket is the region's order statistic at position below(g) + r;
  *   - else (a big bucket of several values) it cannot answer.
  * Only when every slot is answered does it write the keys (prefix[s]) and set
  * st->fin, and k_sel_buf's later levels then return at once; otherwise the
  * state is left as the level pass left it and the levels run as before.
  * The values are the same order statistics whichever way they are found
- * (exact; the sort is a fixed network: deterministic).
+ * (exact: counts only; deterministic).
  * direct = 1: a one-block launch over a whole buffer of at most FIN_CAP keys,
- * all finite (a window's stored keys): rank0[s] of the sorted buffer.
- * Trade-off: one extra read of the buffer (L2-resident) and a sort of at most
- * FIN_CAP keys by one block, instead of the later histogram levels (~11 us each
- * at 2^20 keys): measured (docs/performance.md) it wins where the wanted
- * buckets are one value (ties: no sort) or small; the sort of a few thousand
- * keys by one SM costs about what the levels do (2^20 fp32 noise: even), and
- * a bucket of several values and more than FIN_CAP keys pays the extra read
- * for nothing. */
+ * all finite (a window's stored keys): its order statistics at rank0[s].
+ * Trade-off: one extra read of the buffer (L2-resident) and a selection among
+ * at most FIN_CAP keys by one block, instead of the later histogram levels
+ * (~11 us each at 2^20 keys): it wins where the wanted buckets are one value
+ * (ties: no selection) or small, and a bucket of several values and more
+ * than FIN_CAP keys pays the extra read for nothing (docs/performance.md). */
 struct FinArgs {
   int ns, direct;
   int pshift;                /* the level's bucket: key >> pshift (48 after level 0,
@@ -681,92 +678,118 @@ struct FinArgs {
   unsigned *counter;
 };
 
-/* Bitonic sort, ascending, of m keys by the block (m a power of two, 2 <=
- * m <= FIN_CAP): the classic network -- stage (k, j) compares element i with
- * i ^ j, the smaller first where i & k == 0 -- whatever the data (a fixed
- * network: deterministic).  The keys live in shared memory at FIN_PAD(i) (a
- * word of padding every 16: the blocked reads below hit distinct banks);
- * each thread also holds E = max(1, m / ST) consecutive ones, elements E t ..
- * E t + E - 1, in registers.  A stage with j < E is inside a thread; with E
- * <= j < 32 E, between the lanes of a warp (lane t ^ j / E holds the partner
- * in the same register: shuffles, no barrier); with j >= 32 E, in shared
- * memory, one __syncthreads a stage.  m = 4096: 15 of the 78 stages in shared
- * memory.  (Until 2026-12-02 every stage ran in shared memory with a barrier:
- * ~0.5 us a stage at m = 4096, issue- and barrier-bound -- 48-90 us for the
- * p99 window's sample at 2^28, docs/performance.md.)  Threads past m / E
- * hold no keys but take part in the shuffles (their partners never read
- * them: i < m and j < m give i ^ j < m). */
-__device__ __forceinline__ void fin_cx(unsigned long long &a, unsigned long long &b, bool asc) {
-  const unsigned long long x = a, y = b;
-  const bool sw = (x > y) == asc;
-  a = sw ? y : x;
-  b = sw ? x : y;
-}
-
-template <int E>
-__device__ void fin_sort_e(unsigned long long *s, int m) {
-  const int t = (int)threadIdx.x;
-  const bool act = t * E < m;
-  unsigned long long v[E];
-  __syncthreads(); /* the keys written by every thread */
-#pragma unroll
-  for (int r = 0; r < E; ++r) v[r] = act ? s[FIN_PAD(t * E + r)] : KEY_NONE;
-  for (int k = 2; k <= m; k <<= 1) {
-    int j = k >> 1;
-    if (j >= 32 * E) { /* the stages across warps, in shared memory */
-      if (act) {
-#pragma unroll
-        for (int r = 0; r < E; ++r) s[FIN_PAD(t * E + r)] = v[r];
-      }
-      __syncthreads();
-      for (; j >= 32 * E; j >>= 1) {
-        for (int p = t; p < m / 2; p += ST) {
-          const int i = 2 * p - (p & (j - 1)), l = i + j;
-          fin_cx(s[FIN_PAD(i)], s[FIN_PAD(l)], (i & k) == 0);
-        }
-        __syncthreads();
-      }
-#pragma unroll
-      for (int r = 0; r < E; ++r) v[r] = act ? s[FIN_PAD(t * E + r)] : KEY_NONE;
-    }
-    for (; j >= E; j >>= 1) { /* across the lanes of a warp */
-      const int lj = j / E;
-#pragma unroll
-      for (int r = 0; r < E; ++r) {
-        const unsigned long long o = __shfl_xor_sync(0xffffffffu, v[r], lj);
-        const int i = t * E + r;
-        const bool keep_min = ((i & j) == 0) == ((i & k) == 0);
-        v[r] = keep_min ? (o < v[r] ? o : v[r]) : (o > v[r] ? o : v[r]);
-      }
-    }
-#pragma unroll
-    for (int jj = E / 2; jj > 0; jj >>= 1) /* inside a thread */
-      if (jj < k) {
-#pragma unroll
-        for (int r = 0; r < E; ++r)
-          if ((r & jj) == 0) fin_cx(v[r], v[r | jj], ((t * E + r) & k) == 0);
-      }
+/* The order statistics of c keys by the block (every thread calls it, after
+ * writing its keys): out[p] = the key at position pos[p] (0-based; every
+ * pos[p] < c) of their ascending order, for p < np (1 <= np <= SEL_NS, c <=
+ * FIN_CAP); the keys at s[0 .. c) are only read.  A most-significant-
+ * digit radix selection, every position at once:
+ *   - the block's AND and OR of the keys: the bits above the highest bit in
+ *     which two keys differ, and those below the lowest, are every key's (a
+ *     wanted bucket's keys share at least their level's prefix, so the passes
+ *     start below it; keys from bf16 or fp16 data have their low mantissa
+ *     bits all zero, so the passes stop above them; one value: every
+ *     position is that key, no pass);
+ *   - then 8-bit digits from the highest such bit down to the lowest (the
+ *     last may be narrower): position p's keys -- those whose bits above the digit equal
+ *     its prefix so far -- counted per digit value in a shared-memory
+ *     histogram (one per position), and warp p's scan of those 256 counts
+ *     finds the digit value whose keys hold its remaining rank, appends it to
+ *     the prefix and subtracts the keys below it.
+ * After the last digit the prefix is the key itself: exact, whatever the
+ * order the atomics ran in (counts only), hence deterministic.  Cost: a read
+ * of the c keys and np compares each per pass, one pass per 8 bits of the
+ * span in which the keys differ (at most 8; a bucket after level 0: at most
+ * 6, and 1-3 for keys from bf16, fp16 or fp32 data), no sort.  Trade-off against the bitonic sort
+ * this replaced (docs/performance.md, 2026-12-04): it answers np positions,
+ * not every one, and a digit value shared by most keys makes its counter
+ * contend -- a pass's adds to one address are serialised, up to np * c of
+ * them in a pass where every position's keys share one digit value (ties
+ * with a few other values), still cheaper than the sort's 91 network stages
+ * over every key at c = FIN_CAP in the measured shapes. */
+__device__ void fin_select(const unsigned long long *s, int c, const long long *pos, int np,
+                           unsigned long long *out) {
+  __shared__ unsigned s_hist[SEL_NS][256];
+  __shared__ unsigned long long s_and, s_or, s_pfx[SEL_NS];
+  __shared__ long long s_rem[SEL_NS];
+  const int t = (int)threadIdx.x, lane = t & 31, w = t >> 5;
+  if (t == 0) {
+    s_and = ~0ull;
+    s_or = 0ull;
   }
-  if (act) {
+  __syncthreads(); /* (also: the keys written by every thread) */
+  unsigned long long ka = ~0ull, ko = 0ull;
+  for (int i = t; i < c; i += ST) {
+    const unsigned long long k = s[i];
+    ka &= k;
+    ko |= k;
+  }
 #pragma unroll
-    for (int r = 0; r < E; ++r) s[FIN_PAD(t * E + r)] = v[r];
+  for (int o = 16; o > 0; o >>= 1) {
+    ka &= __shfl_xor_sync(0xffffffffu, ka, o);
+    ko |= __shfl_xor_sync(0xffffffffu, ko, o);
+  }
+  if (lane == 0) {
+    atomicAnd(&s_and, ka);
+    atomicOr(&s_or, ko);
   }
   __syncthreads();
-}
-
-/* s[FIN_PAD(0 .. m)) sorted (fin_sort_e); every thread of the block calls it. */
-__device__ void fin_sort(unsigned long long *s, int m) {
-  static_assert(FIN_CAP / ST <= 8 && (FIN_CAP / ST) * ST == FIN_CAP, "fin_sort: E <= 8");
-  if (m <= ST) fin_sort_e<1>(s, m);
-  else if (m <= 2 * ST) fin_sort_e<2>(s, m);
-  else if (m <= 4 * ST) fin_sort_e<4>(s, m);
-  else fin_sort_e<8>(s, m);
-}
-
-__device__ __forceinline__ int fin_pow2(long long c) {
-  int m = 2;
-  while (m < c) m <<= 1;
-  return m;
+  const unsigned long long diff = s_and ^ s_or; /* the bits in which some keys differ */
+  int hi = diff ? 63 - __clzll((long long)diff) : -1; /* the highest of them */
+  const int lowb = diff ? __ffsll((long long)diff) - 1 : 0; /* the lowest of them */
+  if (t < np) {
+    /* the bits above hi and below lowb are every key's: the prefix starts as
+       them, bits [lowb, hi] cleared (one value, hi == -1: the key itself) */
+    const unsigned long long span =
+        diff ? ((hi < 63 ? (2ull << hi) : 0ull) - (1ull << lowb)) : 0ull;
+    s_pfx[t] = s_and & ~span;
+    s_rem[t] = pos[t];
+  }
+  for (; hi >= lowb; hi -= 8) {
+    const int lo = hi - 7 > lowb ? hi - 7 : lowb;
+    const unsigned dmask = (2u << (hi - lo)) - 1u; /* the digit's hi - lo + 1 bits */
+    const unsigned long long above = hi < 63 ? ~0ull << (hi + 1) : 0ull;
+    __syncthreads(); /* the previous pass's scans done (and its prefixes written) */
+    for (int i = t; i < np * 256; i += ST) (&s_hist[0][0])[i] = 0u;
+    __syncthreads();
+    for (int i = t; i < c; i += ST) {
+      const unsigned long long k = s[i];
+      const unsigned dg = (unsigned)(k >> lo) & dmask;
+      for (int p = 0; p < np; ++p)
+        if (((k ^ s_pfx[p]) & above) == 0ull) atomicAdd(&s_hist[p][dg], 1u);
+    }
+    __syncthreads();
+    if (w < np) { /* warp w: position w's digit; lane l holds values 8 l .. 8 l + 7 */
+      const unsigned long long r = (unsigned long long)s_rem[w];
+      unsigned v[8], sum = 0u;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        v[j] = s_hist[w][8 * lane + j];
+        sum += v[j];
+      }
+      unsigned inc = sum; /* inclusive scan over the lanes */
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const unsigned y = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += y;
+      }
+      unsigned below = inc - sum;
+      __syncwarp(); /* every lane has read s_rem[w] before its owner rewrites it */
+      if (r >= below && r < inc) { /* exactly one lane: the counts sum to the keys */
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (r < below + v[j]) {
+            s_pfx[w] |= (unsigned long long)(8 * lane + j) << lo;
+            s_rem[w] = (long long)(r - below);
+            break;
+          }
+          below += v[j];
+        }
+      }
+    }
+  }
+  __syncthreads();
+  if (t < np) out[t] = s_pfx[t];
+  __syncthreads();
 }
 
 /* the bucket count of group g (the count of any of its slots) */
@@ -787,18 +810,22 @@ __global__ void __launch_bounds__(ST, 1) k_sel_fin(const __grid_constant__ FinAr
       if (threadIdx.x == 0) st->bad = 1;
       return;
     }
-    const int m = fin_pow2(c);
-    for (int i = threadIdx.x; i < m; i += ST) fin_sm[FIN_PAD(i)] = i < c ? __ldcg(A.cand + i) : KEY_NONE;
-    fin_sort(fin_sm, m);
+    bool ok = c > 0 && A.ns >= 1 && A.ns <= SEL_NS;
+    for (int s = 0; s < A.ns && s < SEL_NS; ++s) ok = ok && A.rank0[s] >= 0 && A.rank0[s] < c;
+    if (!ok) { /* not reached: the host's ranks are < c */
+      if (threadIdx.x == 0) st->bad = 1;
+      return;
+    }
+    __shared__ unsigned long long s_out[SEL_NS];
+    for (int i = threadIdx.x; i < c; i += ST) fin_sm[i] = __ldcg(A.cand + i);
+    fin_select(fin_sm, (int)c, A.rank0, A.ns, s_out);
     if (threadIdx.x == 0) {
       st->total = (unsigned long long)c;
       for (int s = 0; s < A.ns; ++s) {
-        const long long r = A.rank0[s];
-        if (r < 0 || r >= c) st->bad = 1; /* not reached: the host's ranks are < c */
-        st->prefix[s] = r >= 0 && r < c ? fin_sm[FIN_PAD(r)] : 0ull;
+        st->prefix[s] = s_out[s];
         st->rank[s] = 0;
       }
-      st->fin_sorted = A.ns;
+      st->fin_selected = A.ns;
       st->fin = 1;
     }
     return;
@@ -903,7 +930,7 @@ __global__ void __launch_bounds__(ST, 1) k_sel_fin(const __grid_constant__ FinAr
       unsigned long long below = 0;
       for (int q = 0; q < ng; ++q)
         if (s_small[q] && st->gprefix[q] < st->gprefix[g]) below += fin_count(st, A.ns, q);
-      s_key[s] = below + (unsigned long long)st->rank[s]; /* a position, read after the sort */
+      s_key[s] = below + (unsigned long long)st->rank[s]; /* a position: fin_select below */
     }
     s_need = need;
     s_ok = ok;
@@ -915,20 +942,34 @@ __global__ void __launch_bounds__(ST, 1) k_sel_fin(const __grid_constant__ FinAr
   }
   __syncthreads();
   if (!s_ok) return; /* not every slot answered: the levels run (state unchanged) */
-  if (s_need) {
-    const long long c = (long long)tot;
-    const int m = fin_pow2(c);
-    for (int i = threadIdx.x; i < m; i += ST) fin_sm[FIN_PAD(i)] = i < c ? __ldcg(A.reg + i) : KEY_NONE;
-    fin_sort(fin_sm, m);
+  if (s_need) { /* the region's keys at the other slots' positions */
+    __shared__ long long s_pos[SEL_NS];
+    __shared__ int s_slot[SEL_NS], s_np;
+    __shared__ unsigned long long s_out[SEL_NS];
+    if (threadIdx.x == 0) {
+      int np = 0;
+      for (int s = 0; s < A.ns; ++s)
+        if (!s_tie[s]) {
+          s_slot[np] = s;
+          s_pos[np++] = (long long)s_key[s];
+        }
+      s_np = np;
+    }
+    const int c = (int)tot; /* <= FIN_CAP: s_ok */
+    for (int i = threadIdx.x; i < c; i += ST) fin_sm[i] = __ldcg(A.reg + i);
+    __syncthreads(); /* s_np, s_pos (fin_select's own first barrier follows the keys) */
+    fin_select(fin_sm, c, s_pos, s_np, s_out);
+    if (threadIdx.x == 0)
+      for (int q = 0; q < s_np; ++q) s_key[s_slot[q]] = s_out[q];
   }
   if (threadIdx.x == 0) {
     int nt = 0;
     for (int s = 0; s < A.ns; ++s) {
-      st->prefix[s] = s_tie[s] ? s_key[s] : fin_sm[FIN_PAD(s_key[s])];
+      st->prefix[s] = s_key[s];
       nt += s_tie[s];
     }
     st->fin_ties = nt;
-    st->fin_sorted = A.ns - nt;
+    st->fin_selected = A.ns - nt;
     st->fin = 1;
   }
 }
@@ -1494,7 +1535,7 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
  * vgct_cuda_test_fin_last (the last call's finishes, written by every call):
  *   [0] k_sel_fin launches after the store-all level 0 (whose state the host reads)
  *   [1] their slots answered by a one-key bucket (ties)
- *   [2] their slots answered by the sort of the wanted buckets' keys
+ *   [2] their slots answered by the selection among the wanted buckets' keys
  *   [3] of those launches, the ones that left the slots to the levels
  *   [4] window selections finished by one direct k_sel_fin (no levels)
  *   [5] window selections answered by k_sel_fin after their level 1 (levels
@@ -2009,7 +2050,7 @@ static int win_answer(CallCtx &cx, const KArgs &B, const vgct_params *p, WinRun 
         A.st = (SelState *)(d + WS_SEL_STATE + (SLOT_WSEL + k) * SEL_SLOT);
         A.ns = bn[k];
         for (int s = 0; s < SEL_NS; ++s) A.rank0[s] = s < bn[k] ? (long long)irk[bix[k][s]] : 0;
-        if (direct[k]) { /* few stored keys: sorted by one block */
+        if (direct[k]) { /* few stored keys: selected among by one block */
           WIN_CK(launch_sel_fin(ws, 1, A, 1, 0, cx.stream), "k_sel_fin launch (window)");
           ++vgct_cuda_test_fin_last[4];
         } else {
@@ -2256,7 +2297,7 @@ static int sel_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vg
       long long *F = vgct_cuda_test_fin_last;
       ++F[0];
       F[1] += hs.fin_ties;
-      F[2] += hs.fin_sorted;
+      F[2] += hs.fin_selected;
       if (!hs.fin && !hs.bad) ++F[3];
       levels = !hs.fin && !hs.bad;
     }

@@ -11,7 +11,7 @@ k_reduce_lean (small inputs: every call below runs twice, once with the lean ker
 with the fast-path kernels, switched through the reduce's test hook vgct_cuda_test_lean_max; and
 once more with the result record copied back from the device instead of written into the mapped
 pinned buffer, vgct_cuda_test_mapped),
-k_sel_data + k_sel_fin (in-place keys for small n, the one-block finish: ties and the sort),
+k_sel_data + k_sel_fin (in-place keys for small n, the one-block finish: ties and the selection),
 k_sel_buf (the levels: a bucket too big for the finish, and every call once more with the finish
 off through its hook vgct_cuda_test_fin; level-0 histogram + compaction above the candidate
 buffer, forced through select.cu's plan hook), k_sel_sample + k_sel_window + the direct finish

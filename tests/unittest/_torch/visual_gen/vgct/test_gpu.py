@@ -1767,12 +1767,13 @@ def test_fused_window_way_chosen_on_the_device(kind, way, known_hooks, fuse_hook
 # ---- issue #13: the one-block finish of the selection (cuda/select.cu k_sel_fin) ----------------
 #
 # After the level-0 pass k_sel_fin answers each rank from its bucket's extremes (one value: ties) or
-# from a sort of the wanted buckets' keys (at most FIN_CAP = 8192), else it leaves the ranks to the
+# from a selection among the wanted buckets' keys (at most FIN_CAP = 8192; fin_select: a radix
+# selection in shared memory), else it leaves the ranks to the
 # four histogram levels.  Hooks: vgct_cuda_test_fin = 1 turns it off; vgct_cuda_test_fin_last says
 # what the last call did.  Every case is checked against the CPU engine, the float64 oracle and the
 # same call with the finish off (the levels: an independent GPU path).
 
-FIN_LAST = ("store_all_fins", "by_ties", "by_sort", "left_to_levels", "window_direct",
+FIN_LAST = ("store_all_fins", "by_ties", "by_select", "left_to_levels", "window_direct",
             "window_level1")
 FIN_CAP = 8192
 
@@ -1826,7 +1827,7 @@ def _fin_both_ways(a, e, quantiles, fin_hooks, after_on=None, oracle=True):
     assert off["store_all_fins"] == off["window_direct"] == off["window_level1"] == 0, off
     assert dict(g.quantiles) == dict(h.quantiles)
     if last["store_all_fins"] and last["left_to_levels"] == 0:
-        assert last["by_ties"] + last["by_sort"] == _distinct_ranks(g.n_finite, quantiles), last
+        assert last["by_ties"] + last["by_select"] == _distinct_ranks(g.n_finite, quantiles), last
     return g, last, other
 
 
@@ -1838,9 +1839,9 @@ def test_fin_store_all_every_distribution(kind, fin_hooks):
     g, last, _ = _fin_both_ways(a, e, QW, fin_hooks)
     assert last["store_all_fins"] == 2, last  # QW: 13 distinct ranks (floor(h), floor(h) + 1), two batches
     if kind == "identical":  # every |d| is 0: one bucket, one value
-        assert last["by_ties"] == 13 and last["by_sort"] == 0 and last["left_to_levels"] == 0, last
-    if kind in ("noise_fp32", "cauchy"):  # smooth: small buckets, answered by the sort
-        assert last["by_sort"] >= 1 and last["left_to_levels"] == 0, last
+        assert last["by_ties"] == 13 and last["by_select"] == 0 and last["left_to_levels"] == 0, last
+    if kind in ("noise_fp32", "cauchy"):  # smooth: small buckets, answered by the selection
+        assert last["by_select"] >= 1 and last["left_to_levels"] == 0, last
 
 
 def test_fin_bf16_rounding_noise_is_answered_by_ties(fin_hooks):
@@ -1849,12 +1850,12 @@ def test_fin_bf16_rounding_noise_is_answered_by_ties(fin_hooks):
     a, e = _window_case("bf16_rounding", 1 << 20, seed=8)
     g, last, _ = _fin_both_ways(a, e, (0.99,), fin_hooks)
     assert last["store_all_fins"] == 1 and last["left_to_levels"] == 0, last
-    assert last["by_ties"] >= 1 and last["by_sort"] == 0, last
+    assert last["by_ties"] >= 1 and last["by_select"] == 0, last
 
 
 def test_fin_planted_big_two_valued_bucket_goes_to_the_levels(fin_hooks):
     """Planted: the wanted bucket holds more than FIN_CAP keys of two values 2^-20 apart (one
-    1/16-octave bucket, extremes differ, too many to sort): the finish must leave the ranks to the
+    1/16-octave bucket, extremes differ, too many to select among): the finish must leave the ranks to the
     levels, whose answer is exact -- including the ranks at the boundary between the two values."""
     n = 4 * FIN_CAP + 1
     e = torch.ones(n, dtype=torch.float64, device=DEV)
@@ -1863,32 +1864,32 @@ def test_fin_planted_big_two_valued_bucket_goes_to_the_levels(fin_hooks):
     nlow = (n + 1) // 2
     qs = (0.0, (nlow - 1) / (n - 1), nlow / (n - 1), 0.5, 1.0)
     g, last, _ = _fin_both_ways(a, e, qs, fin_hooks)
-    assert last["left_to_levels"] == 1 and last["by_ties"] == 0 and last["by_sort"] == 0, last
+    assert last["left_to_levels"] == 1 and last["by_ties"] == 0 and last["by_select"] == 0, last
 
 
-@pytest.mark.parametrize("size,sorted_", [(FIN_CAP, True), (FIN_CAP + 1, False)])
-def test_fin_cap_boundary(size, sorted_, fin_hooks):
-    """One bucket of exactly FIN_CAP distinct keys is sorted by the finish (the shared-memory
-    region full); one key more and it goes to the levels.  Both exact."""
+@pytest.mark.parametrize("size,selected", [(FIN_CAP, True), (FIN_CAP + 1, False)])
+def test_fin_cap_boundary(size, selected, fin_hooks):
+    """One bucket of exactly FIN_CAP distinct keys is answered by the finish's selection (the
+    shared-memory region full); one key more and it goes to the levels.  Both exact."""
     k = torch.arange(size, dtype=torch.float64, device=DEV)
     k = k[torch.randperm(size, generator=torch.Generator(device=DEV).manual_seed(GEN_SEED + 301),
                          device=DEV)]
     e = torch.ones(size, dtype=torch.float64, device=DEV)
     a = 2.0 + k * 2.0 ** -30  # |d| = 1 + k 2^-30: distinct, all in [1, 1.0625)
     g, last, _ = _fin_both_ways(a, e, (0.0, 0.37, 0.5, 0.99, 1.0), fin_hooks)
-    if sorted_:
-        assert last["by_sort"] >= 1 and last["left_to_levels"] == 0, last
+    if selected:
+        assert last["by_select"] >= 1 and last["left_to_levels"] == 0, last
     else:  # 9 distinct ranks: two batches, both left to the levels
         assert last["left_to_levels"] == last["store_all_fins"] == 2, last
 
 
 @pytest.mark.parametrize("size", [2, 3, 31, 700, 1024, 1025, 2047, 3000, 4097, 8000])
-def test_fin_sort_every_size_class(size, fin_hooks):
-    """The finish's sort (k_sel_fin, fin_sort) keeps E = 1, 2, 4 or 8 keys a thread in registers
-    by the padded size m (up to 1024, 2048, 4096, 8192): one 1/16-octave bucket of `size` keys
-    with repeated values (about two copies each: equal keys across lanes, registers and the
-    shared-memory stages) at 33 ranks spread over it -- every position class of the network.
-    Values == the four histogram levels (finish off) == CPU engine == float64 oracle."""
+def test_fin_select_every_size_class(size, fin_hooks):
+    """The finish's selection (k_sel_fin, fin_select) over regions of 2 to 8000 keys -- fewer
+    than a block's threads, one key a thread, several keys a thread, a partial last round: one
+    1/16-octave bucket of `size` keys with repeated values (about two copies each) at 33 ranks
+    spread over it.  Values == the four histogram levels (finish off) == CPU engine == float64
+    oracle."""
     gen = torch.Generator(device=DEV).manual_seed(GEN_SEED + 303 + size)
     i = torch.arange(size, device=DEV)
     k = (i - (i % 3 == 2).long()).double()  # 0, 1, 1, 3, 4, 4, ...: every third a repeat
@@ -1897,12 +1898,61 @@ def test_fin_sort_every_size_class(size, fin_hooks):
     a = 2.0 + k * 2.0 ** -30  # |d| = 1 + k 2^-30, all in [1, 1.0625): one bucket
     qs = tuple(j / 32 for j in range(33))
     g, last, _ = _fin_both_ways(a, e, qs, fin_hooks)
-    assert last["by_sort"] >= 1 and last["left_to_levels"] == 0, last
+    assert last["by_select"] >= 1 and last["left_to_levels"] == 0, last
 
 
-def test_fin_big_tie_bucket_beside_a_small_sorted_one(fin_hooks):
+# (offsets from the key of 1.0 in the low 48 bits -- one 1/16-octave bucket -- and copies of each:
+#  the highest differing bit, where fin_select's digits start, at 0, 7, 8, 15, 16 and 47)
+FIN_SELECT_SPREADS = {
+    "last bit only": ([0, 1], [3000, 3000]),
+    "one full digit": ([0, 0x80, 0xFF], [2000, 1, 2000]),
+    "a one-bit second digit": ([0, 0xFF, 0x100], [1500, 1500, 1500]),
+    "three digits (bits 0-16)": ([0x7FFF, 0x8000, 0x10000, 0xFFFF], [1000, 1000, 1000, 1000]),
+    "top and bottom of the bucket": ([0, 1, (1 << 47), (1 << 48) - 1], [2500, 1, 2500, 1]),
+    # the passes stop at the lowest bit in which keys differ: bf16-derived keys (low bits zero),
+    # keys that share set low bits, one differing bit mid-key, a 9-bit span across a digit
+    "low 40 bits zero (bf16-like)": ([0, 1 << 40, 3 << 40, 0xFF << 40], [1500, 700, 1, 1500]),
+    "shared set low bits": ([0x555, 0x1555, 0x100555, 0x101555], [1200, 1, 1200, 1200]),
+    "one bit mid-key": ([0, 1 << 30], [3000, 3000]),
+    "nine-bit span (bits 20-28)": ([1 << 20, 1 << 28, (1 << 28) | (1 << 20), 3 << 20],
+                                   [1000, 1000, 1000, 1000]),
+}
+
+
+@pytest.mark.parametrize("spread", list(FIN_SELECT_SPREADS))
+def test_fin_select_digit_edges(spread, fin_hooks):
+    """fin_select's radix passes start below the keys' common prefix (their AND against their OR)
+    and step down 8 bits at a time, the last digit possibly narrower: keys of one bucket differing
+    only in bit 0, in one full digit, in a digit and one bit, in three digits, at both ends of the
+    bucket, and in bits that stop above the lowest (the passes end at the lowest bit in which two
+    keys differ; the bits below are every key's) -- thousands of copies on a few values (their
+    counters contend).  Every quantile at and beside each value's first and last position, plus 0
+    and 1: == the four histogram levels (finish off) == CPU engine == float64 oracle, and the
+    finish answered every rank by selection."""
+    offs, copies = FIN_SELECT_SPREADS[spread]
+    one = 0x3FF0000000000000  # the bits of 1.0
+    keys = torch.tensor([one + o for o, c in zip(offs, copies) for _ in range(c)], dtype=torch.int64)
+    a = keys.view(torch.float64)
+    a = a[torch.randperm(a.numel(), generator=torch.Generator().manual_seed(GEN_SEED + 310))].to(DEV)
+    e = torch.zeros_like(a)  # |d| = a exactly
+    n, edges, at = a.numel(), [], 0
+    for c in sorted(zip(offs, copies)):
+        edges += [at, at + c[1] - 1]
+        at += c[1]
+    pos = sorted({min(max(p + d, 0), n - 1) for p in edges for d in (-1, 0, 1)})
+    qs = sorted({0.0} | {p / (n - 1) for p in pos})
+    # three a call (at most 6 ranks) and 1.0 (rank n - 1, the largest key) with the first: at most
+    # SEL_NS (8) distinct ranks, one finish
+    for k in range(0, len(qs), 3):
+        part = tuple(qs[k:k + 3]) + ((1.0,) if k == 0 else ())
+        g, last, _ = _fin_both_ways(a, e, part, fin_hooks)
+        assert last["store_all_fins"] == 1 and last["left_to_levels"] == 0, last
+        assert last["by_select"] >= 1, last
+
+
+def test_fin_big_tie_bucket_beside_a_small_many_valued_one(fin_hooks):
     """One batch with a one-value bucket of far more than FIN_CAP keys (answered by its extremes)
-    and a small bucket of many values (sorted): the big bucket's keys are not counted against the
+    and a small bucket of many values (selected in): the big bucket's keys are not counted against the
     region, so the finish answers both."""
     gen = torch.Generator(device=DEV).manual_seed(GEN_SEED + 302)
     n_tie, n_small = 5 * FIN_CAP, 3000
@@ -1912,12 +1962,12 @@ def test_fin_big_tie_bucket_beside_a_small_sorted_one(fin_hooks):
     a = a[torch.randperm(a.numel(), generator=gen, device=DEV)]
     qs = (0.3, 0.97)  # one rank pair in the tie bucket, one among the [2, 2.1) values
     g, last, _ = _fin_both_ways(a, e, qs, fin_hooks)
-    assert last["left_to_levels"] == 0 and last["by_ties"] == 2 and last["by_sort"] == 2, last
+    assert last["left_to_levels"] == 0 and last["by_ties"] == 2 and last["by_select"] == 2, last
 
 
-def test_fin_sort_across_groups_at_bucket_edges(fin_hooks):
-    """Several groups in one finish (ranks in different 1/16-octave buckets) sorted together:
-    each rank's key is read at its group's offset in the sorted region.  Values at and just below
+def test_fin_select_across_groups_at_bucket_edges(fin_hooks):
+    """Several groups in one finish (ranks in different 1/16-octave buckets) in one region: each
+    rank's key is selected at its group's offset in the region's order.  Values at and just below
     the buckets' edges (1.0, the largest double below 1.0625, 2.0, 0.25 ...) and 1.0625 itself,
     the next bucket's lowest key; a downward jitter on some of them keeps them in their bucket."""
     g0 = torch.Generator(device=DEV).manual_seed(GEN_SEED + 300)
@@ -1931,10 +1981,10 @@ def test_fin_sort_across_groups_at_bucket_edges(fin_hooks):
     a[::97] = 1.0625
     qs = tuple(i / 16 for i in range(17))
     g, last, _ = _fin_both_ways(a, e, qs, fin_hooks)
-    assert last["by_sort"] >= 8 and last["left_to_levels"] == 0, last
+    assert last["by_select"] >= 8 and last["left_to_levels"] == 0, last
 
 
-def test_fin_window_regions_are_sorted_directly(fin_hooks, sel_hooks):
+def test_fin_window_regions_are_selected_directly(fin_hooks, sel_hooks):
     """The window plan (forced at 2^17): a window's few stored keys are selected by one
     k_sel_fin block instead of five histogram passes, and the sample's order statistics (its
     finish) give the same windows; same values as with the finish off."""
@@ -1952,7 +2002,7 @@ def test_fin_window_region_after_level_one(kind, fin_hooks, sel_hooks):
     """A window's region of more than FIN_CAP stored keys (the window plan forced at 2^22: a
     16384-key sample, ~1% of the keys stored) spans one or two level-0 buckets, so its ranks
     take levels 0 and 1 and then the finish over the rank's level-1 bucket (k_sel_fin with
-    pshift 36: a few keys, sorted), and levels 2-4 return at once (window_level1 counts those
+    pshift 36: a few keys, selected among), and levels 2-4 return at once (window_level1 counts those
     batches).  Same values and windows as with the finish off (five levels) == CPU == oracle;
     a finish that grouped the keys by their level-0 bucket would match none and leave the
     ranks to the levels (window_level1 == 0: fails)."""
