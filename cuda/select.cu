@@ -698,8 +698,9 @@ struct FinArgs {
  * After the last digit the prefix is the key itself: exact, whatever the
  * order the atomics ran in (counts only), hence deterministic.  Cost: a read
  * of the c keys and np compares each per pass, one pass per 8 bits of the
- * span in which the keys differ (at most 8; a bucket after level 0: at most
- * 6, and 1-3 for keys from bf16, fp16 or fp32 data), no sort.  Trade-off against the bitonic sort
+ * span in which the keys differ (at most 8, for a region of several groups;
+ * one bucket after level 0: at most 6, and 1-3 for keys from bf16, fp16 or
+ * fp32 data), no sort.  Trade-off against the bitonic sort
  * this replaced (docs/performance.md, 2026-12-04): it answers np positions,
  * not every one, and a digit value shared by most keys makes its counter
  * contend -- a pass's adds to one address are serialised, up to np * c of
