@@ -16,7 +16,9 @@ time, and the host wall time beside the same call without quantiles -- where the
 over the reduction goes (the sample, the reduction with the fused window, the window's finish).
 
 With --fin-table it instead times the p99 call with the selection's one-block finish (cuda/select.cu
-k_sel_fin) off and on (its test hook vgct_cuda_test_fin, through ctypes) on three data shapes -- bf16
+k_sel_fin) off, on after the level-0 histogram, and as the code chooses (the default: for at most
+8192 pairs, the store-only pass and the direct finish) -- its test hook vgct_cuda_test_fin 1, 2, 0,
+through ctypes -- on three data shapes -- bf16
 rounding noise (ties), bf16 with 1e-2 noise (a few dozen values in the p99's bucket), fp32 noise (all
 distinct) -- and prints one table: host wall and device busy time per call, and their ratios.
 
@@ -83,7 +85,7 @@ def _fin_hooks():
 
     lib = ctypes.CDLL(_C.__file__)
     return (ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fin"),
-            (ctypes.c_longlong * 6).in_dll(lib, "vgct_cuda_test_fin_last"))
+            (ctypes.c_longlong * 7).in_dll(lib, "vgct_cuda_test_fin_last"))
 
 
 def fin_table(sizes, reps):
@@ -99,21 +101,23 @@ def fin_table(sizes, reps):
                  "fp32 1e-3 noise": (e32 + 1e-3 * noise, e32)}
         for name, (a, e) in cases.items():
             res = []
-            for off in (1, 0):
-                hook.value = off
+            for knob in (1, 2, 0):  # levels; the finish after level 0; the default
+                hook.value = knob
                 per, span, wall, _ = one_case(a, e, (0.99,), reps)
                 res.append((wall, sum(sum(v) for v in per.values()) / reps))
             hook.value = 0
             how = "/".join(str(v) for v in last[1:])
-            rows.append((f"2^{lg}", name, res[0], res[1], how))
-            for k, v in sorted(per.items(), key=lambda kv: -sum(kv[1])):  # with the finish
+            rows.append((f"2^{lg}", name, res, how))
+            for k, v in sorted(per.items(), key=lambda kv: -sum(kv[1])):  # the default
                 print(f"   2^{lg} {name}: {sum(v) / reps:8.1f} us  x{len(v) / reps:4.1f}  {k}")
-    print("| n | data | wall, levels | wall, finish | x | device, levels | device, finish | x | "
-          "ties/selected/levels/direct/level-1 |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
-    for n, name, (w0, d0), (w1, d1), how in rows:
-        print(f"| {n} | {name} | {w0:.1f} us | {w1:.1f} us | {w0 / w1:.2f} | {d0:.1f} us | {d1:.1f} us | "
-              f"{d0 / d1:.2f} | {how} |")
+    print("| n | data | wall: levels / finish after level 0 / default | device: levels / finish after "
+          "level 0 / default | default vs levels, wall / device | "
+          "ties/selected/levels/direct/level-1/store-only |")
+    print("|---|---|---|---|---:|---|")
+    for n, name, res, how in rows:
+        (w0, d0), (w1, d1), (w2, d2) = res
+        print(f"| {n} | {name} | {w0:.1f} / {w1:.1f} / {w2:.1f} us | {d0:.1f} / {d1:.1f} / {d2:.1f} us | "
+              f"{w0 / w2:.2f} / {d0 / d2:.2f} | {how} |")
 
 
 def print_timeline(last):

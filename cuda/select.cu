@@ -78,7 +78,10 @@
  *    histogram (on every SM), then k_sel_fin (the one-block finish, below)
  *    and one copy to the host; only when the finish could not answer every
  *    rank (a bucket of several values and more than FIN_CAP keys), 4
- *    k_sel_buf passes and a second copy.
+ *    k_sel_buf passes and a second copy.  Up to FIN_CAP pairs (a small
+ *    call) the data pass only stores the keys (SEL_STORE: no histogram to
+ *    clear, flush and scan, ~18 us of one block's latency at any such n)
+ *    and k_sel_fin selects among them all (direct).
  * 3. Radix over the data (n > SEL_CAP): k_sel_data level 0, then a compaction
  *    pass when the wanted buckets hold <= SEL_CAP keys (the usual case: a
  *    1/16-octave bucket), else one more data histogram level first (heavy
@@ -99,7 +102,8 @@
  *                      KiB: one 1024-thread block per SM; a run-length cache
  *                      absorbs runs of equal digits, but many ties still
  *                      contend on one counter), that plus every key stored
- *                      (store-all), or the wanted keys appended (compaction).
+ *                      (store-all), or the wanted keys appended (compaction),
+ *                      or only every key stored (store-only, n <= FIN_CAP).
  *   k_sel_buf          the same histogram over a buffer (L2-resident, small):
  *                      the store-all / compacted keys, the sample, a window.
  *   k_sel_sample       K keys at fixed positions (one small launch).
@@ -110,7 +114,8 @@
  *                      selected by the last block in shared memory
  *                      (fin_select: a radix selection, digits of 8 bits
  *                      below the keys' common prefix); or one block
- *                      selecting in a window's region (direct).  Replaces
+ *                      selecting in a window's region or among a small
+ *                      call's every key (direct).  Replaces
  *                      the later histogram levels (launch- and scan-bound at
  *                      small n) by one pass.
  *   k_sel_window       the window pass: 3 compares per key and window in
@@ -263,7 +268,8 @@ struct KArgs {
   int64_t nchunk, cpr;
   FastDiv cprd;
   int level;      /* histogram level, -1 none                            */
-  int store_all;  /* store every key at its position (n <= SEL_CAP)      */
+  int store_all;  /* store every key at its position: 1 with the level-0
+                     histogram (n <= SEL_CAP), 2 without (n <= FIN_CAP)   */
   int compact;    /* append keys whose prefix at level `clevel` is wanted */
   int clevel;
   int ns;
@@ -542,8 +548,11 @@ __device__ __forceinline__ void sel_append(const KArgs &A, SelState *st, unsigne
 /* What a data pass does with each key (a template parameter, so that the
  * per-key work is only the pass's own): SEL_HIST the level's histogram,
  * SEL_HIST_STORE that and every key stored at its position (n <= SEL_CAP),
- * SEL_COMPACT the wanted keys appended to the candidate buffer. */
-enum { SEL_HIST = 0, SEL_HIST_STORE = 1, SEL_COMPACT = 2 };
+ * SEL_COMPACT the wanted keys appended to the candidate buffer, SEL_STORE
+ * every key stored at its position and no histogram (n <= FIN_CAP: the
+ * direct finish selects among them all; no shared counters to clear, flush
+ * or scan). */
+enum { SEL_HIST = 0, SEL_HIST_STORE = 1, SEL_COMPACT = 2, SEL_STORE = 3 };
 
 template <int DA, int DE, int MODE>
 __global__ void __launch_bounds__(ST, 1) k_sel_data(const __grid_constant__ KArgs A) {
@@ -551,8 +560,9 @@ __global__ void __launch_bounds__(ST, 1) k_sel_data(const __grid_constant__ KArg
   extern __shared__ __align__(16) unsigned sel_sm[];
   const IterSpec &it = A.it;
   SelState *st = A.st;
+  constexpr bool HIST = MODE == SEL_HIST || MODE == SEL_HIST_STORE;
   HistCtx h;
-  hist_begin(h, sel_sm, MODE == SEL_COMPACT ? -1 : A.level, st);
+  hist_begin(h, sel_sm, HIST ? A.level : -1, st);
   const int K = it.k;
   const int64_t L = it.sh[K - 1], sai = it.sa[K - 1], sei = it.se[K - 1];
   const int64_t isa = G::TYPED ? G::ISA : it.isa, ise = G::TYPED ? G::ISE : it.ise;
@@ -602,14 +612,14 @@ __global__ void __launch_bounds__(ST, 1) k_sel_data(const __grid_constant__ KArg
       for (int q = 0; q < G::CH; ++q) {
         if (q < r[u].cnt) {
           const unsigned long long key = keys[q];
-          if (MODE != SEL_COMPACT) hist_key(h, key);
-          if (MODE == SEL_HIST_STORE) A.cand[pos0[u] + q] = key;
+          if (HIST) hist_key(h, key);
+          if (MODE == SEL_HIST_STORE || MODE == SEL_STORE) A.cand[pos0[u] + q] = key;
           if (MODE == SEL_COMPACT && sel_wanted(cshift, cng, cgp, clo, chi, key)) sel_append(A, st, key);
         }
       }
     }
   }
-  if (MODE != SEL_COMPACT) {
+  if (HIST) {
     hist_end(h, A.hist);
     if (vg_last_block(A.counter))
       vg_sel_scan(A, A.level, reinterpret_cast<unsigned long long *>(sel_sm));
@@ -658,8 +668,12 @@ __global__ void __launch_bounds__(ST, 1) k_sel_buf(const __grid_constant__ BArgs
  * state is left as the level pass left it and the levels run as before.
  * The values are the same order statistics whichever way they are found
  * (exact: counts only; deterministic).
- * direct = 1: a one-block launch over a whole buffer of at most FIN_CAP keys,
- * all finite (a window's stored keys): its order statistics at rank0[s].
+ * direct = 1: a one-block launch over a whole buffer of at most FIN_CAP keys
+ * (a window's stored keys, all finite; or a small call's every key, stored
+ * by the SEL_STORE data pass, a non-finite pair's key above every finite
+ * one): the order statistics of its finite keys at rank0[s], st->total their
+ * count (the host checks it against the reduction's), st->bad when a rank is
+ * not below it.
  * Trade-off: one extra read of the buffer (L2-resident) and a selection among
  * at most FIN_CAP keys by one block, instead of the later histogram levels
  * (~11 us each at 2^20 keys): it wins where the wanted buckets are one value
@@ -811,17 +825,37 @@ __global__ void __launch_bounds__(ST, 1) k_sel_fin(const __grid_constant__ FinAr
       if (threadIdx.x == 0) st->bad = 1;
       return;
     }
-    bool ok = c > 0 && A.ns >= 1 && A.ns <= SEL_NS;
-    for (int s = 0; s < A.ns && s < SEL_NS; ++s) ok = ok && A.rank0[s] >= 0 && A.rank0[s] < c;
-    if (!ok) { /* not reached: the host's ranks are < c */
-      if (threadIdx.x == 0) st->bad = 1;
+    /* the keys, and how many are a finite pair's (a store-all buffer holds a
+       non-finite pair's key too, KEY_NONE-like with bit 63 set: above every
+       finite key, so the order statistics of the finite keys are the buffer's
+       first ones; a window's stored keys are all finite) */
+    __shared__ unsigned long long s_out[SEL_NS];
+    __shared__ unsigned s_nf;
+    if (threadIdx.x == 0) s_nf = 0u;
+    __syncthreads();
+    unsigned nf = 0u;
+    for (int i = threadIdx.x; i < c; i += ST) {
+      const unsigned long long k = __ldcg(A.cand + i);
+      fin_sm[i] = k;
+      nf += (unsigned)!(k >> 63);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) nf += __shfl_xor_sync(0xffffffffu, nf, o);
+    if ((threadIdx.x & 31) == 0 && nf) atomicAdd(&s_nf, nf);
+    __syncthreads();
+    const long long cf = (long long)s_nf; /* the same in every thread */
+    bool ok = cf > 0 && A.ns >= 1 && A.ns <= SEL_NS;
+    for (int s = 0; s < A.ns && s < SEL_NS; ++s) ok = ok && A.rank0[s] >= 0 && A.rank0[s] < cf;
+    if (!ok) { /* the host's ranks are below its finite count: an input changed */
+      if (threadIdx.x == 0) {
+        st->total = (unsigned long long)cf;
+        st->bad = 1;
+      }
       return;
     }
-    __shared__ unsigned long long s_out[SEL_NS];
-    for (int i = threadIdx.x; i < c; i += ST) fin_sm[i] = __ldcg(A.cand + i);
     fin_select(fin_sm, (int)c, A.rank0, A.ns, s_out);
     if (threadIdx.x == 0) {
-      st->total = (unsigned long long)c;
+      st->total = (unsigned long long)cf;
       for (int s = 0; s < A.ns; ++s) {
         st->prefix[s] = s_out[s];
         st->rank[s] = 0;
@@ -1408,8 +1442,8 @@ __global__ void __launch_bounds__(WT, WIN_BPM(NW)) k_sel_window(const __grid_con
 
 template <int DA, int DE, int MODE>
 static cudaError_t launch_sel_mode(int grid, const KArgs &A, cudaStream_t s) {
-  /* the compaction keeps no histogram: no shared memory */
-  const int smem = MODE == SEL_COMPACT ? 0 : SEL_SMEM;
+  /* the compaction and the store-only pass keep no histogram: no shared memory */
+  const int smem = MODE == SEL_COMPACT || MODE == SEL_STORE ? 0 : SEL_SMEM;
   static int done[64];
   if (smem) {
     const cudaError_t e = vg_smem_optin(k_sel_data<DA, DE, MODE>, done, smem);
@@ -1422,6 +1456,7 @@ static cudaError_t launch_sel_mode(int grid, const KArgs &A, cudaStream_t s) {
 template <int DA, int DE>
 static cudaError_t launch_sel_data(int grid, const KArgs &A, cudaStream_t s) {
   if (A.compact) return launch_sel_mode<DA, DE, SEL_COMPACT>(grid, A, s);
+  if (A.store_all == 2) return launch_sel_mode<DA, DE, SEL_STORE>(grid, A, s);
   if (A.store_all) return launch_sel_mode<DA, DE, SEL_HIST_STORE>(grid, A, s);
   return launch_sel_mode<DA, DE, SEL_HIST>(grid, A, s);
 }
@@ -1532,7 +1567,11 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
  *   vgct_cuda_test_sel_kpt > 0: keys per thread of the buffer passes' grids
  *                          (instead of SEL_BUF_KPT; bench/bench_selbuf.py)
  *   vgct_cuda_test_fin     1: no k_sel_fin (the four histogram levels always;
- *                          the tests compare both ways, bench/gpu_kernels.py)
+ *                          the tests compare both ways, bench/gpu_kernels.py);
+ *                          2: k_sel_fin on, but a small call (n <= FIN_CAP)
+ *                          takes the store-all level 0 and the finish after
+ *                          it, not the store-only pass and the direct finish
+ *                          (the tests of that finish at small n)
  * vgct_cuda_test_fin_last (the last call's finishes, written by every call):
  *   [0] k_sel_fin launches after the store-all level 0 (whose state the host reads)
  *   [1] their slots answered by a one-key bucket (ties)
@@ -1541,6 +1580,8 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
  *   [4] window selections finished by one direct k_sel_fin (no levels)
  *   [5] window selections answered by k_sel_fin after their level 1 (levels
  *       2-4 returned at once)
+ *   [6] small calls' rank batches answered by the store-only pass and one
+ *       direct k_sel_fin among every key (n <= FIN_CAP)
  * vgct_cuda_test_sel_last (the last call's plan, written by every call):
  *   [0] windows read by the window pass (0: no window pass)
  *   [1] ranks answered by a window's pivot counts (lo, hi)
@@ -1558,7 +1599,7 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_sel[4] = {0, 0, 
 __attribute__((visibility("default"))) long long vgct_cuda_test_sel_last[6] = {0, 0, 0, 0, 0, 0};
 __attribute__((visibility("default"))) long long vgct_cuda_test_sel_kpt = 0;
 __attribute__((visibility("default"))) long long vgct_cuda_test_fin = 0;
-__attribute__((visibility("default"))) long long vgct_cuda_test_fin_last[6] = {0, 0, 0, 0, 0, 0};
+__attribute__((visibility("default"))) long long vgct_cuda_test_fin_last[7] = {0, 0, 0, 0, 0, 0, 0};
 /* the host round trips (runtime.cu vgct_cuda_test_syncs) the last vgct_cuda_compare made
    before its reduction's launch: 0 since the fused window's way is chosen on the device */
 __attribute__((visibility("default"))) long long vgct_cuda_test_syncs_pre_last = -1;
@@ -1576,7 +1617,8 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_known_last[2] = 
    tell whether the levels were skipped and reruns them) */
 __attribute__((visibility("default"))) long long vgct_cuda_test_resume_last = 0;
 }
-static bool fin_on(void) { return vgct_cuda_test_fin == 0; }
+static bool fin_on(void) { return vgct_cuda_test_fin != 1; }
+static bool fin_store_only_on(void) { return vgct_cuda_test_fin == 0; }
 extern "C" long long vgct_cuda_test_fuse, vgct_cuda_test_fuse_last; /* reduce.cu's hooks */
 extern "C" long long vgct_cuda_test_syncs;                          /* runtime.cu's */
 
@@ -2175,7 +2217,7 @@ static int sel_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vg
   const long long plan = vgct_cuda_test_sel[0];
   long long *R = vgct_cuda_test_sel_last;
   for (int i = 0; i < 6; ++i) R[i] = 0;
-  for (int i = 0; i < 6; ++i) vgct_cuda_test_fin_last[i] = 0;
+  for (int i = 0; i < 7; ++i) vgct_cuda_test_fin_last[i] = 0;
 
   /* distinct ranks, ascending */
   int64_t uniq[2 * 64];
@@ -2193,6 +2235,9 @@ static int sel_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vg
      block's counters costs about as much as a few chunks a thread) */
   const int gdata = (int)(cdiv(A.nchunk, ST) < ws->sms ? cdiv(A.nchunk, ST) : ws->sms);
   const bool small = (uint64_t)it.m <= SEL_CAP && plan != 3;
+  /* a small call: every key stored (no histogram) and selected among by one
+     block (k_sel_fin direct), one launch each */
+  const bool tiny = small && fin_store_only_on() && (uint64_t)it.m <= FIN_CAP;
   SelState hs;
   memset(&hs, 0, sizeof hs);
   /* vals[j], done[j] for ubuf[j]; rem/remi: the ranks left to the radix path */
@@ -2235,9 +2280,10 @@ static int sel_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vg
     SEL_CK(cudaMemsetAsync(ws->d_ws + WS_SEL_CNT, 0, WS_SEL_CLEAR_END - WS_SEL_CNT, cx.stream),
            "cudaMemsetAsync (select workspace)");
     int level = 0;
-    /* level 0 over the data (and, for small n, keep every key) */
+    /* level 0 over the data (and, for small n, keep every key; for a tiny
+       call only keep them) */
     A.level = 0;
-    A.store_all = small;
+    A.store_all = tiny ? 2 : small;
     A.compact = 0;
     A.nbuf = -1;
     A.hist = (unsigned long long *)(ws->d_ws + WS_SEL_HIST);
@@ -2285,7 +2331,19 @@ static int sel_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vg
       }
     }
     bool levels = !(level == 4 || (!small && hs.bad));
-    if (levels && small && fin_on()) {
+    if (tiny) {
+      /* the direct finish among every key, then the state (one round trip);
+         it answers every rank or sets bad (a rank not below its finite count) */
+      A.nbuf = it.m;
+      SEL_CK(launch_sel_fin(ws, 1, A, 1, 0, cx.stream), "k_sel_fin launch (store-only)");
+      SEL_CK(cudaMemcpyAsync(ws->h_pin, A.st, sizeof(SelState), cudaMemcpyDeviceToHost, cx.stream),
+             "cudaMemcpyAsync (select finish)");
+      SEL_CK(cx.sync(), "cudaStreamSynchronize (select finish)");
+      cx.mark("direct finish+memcpy+sync");
+      memcpy(&hs, ws->h_pin, sizeof hs);
+      ++vgct_cuda_test_fin_last[6];
+      levels = false;
+    } else if (levels && small && fin_on()) {
       /* store-all: the finish after level 0, then the state (one round trip); the
          levels only when it could not answer every rank */
       A.nbuf = it.m;

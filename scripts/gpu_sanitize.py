@@ -11,7 +11,8 @@ k_reduce_lean (small inputs: every call below runs twice, once with the lean ker
 with the fast-path kernels, switched through the reduce's test hook vgct_cuda_test_lean_max; and
 once more with the result record copied back from the device instead of written into the mapped
 pinned buffer, vgct_cuda_test_mapped),
-k_sel_data + k_sel_fin (in-place keys for small n, the one-block finish: ties and the selection),
+k_sel_data + k_sel_fin (in-place keys for small n, the one-block finish: ties and the selection;
+and for calls of at most 8192 pairs the store-only pass and the direct finish among every key),
 k_sel_buf (the levels: a bucket too big for the finish, and every call once more with the finish
 off through its hook vgct_cuda_test_fin; level-0 histogram + compaction above the candidate
 buffer, forced through select.cu's plan hook), k_sel_sample + k_sel_window + the direct finish
@@ -59,6 +60,11 @@ def main():
     calls.append(("row slices", a3, e3, 1))
     calls.append(("col slices", a3, e3, 4))
     calls.append(("generic dtypes", a3.to(torch.float8_e4m3fn), e3.to(torch.int32), 2))
+    a7, e7 = pair((3001,), torch.bfloat16)  # <= FIN_CAP pairs: the store-only pass, the direct finish
+    a7[::7] = float("nan")  # non-finite pairs' keys above every finite one in the buffer
+    calls.append(("small call, NaN pairs (store-only finish)", a7, e7, None))
+    a8, e8 = pair((64, 100), torch.float32)
+    calls.append(("small call transposed (store-only finish)", a8.t(), e8.t(), None))
     big_a, big_e = pair((1_700_000,), torch.float16)  # above the select buffer (1.5M keys)
     calls.append(("select windows", big_a, big_e, None))
     calls.append(("select windows float64 (keys made first)", big_a.double(), big_e.double(), None))

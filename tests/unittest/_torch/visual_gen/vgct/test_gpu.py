@@ -11,6 +11,7 @@ exactly equal, and GPU == CPU on everything but the last bits of sums.
 from __future__ import annotations
 
 import math
+import struct
 
 import numpy as np
 import pytest
@@ -1769,30 +1770,40 @@ def test_fused_window_way_chosen_on_the_device(kind, way, known_hooks, fuse_hook
 # After the level-0 pass k_sel_fin answers each rank from its bucket's extremes (one value: ties) or
 # from a selection among the wanted buckets' keys (at most FIN_CAP = 8192; fin_select: a radix
 # selection in shared memory), else it leaves the ranks to the
-# four histogram levels.  Hooks: vgct_cuda_test_fin = 1 turns it off; vgct_cuda_test_fin_last says
-# what the last call did.  Every case is checked against the CPU engine, the float64 oracle and the
-# same call with the finish off (the levels: an independent GPU path).
+# four histogram levels.  Up to FIN_CAP pairs (a small call) the data pass only stores the keys and
+# one k_sel_fin block selects among them all (the store-only finish).  Hooks: vgct_cuda_test_fin = 1
+# turns the finish off, 2 keeps it on but sends small calls through the level-0 histogram and the
+# finish after it (what the fin_hooks tests check; the store-only tests below use the default, 0);
+# vgct_cuda_test_fin_last says what the last call did.  Every case is checked against the CPU
+# engine, the float64 oracle and the same call with the finish off (the levels: an independent GPU
+# path).
 
 FIN_LAST = ("store_all_fins", "by_ties", "by_select", "left_to_levels", "window_direct",
-            "window_level1")
+            "window_level1", "store_only")
 FIN_CAP = 8192
 
 
 @pytest.fixture
 def fin_hooks(selection_only):
-    """set(off) and last() -> dict for k_sel_fin's hooks; the finish back on after."""
+    """set(off) and last() -> dict for k_sel_fin's hooks; the default back after.  On (off=False)
+    is the finish after the level-0 histogram at every n (knob 2: no store-only finish for small
+    calls); set_default() is the code's own choice (knob 0)."""
     import ctypes
 
     from vgct_ext import _C
 
     lib = ctypes.CDLL(_C.__file__)
     knob = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fin")
-    last = (ctypes.c_longlong * 6).in_dll(lib, "vgct_cuda_test_fin_last")
+    last = (ctypes.c_longlong * len(FIN_LAST)).in_dll(lib, "vgct_cuda_test_fin_last")
 
     class Hooks:
         @staticmethod
         def set(off):
-            knob.value = 1 if off else 0
+            knob.value = 1 if off else 2
+
+        @staticmethod
+        def set_default():
+            knob.value = 0
 
         @staticmethod
         def last():
@@ -1819,12 +1830,14 @@ def _fin_both_ways(a, e, quantiles, fin_hooks, after_on=None, oracle=True):
     fin_hooks.set(off=False)
     g = check3(a, e, quantiles=quantiles, oracle=oracle)
     last = fin_hooks.last()
+    assert last["store_only"] == 0, last
     other = after_on() if after_on is not None else None
     fin_hooks.set(off=True)
     h = vgct_ext.compare(a, e, quantiles=quantiles)
     off = fin_hooks.last()
     fin_hooks.set(off=False)
     assert off["store_all_fins"] == off["window_direct"] == off["window_level1"] == 0, off
+    assert off["store_only"] == 0, off
     assert dict(g.quantiles) == dict(h.quantiles)
     if last["store_all_fins"] and last["left_to_levels"] == 0:
         assert last["by_ties"] + last["by_select"] == _distinct_ranks(g.n_finite, quantiles), last
@@ -2013,6 +2026,103 @@ def test_fin_window_region_after_level_one(kind, fin_hooks, sel_hooks):
     assert on["in_stored"] >= 1 and on["radix_ranks"] == 0 and on["overflowed"] == 0, on
     assert last["window_level1"] >= 1, last
     assert on == off
+
+
+# ---- issue #13: the store-only finish of small calls (n <= FIN_CAP) -----------------------------
+#
+# Up to FIN_CAP pairs the data pass stores every key at its position without a histogram, and one
+# k_sel_fin block selects among them all (the direct finish: a non-finite pair's key has bit 63 set,
+# above every finite key; the block counts the finite keys for the host's input-changed check).
+# Every case: the default call == CPU engine == float64 oracle, and == the same call through the
+# level-0 histogram with the finish after it (knob 2) and through the four levels (knob 1).
+
+
+def _qbits(r):
+    return {q: struct.pack("<d", v) for q, v in r.quantiles.items()}  # NaN-safe, -0 != 0
+
+
+def _store_only_three_ways(a, e, quantiles, fin_hooks, oracle=True):
+    """The default call (checked by check3) and its hooks, then the two other ways: the same
+    quantiles bit for bit, neither taking the store-only finish."""
+    fin_hooks.set_default()
+    g = check3(a, e, quantiles=quantiles, oracle=oracle)
+    last = fin_hooks.last()
+    for off in (False, True):
+        fin_hooks.set(off=off)
+        h = vgct_ext.compare(a, e, quantiles=quantiles)
+        assert fin_hooks.last()["store_only"] == 0
+        assert _qbits(g) == _qbits(h), (off, dict(g.quantiles), dict(h.quantiles))
+    fin_hooks.set_default()
+    return g, last
+
+
+def _batches(nf, quantiles):
+    return -(-_distinct_ranks(nf, quantiles) // 8)  # SEL_NS ranks a batch
+
+
+@pytest.mark.parametrize("kind", WINDOW_KINDS)
+def test_store_only_finish_every_distribution(kind, fin_hooks):
+    """5000 pairs of every data shape (ties, identical, offset, heavy tails, outliers, NaN/inf,
+    a float32 overflow, a sparse change): the store-only pass and one direct finish a batch of
+    ranks answer every quantile, exactly."""
+    a, e = _window_case(kind, 5000, seed=21)
+    g, last = _store_only_three_ways(a, e, QW, fin_hooks)
+    assert last["store_only"] == _batches(g.n_finite, QW), last
+    assert last["store_all_fins"] == last["left_to_levels"] == 0, last
+
+
+@pytest.mark.parametrize("shape,layout", [((1,), "flat"), ((2,), "flat"), ((33,), "flat"),
+                                          ((1000,), "flat"), ((64, 128), "transposed"),
+                                          ((3, 50, 40), "strided"), ((FIN_CAP,), "flat")])
+@pytest.mark.parametrize("dt_a,dt_e", [("bfloat16", None), ("float16", "float32"), ("float32", None),
+                                       ("float64", None), ("int32", "float32")])
+def test_store_only_finish_sizes_dtypes_layouts(shape, layout, dt_a, dt_e, fin_hooks):
+    """One pair to FIN_CAP pairs, typed and generic dtype pairs, contiguous, transposed and
+    strided views (the keys stored at their iteration positions): exact at 21 quantiles (five
+    batches of ranks above 40 pairs)."""
+    a, e = pair(shape, getattr(torch, dt_a), dt_e and getattr(torch, dt_e), seed=22)
+    if layout == "transposed":
+        a, e = a.t(), e.t()
+    elif layout == "strided":
+        a, e = a[:, ::3, 1:], e[:, ::3, 1:]
+    qs = tuple(j / 20 for j in range(21))
+    g, last = _store_only_three_ways(a, e, qs, fin_hooks)
+    assert last["store_only"] == _batches(g.n_finite, qs), last
+
+
+def test_store_only_finish_takes_fin_cap_pairs_and_not_one_more(fin_hooks):
+    """FIN_CAP pairs take the store-only finish; FIN_CAP + 1 take the level-0 histogram and the
+    finish after it."""
+    for n, direct in ((FIN_CAP, True), (FIN_CAP + 1, False)):
+        a, e = pair((n,), torch.float32, seed=23)
+        g, last = _store_only_three_ways(a, e, (0.5, 0.99), fin_hooks)
+        assert (last["store_only"] == 1) == direct and (last["store_all_fins"] == 1) != direct, last
+
+
+@pytest.mark.parametrize("finite", [1, 2, 7, 700])
+def test_store_only_finish_nonfinite_pairs_above_every_finite_key(finite, fin_hooks):
+    """A buffer of mostly non-finite pairs (NaN, +inf, -inf, in a or in e): their keys sort above
+    every finite key, so rank n_finite - 1 (q = 1) is the largest finite |d|; the finite count the
+    block reports matches the reduction's (else: an input-changed error).  With one finite value
+    repeated, the keys' highest differing bit is bit 63 (a finite key against a non-finite one)."""
+    n = 3000
+    gen = torch.Generator(device=DEV).manual_seed(GEN_SEED + 320 + finite)
+    e = torch.randn(n, generator=gen, device=DEV, dtype=torch.float32)
+    a = e + 1e-3 * torch.randn(n, generator=gen, device=DEV, dtype=torch.float32)
+    keep = torch.randperm(n, generator=gen, device=DEV)[:finite]
+    bad = torch.ones(n, dtype=torch.bool, device=DEV)
+    bad[keep] = False
+    vals = torch.tensor([float("nan"), float("inf"), -float("inf")], device=DEV)
+    junk = vals[torch.arange(n, device=DEV) % 3]
+    a = torch.where(bad & (torch.arange(n, device=DEV) % 2 == 0), junk, a)
+    e = torch.where(bad & (torch.arange(n, device=DEV) % 2 == 1), junk, e)
+    if finite == 7:  # one finite |d| value, seven times
+        a[keep], e[keep] = 1.5, 1.0
+    qs = (0.0, 0.3, 0.5, 0.99, 1.0)
+    g, last = _store_only_three_ways(a, e, qs, fin_hooks)
+    assert g.n_finite == finite and last["store_only"] == _batches(finite, qs), (g.n_finite, last)
+    d = (a[keep].double() - e[keep].double()).abs()
+    assert g.quantiles[1.0] == float(d.max()) and g.quantiles[0.0] == float(d.min())
 
 
 # ---- issue #13: the small-input reduce (VG_MODE_LEAN) against the fast path ------------------
