@@ -230,7 +230,8 @@ namespace cg = cooperative_groups;
 #define WIN_BPM(nw) ((nw) == 1 ? 3 : 2)
 
 struct SelState {
-  unsigned long long total;   /* finite keys (level-0 count)          */
+  unsigned long long total;   /* finite keys (level-0 count; the direct
+                                 finish's count of its keys)          */
   unsigned long long ncand;   /* keys in the candidate buffer         */
   int ng, bad;                /* groups; a rank >= total was asked    */
   unsigned long long gprefix[SEL_NS];
@@ -825,10 +826,11 @@ __global__ void __launch_bounds__(ST, 1) k_sel_fin(const __grid_constant__ FinAr
       if (threadIdx.x == 0) st->bad = 1;
       return;
     }
-    /* the keys, and how many are a finite pair's (a store-all buffer holds a
-       non-finite pair's key too, KEY_NONE-like with bit 63 set: above every
-       finite key, so the order statistics of the finite keys are the buffer's
-       first ones; a window's stored keys are all finite) */
+    /* the keys, and how many are a finite pair's (a small call's store-only
+       buffer holds a non-finite pair's key too, KEY_NONE-like with bit 63
+       set: above every finite key, so the order statistics of the finite
+       keys are the buffer's first ones; a window's stored keys are all
+       finite) */
     __shared__ unsigned long long s_out[SEL_NS];
     __shared__ unsigned s_nf;
     if (threadIdx.x == 0) s_nf = 0u;
@@ -1581,7 +1583,8 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
  *   [5] window selections answered by k_sel_fin after their level 1 (levels
  *       2-4 returned at once)
  *   [6] small calls' rank batches answered by the store-only pass and one
- *       direct k_sel_fin among every key (n <= FIN_CAP)
+ *       direct k_sel_fin among every key (n <= FIN_CAP; a batch whose state
+ *       came back bad -- an error -- is not counted)
  * vgct_cuda_test_sel_last (the last call's plan, written by every call):
  *   [0] windows read by the window pass (0: no window pass)
  *   [1] ranks answered by a window's pivot counts (lo, hi)
@@ -2341,7 +2344,7 @@ static int sel_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vg
       SEL_CK(cx.sync(), "cudaStreamSynchronize (select finish)");
       cx.mark("direct finish+memcpy+sync");
       memcpy(&hs, ws->h_pin, sizeof hs);
-      ++vgct_cuda_test_fin_last[6];
+      vgct_cuda_test_fin_last[6] += !hs.bad;
       levels = false;
     } else if (levels && small && fin_on()) {
       /* store-all: the finish after level 0, then the state (one round trip); the

@@ -2071,21 +2071,37 @@ def test_store_only_finish_every_distribution(kind, fin_hooks):
     assert last["store_all_fins"] == last["left_to_levels"] == 0, last
 
 
+def _poison_candidate_buffer():
+    """A store-all call of 20000 pairs with |d| = 1e6 leaves its keys at buffer positions 0..19999:
+    a position the next small call's store-only pass failed to write would hold a key above every
+    real one (q = 1 and the ranks near it would read it)."""
+    x = torch.full((20000,), 1e6, dtype=torch.float32, device=DEV)
+    vgct_ext.compare(x, torch.zeros_like(x), quantiles=(0.5,))
+
+
 @pytest.mark.parametrize("shape,layout", [((1,), "flat"), ((2,), "flat"), ((33,), "flat"),
                                           ((1000,), "flat"), ((64, 128), "transposed"),
-                                          ((3, 50, 40), "strided"), ((FIN_CAP,), "flat")])
+                                          ((3, 50, 40), "strided"), ((9000,), "inner stride 3"),
+                                          ((120, 90), "rows and columns strided"),
+                                          ((FIN_CAP,), "flat")])
 @pytest.mark.parametrize("dt_a,dt_e", [("bfloat16", None), ("float16", "float32"), ("float32", None),
                                        ("float64", None), ("int32", "float32")])
 def test_store_only_finish_sizes_dtypes_layouts(shape, layout, dt_a, dt_e, fin_hooks):
     """One pair to FIN_CAP pairs, typed and generic dtype pairs, contiguous, transposed and
-    strided views (the keys stored at their iteration positions): exact at 21 quantiles (five
-    batches of ranks above 40 pairs)."""
+    strided views -- a non-unit innermost stride among them (the keys stored at their iteration
+    positions, in a buffer another call filled with larger keys just before): exact at 21
+    quantiles (five batches of ranks above 40 pairs)."""
     a, e = pair(shape, getattr(torch, dt_a), dt_e and getattr(torch, dt_e), seed=22)
     if layout == "transposed":
         a, e = a.t(), e.t()
     elif layout == "strided":
         a, e = a[:, ::3, 1:], e[:, ::3, 1:]
+    elif layout == "inner stride 3":
+        a, e = a[::3], e[::3]
+    elif layout == "rows and columns strided":
+        a, e = a[1::2, ::3], e[::2, 1::3]
     qs = tuple(j / 20 for j in range(21))
+    _poison_candidate_buffer()
     g, last = _store_only_three_ways(a, e, qs, fin_hooks)
     assert last["store_only"] == _batches(g.n_finite, qs), last
 
