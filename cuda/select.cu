@@ -856,13 +856,16 @@ __global__ void __launch_bounds__(ST, 1) k_sel_fin(const __grid_constant__ FinAr
       return;
     }
     fin_select(fin_sm, (int)c, A.rank0, A.ns, s_out);
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0) { /* every field the host reads, both ways: a small call's
+                               state is not cleared before (vgct_cuda_select) */
       st->total = (unsigned long long)cf;
       for (int s = 0; s < A.ns; ++s) {
         st->prefix[s] = s_out[s];
         st->rank[s] = 0;
       }
+      st->fin_ties = 0;
       st->fin_selected = A.ns;
+      st->bad = 0;
       st->fin = 1;
     }
     return;
@@ -2280,8 +2283,13 @@ static int sel_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vg
     const int ns = nrem - b0 < SEL_NS ? nrem - b0 : SEL_NS;
     A.ns = ns;
     for (int s = 0; s < SEL_NS; ++s) A.rank0[s] = s < ns ? (long long)rem[b0 + s] : 0;
-    SEL_CK(cudaMemsetAsync(ws->d_ws + WS_SEL_CNT, 0, WS_SEL_CLEAR_END - WS_SEL_CNT, cx.stream),
-           "cudaMemsetAsync (select workspace)");
+    /* the state, counters and histograms cleared -- except for a tiny call: its
+       store-only pass uses none of them and the direct finish writes every
+       state field the host reads (bad, total, prefix), success or not: one
+       host launch less */
+    if (!tiny)
+      SEL_CK(cudaMemsetAsync(ws->d_ws + WS_SEL_CNT, 0, WS_SEL_CLEAR_END - WS_SEL_CNT, cx.stream),
+             "cudaMemsetAsync (select workspace)");
     int level = 0;
     /* level 0 over the data (and, for small n, keep every key; for a tiny
        call only keep them) */
