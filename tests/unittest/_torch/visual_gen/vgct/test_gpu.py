@@ -1915,7 +1915,8 @@ def test_fin_select_every_size_class(size, fin_hooks):
 
 
 # (offsets from the key of 1.0 in the low 48 bits -- one 1/16-octave bucket -- and copies of each:
-#  the highest differing bit, where fin_select's digits start, at 0, 7, 8, 15, 16 and 47)
+#  the highest differing bit, where fin_select's digits start, at 0, 7, 8, 16, 20, 28, 30 and 47;
+#  the lowest, where they stop, at 0, 12, 20, 30 and 40)
 FIN_SELECT_SPREADS = {
     "last bit only": ([0, 1], [3000, 3000]),
     "one full digit": ([0, 0x80, 0xFF], [2000, 1, 2000]),
