@@ -17,7 +17,7 @@ over the reduction goes (the sample, the reduction with the fused window, the wi
 
 With --fin-table it instead times the p99 call with the selection's one-block finish (cuda/select.cu
 k_sel_fin) off, on after the level-0 histogram, and as the code chooses (the default: for at most
-8192 pairs, the store-only pass and the direct finish) -- its test hook vgct_cuda_test_fin 1, 2, 0,
+8192 pairs, k_sel_tiny chained behind the reduction) -- its test hook vgct_cuda_test_fin 1, 2, 0,
 through ctypes -- on three data shapes -- bf16
 rounding noise (ties), bf16 with 1e-2 noise (a few dozen values in the p99's bucket), fp32 noise (all
 distinct) -- and prints one table: host wall and device busy time per call, and their ratios.
@@ -112,7 +112,7 @@ def fin_table(sizes, reps):
                 print(f"   2^{lg} {name}: {sum(v) / reps:8.1f} us  x{len(v) / reps:4.1f}  {k}")
     print("| n | data | wall: levels / finish after level 0 / default | device: levels / finish after "
           "level 0 / default | default vs levels, wall / device | "
-          "ties/selected/levels/direct/level-1/store-only |")
+          "ties/selected/levels/direct/level-1/k_sel_tiny batches |")
     print("|---|---|---|---|---:|---|")
     for n, name, res, how in rows:
         (w0, d0), (w1, d1), (w2, d2) = res

@@ -1554,16 +1554,17 @@ extern "C" int vgct_cuda_reduce(const vgct_view *a, const vgct_view *e, const vg
   }
   CallCtx cx("vgct_cuda_reduce", a->device_id, stream, err, errlen);
   if (!cx.ok()) return cx.rc;
-  return vg_reduce_run(cx, a, e, p, out, slices, NULL, err, errlen);
+  return vg_reduce_run(cx, a, e, p, out, slices, NULL, NULL, err, errlen);
 }
 
 int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgct_params *p,
-                  vgct_acc *out, vgct_slice_acc *slices, VgWinFuse *wf, char *err,
-                  size_t errlen) {
+                  vgct_acc *out, vgct_slice_acc *slices, VgWinFuse *wf, VgChain *chain,
+                  char *err, size_t errlen) {
   static_assert(WS_SGATE + 12u * (size_t)VG_MAX_PARTS <= VG_WS_BYTES, "workspace");
   static_assert(sizeof(vgct_acc) + (size_t)VG_SLICE_CHUNK * sizeof(vgct_slice_acc) <= VG_PIN_BYTES,
                 "pinned buffer");
   if (wf) wf->used = 0;
+  if (chain) chain->launched = 0;
   const int scaled = vgct_needs_scaling(a, e);
   vgct_acc_init(out, scaled);
   const int dim = p->dim;
@@ -1717,6 +1718,27 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
         return cx.rc;
       cx.mark("memcpy");
     }
+    /* the chained kernel behind the reduction (and the record's copy): one
+       launch covering every slice (a small call), its record and slices below
+       the chained kernel's answers in the pinned buffer, no fused window */
+    const bool chained = chain != NULL && wf == NULL && j0 == 0 && Sc == S && ws->d_pin != NULL &&
+                         bytes <= VG_PIN_TINY;
+    unsigned *flag2 = (unsigned *)(ws->h_pin + VG_PIN_DONE2), seq2 = 0;
+    if (chained) {
+      /* its word: asked of it when the reduction's own is (the same rules), else
+         the stream's synchronisation; reset before the launch, as the reduction's */
+      unsigned *done2 = NULL;
+      if (signal) {
+        seq2 = ++ws->seq != 0u ? ws->seq : ++ws->seq;
+        __atomic_store_n(flag2, 0u, __ATOMIC_RELEASE);
+        done2 = vgct_cuda_test_signal == 2 ? NULL : (unsigned *)(ws->d_pin + VG_PIN_DONE2);
+      }
+      if (!cx.check(chain->launch(chain->ctx, A.res, done2, seq2, cx.stream),
+                    "the kernel chained behind the reduction (launch)"))
+        return cx.rc;
+      chain->launched = 1;
+      cx.mark("chain");
+    }
     if (wf && fused) { /* the window's counts in this round trip (select.cu win_answer) */
       static_assert(sizeof(vgct_acc) <= VG_PIN_WIN && VG_PIN_WIN + sizeof(WinState) <= VG_PIN_BYTES,
                     "h_pin: the record, then the fused window's counts");
@@ -1726,7 +1748,20 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
         return cx.rc;
       wf->copied = 1;
     }
-    if (signal) {
+    if (signal && chained) {
+      /* the chained kernel's word: it ran after the reduction, whose own word
+         (written last, after a system-scope fence) is then there too */
+      const cudaError_t we = cx.wait_signal(flag2, seq2);
+      if (!cx.check(we, we == cudaErrorUnknown
+                            ? "waiting for the chained kernel's completion word (the stream "
+                              "finished without it: an internal error)"
+                            : "waiting for the chained kernel's completion word (after reduce)"))
+        return cx.rc;
+      if (A.done != NULL && __atomic_load_n(flag, __ATOMIC_ACQUIRE) != A.seq &&
+          !cx.check(cudaErrorUnknown, "reading the reduction's completion word after the chained "
+                                      "kernel's (not written: an internal error)"))
+        return cx.rc;
+    } else if (signal) {
       /* cudaErrorUnknown from the wait: the stream finished and the word never came */
       const cudaError_t we = cx.wait_signal(flag, A.seq);
       if (!cx.check(we, we == cudaErrorUnknown

@@ -78,10 +78,13 @@
  *    histogram (on every SM), then k_sel_fin (the one-block finish, below)
  *    and one copy to the host; only when the finish could not answer every
  *    rank (a bucket of several values and more than FIN_CAP keys), 4
- *    k_sel_buf passes and a second copy.  Up to FIN_CAP pairs (a small
- *    call) the data pass only stores the keys (SEL_STORE: no histogram to
- *    clear, flush and scan, ~18 us of one block's latency at any such n)
- *    and k_sel_fin selects among them all (direct).
+ *    k_sel_buf passes and a second copy.
+ * 2'. A small call (vgct_cuda_compare, n <= FIN_CAP): k_sel_tiny, one block
+ *    queued behind the reduction, takes the ranks from the reduction's record
+ *    on the device, keys every pair into shared memory and selects among them
+ *    all (fin_select): one host wait for the reduction and the quantiles, no
+ *    launch after the record, and no histogram to clear, flush and scan
+ *    (~18 us of one block's latency at any such n).
  * 3. Radix over the data (n > SEL_CAP): k_sel_data level 0, then a compaction
  *    pass when the wanted buckets hold <= SEL_CAP keys (the usual case: a
  *    1/16-octave bucket), else one more data histogram level first (heavy
@@ -102,8 +105,7 @@
  *                      KiB: one 1024-thread block per SM; a run-length cache
  *                      absorbs runs of equal digits, but many ties still
  *                      contend on one counter), that plus every key stored
- *                      (store-all), or the wanted keys appended (compaction),
- *                      or only every key stored (store-only, n <= FIN_CAP).
+ *                      (store-all), or the wanted keys appended (compaction).
  *   k_sel_buf          the same histogram over a buffer (L2-resident, small):
  *                      the store-all / compacted keys, the sample, a window.
  *   k_sel_sample       K keys at fixed positions (one small launch).
@@ -114,10 +116,11 @@
  *                      selected by the last block in shared memory
  *                      (fin_select: a radix selection, digits of 8 bits
  *                      below the keys' common prefix); or one block
- *                      selecting in a window's region or among a small
- *                      call's every key (direct).  Replaces
+ *                      selecting in a window's region (direct).  Replaces
  *                      the later histogram levels (launch- and scan-bound at
  *                      small n) by one pass.
+ *   k_sel_tiny         a small call's whole selection in one block, chained
+ *                      behind the reduction (2' above).
  *   k_sel_window       the window pass: 3 compares per key and window in
  *                      registers instead of a histogram (no contention from
  *                      ties; more instructions per key as windows are added,
@@ -269,8 +272,8 @@ struct KArgs {
   int64_t nchunk, cpr;
   FastDiv cprd;
   int level;      /* histogram level, -1 none                            */
-  int store_all;  /* store every key at its position: 1 with the level-0
-                     histogram (n <= SEL_CAP), 2 without (n <= FIN_CAP)   */
+  int store_all;  /* store every key at its position with the level-0
+                     histogram (n <= SEL_CAP)                             */
   int compact;    /* append keys whose prefix at level `clevel` is wanted */
   int clevel;
   int ns;
@@ -549,11 +552,8 @@ __device__ __forceinline__ void sel_append(const KArgs &A, SelState *st, unsigne
 /* What a data pass does with each key (a template parameter, so that the
  * per-key work is only the pass's own): SEL_HIST the level's histogram,
  * SEL_HIST_STORE that and every key stored at its position (n <= SEL_CAP),
- * SEL_COMPACT the wanted keys appended to the candidate buffer, SEL_STORE
- * every key stored at its position and no histogram (n <= FIN_CAP: the
- * direct finish selects among them all; no shared counters to clear, flush
- * or scan). */
-enum { SEL_HIST = 0, SEL_HIST_STORE = 1, SEL_COMPACT = 2, SEL_STORE = 3 };
+ * SEL_COMPACT the wanted keys appended to the candidate buffer. */
+enum { SEL_HIST = 0, SEL_HIST_STORE = 1, SEL_COMPACT = 2 };
 
 template <int DA, int DE, int MODE>
 __global__ void __launch_bounds__(ST, 1) k_sel_data(const __grid_constant__ KArgs A) {
@@ -614,7 +614,7 @@ __global__ void __launch_bounds__(ST, 1) k_sel_data(const __grid_constant__ KArg
         if (q < r[u].cnt) {
           const unsigned long long key = keys[q];
           if (HIST) hist_key(h, key);
-          if (MODE == SEL_HIST_STORE || MODE == SEL_STORE) A.cand[pos0[u] + q] = key;
+          if (MODE == SEL_HIST_STORE) A.cand[pos0[u] + q] = key;
           if (MODE == SEL_COMPACT && sel_wanted(cshift, cng, cgp, clo, chi, key)) sel_append(A, st, key);
         }
       }
@@ -670,11 +670,10 @@ __global__ void __launch_bounds__(ST, 1) k_sel_buf(const __grid_constant__ BArgs
  * The values are the same order statistics whichever way they are found
  * (exact: counts only; deterministic).
  * direct = 1: a one-block launch over a whole buffer of at most FIN_CAP keys
- * (a window's stored keys, all finite; or a small call's every key, stored
- * by the SEL_STORE data pass, a non-finite pair's key above every finite
- * one): the order statistics of its finite keys at rank0[s], st->total their
- * count (the host checks it against the reduction's), st->bad when a rank is
- * not below it.
+ * (a window's stored keys, all finite): the order statistics of its finite
+ * keys at rank0[s] (a key with bit 63 set, a non-finite pair's, would sort
+ * above every finite one and is not counted), st->total their count,
+ * st->bad when a rank is not below it.
  * Trade-off: one extra read of the buffer (L2-resident) and a selection among
  * at most FIN_CAP keys by one block, instead of the later histogram levels
  * (~11 us each at 2^20 keys): it wins where the wanted buckets are one value
@@ -826,11 +825,8 @@ __global__ void __launch_bounds__(ST, 1) k_sel_fin(const __grid_constant__ FinAr
       if (threadIdx.x == 0) st->bad = 1;
       return;
     }
-    /* the keys, and how many are a finite pair's (a small call's store-only
-       buffer holds a non-finite pair's key too, KEY_NONE-like with bit 63
-       set: above every finite key, so the order statistics of the finite
-       keys are the buffer's first ones; a window's stored keys are all
-       finite) */
+    /* the keys, and how many are a finite pair's (a window's stored keys
+       are all finite; one with bit 63 set would sort above them all) */
     __shared__ unsigned long long s_out[SEL_NS];
     __shared__ unsigned s_nf;
     if (threadIdx.x == 0) s_nf = 0u;
@@ -856,8 +852,7 @@ __global__ void __launch_bounds__(ST, 1) k_sel_fin(const __grid_constant__ FinAr
       return;
     }
     fin_select(fin_sm, (int)c, A.rank0, A.ns, s_out);
-    if (threadIdx.x == 0) { /* every field the host reads, both ways: a small call's
-                               state is not cleared before (vgct_cuda_select) */
+    if (threadIdx.x == 0) { /* every field the host reads, either way */
       st->total = (unsigned long long)cf;
       for (int s = 0; s < A.ns; ++s) {
         st->prefix[s] = s_out[s];
@@ -1011,6 +1006,163 @@ __global__ void __launch_bounds__(ST, 1) k_sel_fin(const __grid_constant__ FinAr
     st->fin_ties = nt;
     st->fin_selected = A.ns - nt;
     st->fin = 1;
+  }
+}
+
+/* ---- a small call's selection, chained behind the reduction ---------------
+ * k_sel_tiny: a call of at most FIN_CAP pairs with quantiles, one block
+ * queued on the stream right behind the reduction's launch (VgChain,
+ * vg_reduce_run), so that the host waits once for both -- no round trip
+ * between the record and the selection, no launch after it (the previous
+ * form waited for the record, then launched a store-only data pass, a direct
+ * k_sel_fin and the state's copy, and synchronised again).  What it does:
+ *   1. the reduction's record (on the device: the mapped pinned buffer, or
+ *      the workspace) into shared memory; from its n_finite every quantile's
+ *      two ranks (vgct_quantile_ranks: the host's function, the same float64
+ *      operations), less the ranks the record decides (vgct_rank_known;
+ *      TArgs.known 0: none, the tests' hook) and the duplicates, in the
+ *      order asked;
+ *   2. none left (an identical pair, sparse differences, n_finite 0): done,
+ *      the inputs not read;
+ *   3. else every pair's key into shared memory at its iteration position
+ *      (vg_chunk_pos, vg_chunk_keys: the data passes' own), a non-finite
+ *      pair's with bit 63 set, above every finite key; the finite keys
+ *      counted -- another count than the record's n_finite means an input
+ *      was written meanwhile (`changed`: the host's error, nothing selected);
+ *   4. the ranks SEL_NS at a time by fin_select among the m keys (a rank r <
+ *      n_finite is the r-th finite key).
+ * Its answers (TinyOut) go to the mapped pinned buffer, then its completion
+ * word (after a system-scope fence), so the host reads them after its one
+ * wait; the host takes the ranks again from the record it read and each
+ * one's key from TinyOut (vgct_cuda_compare).  Exact and deterministic:
+ * counts only (fin_select).  Trade-off: one block whatever m (FIN_CAP keys
+ * in 64 KiB of shared memory, ~8 pairs a thread at most); and a call whose
+ * record answers every rank still pays the launch and a one-block kernel
+ * that reads the record and exits (~2-3 us; before, no selection ran at all
+ * then).  Measured: docs/performance.md. */
+struct TinyOut {
+  unsigned long long total; /* finite keys counted (when the pairs were keyed)  */
+  int nr;                   /* ranks answered: rank[0 .. nr), key[0 .. nr)       */
+  int changed;              /* 1: total != the record's n_finite (nothing selected) */
+  int batches;              /* fin_select calls (the tests' hook)                 */
+  int keyed;                /* the pairs were keyed (some rank was left)          */
+  int bad;                  /* m > FIN_CAP: not launched so by the host (internal) */
+  int pad_;
+  long long rank[2 * VGCT_MAX_QUANTILES];
+  unsigned long long key[2 * VGCT_MAX_QUANTILES];
+};
+
+struct TArgs {
+  IterSpec it;
+  int64_t nchunk, cpr;
+  FastDiv cprd;
+  int nq;
+  int known; /* drop the ranks the record decides (vgct_cuda_test_known == 0) */
+  int plant; /* test hook vgct_cuda_test_tiny_plant: 1 counts one finite key less */
+  double q[VGCT_MAX_QUANTILES];
+  const vgct_acc *rec; /* the reduction's record (device address)             */
+  TinyOut *out;        /* device address of h_pin + VG_PIN_TINY                */
+  unsigned *done;      /* the completion word (device address), or NULL, and   */
+  unsigned seq;        /* the value to write there last                        */
+};
+
+template <int DA, int DE>
+__global__ void __launch_bounds__(ST, 1) k_sel_tiny(const __grid_constant__ TArgs A) {
+  typedef vg_chunk<DA, DE> G;
+  static_assert(2 * VGCT_MAX_QUANTILES <= 4 * 32, "the ranks: four warps' ballots");
+  static_assert(sizeof(vgct_acc) % 8 == 0, "the record read as 8-byte words");
+  extern __shared__ __align__(16) unsigned long long tiny_sm[]; /* FIN_CAP keys */
+  __shared__ vgct_acc s_rec;
+  __shared__ long long s_all[2 * VGCT_MAX_QUANTILES], s_r[2 * VGCT_MAX_QUANTILES];
+  __shared__ unsigned long long s_out[SEL_NS];
+  __shared__ int s_wcnt[4];
+  __shared__ unsigned s_nf;
+  const int t = (int)threadIdx.x, lane = t & 31, w = t >> 5;
+  TinyOut *out = A.out;
+  /* 1. the record, the ranks */
+  for (int i = t; i < (int)(sizeof(vgct_acc) / 8); i += ST)
+    reinterpret_cast<unsigned long long *>(&s_rec)[i] =
+        reinterpret_cast<const volatile unsigned long long *>(A.rec)[i];
+  if (t == 0) s_nf = 0u;
+  __syncthreads();
+  const int64_t nf = s_rec.n_finite;
+  const int R = 2 * A.nq;
+  if (t < R && nf > 0) {
+    int64_t lo, hi;
+    double g;
+    vgct_quantile_ranks(nf, A.q[t >> 1], &lo, &hi, &g);
+    s_all[t] = (t & 1) ? hi : lo;
+  }
+  __syncthreads();
+  bool keep = false;
+  if (t < R && nf > 0) {
+    const long long r = s_all[t];
+    double x;
+    keep = !(A.known && vgct_rank_known(&s_rec, r, &x));
+    for (int j = 0; j < t && keep; ++j) keep = s_all[j] != r; /* its first occurrence */
+  }
+  const unsigned bk = __ballot_sync(0xffffffffu, keep);
+  if (lane == 0 && w < 4) s_wcnt[w] = __popc(bk);
+  __syncthreads();
+  if (keep) {
+    int base = 0;
+    for (int i = 0; i < w; ++i) base += s_wcnt[i];
+    s_r[base + __popc(bk & ((1u << lane) - 1u))] = s_all[t];
+  }
+  const int nr = s_wcnt[0] + s_wcnt[1] + s_wcnt[2] + s_wcnt[3]; /* the same in every thread */
+  int changed = 0, batches = 0;
+  unsigned long long total = 0;
+  const int64_t m = A.it.m;
+  if (nr > 0 && m <= FIN_CAP) { /* (m <= FIN_CAP: the host's condition) */
+    /* 3. every pair's key at its position, the finite ones counted */
+    const IterSpec &it = A.it;
+    const int K = it.k;
+    const int64_t L = it.sh[K - 1], sai = it.sa[K - 1], sei = it.se[K - 1];
+    const int64_t isa = G::TYPED ? G::ISA : it.isa, ise = G::TYPED ? G::ISE : it.ise;
+    const bool unit = G::TYPED && sai == 1 && sei == 1;
+    unsigned fc = 0u;
+    for (int64_t c = t; c < A.nchunk; c += ST) {
+      const VgChunkPos cp = vg_chunk_pos<G::CH>(it, c, A.cpr, A.cprd, L, sai, sei);
+      unsigned long long keys[G::CH];
+      vg_chunk_keys<DA, DE>(it, it.pa + cp.oa * isa, it.pe + cp.oe * ise, sai, sei, isa, ise, unit,
+                            cp.cnt, keys);
+#pragma unroll
+      for (int q = 0; q < G::CH; ++q)
+        if (q < cp.cnt) {
+          tiny_sm[cp.pos + q] = keys[q];
+          fc += (unsigned)!(keys[q] >> 63);
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) fc += __shfl_xor_sync(0xffffffffu, fc, o);
+    if (lane == 0 && fc) atomicAdd(&s_nf, fc);
+    __syncthreads();
+    total = s_nf - (A.plant == 1 ? 1u : 0u); /* (a planted fault: an input changed) */
+    changed = total != (unsigned long long)nf;
+    /* 4. the ranks, SEL_NS at a time (fin_select's first barrier: the keys and s_r written) */
+    if (!changed)
+      for (int b = 0; b < nr; b += SEL_NS) {
+        const int np = nr - b < SEL_NS ? nr - b : SEL_NS;
+        fin_select(tiny_sm, (int)m, s_r + b, np, s_out);
+        if (t == 0)
+          for (int k = 0; k < np; ++k) {
+            out->rank[b + k] = s_r[b + k];
+            out->key[b + k] = s_out[k];
+          }
+        ++batches;
+      }
+  }
+  if (t == 0) {
+    out->total = total;
+    out->nr = changed ? 0 : nr;
+    out->changed = changed;
+    out->bad = nr > 0 && m > FIN_CAP;
+    out->batches = batches;
+    out->keyed = nr > 0;
+    if (A.done) { /* last: the answers above first (CallCtx::wait_signal) */
+      __threadfence_system();
+      *reinterpret_cast<volatile unsigned *>(A.done) = A.seq;
+    }
   }
 }
 
@@ -1447,8 +1599,8 @@ __global__ void __launch_bounds__(WT, WIN_BPM(NW)) k_sel_window(const __grid_con
 
 template <int DA, int DE, int MODE>
 static cudaError_t launch_sel_mode(int grid, const KArgs &A, cudaStream_t s) {
-  /* the compaction and the store-only pass keep no histogram: no shared memory */
-  const int smem = MODE == SEL_COMPACT || MODE == SEL_STORE ? 0 : SEL_SMEM;
+  /* the compaction keeps no histogram: no shared memory */
+  const int smem = MODE == SEL_COMPACT ? 0 : SEL_SMEM;
   static int done[64];
   if (smem) {
     const cudaError_t e = vg_smem_optin(k_sel_data<DA, DE, MODE>, done, smem);
@@ -1461,7 +1613,6 @@ static cudaError_t launch_sel_mode(int grid, const KArgs &A, cudaStream_t s) {
 template <int DA, int DE>
 static cudaError_t launch_sel_data(int grid, const KArgs &A, cudaStream_t s) {
   if (A.compact) return launch_sel_mode<DA, DE, SEL_COMPACT>(grid, A, s);
-  if (A.store_all == 2) return launch_sel_mode<DA, DE, SEL_STORE>(grid, A, s);
   if (A.store_all) return launch_sel_mode<DA, DE, SEL_HIST_STORE>(grid, A, s);
   return launch_sel_mode<DA, DE, SEL_HIST>(grid, A, s);
 }
@@ -1522,6 +1673,31 @@ static cudaError_t launch_sel_fin(DevWS *ws, int grid, const KArgs &A, int direc
 }
 
 template <int DA, int DE>
+static cudaError_t launch_sel_tiny(const TArgs &A, cudaStream_t s) {
+  static int done[64];
+  const cudaError_t e = vg_smem_optin(k_sel_tiny<DA, DE>, done, FIN_SMEM);
+  if (e != cudaSuccess) return e;
+  k_sel_tiny<DA, DE><<<1, ST, FIN_SMEM, s>>>(A);
+  return cudaGetLastError();
+}
+
+/* VgChain::launch for vgct_cuda_compare's small call: ctx is its TArgs, to
+ * which the reduction's record and completion word are added here. */
+static cudaError_t chain_sel_tiny(void *ctx, const vgct_acc *rec, unsigned *done, unsigned seq,
+                                  cudaStream_t s) {
+  TArgs &A = *static_cast<TArgs *>(ctx);
+  A.rec = rec;
+  A.done = done;
+  A.seq = seq;
+  const int da = A.it.da, de = A.it.de;
+#define VG_CASE(X, Y) \
+  if (da == X && de == Y) return launch_sel_tiny<X, Y>(A, s);
+  VG_TYPED_PAIRS(VG_CASE)
+#undef VG_CASE
+  return launch_sel_tiny<-1, -1>(A, s);
+}
+
+template <int DA, int DE>
 static cudaError_t launch_sel_sample(int grid, const SArgs &A, cudaStream_t s) {
   k_sel_sample<DA, DE><<<grid, WT, 0, s>>>(A);
   return cudaGetLastError();
@@ -1575,8 +1751,8 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
  *                          the tests compare both ways, bench/gpu_kernels.py);
  *                          2: k_sel_fin on, but a small call (n <= FIN_CAP)
  *                          takes the store-all level 0 and the finish after
- *                          it, not the store-only pass and the direct finish
- *                          (the tests of that finish at small n)
+ *                          it, not k_sel_tiny behind the reduction (the tests
+ *                          of that finish at small n); 1 sends it there too
  * vgct_cuda_test_fin_last (the last call's finishes, written by every call):
  *   [0] k_sel_fin launches after the store-all level 0 (whose state the host reads)
  *   [1] their slots answered by a one-key bucket (ties)
@@ -1585,16 +1761,17 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
  *   [4] window selections finished by one direct k_sel_fin (no levels)
  *   [5] window selections answered by k_sel_fin after their level 1 (levels
  *       2-4 returned at once)
- *   [6] small calls' rank batches answered by the store-only pass and one
- *       direct k_sel_fin among every key (n <= FIN_CAP; a batch whose state
- *       came back bad -- an error -- is not counted)
+ *   [6] a small call's batches of SEL_NS ranks answered by k_sel_tiny, the
+ *       selection chained behind the reduction (n <= FIN_CAP; fin_select
+ *       calls: the distinct ranks the record does not decide, by SEL_NS)
  * vgct_cuda_test_sel_last (the last call's plan, written by every call):
  *   [0] windows read by the window pass (0: no window pass)
  *   [1] ranks answered by a window's pivot counts (lo, hi)
  *   [2] ranks answered by a selection over a window's stored keys
  *   [3] windows that overflowed their region
  *   [4] ranks left to the radix path (store-all or the data histograms)
- *   [5] the radix path's plan: 0 not run, 1 store-all, 2 data histograms
+ *   [5] the radix path's plan: 0 not run, 1 store-all, 2 data histograms,
+ *       3 k_sel_tiny (a small call; [4] its ranks)
  * vgct_cuda_test_win_last (written by every window answer): window 0's counts
  *   -- keys below lo, == lo, == hi (hi != lo), stored strictly inside -- the
  *   same whichever pass counted them (the window pass, the fused sparse way, every
@@ -1606,6 +1783,9 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_sel_last[6] = {0
 __attribute__((visibility("default"))) long long vgct_cuda_test_sel_kpt = 0;
 __attribute__((visibility("default"))) long long vgct_cuda_test_fin = 0;
 __attribute__((visibility("default"))) long long vgct_cuda_test_fin_last[7] = {0, 0, 0, 0, 0, 0, 0};
+/* vgct_cuda_test_tiny_plant = 1: k_sel_tiny counts one finite key less than
+   it keyed (a planted fault: the input-changed error's test) */
+__attribute__((visibility("default"))) long long vgct_cuda_test_tiny_plant = 0;
 /* the host round trips (runtime.cu vgct_cuda_test_syncs) the last vgct_cuda_compare made
    before its reduction's launch: 0 since the fused window's way is chosen on the device */
 __attribute__((visibility("default"))) long long vgct_cuda_test_syncs_pre_last = -1;
@@ -1624,7 +1804,7 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_known_last[2] = 
 __attribute__((visibility("default"))) long long vgct_cuda_test_resume_last = 0;
 }
 static bool fin_on(void) { return vgct_cuda_test_fin != 1; }
-static bool fin_store_only_on(void) { return vgct_cuda_test_fin == 0; }
+static bool fin_tiny_on(void) { return vgct_cuda_test_fin == 0; }
 extern "C" long long vgct_cuda_test_fuse, vgct_cuda_test_fuse_last; /* reduce.cu's hooks */
 extern "C" long long vgct_cuda_test_syncs;                          /* runtime.cu's */
 
@@ -2192,14 +2372,20 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
 }
 
 /* The KArgs of the selection's data passes over `it` (the whole tensor). */
+/* The data passes' chunks: CH pairs along each inner row (cpr a row, its
+ * FastDiv), nchunk in all. */
+static void sel_chunks(const IterSpec &it, int64_t *nchunk, int64_t *cpr, FastDiv *cprd) {
+  const int CH = vg_chunk_elems(it.da, it.de);
+  const int64_t L = it.sh[it.k - 1];
+  *cpr = cdiv(L, CH);
+  *cprd = vg_make_div((uint64_t)*cpr);
+  *nchunk = (it.m / L) * *cpr;
+}
+
 static void sel_kargs(DevWS *ws, const IterSpec &it, KArgs *A) {
   memset(A, 0, sizeof *A);
   A->it = it;
-  const int CH = vg_chunk_elems(it.da, it.de);
-  const int64_t L = it.sh[it.k - 1];
-  A->cpr = cdiv(L, CH);
-  A->cprd = vg_make_div((uint64_t)A->cpr);
-  A->nchunk = (it.m / L) * A->cpr;
+  sel_chunks(it, &A->nchunk, &A->cpr, &A->cprd);
   A->st = (SelState *)(ws->d_ws + WS_SEL_STATE + SLOT_RADIX * SEL_SLOT);
   A->cand = (unsigned long long *)(ws->d_ws + WS_SEL_CAND);
   A->nbuf = -1;
@@ -2241,9 +2427,6 @@ static int sel_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vg
      block's counters costs about as much as a few chunks a thread) */
   const int gdata = (int)(cdiv(A.nchunk, ST) < ws->sms ? cdiv(A.nchunk, ST) : ws->sms);
   const bool small = (uint64_t)it.m <= SEL_CAP && plan != 3;
-  /* a small call: every key stored (no histogram) and selected among by one
-     block (k_sel_fin direct), one launch each */
-  const bool tiny = small && fin_store_only_on() && (uint64_t)it.m <= FIN_CAP;
   SelState hs;
   memset(&hs, 0, sizeof hs);
   /* vals[j], done[j] for ubuf[j]; rem/remi: the ranks left to the radix path */
@@ -2283,18 +2466,13 @@ static int sel_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vg
     const int ns = nrem - b0 < SEL_NS ? nrem - b0 : SEL_NS;
     A.ns = ns;
     for (int s = 0; s < SEL_NS; ++s) A.rank0[s] = s < ns ? (long long)rem[b0 + s] : 0;
-    /* the state, counters and histograms cleared -- except for a tiny call: its
-       store-only pass uses none of them and the direct finish writes every
-       state field the host reads (bad, total, prefix), success or not: one
-       host launch less */
-    if (!tiny)
-      SEL_CK(cudaMemsetAsync(ws->d_ws + WS_SEL_CNT, 0, WS_SEL_CLEAR_END - WS_SEL_CNT, cx.stream),
-             "cudaMemsetAsync (select workspace)");
+    /* the state, counters and histograms cleared */
+    SEL_CK(cudaMemsetAsync(ws->d_ws + WS_SEL_CNT, 0, WS_SEL_CLEAR_END - WS_SEL_CNT, cx.stream),
+           "cudaMemsetAsync (select workspace)");
     int level = 0;
-    /* level 0 over the data (and, for small n, keep every key; for a tiny
-       call only keep them) */
+    /* level 0 over the data (and, for small n, keep every key) */
     A.level = 0;
-    A.store_all = tiny ? 2 : small;
+    A.store_all = small;
     A.compact = 0;
     A.nbuf = -1;
     A.hist = (unsigned long long *)(ws->d_ws + WS_SEL_HIST);
@@ -2342,19 +2520,7 @@ static int sel_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vg
       }
     }
     bool levels = !(level == 4 || (!small && hs.bad));
-    if (tiny) {
-      /* the direct finish among every key, then the state (one round trip);
-         it answers every rank or sets bad (a rank not below its finite count) */
-      A.nbuf = it.m;
-      SEL_CK(launch_sel_fin(ws, 1, A, 1, 0, cx.stream), "k_sel_fin launch (store-only)");
-      SEL_CK(cudaMemcpyAsync(ws->h_pin, A.st, sizeof(SelState), cudaMemcpyDeviceToHost, cx.stream),
-             "cudaMemcpyAsync (select finish)");
-      SEL_CK(cx.sync(), "cudaStreamSynchronize (select finish)");
-      cx.mark("direct finish+memcpy+sync");
-      memcpy(&hs, ws->h_pin, sizeof hs);
-      vgct_cuda_test_fin_last[6] += !hs.bad;
-      levels = false;
-    } else if (levels && small && fin_on()) {
+    if (levels && small && fin_on()) {
       /* store-all: the finish after level 0, then the state (one round trip); the
          levels only when it could not answer every rank */
       A.nbuf = it.m;
@@ -2420,6 +2586,56 @@ out:
   free(vals);
   if (ubuf != uniq) free(ubuf);
   return rc;
+}
+
+/* The small call's answers (k_sel_tiny's TinyOut, read after the one wait):
+ * values[i] = the key at ranks[i] (n >= 0 of them: the ranks the host left to
+ * the selection, from the same record the kernel read; the kernel answered
+ * exactly their distinct values), or the input-changed error (the kernel's
+ * finite count against the record's n_finite), or an internal error when the
+ * kernel answered other ranks.  Sets the selection's test hooks. */
+static int tiny_answer(const DevWS *ws, const vgct_params *p, const int64_t *ranks, int n,
+                       double *values, char *err, size_t errlen) {
+  static_assert(VG_PIN_TINY + sizeof(TinyOut) <= VG_PIN_DONE, "h_pin: TinyOut below the words");
+  TinyOut h;
+  memcpy(&h, ws->h_pin + VG_PIN_TINY, sizeof h);
+  vgct_cuda_test_fin_last[6] = h.batches;
+  vgct_cuda_test_sel_last[4] = h.nr;
+  vgct_cuda_test_sel_last[5] = h.keyed ? 3 : 0;
+  if (h.bad || h.nr < 0 || h.nr > 2 * VGCT_MAX_QUANTILES) {
+    snprintf(err, errlen, "vgct_cuda_compare: the small call's selection (k_sel_tiny) came back "
+             "bad (nr %d): an internal error", h.nr);
+    return VGCT_ECUDA;
+  }
+  if (h.changed) { /* the reduction counted other finite pairs: an input was written meanwhile */
+    snprintf(err, errlen,
+             "input changed during compare: %lld finite pairs in the reduction, %llu in the "
+             "quantile pass (do not write into the inputs while compare() reads them)",
+             (long long)p->expect_finite, h.total);
+    return VGCT_ECHANGED;
+  }
+  int nd = 0; /* the distinct ranks: what the kernel must have answered */
+  for (int i = 0; i < n; ++i) {
+    int j = 0;
+    while (j < i && ranks[j] != ranks[i]) ++j;
+    nd += j == i;
+  }
+  if (nd != h.nr) {
+    snprintf(err, errlen, "vgct_cuda_compare: the small call's selection (k_sel_tiny) answered %d "
+             "ranks, %d asked: an internal error", h.nr, nd);
+    return VGCT_ECUDA;
+  }
+  for (int i = 0; i < n; ++i) {
+    int j = 0;
+    while (j < h.nr && h.rank[j] != ranks[i]) ++j;
+    if (j == h.nr) {
+      snprintf(err, errlen, "vgct_cuda_compare: the small call's selection (k_sel_tiny) did not "
+               "answer rank %lld (%d ranks answered): an internal error", (long long)ranks[i], h.nr);
+      return VGCT_ECUDA;
+    }
+    values[i] = vgct_f64_from_bits(h.key[j]);
+  }
+  return VGCT_OK;
 }
 
 /* vgct_cuda_compare (vgct_engine.h): the reduction and the quantiles' order
@@ -2501,9 +2717,32 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
       wf.part = (vgct_acc *)(ws->d_ws + WS_SEL_HIST);
     }
   }
+  /* a small call: its selection chained behind the reduction (k_sel_tiny), so
+     that the host waits once for the record and the quantiles */
+  TArgs T;
+  VgChain chain;
+  memset(&chain, 0, sizeof chain);
+  if (nq > 0 && !pre && (plan == 0 || plan == 2) && fin_tiny_on() && m <= FIN_CAP &&
+      ws->d_pin != NULL && ws->smem_optin >= SEL_SMEM /* (sel_run's need: k_sel_tiny's is less) */) {
+    memset(&T, 0, sizeof T);
+    if ((rc = vg_prepare(a, e, -1, &T.it, err, errlen)) != VGCT_OK) return rc;
+    sel_chunks(T.it, &T.nchunk, &T.cpr, &T.cprd);
+    T.nq = nq;
+    T.known = vgct_cuda_test_known == 0;
+    T.plant = vgct_cuda_test_tiny_plant == 1;
+    for (int i = 0; i < nq; ++i) T.q[i] = qs[i];
+    T.out = (TinyOut *)(ws->d_pin + VG_PIN_TINY);
+    chain.launch = chain_sel_tiny;
+    chain.ctx = &T;
+  }
   vgct_cuda_test_syncs_pre_last = __atomic_load_n(&vgct_cuda_test_syncs, __ATOMIC_RELAXED) - syncs0;
-  rc = vg_reduce_run(cx, a, e, p, out, slices, pre ? &wf : NULL, err, errlen);
+  rc = vg_reduce_run(cx, a, e, p, out, slices, pre ? &wf : NULL, chain.launch ? &chain : NULL, err,
+                     errlen);
   if (rc != VGCT_OK) return rc;
+  if (chain.launched) { /* the hooks of the selection it replaces */
+    for (int i = 0; i < 6; ++i) vgct_cuda_test_sel_last[i] = 0;
+    for (int i = 0; i < 7; ++i) vgct_cuda_test_fin_last[i] = 0;
+  }
   if (pre && wf.used) { /* the way the device chose, read with the record */
     WinState hv;
     memcpy(&hv, ws->h_pin + VG_PIN_WIN, sizeof hv);
@@ -2526,12 +2765,20 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
   else memset(known, 0, sizeof known);
   vgct_cuda_test_known_last[0] = 2 * nq - left;
   vgct_cuda_test_known_last[1] = left;
-  if (left == 0) return VGCT_OK;
+  if (left == 0 && !chain.launched) return VGCT_OK;
   int k = 0;
   for (int j = 0; j < 2 * nq; ++j)
     if (!known[j]) sub[k++] = ranks[j];
   vgct_params p2 = *p;
   p2.expect_finite = out->n_finite; /* a different count: the inputs changed */
+  if (chain.launched) {
+    rc = tiny_answer(ws, &p2, sub, left, subv, err, errlen);
+    if (rc != VGCT_OK) return rc;
+    k = 0;
+    for (int j = 0; j < 2 * nq; ++j)
+      if (!known[j]) values[j] = subv[k++];
+    return VGCT_OK;
+  }
   if (pre) {
     run.fused = !skip && wf.used != 0;
     run.copied = run.fused && wf.copied != 0;

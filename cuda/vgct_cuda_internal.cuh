@@ -94,6 +94,11 @@ int vg_prepare(const vgct_view *a, const vgct_view *e, int slice_dim, IterSpec *
                                        counts (WinState) beside the record */
 #define VG_PIN_DONE (VG_PIN_BYTES - 64u) /* the reduction's completion word (reduce.cu
                                        vg_signal_done, CallCtx::wait_signal) */
+#define VG_PIN_DONE2 (VG_PIN_DONE + 4u) /* the completion word of a kernel chained
+                                       behind the reduction (VgChain) */
+#define VG_PIN_TINY (VG_PIN_DONE - 4096u) /* what the chained kernel answers (select.cu
+                                       TinyOut), past the record and a small call's
+                                       slices (vg_reduce_run checks) */
 #define VG_MAX_PARTS 16384          /* reduce: whole-tensor partials         */
 #define VG_SLICE_CHUNK 65536        /* reduce: slices per launch             */
 #define VG_LAUNCH_PAIRS (INT64_C(1) << 32) /* reduce: most pairs per chunked launch */
@@ -159,11 +164,30 @@ struct CallCtx {
  * plan through the reduction to its selection).  wf: a fused key window
  * (k_reduce_bulk counts it in the same pass; wf->used says whether its
  * variants were launched, and then w->mode, copied back with the record,
- * which one ran: VG_WIN_RECORD counted no window), or NULL. */
+ * which one ran: VG_WIN_RECORD counted no window), or NULL; chain: a kernel
+ * queued behind the reduction (VgChain, below), or NULL. */
 struct VgWinFuse;
+/* A kernel queued on the stream right behind the reduction, before the host
+ * waits (select.cu: a small call's selection, k_sel_tiny, which reads the
+ * reduction's record on the device): the host waits once, for that kernel's
+ * completion word, instead of for the record and then for the selection.
+ * vg_reduce_run calls launch(ctx, rec, done, seq, stream) after its one
+ * launch (and the record's copy, when it has one): rec is the record on the
+ * device (the mapped pinned buffer, or the workspace), done/seq the word the
+ * kernel writes last (done NULL: the host synchronises the stream instead).
+ * launched (out): 1 when it was called and returned cudaSuccess; vg_reduce_run
+ * chains only a call of one launch whose record and slices end below
+ * VG_PIN_TINY, and leaves it 0 otherwise (the caller then selects after the
+ * reduction, as without a chain). */
+struct VgChain {
+  cudaError_t (*launch)(void *ctx, const vgct_acc *rec, unsigned *done, unsigned seq,
+                        cudaStream_t s);
+  void *ctx;
+  int launched;
+};
 int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgct_params *p,
-                  vgct_acc *out, vgct_slice_acc *slices, VgWinFuse *wf, char *err,
-                  size_t errlen);
+                  vgct_acc *out, vgct_slice_acc *slices, VgWinFuse *wf, VgChain *chain,
+                  char *err, size_t errlen);
 /* Whether vg_reduce_run would reduce (a, e, p) with k_reduce_bulk, the one
  * kernel that counts a fused window: a whole-tensor reduction (no slices),
  * a float16/bfloat16/float32 pair, flat unit-stride 16-byte-aligned views

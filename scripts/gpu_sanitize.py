@@ -12,7 +12,10 @@ with the fast-path kernels, switched through the reduce's test hook vgct_cuda_te
 once more with the result record copied back from the device instead of written into the mapped
 pinned buffer, vgct_cuda_test_mapped),
 k_sel_data + k_sel_fin (in-place keys for small n, the one-block finish: ties and the selection;
-and for calls of at most 8192 pairs the store-only pass and the direct finish among every key),
+at most 8192 pairs too, through the finish's hook vgct_cuda_test_fin = 2), k_sel_tiny (calls of
+at most 8192 pairs: the selection chained behind the reduction, reading the record in the mapped
+buffer or, with slices or the "copied" mode, in the workspace; 64 quantiles with the record's
+answers on),
 k_sel_buf (the levels: a bucket too big for the finish, and every call once more with the finish
 off through its hook vgct_cuda_test_fin; level-0 histogram + compaction above the candidate
 buffer, forced through select.cu's plan hook), k_sel_sample + k_sel_window + the direct finish
@@ -60,11 +63,12 @@ def main():
     calls.append(("row slices", a3, e3, 1))
     calls.append(("col slices", a3, e3, 4))
     calls.append(("generic dtypes", a3.to(torch.float8_e4m3fn), e3.to(torch.int32), 2))
-    a7, e7 = pair((3001,), torch.bfloat16)  # <= FIN_CAP pairs: the store-only pass, the direct finish
-    a7[::7] = float("nan")  # non-finite pairs' keys above every finite one in the buffer
-    calls.append(("small call, NaN pairs (store-only finish)", a7, e7, None))
+    a7, e7 = pair((3001,), torch.bfloat16)  # <= FIN_CAP pairs: k_sel_tiny
+    a7[::7] = float("nan")  # non-finite pairs' keys above every finite one
+    calls.append(("small call, NaN pairs (k_sel_tiny)", a7, e7, None))
     a8, e8 = pair((64, 100), torch.float32)
-    calls.append(("small call transposed (store-only finish)", a8.t(), e8.t(), None))
+    calls.append(("small call transposed (k_sel_tiny)", a8.t(), e8.t(), None))
+    calls.append(("small call, row slices (k_sel_tiny, the record in the workspace)", a8, e8, 0))
     big_a, big_e = pair((1_700_000,), torch.float16)  # above the select buffer (1.5M keys)
     calls.append(("select windows", big_a, big_e, None))
     calls.append(("select windows float64 (keys made first)", big_a.double(), big_e.double(), None))
@@ -81,13 +85,16 @@ def main():
     try:
         # "copied": the result record through the device workspace and a copy back instead of
         # the mapped pinned buffer (cuda/reduce.cu vgct_cuda_test_mapped)
+        # "finish": small calls through the level-0 histogram and the finish (fin hook 2)
         for mode, lean_max, fin_off, copied in (("lean", 1 << 62, 0, 0), ("fast", 0, 0, 0),
-                                                ("levels", 0, 1, 0), ("copied", 0, 0, 1)):
+                                                ("levels", 0, 1, 0), ("copied", 0, 0, 1),
+                                                ("finish", 1 << 62, 2, 0)):
             lean.value, fin.value, mapped.value = lean_max, fin_off, copied
             for name, x, y, dim in calls:
                 s = vgct_ext.compare(x, y, quantiles=(0.5, 0.99), dim=dim)
                 print(f"[{mode}] {name}: n={s.n} rel_l2={s.rel_l2:.3e} p99={s.quantiles[0.99]:.3e}",
                       flush=True)
+        lean.value, fin.value, mapped.value = -1, 0, 0
         # the fused key window (k_reduce_bulk<..., WIN = 1>): one window (p99), the ring kernel
         # (lean off), the window plan at any n; a partial last chunk, the identical pair (lo = 0:
         # whole chunks of d == 0), and a 64-key sample whose wide window overflows the warps'
@@ -141,6 +148,14 @@ def main():
             s = vgct_ext.compare(x, y, quantiles=(0.5, 0.99, 0.9995, 1.0))
             print(f"[record] {name}: n={s.n} p99={s.quantiles[0.99]:.3e} max={s.quantiles[1.0]:.3e}",
                   flush=True)
+        # k_sel_tiny with every quantile allowed (128 ranks asked), the record's answers on: none
+        # left to it on the identical pair; the ranks above the zeros (about a third) on the other
+        qs64 = tuple(j / 63 for j in range(64))
+        third = e7.clone()
+        third[::3] = a7[::3]  # a third of the pairs unequal (some NaN): the low ranks are zeros
+        for name, x, y in (("small identical", e7, e7.clone()), ("small, a third unequal", third, e7)):
+            s = vgct_ext.compare(x, y, quantiles=qs64)
+            print(f"[record, 64 quantiles] {name}: n={s.n} p99={s.quantiles[qs64[62]]:.3e}", flush=True)
     finally:
         lean.value, sel[0], sel[1], fin.value, fuse.value, mapped.value = -1, 0, 0, 0, 0, 0
         known.value = 0

@@ -795,13 +795,20 @@ def test_completion_word_from_threads_on_their_own_streams():
     ring), 30 calls each, at once: every call's record equals that input's record computed alone
     (the completion word and its sequence number are the device workspace's, taken under its lock:
     a word read for another call's kernel would hand over a record not yet written)."""
-    import threading
-
     inputs = []
     for k in range(8):
         n = (1000, 70_000, 1 << 20, 3 << 20)[k % 4] + k
         a, e = pair((n,), torch.bfloat16 if k % 2 else torch.float32, seed=50 + k)
         inputs.append((a, e, repr(check3(a, e, quantiles=()).as_dict())))
+    _same_from_threads_on_own_streams(
+        inputs, lambda a, e: repr(vgct_ext.compare(a, e, quantiles=()).as_dict()))
+
+
+def _same_from_threads_on_own_streams(inputs, call, calls=30):
+    """One thread per (a, e, want) of `inputs`, each on its own stream, `calls` calls of call(a, e)
+    each, all at once: every result must equal its `want`."""
+    import threading
+
     torch.cuda.synchronize()
     bad, errors = [], []
 
@@ -811,14 +818,13 @@ def test_completion_word_from_threads_on_their_own_streams():
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.default_stream())
             with torch.cuda.stream(s):
-                for _ in range(30):
-                    got = repr(vgct_ext.compare(a, e, quantiles=()).as_dict())
-                    if got != want:
+                for _ in range(calls):
+                    if call(a, e) != want:
                         bad.append(k)
         except Exception as exc:  # reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(inputs))]
     for t in threads:
         t.start()
     for t in threads:
@@ -1770,24 +1776,24 @@ def test_fused_window_way_chosen_on_the_device(kind, way, known_hooks, fuse_hook
 # After the level-0 pass k_sel_fin answers each rank from its bucket's extremes (one value: ties) or
 # from a selection among the wanted buckets' keys (at most FIN_CAP = 8192; fin_select: a radix
 # selection in shared memory), else it leaves the ranks to the
-# four histogram levels.  Up to FIN_CAP pairs (a small call) the data pass only stores the keys and
-# one k_sel_fin block selects among them all (the store-only finish).  Hooks: vgct_cuda_test_fin = 1
+# four histogram levels.  Up to FIN_CAP pairs (a small call) one k_sel_tiny block chained behind the
+# reduction keys every pair and selects among them all (below).  Hooks: vgct_cuda_test_fin = 1
 # turns the finish off, 2 keeps it on but sends small calls through the level-0 histogram and the
-# finish after it (what the fin_hooks tests check; the store-only tests below use the default, 0);
+# finish after it (what the fin_hooks tests check; the k_sel_tiny tests below use the default, 0);
 # vgct_cuda_test_fin_last says what the last call did.  Every case is checked against the CPU
 # engine, the float64 oracle and the same call with the finish off (the levels: an independent GPU
 # path).
 
 FIN_LAST = ("store_all_fins", "by_ties", "by_select", "left_to_levels", "window_direct",
-            "window_level1", "store_only")
+            "window_level1", "tiny_batches")
 FIN_CAP = 8192
 
 
 @pytest.fixture
 def fin_hooks(selection_only):
     """set(off) and last() -> dict for k_sel_fin's hooks; the default back after.  On (off=False)
-    is the finish after the level-0 histogram at every n (knob 2: no store-only finish for small
-    calls); set_default() is the code's own choice (knob 0)."""
+    is the finish after the level-0 histogram at every n (knob 2: no k_sel_tiny for small calls);
+    set_default() is the code's own choice (knob 0)."""
     import ctypes
 
     from vgct_ext import _C
@@ -1830,14 +1836,14 @@ def _fin_both_ways(a, e, quantiles, fin_hooks, after_on=None, oracle=True):
     fin_hooks.set(off=False)
     g = check3(a, e, quantiles=quantiles, oracle=oracle)
     last = fin_hooks.last()
-    assert last["store_only"] == 0, last
+    assert last["tiny_batches"] == 0, last
     other = after_on() if after_on is not None else None
     fin_hooks.set(off=True)
     h = vgct_ext.compare(a, e, quantiles=quantiles)
     off = fin_hooks.last()
     fin_hooks.set(off=False)
     assert off["store_all_fins"] == off["window_direct"] == off["window_level1"] == 0, off
-    assert off["store_only"] == 0, off
+    assert off["tiny_batches"] == 0, off
     assert dict(g.quantiles) == dict(h.quantiles)
     if last["store_all_fins"] and last["left_to_levels"] == 0:
         assert last["by_ties"] + last["by_select"] == _distinct_ranks(g.n_finite, quantiles), last
@@ -2029,11 +2035,12 @@ def test_fin_window_region_after_level_one(kind, fin_hooks, sel_hooks):
     assert on == off
 
 
-# ---- issue #13: the store-only finish of small calls (n <= FIN_CAP) -----------------------------
+# ---- issue #13: a small call's selection chained behind the reduction (n <= FIN_CAP) ----------
 #
-# Up to FIN_CAP pairs the data pass stores every key at its position without a histogram, and one
-# k_sel_fin block selects among them all (the direct finish: a non-finite pair's key has bit 63 set,
-# above every finite key; the block counts the finite keys for the host's input-changed check).
+# Up to FIN_CAP pairs one k_sel_tiny block is queued right behind the reduction (cuda/select.cu): it
+# takes the ranks from the reduction's record on the device, keys every pair into shared memory (a
+# non-finite pair's key has bit 63 set, above every finite key), counts the finite keys against the
+# record's (the input-changed check) and selects among them all; the host waits once for both.
 # Every case: the default call == CPU engine == float64 oracle, and == the same call through the
 # level-0 histogram with the finish after it (knob 2) and through the four levels (knob 1).
 
@@ -2042,16 +2049,16 @@ def _qbits(r):
     return {q: struct.pack("<d", v) for q, v in r.quantiles.items()}  # NaN-safe, -0 != 0
 
 
-def _store_only_three_ways(a, e, quantiles, fin_hooks, oracle=True):
+def _tiny_three_ways(a, e, quantiles, fin_hooks, oracle=True):
     """The default call (checked by check3) and its hooks, then the two other ways: the same
-    quantiles bit for bit, neither taking the store-only finish."""
+    quantiles bit for bit, neither taking k_sel_tiny."""
     fin_hooks.set_default()
     g = check3(a, e, quantiles=quantiles, oracle=oracle)
     last = fin_hooks.last()
     for off in (False, True):
         fin_hooks.set(off=off)
         h = vgct_ext.compare(a, e, quantiles=quantiles)
-        assert fin_hooks.last()["store_only"] == 0
+        assert fin_hooks.last()["tiny_batches"] == 0
         assert _qbits(g) == _qbits(h), (off, dict(g.quantiles), dict(h.quantiles))
     fin_hooks.set_default()
     return g, last
@@ -2062,22 +2069,14 @@ def _batches(nf, quantiles):
 
 
 @pytest.mark.parametrize("kind", WINDOW_KINDS)
-def test_store_only_finish_every_distribution(kind, fin_hooks):
+def test_tiny_selection_every_distribution(kind, fin_hooks):
     """5000 pairs of every data shape (ties, identical, offset, heavy tails, outliers, NaN/inf,
-    a float32 overflow, a sparse change): the store-only pass and one direct finish a batch of
-    ranks answer every quantile, exactly."""
+    a float32 overflow, a sparse change): k_sel_tiny answers every quantile, exactly, one
+    fin_select call per batch of 8 distinct ranks."""
     a, e = _window_case(kind, 5000, seed=21)
-    g, last = _store_only_three_ways(a, e, QW, fin_hooks)
-    assert last["store_only"] == _batches(g.n_finite, QW), last
+    g, last = _tiny_three_ways(a, e, QW, fin_hooks)
+    assert last["tiny_batches"] == _batches(g.n_finite, QW), last
     assert last["store_all_fins"] == last["left_to_levels"] == 0, last
-
-
-def _poison_candidate_buffer():
-    """A store-all call of 20000 pairs with |d| = 1e6 leaves its keys at buffer positions 0..19999:
-    a position the next small call's store-only pass failed to write would hold a key above every
-    real one (q = 1 and the ranks near it would read it)."""
-    x = torch.full((20000,), 1e6, dtype=torch.float32, device=DEV)
-    vgct_ext.compare(x, torch.zeros_like(x), quantiles=(0.5,))
 
 
 @pytest.mark.parametrize("shape,layout", [((1,), "flat"), ((2,), "flat"), ((33,), "flat"),
@@ -2087,11 +2086,12 @@ def _poison_candidate_buffer():
                                           ((FIN_CAP,), "flat")])
 @pytest.mark.parametrize("dt_a,dt_e", [("bfloat16", None), ("float16", "float32"), ("float32", None),
                                        ("float64", None), ("int32", "float32")])
-def test_store_only_finish_sizes_dtypes_layouts(shape, layout, dt_a, dt_e, fin_hooks):
+def test_tiny_selection_sizes_dtypes_layouts(shape, layout, dt_a, dt_e, fin_hooks):
     """One pair to FIN_CAP pairs, typed and generic dtype pairs, contiguous, transposed and
-    strided views -- a non-unit innermost stride among them (the keys stored at their iteration
-    positions, in a buffer another call filled with larger keys just before): exact at 21
-    quantiles (five batches of ranks above 40 pairs)."""
+    strided views -- a non-unit innermost stride among them (every key at its iteration position
+    in shared memory; a store-all call filled the candidate buffer with larger keys just before,
+    which k_sel_tiny must not read): exact at 21 quantiles (five batches of ranks above 40
+    pairs)."""
     a, e = pair(shape, getattr(torch, dt_a), dt_e and getattr(torch, dt_e), seed=22)
     if layout == "transposed":
         a, e = a.t(), e.t()
@@ -2103,24 +2103,31 @@ def test_store_only_finish_sizes_dtypes_layouts(shape, layout, dt_a, dt_e, fin_h
         a, e = a[1::2, ::3], e[::2, 1::3]
     qs = tuple(j / 20 for j in range(21))
     _poison_candidate_buffer()
-    g, last = _store_only_three_ways(a, e, qs, fin_hooks)
-    assert last["store_only"] == _batches(g.n_finite, qs), last
+    g, last = _tiny_three_ways(a, e, qs, fin_hooks)
+    assert last["tiny_batches"] == _batches(g.n_finite, qs), last
 
 
-def test_store_only_finish_takes_fin_cap_pairs_and_not_one_more(fin_hooks):
-    """FIN_CAP pairs take the store-only finish; FIN_CAP + 1 take the level-0 histogram and the
-    finish after it."""
-    for n, direct in ((FIN_CAP, True), (FIN_CAP + 1, False)):
+def _poison_candidate_buffer():
+    """A store-all call of 20000 pairs with |d| = 1e6 leaves its keys at buffer positions 0..19999
+    (a selection that read the buffer instead of the inputs would find keys above every real one)."""
+    x = torch.full((20000,), 1e6, dtype=torch.float32, device=DEV)
+    vgct_ext.compare(x, torch.zeros_like(x), quantiles=(0.5,))
+
+
+def test_tiny_selection_takes_fin_cap_pairs_and_not_one_more(fin_hooks):
+    """FIN_CAP pairs take k_sel_tiny; FIN_CAP + 1 take the level-0 histogram and the finish after
+    it."""
+    for n, tiny in ((FIN_CAP, True), (FIN_CAP + 1, False)):
         a, e = pair((n,), torch.float32, seed=23)
-        g, last = _store_only_three_ways(a, e, (0.5, 0.99), fin_hooks)
-        assert (last["store_only"] == 1) == direct and (last["store_all_fins"] == 1) != direct, last
+        g, last = _tiny_three_ways(a, e, (0.5, 0.99), fin_hooks)
+        assert (last["tiny_batches"] == 1) == tiny and (last["store_all_fins"] == 1) != tiny, last
 
 
 @pytest.mark.parametrize("finite", [1, 2, 7, 700])
-def test_store_only_finish_nonfinite_pairs_above_every_finite_key(finite, fin_hooks):
-    """A buffer of mostly non-finite pairs (NaN, +inf, -inf, in a or in e): their keys sort above
+def test_tiny_selection_nonfinite_pairs_above_every_finite_key(finite, fin_hooks):
+    """A call of mostly non-finite pairs (NaN, +inf, -inf, in a or in e): their keys sort above
     every finite key, so rank n_finite - 1 (q = 1) is the largest finite |d|; the finite count the
-    block reports matches the reduction's (else: an input-changed error).  With one finite value
+    block makes matches the record's (else: an input-changed error).  With one finite value
     repeated, the keys' highest differing bit is bit 63 (a finite key against a non-finite one)."""
     n = 3000
     gen = torch.Generator(device=DEV).manual_seed(GEN_SEED + 320 + finite)
@@ -2136,10 +2143,168 @@ def test_store_only_finish_nonfinite_pairs_above_every_finite_key(finite, fin_ho
     if finite == 7:  # one finite |d| value, seven times
         a[keep], e[keep] = 1.5, 1.0
     qs = (0.0, 0.3, 0.5, 0.99, 1.0)
-    g, last = _store_only_three_ways(a, e, qs, fin_hooks)
-    assert g.n_finite == finite and last["store_only"] == _batches(finite, qs), (g.n_finite, last)
+    g, last = _tiny_three_ways(a, e, qs, fin_hooks)
+    assert g.n_finite == finite and last["tiny_batches"] == _batches(finite, qs), (g.n_finite, last)
     d = (a[keep].double() - e[keep].double()).abs()
     assert g.quantiles[1.0] == float(d.max()) and g.quantiles[0.0] == float(d.min())
+
+
+def _tiny_hooks():
+    """(fin_last, sel_last, known_last) after the last call, as dicts / a list."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    lib = ctypes.CDLL(_C.__file__)
+    fin_last = (ctypes.c_longlong * len(FIN_LAST)).in_dll(lib, "vgct_cuda_test_fin_last")
+    fin = dict(zip(FIN_LAST, list(fin_last)))
+    sel = dict(zip(SEL_LAST, list(_sel_hooks()[1])))
+    return fin, sel, list(_known_hooks()[1])
+
+
+@pytest.mark.parametrize("kind", ["identical", "sparse", "zeros_and_noise", "noise_fp32"])
+@pytest.mark.parametrize("nq", [1, 7, 64])
+def test_tiny_selection_ranks_the_record_decides_on_the_device(kind, nq):
+    """With the record's answers on (the default): k_sel_tiny takes each quantile's ranks from the
+    record on the device and drops the ones the record decides (zeros below n_finite - n_unequal,
+    the maximum at n_finite - 1) and the duplicates -- the same ranks the host leaves to it, or
+    the host reports an internal error -- for 1, 7 and VGCT_MAX_QUANTILES = 64 quantiles (128
+    ranks: four warps' ballots, up to 16 batches).  An identical pair leaves it nothing (the inputs
+    not read: 0 batches); values == CPU engine == float64 oracle."""
+    n = 4000
+    if kind == "zeros_and_noise":  # 70% of the pairs equal: the low ranks are zeros
+        a, e = pair((n,), torch.float32, seed=61)
+        a = torch.where(torch.arange(n, device=DEV) % 10 < 7, e, a)
+    else:
+        a, e = _window_case(kind, n, seed=62)
+    qs = {1: (0.99,), 7: (0.0, 0.1, 0.3, 0.5, 0.9, 0.99, 1.0)}.get(nq) or tuple(j / 63 for j in range(64))
+    assert len(qs) == nq
+    g = check3(a, e, quantiles=qs)
+    fin, sel, known = _tiny_hooks()
+    left = known[1]
+    assert known[0] + left == 2 * len(qs), known
+    nf = g.n_finite
+    ranks = [r for q in qs for r in ((nf - 1, nf - 1) if (nf - 1) * q >= nf - 1
+                                     else (math.floor((nf - 1) * q), math.floor((nf - 1) * q) + 1))]
+    decided = {r for r in ranks if r < nf - g.n_unequal or r == nf - 1}
+    distinct_left = len(set(ranks) - decided)
+    assert left == sum(r not in decided for r in ranks), (left, known)
+    assert sel["radix_ranks"] == distinct_left, sel
+    assert fin["tiny_batches"] == -(-distinct_left // 8), fin
+    assert sel["radix_plan"] == (3 if distinct_left else 0), sel
+    if kind == "identical":
+        assert distinct_left == 0 and all(v == 0.0 for v in g.quantiles.values())
+
+
+def test_tiny_selection_one_host_round_trip(fin_hooks):
+    """A small p99 call waits once (the chained kernel's completion word), where the finish after
+    the level-0 histogram (knob 2) waits twice; the record's answers on or off."""
+    total = _sync_hooks()[0]
+    a, e = pair((3000,), torch.bfloat16, seed=63)
+    for knob, want in ((0, 1), (2, 2)):
+        if knob == 0:
+            fin_hooks.set_default()
+        else:
+            fin_hooks.set(off=False)
+        for known in (0, 1):
+            _known_hooks()[0].value = known
+            vgct_ext.compare(a, e, quantiles=(0.5, 0.99))
+            before = total.value
+            vgct_ext.compare(a, e, quantiles=(0.5, 0.99))
+            assert total.value - before == want, (knob, known, total.value - before)
+    _known_hooks()[0].value = 0
+    fin_hooks.set_default()
+
+
+@pytest.mark.parametrize("dt_a,dt_e,shape,layout", [("bfloat16", None, (1000,), "contiguous"),
+                                                    ("float16", "float32", (57, 129), "transposed"),
+                                                    ("int32", "int64", (5000,), "contiguous")])
+def test_tiny_selection_answers_read_after_its_word(dt_a, dt_e, shape, layout, signal_hook):
+    """Two inputs P and Q alternate (different quantile values), with the host learning of the end from
+    the chained kernel's word (hook 0) and from a stream synchronisation (hook 1), once with the
+    stream kept busy before the call (the wait outlasts its spin): every call's quantiles equal
+    that input's computed alone on the CPU -- answers read before k_sel_tiny wrote them (the
+    previous call's, on the other input) would not."""
+    a, b, e = _two_records(dt_a, dt_e, shape, layout, seed=64)
+    qs = (0.1, 0.5, 0.99)
+    want = {w: _qbits(vgct_ext.compare(x.cpu(), e.cpu(), quantiles=qs)) for w, x in (("P", a), ("Q", b))}
+    assert want["P"] != want["Q"]
+    for i, (mode, which) in enumerate(((1, "Q"), (0, "P"), (1, "P"), (0, "Q"), (1, "Q"), (0, "P"), (0, "Q"))):
+        signal_hook.value = mode
+        if i in (3, 6):
+            torch.cuda._sleep(20_000_000)
+        g = vgct_ext.compare(a if which == "P" else b, e, quantiles=qs)
+        assert _qbits(g) == want[which], (i, mode, which)
+        assert _tiny_hooks()[0]["tiny_batches"] >= 1, (i, mode, which)  # k_sel_tiny answered
+
+
+def test_tiny_selection_word_never_written_is_an_error_not_a_hang(signal_hook):
+    """Planted: neither the reduction nor k_sel_tiny is asked to write its completion word (hook 2):
+    the wait ends in a RuntimeError naming the chained kernel's word, and the next call is right."""
+    import time
+
+    a, _, e = _two_records("bfloat16", None, (1000,), "contiguous", seed=65)
+    signal_hook.value = 2
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match="chained kernel's completion word .the stream finished"):
+        vgct_ext.compare(a, e, quantiles=(0.99,))
+    assert time.perf_counter() - t0 < 30
+    signal_hook.value = 0
+    check3(a, e, quantiles=(0.5, 0.99))
+
+
+def test_tiny_selection_input_changed_is_reported(fin_hooks):
+    """Planted (cuda/select.cu vgct_cuda_test_tiny_plant = 1): k_sel_tiny counts one finite key less
+    than the record's n_finite, as if a pair had turned non-finite while compare read the inputs --
+    the call raises vgct_ext's input-changed error (a RuntimeError) instead of answering, with the
+    record answering no rank (selection_only) or some (the default); the next call is right."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    plant = ctypes.c_longlong.in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_tiny_plant")
+    a, e = pair((2000,), torch.bfloat16, seed=67)
+    try:
+        for known in (1, 0):
+            _known_hooks()[0].value = known
+            plant.value = 1
+            with pytest.raises(RuntimeError, match="^input changed during compare: 2000 finite pairs in "
+                                                   "the reduction, 1999 in the quantile pass"):
+                vgct_ext.compare(a, e, quantiles=(0.5, 0.99))
+            plant.value = 0
+            _tiny_three_ways(a, e, (0.5, 0.99), fin_hooks)
+    finally:
+        plant.value = 0
+        _known_hooks()[0].value = 1  # (selection_only's value; it resets to 0 after)
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_tiny_selection_with_per_slice_statistics(dim):
+    """compare(dim=k) with quantiles at small n: the record and the slices come back by a copy, the
+    chained kernel reads the record in the workspace and the host synchronises the stream once --
+    slices and quantiles == CPU engine == float64 oracle."""
+    a, e = pair((40, 150), torch.bfloat16, seed=66)
+    total = _sync_hooks()[0]
+    vgct_ext.compare(a, e, quantiles=QS, dim=dim)
+    before = total.value
+    vgct_ext.compare(a, e, quantiles=QS, dim=dim)
+    assert total.value - before == 1
+    check3(a, e, quantiles=QS, dim=dim)
+    fin, _, _ = _tiny_hooks()
+    assert fin["tiny_batches"] >= 1, fin
+
+
+def test_tiny_selection_from_threads_on_their_own_streams():
+    """Eight threads, each on its own stream with its own small input, 30 p99 calls each, at once:
+    every call's quantiles equal that input's computed alone (k_sel_tiny's answers and its word are
+    the device workspace's, taken under its lock)."""
+    inputs = []
+    for k in range(8):
+        a, e = pair((500 + 900 * k,), torch.bfloat16 if k % 2 else torch.float32, seed=70 + k)
+        inputs.append((a, e, _qbits(check3(a, e, quantiles=(0.5, 0.99)))))
+        assert _tiny_hooks()[0]["tiny_batches"] >= 1  # (the hooks are global: checked here, alone)
+    _same_from_threads_on_own_streams(
+        inputs, lambda a, e: _qbits(vgct_ext.compare(a, e, quantiles=(0.5, 0.99))))
 
 
 # ---- issue #13: the small-input reduce (VG_MODE_LEAN) against the fast path ------------------
