@@ -3,10 +3,10 @@
 For each n in --sizes (log2 of the pairs) and each data shape, the median host wall (us, from the
 Python call to the result) of:
   none      compare(a, e, quantiles=None): the reduction alone;
-  p99       compare(a, e): the default quantiles=(0.99,) -- up to FIN_CAP = 8192 pairs the
+  p99       compare(a, e): the default quantiles=(0.99,) -- up to TINY_CAP = 16384 pairs the
             selection chained behind the reduction (cuda/select.cu k_sel_tiny: one host wait);
   finish    the same call through the level-0 histogram and the one-block finish after it (the
-            test hook vgct_cuda_test_fin = 2: the plan above 8192 pairs, a second host round
+            test hook vgct_cuda_test_fin = 2: the plan above 16384 pairs, a second host round
             trip and three launches after the record);
   torch     torch.testing.assert_close(a, e) with a tolerance the pair passes (its cheapest way:
             no failure report built), for scale.
@@ -18,7 +18,7 @@ drift of the machine touches them alike.  Data shapes (e from randn):
   identical bf16(e) vs a copy: the record answers p99 (every rank below n - n_unequal is 0).
 Prints a ratio table last; --json F writes the medians.
 
-    python bench/bench_small_p99.py [--sizes 6,10,13] [--reps 300] [--rounds 5] [--json F]
+    python bench/bench_small_p99.py [--sizes 6,10,13,14] [--reps 300] [--rounds 5] [--json F]
 """
 import argparse
 import ctypes
@@ -45,7 +45,7 @@ def shapes(n, gen):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", default="6,10,13")
+    ap.add_argument("--sizes", default="6,10,13,14")
     ap.add_argument("--reps", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", default=None)

@@ -17,7 +17,7 @@ over the reduction goes (the sample, the reduction with the fused window, the wi
 
 With --fin-table it instead times the p99 call with the selection's one-block finish (cuda/select.cu
 k_sel_fin) off, on after the level-0 histogram, and as the code chooses (the default: for at most
-8192 pairs, k_sel_tiny chained behind the reduction) -- its test hook vgct_cuda_test_fin 1, 2, 0,
+16384 pairs, k_sel_tiny chained behind the reduction) -- its test hook vgct_cuda_test_fin 1, 2, 0,
 through ctypes -- on three data shapes -- bf16
 rounding noise (ties), bf16 with 1e-2 noise (a few dozen values in the p99's bucket), fp32 noise (all
 distinct) -- and prints one table: host wall and device busy time per call, and their ratios.

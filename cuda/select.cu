@@ -204,6 +204,11 @@ namespace cg = cooperative_groups;
 #define WS_SEL_FREG (WS_SEL_CAND + (size_t)SEL_CAP * 8u)
 #define FIN_CAP 8192                     /* keys k_sel_fin selects among in one block */
 #define FIN_SMEM (FIN_CAP * 8)           /* k_sel_fin's keys in shared memory */
+#define TINY_CAP 16384                   /* pairs k_sel_tiny keys in one block */
+#define TINY_SMEM (TINY_CAP * 8)         /* its keys in shared memory (128 KiB) */
+#define TINY_STATIC 16384                /* its static shared memory, at most (fin_select's
+                                            counters, the record, the ranks: ~10.5 KiB,
+                                            checked at its first launch) */
 #define SLOT_RADIX 0
 #define SLOT_SAMPLE 1
 #define SLOT_WSEL 2                      /* first window-selection slot       */
@@ -695,7 +700,8 @@ struct FinArgs {
 /* The order statistics of c keys by the block (every thread calls it, after
  * writing its keys): out[p] = the key at position pos[p] (0-based; every
  * pos[p] < c) of their ascending order, for p < np (1 <= np <= SEL_NS, c <=
- * FIN_CAP); the keys at s[0 .. c) are only read.  A most-significant-
+ * TINY_CAP: what a caller holds in shared memory); the keys at s[0 .. c) are
+ * only read.  A most-significant-
  * digit radix selection, every position at once:
  *   - the block's AND and OR of the keys: the bits above the highest bit in
  *     which two keys differ, and those below the lowest, are every key's (a
@@ -1010,7 +1016,7 @@ __global__ void __launch_bounds__(ST, 1) k_sel_fin(const __grid_constant__ FinAr
 }
 
 /* ---- a small call's selection, chained behind the reduction ---------------
- * k_sel_tiny: a call of at most FIN_CAP pairs with quantiles, one block
+ * k_sel_tiny: a call of at most TINY_CAP pairs with quantiles, one block
  * queued on the stream right behind the reduction's launch (VgChain,
  * vg_reduce_run), so that the host waits once for both -- no round trip
  * between the record and the selection, no launch after it (the previous
@@ -1035,8 +1041,10 @@ __global__ void __launch_bounds__(ST, 1) k_sel_fin(const __grid_constant__ FinAr
  * word (after a system-scope fence), so the host reads them after its one
  * wait; the host takes the ranks again from the record it read and each
  * one's key from TinyOut (vgct_cuda_compare).  Exact and deterministic:
- * counts only (fin_select).  Trade-off: one block whatever m (FIN_CAP keys
- * in 64 KiB of shared memory, ~8 pairs a thread at most); and a call whose
+ * counts only (fin_select).  Trade-off: one block whatever m (TINY_CAP keys
+ * in 128 KiB of shared memory, 16 pairs a thread at most; fin_select's
+ * passes each read every key, and ties contend on a few shared counters);
+ * and a call whose
  * record answers every rank still pays the launch and a one-block kernel
  * that reads the record and exits (~2-3 us; before, no selection ran at all
  * then).  Measured: docs/performance.md. */
@@ -1046,7 +1054,7 @@ struct TinyOut {
   int changed;              /* 1: total != the record's n_finite (nothing selected) */
   int batches;              /* fin_select calls (the tests' hook)                 */
   int keyed;                /* the pairs were keyed (some rank was left)          */
-  int bad;                  /* m > FIN_CAP: not launched so by the host (internal) */
+  int bad;                  /* m > TINY_CAP: not launched so by the host (internal) */
   int pad_;
   long long rank[2 * VGCT_MAX_QUANTILES];
   unsigned long long key[2 * VGCT_MAX_QUANTILES];
@@ -1071,7 +1079,7 @@ __global__ void __launch_bounds__(ST, 1) k_sel_tiny(const __grid_constant__ TArg
   typedef vg_chunk<DA, DE> G;
   static_assert(2 * VGCT_MAX_QUANTILES <= 4 * 32, "the ranks: four warps' ballots");
   static_assert(sizeof(vgct_acc) % 8 == 0, "the record read as 8-byte words");
-  extern __shared__ __align__(16) unsigned long long tiny_sm[]; /* FIN_CAP keys */
+  extern __shared__ __align__(16) unsigned long long tiny_sm[]; /* m <= TINY_CAP keys */
   __shared__ vgct_acc s_rec;
   __shared__ long long s_all[2 * VGCT_MAX_QUANTILES], s_r[2 * VGCT_MAX_QUANTILES];
   __shared__ unsigned long long s_out[SEL_NS];
@@ -1113,7 +1121,7 @@ __global__ void __launch_bounds__(ST, 1) k_sel_tiny(const __grid_constant__ TArg
   int changed = 0, batches = 0;
   unsigned long long total = 0;
   const int64_t m = A.it.m;
-  if (nr > 0 && m <= FIN_CAP) { /* (m <= FIN_CAP: the host's condition) */
+  if (nr > 0 && m <= TINY_CAP) { /* (m <= TINY_CAP: the host's condition) */
     /* 3. every pair's key at its position, the finite ones counted */
     const IterSpec &it = A.it;
     const int K = it.k;
@@ -1156,7 +1164,7 @@ __global__ void __launch_bounds__(ST, 1) k_sel_tiny(const __grid_constant__ TArg
     out->total = total;
     out->nr = changed ? 0 : nr;
     out->changed = changed;
-    out->bad = nr > 0 && m > FIN_CAP;
+    out->bad = nr > 0 && m > TINY_CAP;
     out->batches = batches;
     out->keyed = nr > 0;
     if (A.done) { /* last: the answers above first (CallCtx::wait_signal) */
@@ -1674,10 +1682,19 @@ static cudaError_t launch_sel_fin(DevWS *ws, int grid, const KArgs &A, int direc
 
 template <int DA, int DE>
 static cudaError_t launch_sel_tiny(const TArgs &A, cudaStream_t s) {
-  static int done[64];
-  const cudaError_t e = vg_smem_optin(k_sel_tiny<DA, DE>, done, FIN_SMEM);
+  static int done[64], checked = 0;
+  if (!checked) { /* the host's smem condition counts TINY_STATIC for the static part */
+    cudaFuncAttributes fa;
+    const cudaError_t e = cudaFuncGetAttributes(&fa, k_sel_tiny<DA, DE>);
+    if (e != cudaSuccess) return e;
+    if (fa.sharedSizeBytes > TINY_STATIC) return cudaErrorInvalidConfiguration; /* (internal) */
+    checked = 1;
+  }
+  const cudaError_t e = vg_smem_optin(k_sel_tiny<DA, DE>, done, TINY_SMEM);
   if (e != cudaSuccess) return e;
-  k_sel_tiny<DA, DE><<<1, ST, FIN_SMEM, s>>>(A);
+  /* the m keys' bytes (m <= TINY_CAP: the host's condition) */
+  const size_t bytes = (size_t)(A.it.m > 0 ? A.it.m : 1) * 8u;
+  k_sel_tiny<DA, DE><<<1, ST, bytes, s>>>(A);
   return cudaGetLastError();
 }
 
@@ -1749,7 +1766,7 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
  *                          (instead of SEL_BUF_KPT; bench/bench_selbuf.py)
  *   vgct_cuda_test_fin     1: no k_sel_fin (the four histogram levels always;
  *                          the tests compare both ways, bench/gpu_kernels.py);
- *                          2: k_sel_fin on, but a small call (n <= FIN_CAP)
+ *                          2: k_sel_fin on, but a small call (n <= TINY_CAP)
  *                          takes the store-all level 0 and the finish after
  *                          it, not k_sel_tiny behind the reduction (the tests
  *                          of that finish at small n); 1 sends it there too
@@ -1762,7 +1779,7 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
  *   [5] window selections answered by k_sel_fin after their level 1 (levels
  *       2-4 returned at once)
  *   [6] a small call's batches of SEL_NS ranks answered by k_sel_tiny, the
- *       selection chained behind the reduction (n <= FIN_CAP; fin_select
+ *       selection chained behind the reduction (n <= TINY_CAP; fin_select
  *       calls: the distinct ranks the record does not decide, by SEL_NS)
  * vgct_cuda_test_sel_last (the last call's plan, written by every call):
  *   [0] windows read by the window pass (0: no window pass)
@@ -2722,8 +2739,8 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
   TArgs T;
   VgChain chain;
   memset(&chain, 0, sizeof chain);
-  if (nq > 0 && !pre && (plan == 0 || plan == 2) && fin_tiny_on() && m <= FIN_CAP &&
-      ws->d_pin != NULL && ws->smem_optin >= SEL_SMEM /* (sel_run's need: k_sel_tiny's is less) */) {
+  if (nq > 0 && !pre && (plan == 0 || plan == 2) && fin_tiny_on() && m <= TINY_CAP &&
+      ws->d_pin != NULL && ws->smem_optin >= (size_t)TINY_SMEM + TINY_STATIC) {
     memset(&T, 0, sizeof T);
     if ((rc = vg_prepare(a, e, -1, &T.it, err, errlen)) != VGCT_OK) return rc;
     sel_chunks(T.it, &T.nchunk, &T.cpr, &T.cprd);

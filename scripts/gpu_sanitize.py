@@ -12,8 +12,8 @@ with the fast-path kernels, switched through the reduce's test hook vgct_cuda_te
 once more with the result record copied back from the device instead of written into the mapped
 pinned buffer, vgct_cuda_test_mapped),
 k_sel_data + k_sel_fin (in-place keys for small n, the one-block finish: ties and the selection;
-at most 8192 pairs too, through the finish's hook vgct_cuda_test_fin = 2), k_sel_tiny (calls of
-at most 8192 pairs: the selection chained behind the reduction, reading the record in the mapped
+at most 16384 pairs too, through the finish's hook vgct_cuda_test_fin = 2), k_sel_tiny (calls of
+at most 16384 pairs: the selection chained behind the reduction, reading the record in the mapped
 buffer or, with slices or the "copied" mode, in the workspace; 64 quantiles with the record's
 answers on),
 k_sel_buf (the levels: a bucket too big for the finish, and every call once more with the finish
@@ -63,7 +63,9 @@ def main():
     calls.append(("row slices", a3, e3, 1))
     calls.append(("col slices", a3, e3, 4))
     calls.append(("generic dtypes", a3.to(torch.float8_e4m3fn), e3.to(torch.int32), 2))
-    a7, e7 = pair((3001,), torch.bfloat16)  # <= FIN_CAP pairs: k_sel_tiny
+    a9, e9 = pair((128, 128), torch.bfloat16)  # TINY_CAP pairs: k_sel_tiny's most
+    calls.append(("small call, 16384 pairs (k_sel_tiny)", a9, e9, None))
+    a7, e7 = pair((3001,), torch.bfloat16)  # <= TINY_CAP pairs: k_sel_tiny
     a7[::7] = float("nan")  # non-finite pairs' keys above every finite one
     calls.append(("small call, NaN pairs (k_sel_tiny)", a7, e7, None))
     a8, e8 = pair((64, 100), torch.float32)

@@ -1776,7 +1776,7 @@ def test_fused_window_way_chosen_on_the_device(kind, way, known_hooks, fuse_hook
 # After the level-0 pass k_sel_fin answers each rank from its bucket's extremes (one value: ties) or
 # from a selection among the wanted buckets' keys (at most FIN_CAP = 8192; fin_select: a radix
 # selection in shared memory), else it leaves the ranks to the
-# four histogram levels.  Up to FIN_CAP pairs (a small call) one k_sel_tiny block chained behind the
+# four histogram levels.  Up to TINY_CAP pairs (a small call) one k_sel_tiny block chained behind the
 # reduction keys every pair and selects among them all (below).  Hooks: vgct_cuda_test_fin = 1
 # turns the finish off, 2 keeps it on but sends small calls through the level-0 histogram and the
 # finish after it (what the fin_hooks tests check; the k_sel_tiny tests below use the default, 0);
@@ -1787,6 +1787,7 @@ def test_fused_window_way_chosen_on_the_device(kind, way, known_hooks, fuse_hook
 FIN_LAST = ("store_all_fins", "by_ties", "by_select", "left_to_levels", "window_direct",
             "window_level1", "tiny_batches")
 FIN_CAP = 8192
+TINY_CAP = 16384  # cuda/select.cu: the most pairs k_sel_tiny keys in one block
 
 
 @pytest.fixture
@@ -2035,9 +2036,9 @@ def test_fin_window_region_after_level_one(kind, fin_hooks, sel_hooks):
     assert on == off
 
 
-# ---- issue #13: a small call's selection chained behind the reduction (n <= FIN_CAP) ----------
+# ---- issue #13: a small call's selection chained behind the reduction (n <= TINY_CAP) ---------
 #
-# Up to FIN_CAP pairs one k_sel_tiny block is queued right behind the reduction (cuda/select.cu): it
+# Up to TINY_CAP pairs one k_sel_tiny block is queued right behind the reduction (cuda/select.cu): it
 # takes the ranks from the reduction's record on the device, keys every pair into shared memory (a
 # non-finite pair's key has bit 63 set, above every finite key), counts the finite keys against the
 # record's (the input-changed check) and selects among them all; the host waits once for both.
@@ -2083,11 +2084,12 @@ def test_tiny_selection_every_distribution(kind, fin_hooks):
                                           ((1000,), "flat"), ((64, 128), "transposed"),
                                           ((3, 50, 40), "strided"), ((9000,), "inner stride 3"),
                                           ((120, 90), "rows and columns strided"),
-                                          ((FIN_CAP,), "flat")])
+                                          ((FIN_CAP + 3,), "flat"), ((TINY_CAP,), "flat"),
+                                          ((96, 170), "transposed")])
 @pytest.mark.parametrize("dt_a,dt_e", [("bfloat16", None), ("float16", "float32"), ("float32", None),
                                        ("float64", None), ("int32", "float32")])
 def test_tiny_selection_sizes_dtypes_layouts(shape, layout, dt_a, dt_e, fin_hooks):
-    """One pair to FIN_CAP pairs, typed and generic dtype pairs, contiguous, transposed and
+    """One pair to TINY_CAP pairs, typed and generic dtype pairs, contiguous, transposed and
     strided views -- a non-unit innermost stride among them (every key at its iteration position
     in shared memory; a store-all call filled the candidate buffer with larger keys just before,
     which k_sel_tiny must not read): exact at 21 quantiles (five batches of ranks above 40
@@ -2114,10 +2116,10 @@ def _poison_candidate_buffer():
     vgct_ext.compare(x, torch.zeros_like(x), quantiles=(0.5,))
 
 
-def test_tiny_selection_takes_fin_cap_pairs_and_not_one_more(fin_hooks):
-    """FIN_CAP pairs take k_sel_tiny; FIN_CAP + 1 take the level-0 histogram and the finish after
+def test_tiny_selection_takes_tiny_cap_pairs_and_not_one_more(fin_hooks):
+    """TINY_CAP pairs take k_sel_tiny; TINY_CAP + 1 take the level-0 histogram and the finish after
     it."""
-    for n, tiny in ((FIN_CAP, True), (FIN_CAP + 1, False)):
+    for n, tiny in ((TINY_CAP, True), (TINY_CAP + 1, False)):
         a, e = pair((n,), torch.float32, seed=23)
         g, last = _tiny_three_ways(a, e, (0.5, 0.99), fin_hooks)
         assert (last["tiny_batches"] == 1) == tiny and (last["store_all_fins"] == 1) != tiny, last
