@@ -2388,7 +2388,6 @@ extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vg
   return sel_run(cx, a, e, p, ranks, nranks, values, NULL, err, errlen);
 }
 
-/* The KArgs of the selection's data passes over `it` (the whole tensor). */
 /* The data passes' chunks: CH pairs along each inner row (cpr a row, its
  * FastDiv), nchunk in all. */
 static void sel_chunks(const IterSpec &it, int64_t *nchunk, int64_t *cpr, FastDiv *cprd) {
@@ -2399,6 +2398,7 @@ static void sel_chunks(const IterSpec &it, int64_t *nchunk, int64_t *cpr, FastDi
   *nchunk = (it.m / L) * *cpr;
 }
 
+/* The KArgs of the selection's data passes over `it` (the whole tensor). */
 static void sel_kargs(DevWS *ws, const IterSpec &it, KArgs *A) {
   memset(A, 0, sizeof *A);
   A->it = it;

@@ -1820,14 +1820,19 @@ def fin_hooks(selection_only):
     knob.value = 0
 
 
-def _distinct_ranks(nf, quantiles):
-    """The ranks the engine asks for (csrc/vgct_stats.h vgct_quantile_ranks: h = (nf-1) q,
-    floor(h) and floor(h) + 1, both nf - 1 when h >= nf - 1), distinct."""
-    out = set()
+def _engine_ranks(nf, quantiles):
+    """The two ranks the engine asks for each quantile, in order (csrc/vgct_stats.h
+    vgct_quantile_ranks: h = (nf-1) q, floor(h) and floor(h) + 1, both nf - 1 when h >= nf - 1)."""
+    out = []
     for q in quantiles:
         h = float(nf - 1) * float(q)
-        out |= {nf - 1} if h >= nf - 1 else {math.floor(h), math.floor(h) + 1}
-    return len(out)
+        out += [nf - 1, nf - 1] if h >= nf - 1 else [math.floor(h), math.floor(h) + 1]
+    return out
+
+
+def _distinct_ranks(nf, quantiles):
+    """How many distinct ranks the engine asks for."""
+    return len(set(_engine_ranks(nf, quantiles)))
 
 
 def _fin_both_ways(a, e, quantiles, fin_hooks, after_on=None, oracle=True):
@@ -2186,8 +2191,7 @@ def test_tiny_selection_ranks_the_record_decides_on_the_device(kind, nq):
     left = known[1]
     assert known[0] + left == 2 * len(qs), known
     nf = g.n_finite
-    ranks = [r for q in qs for r in ((nf - 1, nf - 1) if (nf - 1) * q >= nf - 1
-                                     else (math.floor((nf - 1) * q), math.floor((nf - 1) * q) + 1))]
+    ranks = _engine_ranks(nf, qs)
     decided = {r for r in ranks if r < nf - g.n_unequal or r == nf - 1}
     distinct_left = len(set(ranks) - decided)
     assert left == sum(r not in decided for r in ranks), (left, known)
