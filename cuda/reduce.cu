@@ -1721,8 +1721,8 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
     /* the chained kernel behind the reduction (and the record's copy): one
        launch covering every slice (a small call), its record and slices below
        the chained kernel's answers in the pinned buffer, no fused window */
-    const bool chained = chain != NULL && wf == NULL && j0 == 0 && Sc == S && ws->d_pin != NULL &&
-                         bytes <= VG_PIN_TINY;
+    bool chained = chain != NULL && wf == NULL && j0 == 0 && Sc == S && ws->d_pin != NULL &&
+                   bytes <= VG_PIN_TINY;
     unsigned *flag2 = (unsigned *)(ws->h_pin + VG_PIN_DONE2), seq2 = 0;
     if (chained) {
       /* its word: asked of it when the reduction's own is (the same rules), else
@@ -1733,11 +1733,18 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
         __atomic_store_n(flag2, 0u, __ATOMIC_RELEASE);
         done2 = vgct_cuda_test_signal == 2 ? NULL : (unsigned *)(ws->d_pin + VG_PIN_DONE2);
       }
-      if (!cx.check(chain->launch(chain->ctx, A.res, done2, seq2, cx.stream),
-                    "the kernel chained behind the reduction (launch)"))
+      const cudaError_t ce = chain->launch(chain->ctx, A.res, done2, seq2, cx.stream);
+      if (ce == cudaErrorCooperativeLaunchTooLarge) {
+        /* a cooperative grid the device cannot hold at once now (e.g. an MPS share of
+           its SMs): not launched, nothing queued -- the caller selects after the record */
+        (void)cudaGetLastError();
+        chained = false;
+      } else if (!cx.check(ce, "the kernel chained behind the reduction (launch)")) {
         return cx.rc;
-      chain->launched = 1;
-      cx.mark("chain");
+      } else {
+        chain->launched = 1;
+        cx.mark("chain");
+      }
     }
     if (wf && fused) { /* the window's counts in this round trip (select.cu win_answer) */
       static_assert(sizeof(vgct_acc) <= VG_PIN_WIN && VG_PIN_WIN + sizeof(WinState) <= VG_PIN_BYTES,

@@ -309,6 +309,10 @@ CallCtx::CallCtx(const char *fn_, int device, uintptr_t s, char *err_, size_t er
                "cudaDeviceGetAttribute(ComputeCapabilityMajor)"))
       return;
     ws->cc_major = v;
+    if (!check(cudaDeviceGetAttribute(&v, cudaDevAttrCooperativeLaunch, device),
+               "cudaDeviceGetAttribute(CooperativeLaunch)"))
+      return;
+    ws->coop = v;
     void *p = NULL;
     if (!check(cudaMalloc(&p, VG_WS_BYTES), "cudaMalloc(16 MiB workspace)")) return;
     ws->d_ws = (char *)p;

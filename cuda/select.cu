@@ -79,12 +79,19 @@
  *    and one copy to the host; only when the finish could not answer every
  *    rank (a bucket of several values and more than FIN_CAP keys), 4
  *    k_sel_buf passes and a second copy.
- * 2'. A small call (vgct_cuda_compare, n <= FIN_CAP): k_sel_tiny, one block
+ * 2'. A small call (vgct_cuda_compare, n <= TINY_CAP): k_sel_tiny, one block
  *    queued behind the reduction, takes the ranks from the reduction's record
  *    on the device, keys every pair into shared memory and selects among them
  *    all (fin_select): one host wait for the reduction and the quantiles, no
  *    launch after the record, and no histogram to clear, flush and scan
  *    (~18 us of one block's latency at any such n).
+ * 2''. A mid-size call (vgct_cuda_compare, TINY_PREFER < n <= SEL_CAP, and
+ *    at most 16384 keys a block on every SM: 2.16M pairs of 8-pair chunks on
+ *    132 SMs): k_sel_coop, 2' as one cooperative grid -- each block keys its
+ *    pairs into its shared memory and the grid selects together, a grid
+ *    barrier per 8-bit digit (no histogram of 32768 bins, no host round
+ *    trip, no launch after the record).  It takes the store-all plan's
+ *    calls; those it cannot take (a small device) stay there.
  * 3. Radix over the data (n > SEL_CAP): k_sel_data level 0, then a compaction
  *    pass when the wanted buckets hold <= SEL_CAP keys (the usual case: a
  *    1/16-octave bucket), else one more data histogram level first (heavy
@@ -121,6 +128,8 @@
  *                      small n) by one pass.
  *   k_sel_tiny         a small call's whole selection in one block, chained
  *                      behind the reduction (2' above).
+ *   k_sel_coop         a mid-size call's whole selection in one cooperative
+ *                      grid, chained behind the reduction (2'' above).
  *   k_sel_window       the window pass: 3 compares per key and window in
  *                      registers instead of a histogram (no contention from
  *                      ties; more instructions per key as windows are added,
@@ -185,7 +194,9 @@ namespace cg = cooperative_groups;
      [WS_SEL_STATE, +4096)    8 state slots of SEL_SLOT bytes: 0 the radix
                               path's SelState, 1 the sample's, 2..6 the
                               window selections', 7 the window pass's WinState
-     [WS_SEL_HIST, CLEAR_END) 5 levels x SEL_BINS x u64 histograms
+     [WS_SEL_HIST, CLEAR_END) 5 levels x SEL_BINS x u64 histograms; k_sel_coop's
+                              slots, head and per-pass histograms (WS_COOP_*:
+                              a chained call's, after its reduction, no plan live)
      [WS_SEL_CAND, +12 MiB)   the candidate buffer (SEL_CAP keys): the radix
                               path's candidates or stored keys; in the window
                               plan first the sample's keys, then the windows'
@@ -206,6 +217,10 @@ namespace cg = cooperative_groups;
 #define FIN_SMEM (FIN_CAP * 8)           /* k_sel_fin's keys in shared memory */
 #define TINY_CAP 16384                   /* pairs k_sel_tiny keys in one block */
 #define TINY_SMEM (TINY_CAP * 8)         /* its keys in shared memory (128 KiB) */
+#define TINY_PREFER 12288                /* pairs up to which k_sel_tiny runs where k_sel_coop
+                                            could: k_sel_coop faster from ~12K pairs on an H200
+                                            (2^13: tiny 0.89-0.95x coop; 2^14: coop 0.81-0.90x
+                                            tiny; docs/performance.md, 2026-12-04) */
 #define TINY_STATIC 16384                /* its static shared memory, at most (fin_select's
                                             counters, the record, the ranks: ~10.5 KiB,
                                             checked at its first launch) */
@@ -697,6 +712,41 @@ struct FinArgs {
   unsigned *counter;
 };
 
+/* One radix digit of a selection, by one warp (every lane calls it): v[j] =
+ * the count of keys with digit value 8 lane + j among those under the
+ * position's prefix *pfx (the 256 counts over the warp's lanes); the lane
+ * whose values hold the remaining rank *rem appends that value to the prefix
+ * at bit lo and leaves the rank inside it (exactly one lane: the counts sum
+ * to the keys under the prefix, more than *rem).  Shared by fin_select (the
+ * block's counts) and coop_select (the grid's). */
+__device__ __forceinline__ void sel_digit_take(const unsigned *v, int lo, unsigned long long *pfx,
+                                               long long *rem) {
+  const int lane = (int)(threadIdx.x & 31);
+  const unsigned long long r = (unsigned long long)*rem;
+  unsigned sum = 0u;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) sum += v[j];
+  unsigned inc = sum; /* inclusive scan over the lanes */
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned y = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += y;
+  }
+  unsigned below = inc - sum;
+  __syncwarp(); /* every lane has read *rem before its owner rewrites it */
+  if (r >= below && r < inc) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      if (r < below + v[j]) {
+        *pfx |= (unsigned long long)(8 * lane + j) << lo;
+        *rem = (long long)(r - below);
+        break;
+      }
+      below += v[j];
+    }
+  }
+}
+
 /* The order statistics of c keys by the block (every thread calls it, after
  * writing its keys): out[p] = the key at position pos[p] (0-based; every
  * pos[p] < c) of their ascending order, for p < np (1 <= np <= SEL_NS, c <=
@@ -780,32 +830,10 @@ __device__ void fin_select(const unsigned long long *s, int c, const long long *
     }
     __syncthreads();
     if (w < np) { /* warp w: position w's digit; lane l holds values 8 l .. 8 l + 7 */
-      const unsigned long long r = (unsigned long long)s_rem[w];
-      unsigned v[8], sum = 0u;
+      unsigned v[8];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        v[j] = s_hist[w][8 * lane + j];
-        sum += v[j];
-      }
-      unsigned inc = sum; /* inclusive scan over the lanes */
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const unsigned y = __shfl_up_sync(0xffffffffu, inc, o);
-        if (lane >= o) inc += y;
-      }
-      unsigned below = inc - sum;
-      __syncwarp(); /* every lane has read s_rem[w] before its owner rewrites it */
-      if (r >= below && r < inc) { /* exactly one lane: the counts sum to the keys */
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          if (r < below + v[j]) {
-            s_pfx[w] |= (unsigned long long)(8 * lane + j) << lo;
-            s_rem[w] = (long long)(r - below);
-            break;
-          }
-          below += v[j];
-        }
-      }
+      for (int j = 0; j < 8; ++j) v[j] = s_hist[w][8 * lane + j];
+      sel_digit_take(v, lo, &s_pfx[w], &s_rem[w]);
     }
   }
   __syncthreads();
@@ -1054,7 +1082,10 @@ struct TinyOut {
   int changed;              /* 1: total != the record's n_finite (nothing selected) */
   int batches;              /* fin_select calls (the tests' hook)                 */
   int keyed;                /* the pairs were keyed (some rank was left)          */
-  int bad;                  /* m > TINY_CAP: not launched so by the host (internal) */
+  int bad;                  /* m > TINY_CAP (k_sel_coop: a block's keys past its
+                               shared memory): not launched so by the host (internal) */
+  int passes;               /* k_sel_coop: its radix passes (grid barriers), all batches */
+  int grid;                 /* k_sel_coop: its blocks (k_sel_tiny: 1)                  */
   int pad_;
   long long rank[2 * VGCT_MAX_QUANTILES];
   unsigned long long key[2 * VGCT_MAX_QUANTILES];
@@ -1074,26 +1105,47 @@ struct TArgs {
   unsigned seq;        /* the value to write there last                        */
 };
 
-template <int DA, int DE>
-__global__ void __launch_bounds__(ST, 1) k_sel_tiny(const __grid_constant__ TArgs A) {
+/* The chained selections' keying loop (k_sel_tiny, k_sel_coop): for the
+ * chunks c = c0, c0 + step, ... below c1 of A's iteration, f(c, cp, keys)
+ * with the chunk's position (vg_chunk_pos) and its G::CH keys
+ * (vg_chunk_keys: the data passes' own loaders and keys; past cp.cnt not a
+ * pair's). */
+template <int DA, int DE, class F>
+__device__ __forceinline__ void sel_key_chunks(const TArgs &A, int64_t c0, int64_t c1, int64_t step,
+                                               F &&f) {
   typedef vg_chunk<DA, DE> G;
-  static_assert(2 * VGCT_MAX_QUANTILES <= 4 * 32, "the ranks: four warps' ballots");
-  static_assert(sizeof(vgct_acc) % 8 == 0, "the record read as 8-byte words");
-  extern __shared__ __align__(16) unsigned long long tiny_sm[]; /* m <= TINY_CAP keys */
-  __shared__ vgct_acc s_rec;
-  __shared__ long long s_all[2 * VGCT_MAX_QUANTILES], s_r[2 * VGCT_MAX_QUANTILES];
-  __shared__ unsigned long long s_out[SEL_NS];
-  __shared__ int s_wcnt[4];
-  __shared__ unsigned s_nf;
+  const IterSpec &it = A.it;
+  const int K = it.k;
+  const int64_t L = it.sh[K - 1], sai = it.sa[K - 1], sei = it.se[K - 1];
+  const int64_t isa = G::TYPED ? G::ISA : it.isa, ise = G::TYPED ? G::ISE : it.ise;
+  const bool unit = G::TYPED && sai == 1 && sei == 1;
+  for (int64_t c = c0; c < c1; c += step) {
+    const VgChunkPos cp = vg_chunk_pos<G::CH>(it, c, A.cpr, A.cprd, L, sai, sei);
+    unsigned long long keys[G::CH];
+    vg_chunk_keys<DA, DE>(it, it.pa + cp.oa * isa, it.pe + cp.oe * ise, sai, sei, isa, ise, unit,
+                          cp.cnt, keys);
+    f(c, cp, keys);
+  }
+}
+
+/* The ranks a chained selection answers (k_sel_tiny, k_sel_coop; every
+ * thread of the block calls it, ST threads): the reduction's record copied
+ * into s_rec (8-byte volatile loads: the mapped pinned buffer or the
+ * workspace), from its n_finite (*nf) each quantile's two ranks by the host's
+ * own function (vgct_quantile_ranks, csrc/vgct_stats.h: the same float64
+ * operations), less the ranks the record decides (vgct_rank_known, when
+ * A.known) and the repeats, in the order asked, into s_r[0 .. nr) -- written
+ * by their threads, read after the caller's next barrier.  Returns nr, the
+ * same in every thread (0 when n_finite is 0). */
+__device__ int chain_ranks(const TArgs &A, vgct_acc &s_rec, long long *s_all, long long *s_r,
+                           int *s_wcnt, int64_t *nf_out) {
   const int t = (int)threadIdx.x, lane = t & 31, w = t >> 5;
-  TinyOut *out = A.out;
-  /* 1. the record, the ranks */
   for (int i = t; i < (int)(sizeof(vgct_acc) / 8); i += ST)
     reinterpret_cast<unsigned long long *>(&s_rec)[i] =
         reinterpret_cast<const volatile unsigned long long *>(A.rec)[i];
-  if (t == 0) s_nf = 0u;
   __syncthreads();
   const int64_t nf = s_rec.n_finite;
+  *nf_out = nf;
   const int R = 2 * A.nq;
   if (t < R && nf > 0) {
     int64_t lo, hi;
@@ -1117,30 +1169,41 @@ __global__ void __launch_bounds__(ST, 1) k_sel_tiny(const __grid_constant__ TArg
     for (int i = 0; i < w; ++i) base += s_wcnt[i];
     s_r[base + __popc(bk & ((1u << lane) - 1u))] = s_all[t];
   }
-  const int nr = s_wcnt[0] + s_wcnt[1] + s_wcnt[2] + s_wcnt[3]; /* the same in every thread */
+  return s_wcnt[0] + s_wcnt[1] + s_wcnt[2] + s_wcnt[3];
+}
+
+template <int DA, int DE>
+__global__ void __launch_bounds__(ST, 1) k_sel_tiny(const __grid_constant__ TArgs A) {
+  typedef vg_chunk<DA, DE> G;
+  static_assert(2 * VGCT_MAX_QUANTILES <= 4 * 32, "the ranks: four warps' ballots");
+  static_assert(sizeof(vgct_acc) % 8 == 0, "the record read as 8-byte words");
+  extern __shared__ __align__(16) unsigned long long tiny_sm[]; /* m <= TINY_CAP keys */
+  __shared__ vgct_acc s_rec;
+  __shared__ long long s_all[2 * VGCT_MAX_QUANTILES], s_r[2 * VGCT_MAX_QUANTILES];
+  __shared__ unsigned long long s_out[SEL_NS];
+  __shared__ int s_wcnt[4];
+  __shared__ unsigned s_nf;
+  const int t = (int)threadIdx.x, lane = t & 31;
+  TinyOut *out = A.out;
+  /* 1. the record, the ranks */
+  if (t == 0) s_nf = 0u;
+  int64_t nf;
+  const int nr = chain_ranks(A, s_rec, s_all, s_r, s_wcnt, &nf);
   int changed = 0, batches = 0;
   unsigned long long total = 0;
   const int64_t m = A.it.m;
   if (nr > 0 && m <= TINY_CAP) { /* (m <= TINY_CAP: the host's condition) */
     /* 3. every pair's key at its position, the finite ones counted */
-    const IterSpec &it = A.it;
-    const int K = it.k;
-    const int64_t L = it.sh[K - 1], sai = it.sa[K - 1], sei = it.se[K - 1];
-    const int64_t isa = G::TYPED ? G::ISA : it.isa, ise = G::TYPED ? G::ISE : it.ise;
-    const bool unit = G::TYPED && sai == 1 && sei == 1;
     unsigned fc = 0u;
-    for (int64_t c = t; c < A.nchunk; c += ST) {
-      const VgChunkPos cp = vg_chunk_pos<G::CH>(it, c, A.cpr, A.cprd, L, sai, sei);
-      unsigned long long keys[G::CH];
-      vg_chunk_keys<DA, DE>(it, it.pa + cp.oa * isa, it.pe + cp.oe * ise, sai, sei, isa, ise, unit,
-                            cp.cnt, keys);
+    sel_key_chunks<DA, DE>(A, t, A.nchunk, ST,
+                           [&](int64_t, const VgChunkPos &cp, const unsigned long long *keys) {
 #pragma unroll
-      for (int q = 0; q < G::CH; ++q)
-        if (q < cp.cnt) {
-          tiny_sm[cp.pos + q] = keys[q];
-          fc += (unsigned)!(keys[q] >> 63);
-        }
-    }
+                             for (int q = 0; q < G::CH; ++q)
+                               if (q < cp.cnt) {
+                                 tiny_sm[cp.pos + q] = keys[q];
+                                 fc += (unsigned)!(keys[q] >> 63);
+                               }
+                           });
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) fc += __shfl_xor_sync(0xffffffffu, fc, o);
     if (lane == 0 && fc) atomicAdd(&s_nf, fc);
@@ -1167,6 +1230,309 @@ __global__ void __launch_bounds__(ST, 1) k_sel_tiny(const __grid_constant__ TArg
     out->bad = nr > 0 && m > TINY_CAP;
     out->batches = batches;
     out->keyed = nr > 0;
+    out->passes = 0;
+    out->grid = 1;
+    if (A.done) { /* last: the answers above first (CallCtx::wait_signal) */
+      __threadfence_system();
+      *reinterpret_cast<volatile unsigned *>(A.done) = A.seq;
+    }
+  }
+}
+
+/* ---- a mid-size call's selection: one cooperative launch ------------------
+ * k_sel_coop: k_sel_tiny's plan for calls past TINY_PREFER pairs, up to
+ * SEL_CAP and at most sms x COOP_KEYS keys (one block per SM), chained
+ * behind the reduction the same way (VgChain; the answers in TinyOut, one
+ * host wait) -- before it,
+ * such a call waited for the record, launched the store-all data pass (the
+ * level-0 histogram over 32768 shared counters a block, every key stored)
+ * and k_sel_fin, and waited again.  A cooperative launch (every block
+ * resident at once: cudaLaunchCooperativeKernel; cooperative_groups' grid
+ * barrier, CUDA C++ Programming Guide, "Grid Synchronization"), each block
+ * holding its own pairs' keys in shared memory for the whole selection:
+ *   1. block 0 alone reads the record and puts the ranks (chain_ranks,
+ *      k_sel_tiny's) into the head, in the workspace.  The record is most
+ *      often in mapped host memory, and reading it from every block cost
+ *      ~1.1 us a block (132 blocks: +145 us a call, measured 2026-12-04);
+ *   2. meanwhile block b keys its chunks [b cpb, (b+1) cpb) into shared
+ *      memory (a chunk's slots past its pairs, and a non-finite pair's key,
+ *      have bit 63 set and take no part below), and writes the AND, the OR
+ *      and the count of its finite keys to its slot; the grid zeroes the
+ *      first batch's histograms; barrier;
+ *   3. every block reads the ranks from the head (none left: block 0
+ *      answers after one more barrier -- an identical pair pays the keying)
+ *      and sums the slots: the finite count (another count than the
+ *      record's n_finite: an input changed), and the bits above the highest
+ *      and below the lowest in which two finite keys differ (every key's);
+ *   4. the ranks SEL_NS at a time, by fin_select's radix selection spread
+ *      over the grid (coop_select): per 8-bit digit, each block counts its
+ *      keys under each rank's prefix in shared memory (a warp's equal
+ *      digits added once: __match_any_sync, so ties do not contend), adds
+ *      the counts to the pass's global histogram, barrier, and every block
+ *      reads the 256 totals and takes the same digit -- the same prefix in
+ *      every block, without another round trip; after the last digit the
+ *      prefix is the key.
+ * Block 0 writes TinyOut and the completion word after a barrier that
+ * follows every block's last read of the workspace and the record (the
+ * others leave after the last pass's barrier without reading its
+ * histogram), so the next call, on any stream, may reuse them once the host
+ * has read the word.  Exact and deterministic: counts only, the same
+ * answers as fin_select over all the keys (the order statistics of the
+ * finite keys).  Trade-offs: a grid barrier per 8 bits of the span in which
+ * the finite keys differ (bf16 rounding noise: 3 passes at 2^16 pairs, 4 at
+ * 2^20); and, as k_sel_tiny, a call whose record answers every rank still
+ * pays the launch, here of a grid that keys its pairs, meets twice and exits
+ * (+9-12 us on an H200, against +3-7 us for k_sel_tiny's one block:
+ * docs/performance.md, 2026-12-04 10:25). */
+#define COOP_KEYS 16384                  /* keys a block holds (128 KiB) */
+#define COOP_SMEM (COOP_KEYS * 8)
+#define COOP_STATIC 16384                /* its static shared memory, at most (checked) */
+#define COOP_MIN_KEYS 2048               /* pairs a block at least: fewer blocks for fewer pairs */
+#define COOP_MAX_GRID 1024
+#define COOP_PASSES 8                    /* 8-bit digits of a span of at most 63 bits */
+#define COOP_HIST_WORDS (COOP_PASSES * SEL_NS * 256) /* one batch's histograms (u32) */
+#define WS_COOP_SLOT WS_SEL_HIST         /* COOP_MAX_GRID CoopSlot                 */
+#define WS_COOP_HEAD (WS_SEL_HIST + 24576u) /* CoopHead                               */
+#define WS_COOP_HIST (WS_SEL_HIST + 32768u) /* a batch's COOP_HIST_WORDS, by batch  */
+static_assert(COOP_MAX_GRID * 24 <= 24576, "k_sel_coop's slots below its head");
+static_assert(24576 + 16 + 16 * VGCT_MAX_QUANTILES <= 32768, "k_sel_coop's head below its histograms");
+static_assert(WS_COOP_HIST + (size_t)(2 * VGCT_MAX_QUANTILES / SEL_NS) * COOP_HIST_WORDS * 4u <=
+                  WS_SEL_CLEAR_END,
+              "k_sel_coop's histograms inside the selection's histogram region");
+
+struct CoopSlot {
+  unsigned long long kand, kor, nf; /* a block's finite keys: AND, OR, count */
+};
+
+/* what block 0 publishes to the grid: the record's finite count and the ranks */
+struct CoopHead {
+  long long nf;
+  int nr, pad_;
+  long long rank[2 * VGCT_MAX_QUANTILES];
+};
+
+struct CArgs {
+  TArgs t;           /* the chained call's (k_sel_tiny's): iteration, quantiles, record, out */
+  int64_t cpb;       /* chunks a block (the last block may have fewer)              */
+  CoopSlot *slot;    /* gridDim.x slots                                             */
+  CoopHead *head;
+  unsigned *hist;    /* batches x COOP_HIST_WORDS, zeroed by the kernel             */
+};
+
+/* fin_select spread over the grid (every thread of every block calls it with
+ * the same span and positions): out[p] = the key at position pos[p] of the
+ * grid's finite keys in ascending order, for p < np <= SEL_NS, each block
+ * holding kc of the keys at s[0 .. kc) (bit 63 set: not a finite key, not
+ * counted).  gand, gor: the AND and OR of every block's finite keys; gh:
+ * COOP_HIST_WORDS zeroed words, a histogram per pass and position.  Only
+ * block 0 (lead) reads the last pass's histogram and writes out; the others
+ * return after its barrier. */
+__device__ void coop_select(cg::grid_group &grid, const unsigned long long *s, int kc,
+                            unsigned long long gand, unsigned long long gor, const long long *pos,
+                            int np, unsigned *gh, bool lead, unsigned long long *out) {
+  __shared__ unsigned s_h[SEL_NS][256];
+  __shared__ unsigned long long s_pfx[SEL_NS];
+  __shared__ long long s_rem[SEL_NS];
+  const int t = (int)threadIdx.x, lane = t & 31, w = t >> 5;
+  const unsigned long long diff = gand ^ gor;
+  int hi = diff ? 63 - __clzll((long long)diff) : -1;
+  const int lowb = diff ? __ffsll((long long)diff) - 1 : 0;
+  const int npass = diff ? (hi - lowb) / 8 + 1 : 0;
+  __syncthreads(); /* the caller's reads of the previous batch's answers done */
+  if (t < np) {
+    const unsigned long long span =
+        diff ? ((hi < 63 ? (2ull << hi) : 0ull) - (1ull << lowb)) : 0ull;
+    s_pfx[t] = gand & ~span;
+    s_rem[t] = pos[t];
+  }
+  for (int k = 0; k < npass; ++k, hi -= 8) {
+    const int lo = hi - 7 > lowb ? hi - 7 : lowb;
+    const unsigned dmask = (2u << (hi - lo)) - 1u;
+    const unsigned long long above = hi < 63 ? ~0ull << (hi + 1) : 0ull;
+    __syncthreads(); /* the previous pass's prefixes written */
+    for (int i = t; i < np * 256; i += ST) (&s_h[0][0])[i] = 0u;
+    unsigned long long pf[SEL_NS];
+#pragma unroll
+    for (int p = 0; p < SEL_NS; ++p) pf[p] = p < np ? s_pfx[p] : 0ull;
+    __syncthreads();
+    for (int i0 = 0; i0 < kc; i0 += ST) { /* the same trips in every warp: whole-warp ballots */
+      const int i = i0 + t;
+      const unsigned long long key = i < kc ? s[i] : KEY_NONE;
+      const bool fin = !(key >> 63);
+      const unsigned dg = (unsigned)(key >> lo) & dmask;
+#pragma unroll
+      for (int p = 0; p < SEL_NS; ++p) {
+        if (p >= np) break;
+        const bool hit = fin && ((key ^ pf[p]) & above) == 0ull;
+        const unsigned hm = __ballot_sync(0xffffffffu, hit);
+        if (hit) {
+          const unsigned peers = __match_any_sync(hm, dg);
+          if (lane == __ffs(peers) - 1) atomicAdd(&s_h[p][dg], (unsigned)__popc(peers));
+        }
+      }
+    }
+    __syncthreads();
+    unsigned *g = gh + (size_t)k * SEL_NS * 256;
+    for (int i = t; i < np * 256; i += ST) {
+      const unsigned c = (&s_h[0][0])[i];
+      if (c) atomicAdd(g + i, c);
+    }
+    grid.sync();
+    if (k == npass - 1 && !lead) return; /* the answers: block 0's alone */
+    if (w < np) { /* warp w: position w's digit from the grid's counts, as fin_select */
+      const uint4 v0 = __ldcg(reinterpret_cast<const uint4 *>(g + w * 256 + 8 * lane));
+      const uint4 v1 = __ldcg(reinterpret_cast<const uint4 *>(g + w * 256 + 8 * lane + 4));
+      const unsigned v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+      sel_digit_take(v, lo, &s_pfx[w], &s_rem[w]);
+    }
+  }
+  __syncthreads();
+  if (t < np) out[t] = s_pfx[t];
+  __syncthreads();
+}
+
+template <int DA, int DE>
+__global__ void __launch_bounds__(ST, 1) k_sel_coop(const __grid_constant__ CArgs C) {
+  typedef vg_chunk<DA, DE> G;
+  static_assert(2 * VGCT_MAX_QUANTILES <= 4 * 32, "the ranks: four warps' ballots");
+  extern __shared__ __align__(16) unsigned long long coop_sm[]; /* cpb x G::CH keys */
+  __shared__ vgct_acc s_rec;
+  __shared__ long long s_all[2 * VGCT_MAX_QUANTILES], s_r[2 * VGCT_MAX_QUANTILES];
+  __shared__ unsigned long long s_out[SEL_NS];
+  __shared__ int s_wcnt[4];
+  __shared__ unsigned long long s_and, s_or, s_gand, s_gor;
+  __shared__ unsigned s_nf;
+  __shared__ unsigned long long s_gnf;
+  const TArgs &A = C.t;
+  cg::grid_group grid = cg::this_grid();
+  const int t = (int)threadIdx.x, lane = t & 31;
+  const bool lead = blockIdx.x == 0;
+  TinyOut *out = A.out;
+  CoopHead *head = C.head;
+  if (t == 0) {
+    s_nf = 0u;
+    s_and = s_gand = ~0ull;
+    s_or = s_gor = 0ull;
+    s_gnf = 0ull;
+  }
+  __syncthreads(); /* before any warp's atomics on them (racecheck, 2026-12-04: without it a
+                      block's count could lose a warp's keys -- an input-changed error) */
+  const int64_t c0 = (int64_t)blockIdx.x * C.cpb;
+  const int64_t c1 = c0 + C.cpb < A.nchunk ? c0 + C.cpb : A.nchunk;
+  const int kc = c1 > c0 ? (int)((c1 - c0) * G::CH) : 0;
+  const int bad = C.cpb * G::CH > COOP_KEYS; /* the host's condition (the same in every block) */
+  /* 1. block 0: the record (in mapped host memory, most often: one block's
+     reads, not the grid's) and the ranks, published in the head */
+  if (lead) {
+    int64_t nf;
+    const int nr = chain_ranks(A, s_rec, s_all, s_r, s_wcnt, &nf);
+    __syncthreads(); /* s_r written */
+    if (t < nr) head->rank[t] = s_r[t];
+    if (t == 0) {
+      head->nf = nf;
+      head->nr = nr;
+    }
+  }
+  /* 2. every block: batch 0's histograms zeroed (batch b + 1's during batch b);
+     its keys, their AND, OR and count into its slot */
+  if (!bad) {
+    for (int i = (int)blockIdx.x * ST + t; i < COOP_HIST_WORDS; i += (int)gridDim.x * ST) C.hist[i] = 0u;
+    unsigned fc = 0u;
+    unsigned long long ka = ~0ull, ko = 0ull;
+    sel_key_chunks<DA, DE>(A, c0 + t, c1, ST,
+                           [&](int64_t c, const VgChunkPos &cp, const unsigned long long *keys) {
+#pragma unroll
+                             for (int q = 0; q < G::CH; ++q) {
+                               const unsigned long long k = q < cp.cnt ? keys[q] : KEY_NONE;
+                               coop_sm[(c - c0) * G::CH + q] = k;
+                               if (!(k >> 63)) {
+                                 ++fc;
+                                 ka &= k;
+                                 ko |= k;
+                               }
+                             }
+                           });
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      fc += __shfl_xor_sync(0xffffffffu, fc, o);
+      ka &= __shfl_xor_sync(0xffffffffu, ka, o);
+      ko |= __shfl_xor_sync(0xffffffffu, ko, o);
+    }
+    if (lane == 0 && fc) {
+      atomicAdd(&s_nf, fc);
+      atomicAnd(&s_and, ka);
+      atomicOr(&s_or, ko);
+    }
+    __syncthreads();
+    if (t == 0) {
+      C.slot[blockIdx.x].kand = s_and;
+      C.slot[blockIdx.x].kor = s_or;
+      C.slot[blockIdx.x].nf = s_nf;
+    }
+  }
+  grid.sync(); /* the head, the slots and batch 0's zeroed histograms visible */
+  /* 3. every block: the ranks from the head; the grid's finite count, AND and OR */
+  const int64_t nf = __ldcg(&head->nf);
+  const int nr = __ldcg(&head->nr);
+  if (!lead && t < nr) s_r[t] = __ldcg(&head->rank[t]);
+  int changed = 0, batches = 0, passes = 0;
+  unsigned long long total = 0;
+  if (nr > 0 && !bad) {
+    unsigned long long ga = ~0ull, go = 0ull, gn = 0ull;
+    for (int i = t; i < (int)gridDim.x; i += ST) {
+      ga &= __ldcg(&C.slot[i].kand);
+      go |= __ldcg(&C.slot[i].kor);
+      gn += __ldcg(&C.slot[i].nf);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      ga &= __shfl_xor_sync(0xffffffffu, ga, o);
+      go |= __shfl_xor_sync(0xffffffffu, go, o);
+      gn += __shfl_xor_sync(0xffffffffu, gn, o);
+    }
+    if (lane == 0 && gn) {
+      atomicAnd(&s_gand, ga);
+      atomicOr(&s_gor, go);
+      atomicAdd(&s_gnf, gn);
+    }
+    __syncthreads(); /* (also: s_r) */
+    total = s_gnf - (A.plant == 1 ? 1ull : 0ull); /* (a planted fault: an input changed) */
+    changed = total != (unsigned long long)nf;
+    const unsigned long long diff = s_gand ^ s_gor;
+    const int npass = diff ? ((63 - __clzll((long long)diff)) - (__ffsll((long long)diff) - 1)) / 8 + 1 : 0;
+    /* 4. the ranks, SEL_NS at a time (batch b + 1's histograms zeroed before
+       batch b's first barrier, which precedes every add to them) */
+    if (!changed)
+      for (int b = 0; b < nr; b += SEL_NS) {
+        const int np = nr - b < SEL_NS ? nr - b : SEL_NS;
+        unsigned *gh = C.hist + (size_t)(b / SEL_NS) * COOP_HIST_WORDS;
+        if (b + SEL_NS < nr)
+          for (int i = (int)blockIdx.x * ST + t; i < COOP_HIST_WORDS; i += (int)gridDim.x * ST)
+            gh[COOP_HIST_WORDS + i] = 0u;
+        coop_select(grid, coop_sm, kc, s_gand, s_gor, s_r + b, np, gh, lead, s_out);
+        if (lead && t == 0)
+          for (int k = 0; k < np; ++k) {
+            out->rank[b + k] = s_r[b + k];
+            out->key[b + k] = s_out[k];
+          }
+        ++batches;
+        passes += npass;
+      }
+    /* no pass since the slots were read (an input changed, or one value): a
+       barrier, so that block 0 answers after every block's last read */
+    if (changed || npass == 0) grid.sync();
+  } else {
+    grid.sync(); /* (the same: every block has read the head) */
+  }
+  if (lead && t == 0) {
+    out->total = total;
+    out->nr = changed ? 0 : nr;
+    out->changed = changed;
+    out->bad = nr > 0 && bad;
+    out->batches = batches;
+    out->keyed = nr > 0 && !bad;
+    out->passes = passes;
+    out->grid = (int)gridDim.x;
     if (A.done) { /* last: the answers above first (CallCtx::wait_signal) */
       __threadfence_system();
       *reinterpret_cast<volatile unsigned *>(A.done) = A.seq;
@@ -1714,6 +2080,74 @@ static cudaError_t chain_sel_tiny(void *ctx, const vgct_acc *rec, unsigned *done
   return launch_sel_tiny<-1, -1>(A, s);
 }
 
+/* k_sel_coop's readiness on the current device, once per instantiation and
+ * device: its static shared memory within COOP_STATIC, COOP_SMEM of dynamic
+ * shared memory opted in, and at least one 1024-thread block resident per SM
+ * with it (cudaOccupancyMaxActiveBlocksPerMultiprocessor) -- else the call
+ * takes the plans after the record.  The CUDA calls' errors are not sticky;
+ * they are cleared from cudaGetLastError (the launches' check reads it). */
+template <int DA, int DE>
+static bool coop_ready_t(int dev) {
+  static signed char state[64]; /* 0 not known, 1 ready, -1 not (the same values from any thread) */
+  if (dev < 0 || dev >= 64) return false;
+  if (state[dev]) return state[dev] > 0;
+  bool ok = false;
+  cudaFuncAttributes fa;
+  int nb = 0;
+  if (cudaFuncGetAttributes(&fa, k_sel_coop<DA, DE>) == cudaSuccess && fa.sharedSizeBytes <= COOP_STATIC &&
+      cudaFuncSetAttribute(k_sel_coop<DA, DE>, cudaFuncAttributeMaxDynamicSharedMemorySize, COOP_SMEM) ==
+          cudaSuccess &&
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_sel_coop<DA, DE>, ST, COOP_SMEM) ==
+          cudaSuccess)
+    ok = nb >= 1;
+  (void)cudaGetLastError();
+  state[dev] = ok ? 1 : -1;
+  return ok;
+}
+
+static bool coop_ready(int da, int de, int dev) {
+#define VG_CASE(X, Y) \
+  if (da == X && de == Y) return coop_ready_t<X, Y>(dev);
+  VG_TYPED_PAIRS(VG_CASE)
+#undef VG_CASE
+  return coop_ready_t<-1, -1>(dev);
+}
+
+template <int DA, int DE>
+static cudaError_t launch_sel_coop(const CArgs &C, int grid, cudaStream_t s) {
+  void *args[] = {(void *)&C};
+  const size_t bytes = (size_t)C.cpb * (size_t)vg_chunk<DA, DE>::CH * 8u;
+  return cudaLaunchCooperativeKernel((const void *)k_sel_coop<DA, DE>, dim3((unsigned)grid),
+                                     dim3(ST), args, bytes, s);
+}
+
+/* The cooperative selection's context (VgChain::ctx): its arguments and grid. */
+struct CoopChain {
+  CArgs C;
+  int grid;
+};
+
+/* VgChain::launch for a mid-size call (k_sel_coop). */
+static cudaError_t chain_sel_coop(void *ctx, const vgct_acc *rec, unsigned *done, unsigned seq,
+                                  cudaStream_t s) {
+  CoopChain &X = *static_cast<CoopChain *>(ctx);
+  X.C.t.rec = rec;
+  X.C.t.done = done;
+  X.C.t.seq = seq;
+  const int da = X.C.t.it.da, de = X.C.t.it.de;
+#define VG_CASE(X_, Y) \
+  if (da == X_ && de == Y) return launch_sel_coop<X_, Y>(X.C, X.grid, s);
+  VG_TYPED_PAIRS(VG_CASE)
+#undef VG_CASE
+  return launch_sel_coop<-1, -1>(X.C, X.grid, s);
+}
+
+/* k_sel_coop's grid for m pairs in nchunk chunks of ch: at least COOP_MIN_KEYS
+ * pairs a block, at most one block per SM (and COOP_MAX_GRID, and the test
+ * hook's cap), cpb chunks a block; false when a block's keys would not fit
+ * COOP_KEYS. */
+static bool coop_plan(const DevWS *ws, int64_t m, int64_t nchunk, int ch, int *grid, int64_t *cpb);
+
 template <int DA, int DE>
 static cudaError_t launch_sel_sample(int grid, const SArgs &A, cudaStream_t s) {
   k_sel_sample<DA, DE><<<grid, WT, 0, s>>>(A);
@@ -1788,7 +2222,8 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
  *   [3] windows that overflowed their region
  *   [4] ranks left to the radix path (store-all or the data histograms)
  *   [5] the radix path's plan: 0 not run, 1 store-all, 2 data histograms,
- *       3 k_sel_tiny (a small call; [4] its ranks)
+ *       3 k_sel_tiny (a small call; [4] its ranks), 4 k_sel_coop (a
+ *       mid-size call; [4] its ranks)
  * vgct_cuda_test_win_last (written by every window answer): window 0's counts
  *   -- keys below lo, == lo, == hi (hi != lo), stored strictly inside -- the
  *   same whichever pass counted them (the window pass, the fused sparse way, every
@@ -1803,6 +2238,16 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_fin_last[7] = {0
 /* vgct_cuda_test_tiny_plant = 1: k_sel_tiny counts one finite key less than
    it keyed (a planted fault: the input-changed error's test) */
 __attribute__((visibility("default"))) long long vgct_cuda_test_tiny_plant = 0;
+/* vgct_cuda_test_coop[0]: 0 automatic; 1 no k_sel_coop (k_sel_tiny up to
+   TINY_CAP pairs, the plans after the record above); 2 k_sel_coop from one
+   pair on (instead of k_sel_tiny); 3 past TINY_CAP a launch of 65535 blocks,
+   which the device refuses (cudaErrorCooperativeLaunchTooLarge: the call
+   selects after the record instead).  [1] > 0: k_sel_coop's blocks at most.
+   vgct_cuda_test_coop_last, written by every call: [0] k_sel_coop's blocks
+   (0: not launched), [1] its radix passes, [2] its batches of SEL_NS ranks.
+   (vgct_cuda_test_tiny_plant plants k_sel_coop's count too.) */
+__attribute__((visibility("default"))) long long vgct_cuda_test_coop[2] = {0, 0};
+__attribute__((visibility("default"))) long long vgct_cuda_test_coop_last[3] = {0, 0, 0};
 /* the host round trips (runtime.cu vgct_cuda_test_syncs) the last vgct_cuda_compare made
    before its reduction's launch: 0 since the fused window's way is chosen on the device */
 __attribute__((visibility("default"))) long long vgct_cuda_test_syncs_pre_last = -1;
@@ -1822,6 +2267,25 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_resume_last = 0;
 }
 static bool fin_on(void) { return vgct_cuda_test_fin != 1; }
 static bool fin_tiny_on(void) { return vgct_cuda_test_fin == 0; }
+
+static bool coop_plan(const DevWS *ws, int64_t m, int64_t nchunk, int ch, int *grid, int64_t *cpb) {
+  if (vgct_cuda_test_coop[0] == 3) { /* planted: a grid no device holds at once (never runs) */
+    *cpb = 1;
+    *grid = 65535;
+    return true;
+  }
+  int64_t g = cdiv(m, COOP_MIN_KEYS);
+  int64_t cap = ws->sms < COOP_MAX_GRID ? ws->sms : COOP_MAX_GRID;
+  if (vgct_cuda_test_coop[1] > 0 && vgct_cuda_test_coop[1] < cap) cap = vgct_cuda_test_coop[1];
+  if (g > cap) g = cap;
+  if (g < 1) g = 1;
+  if (nchunk < 1) return false;
+  const int64_t c = cdiv(nchunk, g);
+  if (c * ch > COOP_KEYS) return false;
+  *cpb = c;
+  *grid = (int)cdiv(nchunk, c); /* no empty block */
+  return true;
+}
 extern "C" long long vgct_cuda_test_fuse, vgct_cuda_test_fuse_last; /* reduce.cu's hooks */
 extern "C" long long vgct_cuda_test_syncs;                          /* runtime.cu's */
 
@@ -2605,23 +3069,28 @@ out:
   return rc;
 }
 
-/* The small call's answers (k_sel_tiny's TinyOut, read after the one wait):
- * values[i] = the key at ranks[i] (n >= 0 of them: the ranks the host left to
- * the selection, from the same record the kernel read; the kernel answered
- * exactly their distinct values), or the input-changed error (the kernel's
- * finite count against the record's n_finite), or an internal error when the
- * kernel answered other ranks.  Sets the selection's test hooks. */
-static int tiny_answer(const DevWS *ws, const vgct_params *p, const int64_t *ranks, int n,
+/* The chained selection's answers (k_sel_tiny's or, coop, k_sel_coop's
+ * TinyOut, read after the one wait): values[i] = the key at ranks[i] (n >= 0
+ * of them: the ranks the host left to the selection, from the same record the
+ * kernel read; the kernel answered exactly their distinct values), or the
+ * input-changed error (the kernel's finite count against the record's
+ * n_finite), or an internal error when the kernel answered other ranks.
+ * Sets the selection's test hooks. */
+static int tiny_answer(const DevWS *ws, const vgct_params *p, const int64_t *ranks, int n, bool coop,
                        double *values, char *err, size_t errlen) {
   static_assert(VG_PIN_TINY + sizeof(TinyOut) <= VG_PIN_DONE, "h_pin: TinyOut below the words");
+  const char *kn = coop ? "the mid-size call's selection (k_sel_coop)"
+                        : "the small call's selection (k_sel_tiny)";
   TinyOut h;
   memcpy(&h, ws->h_pin + VG_PIN_TINY, sizeof h);
-  vgct_cuda_test_fin_last[6] = h.batches;
+  vgct_cuda_test_fin_last[6] = coop ? 0 : h.batches;
   vgct_cuda_test_sel_last[4] = h.nr;
-  vgct_cuda_test_sel_last[5] = h.keyed ? 3 : 0;
+  vgct_cuda_test_sel_last[5] = h.keyed ? (coop ? 4 : 3) : 0;
+  vgct_cuda_test_coop_last[0] = coop ? h.grid : 0;
+  vgct_cuda_test_coop_last[1] = coop ? h.passes : 0;
+  vgct_cuda_test_coop_last[2] = coop ? h.batches : 0;
   if (h.bad || h.nr < 0 || h.nr > 2 * VGCT_MAX_QUANTILES) {
-    snprintf(err, errlen, "vgct_cuda_compare: the small call's selection (k_sel_tiny) came back "
-             "bad (nr %d): an internal error", h.nr);
+    snprintf(err, errlen, "vgct_cuda_compare: %s came back bad (nr %d): an internal error", kn, h.nr);
     return VGCT_ECUDA;
   }
   if (h.changed) { /* the reduction counted other finite pairs: an input was written meanwhile */
@@ -2638,16 +3107,16 @@ static int tiny_answer(const DevWS *ws, const vgct_params *p, const int64_t *ran
     nd += j == i;
   }
   if (nd != h.nr) {
-    snprintf(err, errlen, "vgct_cuda_compare: the small call's selection (k_sel_tiny) answered %d "
-             "ranks, %d asked: an internal error", h.nr, nd);
+    snprintf(err, errlen, "vgct_cuda_compare: %s answered %d ranks, %d asked: an internal error", kn,
+             h.nr, nd);
     return VGCT_ECUDA;
   }
   for (int i = 0; i < n; ++i) {
     int j = 0;
     while (j < h.nr && h.rank[j] != ranks[i]) ++j;
     if (j == h.nr) {
-      snprintf(err, errlen, "vgct_cuda_compare: the small call's selection (k_sel_tiny) did not "
-               "answer rank %lld (%d ranks answered): an internal error", (long long)ranks[i], h.nr);
+      snprintf(err, errlen, "vgct_cuda_compare: %s did not answer rank %lld (%d ranks answered): an "
+               "internal error", kn, (long long)ranks[i], h.nr);
       return VGCT_ECUDA;
     }
     values[i] = vgct_f64_from_bits(h.key[j]);
@@ -2734,24 +3203,48 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
       wf.part = (vgct_acc *)(ws->d_ws + WS_SEL_HIST);
     }
   }
-  /* a small call: its selection chained behind the reduction (k_sel_tiny), so
-     that the host waits once for the record and the quantiles */
-  TArgs T;
+  /* a small or mid-size call: its selection chained behind the reduction
+     (k_sel_tiny: one block, up to TINY_CAP pairs; k_sel_coop: a cooperative
+     grid, each block's keys in its shared memory), so that the host waits
+     once for the record and the quantiles */
+  CoopChain X;
+  TArgs &T = X.C.t;
   VgChain chain;
   memset(&chain, 0, sizeof chain);
-  if (nq > 0 && !pre && (plan == 0 || plan == 2) && fin_tiny_on() && m <= TINY_CAP &&
-      ws->d_pin != NULL && ws->smem_optin >= (size_t)TINY_SMEM + TINY_STATIC) {
-    memset(&T, 0, sizeof T);
-    if ((rc = vg_prepare(a, e, -1, &T.it, err, errlen)) != VGCT_OK) return rc;
-    sel_chunks(T.it, &T.nchunk, &T.cpr, &T.cprd);
-    T.nq = nq;
-    T.known = vgct_cuda_test_known == 0;
-    T.plant = vgct_cuda_test_tiny_plant == 1;
-    for (int i = 0; i < nq; ++i) T.q[i] = qs[i];
-    T.out = (TinyOut *)(ws->d_pin + VG_PIN_TINY);
-    chain.launch = chain_sel_tiny;
-    chain.ctx = &T;
+  bool coop = false;
+  if (nq > 0 && !pre && (plan == 0 || plan == 2) && fin_tiny_on() && ws->d_pin != NULL) {
+    const long long cm = vgct_cuda_test_coop[0];
+    const bool tiny_ok = m <= TINY_CAP && cm != 2 && ws->smem_optin >= (size_t)TINY_SMEM + TINY_STATIC;
+    /* k_sel_coop past TINY_PREFER pairs (or where k_sel_tiny cannot), up to
+       SEL_CAP: above it the window plan, as before (k_sel_coop's capacity, about
+       sms x COOP_KEYS pairs, reaches past it on large devices: not measured) */
+    const bool coop_try = plan == 0 && cm != 1 && ws->coop && m <= (int64_t)SEL_CAP &&
+                          ws->smem_optin >= (size_t)COOP_SMEM + COOP_STATIC &&
+                          (cm >= 2 || !tiny_ok || m > TINY_PREFER);
+    if (tiny_ok || coop_try) {
+      memset(&X, 0, sizeof X);
+      if ((rc = vg_prepare(a, e, -1, &T.it, err, errlen)) != VGCT_OK) return rc;
+      sel_chunks(T.it, &T.nchunk, &T.cpr, &T.cprd);
+      T.nq = nq;
+      T.known = vgct_cuda_test_known == 0;
+      T.plant = vgct_cuda_test_tiny_plant == 1;
+      for (int i = 0; i < nq; ++i) T.q[i] = qs[i];
+      T.out = (TinyOut *)(ws->d_pin + VG_PIN_TINY);
+      if (coop_try && coop_plan(ws, m, T.nchunk, vg_chunk_elems(T.it.da, T.it.de), &X.grid, &X.C.cpb) &&
+          coop_ready(T.it.da, T.it.de, a->device_id)) {
+        X.C.slot = (CoopSlot *)(ws->d_ws + WS_COOP_SLOT);
+        X.C.head = (CoopHead *)(ws->d_ws + WS_COOP_HEAD);
+        X.C.hist = (unsigned *)(ws->d_ws + WS_COOP_HIST);
+        chain.launch = chain_sel_coop;
+        chain.ctx = &X;
+        coop = true;
+      } else if (tiny_ok) {
+        chain.launch = chain_sel_tiny;
+        chain.ctx = &T;
+      }
+    }
   }
+  vgct_cuda_test_coop_last[0] = vgct_cuda_test_coop_last[1] = vgct_cuda_test_coop_last[2] = 0;
   vgct_cuda_test_syncs_pre_last = __atomic_load_n(&vgct_cuda_test_syncs, __ATOMIC_RELAXED) - syncs0;
   rc = vg_reduce_run(cx, a, e, p, out, slices, pre ? &wf : NULL, chain.launch ? &chain : NULL, err,
                      errlen);
@@ -2789,7 +3282,7 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
   vgct_params p2 = *p;
   p2.expect_finite = out->n_finite; /* a different count: the inputs changed */
   if (chain.launched) {
-    rc = tiny_answer(ws, &p2, sub, left, subv, err, errlen);
+    rc = tiny_answer(ws, &p2, sub, left, coop, subv, err, errlen);
     if (rc != VGCT_OK) return rc;
     k = 0;
     for (int j = 0; j < 2 * nq; ++j)

@@ -108,6 +108,7 @@ struct DevWS {
   int ready;
   int sms;            /* multiprocessors                                    */
   int cc_major;       /* compute capability (9: the bulk-copy ring)         */
+  int coop;           /* cooperative launches (cudaDevAttrCooperativeLaunch) */
   size_t smem_optin;  /* max dynamic shared memory per block                */
   char *d_ws;         /* VG_WS_BYTES of device memory                       */
   char *h_pin;        /* VG_PIN_BYTES of pinned host memory                 */
@@ -168,17 +169,19 @@ struct CallCtx {
  * queued behind the reduction (VgChain, below), or NULL. */
 struct VgWinFuse;
 /* A kernel queued on the stream right behind the reduction, before the host
- * waits (select.cu: a small call's selection, k_sel_tiny, which reads the
- * reduction's record on the device): the host waits once, for that kernel's
- * completion word, instead of for the record and then for the selection.
- * vg_reduce_run calls launch(ctx, rec, done, seq, stream) after its one
- * launch (and the record's copy, when it has one): rec is the record on the
- * device (the mapped pinned buffer, or the workspace), done/seq the word the
- * kernel writes last (done NULL: the host synchronises the stream instead).
- * launched (out): 1 when it was called and returned cudaSuccess; vg_reduce_run
- * chains only a call of one launch whose record and slices end below
- * VG_PIN_TINY, and leaves it 0 otherwise (the caller then selects after the
- * reduction, as without a chain). */
+ * waits (select.cu: a small or mid-size call's selection, k_sel_tiny or
+ * k_sel_coop, which reads the reduction's record on the device): the host
+ * waits once, for that kernel's completion word, instead of for the record
+ * and then for the selection.  vg_reduce_run calls launch(ctx, rec, done,
+ * seq, stream) after its one launch (and the record's copy, when it has
+ * one): rec is the record on the device (the mapped pinned buffer, or the
+ * workspace), done/seq the word the kernel writes last (done NULL: the host
+ * synchronises the stream instead).  launched (out): 1 when it was called
+ * and returned cudaSuccess; 0 when it returned
+ * cudaErrorCooperativeLaunchTooLarge (nothing queued: the reduction is
+ * waited for as without a chain), and when vg_reduce_run did not call it --
+ * it chains only a call of one launch whose record and slices end below
+ * VG_PIN_TINY -- so the caller then selects after the reduction. */
 struct VgChain {
   cudaError_t (*launch)(void *ctx, const vgct_acc *rec, unsigned *done, unsigned seq,
                         cudaStream_t s);

@@ -15,7 +15,9 @@ k_sel_data + k_sel_fin (in-place keys for small n, the one-block finish: ties an
 at most 16384 pairs too, through the finish's hook vgct_cuda_test_fin = 2), k_sel_tiny (calls of
 at most 16384 pairs: the selection chained behind the reduction, reading the record in the mapped
 buffer or, with slices or the "copied" mode, in the workspace; 64 quantiles with the record's
-answers on),
+answers on), k_sel_coop (calls past 16384 pairs: the selection chained behind the reduction as one
+cooperative grid, each block's keys in its shared memory -- most calls above in their default
+modes; 64 quantiles, three blocks, one value, 2^20 pairs, and from one pair on),
 k_sel_buf (the levels: a bucket too big for the finish, and every call once more with the finish
 off through its hook vgct_cuda_test_fin; level-0 histogram + compaction above the candidate
 buffer, forced through select.cu's plan hook), k_sel_sample + k_sel_window + the direct finish
@@ -63,8 +65,8 @@ def main():
     calls.append(("row slices", a3, e3, 1))
     calls.append(("col slices", a3, e3, 4))
     calls.append(("generic dtypes", a3.to(torch.float8_e4m3fn), e3.to(torch.int32), 2))
-    a9, e9 = pair((128, 128), torch.bfloat16)  # TINY_CAP pairs: k_sel_tiny's most
-    calls.append(("small call, 16384 pairs (k_sel_tiny)", a9, e9, None))
+    a9, e9 = pair((128, 128), torch.bfloat16)  # TINY_CAP pairs: k_sel_tiny's most (with k_sel_coop off)
+    calls.append(("small call, 16384 pairs (k_sel_coop; k_sel_tiny below)", a9, e9, None))
     a7, e7 = pair((3001,), torch.bfloat16)  # <= TINY_CAP pairs: k_sel_tiny
     a7[::7] = float("nan")  # non-finite pairs' keys above every finite one
     calls.append(("small call, NaN pairs (k_sel_tiny)", a7, e7, None))
@@ -84,6 +86,7 @@ def main():
     fuse = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fuse")
     mapped = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_mapped")
     known = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_known")
+    coop = (ctypes.c_longlong * 2).in_dll(lib, "vgct_cuda_test_coop")
     try:
         # "copied": the result record through the device workspace and a copy back instead of
         # the mapped pinned buffer (cuda/reduce.cu vgct_cuda_test_mapped)
@@ -158,7 +161,32 @@ def main():
         for name, x, y in (("small identical", e7, e7.clone()), ("small, a third unequal", third, e7)):
             s = vgct_ext.compare(x, y, quantiles=qs64)
             print(f"[record, 64 quantiles] {name}: n={s.n} p99={s.quantiles[qs64[62]]:.3e}", flush=True)
+        # k_sel_coop: 64 quantiles (up to 16 batches of ranks) with the record's answers on; a
+        # grid of three blocks (the cap hook); every |d| one value (no radix pass: the extra
+        # barrier); 2^20 pairs on every SM; hook 2: from one pair on
+        coop[0], coop[1] = 0, 0
+        big = pair((1 << 20,), torch.bfloat16)
+        third = big[1].clone()
+        third[::3] = big[0][::3]
+        one = torch.full((60_000,), 0.5, device=dev)
+        for name, x, y, qs, blocks in (("coop, a third unequal, 64 quantiles", third, big[1], qs64, 0),
+                                       ("coop, 2^20 pairs", big[0], big[1], (0.5, 0.99), 0),
+                                       ("coop, three blocks", a, e, (0.5, 0.99), 3),
+                                       ("coop, one value", one, torch.zeros_like(one), (0.5, 0.99), 0)):
+            coop[1] = blocks
+            s = vgct_ext.compare(x, y, quantiles=qs)
+            print(f"[coop] {name}: n={s.n} q={s.quantiles[qs[-1]]:.3e}", flush=True)
+        coop[0] = 1  # k_sel_tiny's most keys (by default k_sel_coop past 12288 pairs)
+        s = vgct_ext.compare(a9, e9, quantiles=(0.5, 0.99))
+        print(f"[tiny, coop off] 16384 pairs: n={s.n} p99={s.quantiles[0.99]:.3e}", flush=True)
+        coop[0], coop[1] = 2, 0
+        for name, x, y, _ in calls[:4]:
+            s = vgct_ext.compare(x, y, quantiles=(0.5, 0.99))
+            print(f"[coop from one pair] {name}: n={s.n} p99={s.quantiles[0.99]:.3e}", flush=True)
+        s = vgct_ext.compare(a7[1:2], e7[1:2], quantiles=(0.5, 0.99))
+        print(f"[coop from one pair] one pair: n={s.n} p99={s.quantiles[0.99]:.3e}", flush=True)
     finally:
+        coop[0] = coop[1] = 0
         lean.value, sel[0], sel[1], fin.value, fuse.value, mapped.value = -1, 0, 0, 0, 0, 0
         known.value = 0
     for name, x, _, _ in calls:

@@ -1220,10 +1220,12 @@ def test_window_plan_tiny_sample_still_exact(sel_hooks):
     assert sel_hooks.last()["windows"] >= 1
 
 
-@pytest.mark.parametrize("plan,expect", [(0, 1), (2, 1), (3, 2)])
+@pytest.mark.parametrize("plan,expect", [(0, 4), (2, 1), (3, 2)])
 def test_small_n_plans(plan, expect, sel_hooks):
-    """Up to SEL_CAP (1.5M) pairs the automatic plan is store-all (no window pass, the data pass on every
-    SM); plan 3 forces the data-histogram path at small n.  Both exact."""
+    """Past TINY_PREFER up to SEL_CAP (1.5M) pairs the automatic plan is k_sel_coop chained behind the
+    reduction (4), where its grid holds the keys (2^16 pairs: 32 blocks); plan 2 (no window plan,
+    no k_sel_coop) is store-all (no window pass, the data pass on every SM); plan 3 forces the
+    data-histogram path at small n.  All exact."""
     from vgct_ext import _C
 
     n = 1 << 16
@@ -1788,6 +1790,7 @@ FIN_LAST = ("store_all_fins", "by_ties", "by_select", "left_to_levels", "window_
             "window_level1", "tiny_batches")
 FIN_CAP = 8192
 TINY_CAP = 16384  # cuda/select.cu: the most pairs k_sel_tiny keys in one block
+TINY_PREFER = 12288  # cuda/select.cu: k_sel_tiny up to this many pairs, k_sel_coop past it
 
 
 @pytest.fixture
@@ -2093,41 +2096,72 @@ def test_tiny_selection_every_distribution(kind, fin_hooks):
                                           ((96, 170), "transposed")])
 @pytest.mark.parametrize("dt_a,dt_e", [("bfloat16", None), ("float16", "float32"), ("float32", None),
                                        ("float64", None), ("int32", "float32")])
-def test_tiny_selection_sizes_dtypes_layouts(shape, layout, dt_a, dt_e, fin_hooks):
+def test_tiny_selection_sizes_dtypes_layouts(shape, layout, dt_a, dt_e, fin_hooks, coop_hooks):
     """One pair to TINY_CAP pairs, typed and generic dtype pairs, contiguous, transposed and
     strided views -- a non-unit innermost stride among them (every key at its iteration position
     in shared memory; a store-all call filled the candidate buffer with larger keys just before,
-    which k_sel_tiny must not read): exact at 21 quantiles (five batches of ranks above 40
+    which k_sel_tiny must not read): exact at 21 quantiles (six batches of ranks above 40
     pairs)."""
-    a, e = pair(shape, getattr(torch, dt_a), dt_e and getattr(torch, dt_e), seed=22)
-    if layout == "transposed":
-        a, e = a.t(), e.t()
-    elif layout == "strided":
-        a, e = a[:, ::3, 1:], e[:, ::3, 1:]
-    elif layout == "inner stride 3":
-        a, e = a[::3], e[::3]
-    elif layout == "rows and columns strided":
-        a, e = a[1::2, ::3], e[::2, 1::3]
+    coop_hooks.set(mode=1)  # k_sel_tiny up to TINY_CAP (by default k_sel_coop past TINY_PREFER)
+    a, e = _laid_out(*pair(shape, getattr(torch, dt_a), dt_e and getattr(torch, dt_e), seed=22), layout, 3)
     qs = tuple(j / 20 for j in range(21))
     _poison_candidate_buffer()
     g, last = _tiny_three_ways(a, e, qs, fin_hooks)
     assert last["tiny_batches"] == _batches(g.n_finite, qs), last
 
 
+def _laid_out(a, e, layout, step):
+    """Views of (a, e) laid out as `layout` says: "flat"/"contiguous" as they are, "transposed"
+    (.t()), "strided" (every step-th row of the middle axis, the last axis from 1), "inner stride 3"
+    (x[::3]), "rows and columns strided" (a and e at different offsets)."""
+    if layout == "transposed":
+        return a.t(), e.t()
+    if layout == "strided":
+        return a[:, ::step, 1:], e[:, ::step, 1:]
+    if layout == "inner stride 3":
+        return a[::3], e[::3]
+    if layout == "rows and columns strided":
+        return a[1::2, ::3], e[::2, 1::3]
+    return a, e
+
+
 def _poison_candidate_buffer():
     """A store-all call of 20000 pairs with |d| = 1e6 leaves its keys at buffer positions 0..19999
-    (a selection that read the buffer instead of the inputs would find keys above every real one)."""
-    x = torch.full((20000,), 1e6, dtype=torch.float32, device=DEV)
-    vgct_ext.compare(x, torch.zeros_like(x), quantiles=(0.5,))
+    (a selection that read the buffer instead of the inputs would find keys above every real one);
+    k_sel_coop, which would take the call and store nothing, held off by its hook."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    lib = ctypes.CDLL(_C.__file__)
+    mode = (ctypes.c_longlong * 2).in_dll(lib, "vgct_cuda_test_coop")
+    plan = (ctypes.c_longlong * 6).in_dll(lib, "vgct_cuda_test_sel_last")
+    old = mode[0]
+    mode[0] = 1
+    try:
+        x = torch.full((20000,), 1e6, dtype=torch.float32, device=DEV)
+        vgct_ext.compare(x, torch.zeros_like(x), quantiles=(0.5,))
+        assert plan[5] == 1, list(plan)  # store-all ran: the buffer holds the keys
+    finally:
+        mode[0] = old
 
 
-def test_tiny_selection_takes_tiny_cap_pairs_and_not_one_more(fin_hooks):
-    """TINY_CAP pairs take k_sel_tiny; TINY_CAP + 1 take the level-0 histogram and the finish after
-    it."""
-    for n, tiny in ((TINY_CAP, True), (TINY_CAP + 1, False)):
+def test_tiny_selection_takes_tiny_cap_pairs_and_not_one_more(fin_hooks, coop_hooks):
+    """TINY_PREFER pairs take k_sel_tiny, TINY_PREFER + 1 k_sel_coop (the faster from there); with
+    k_sel_coop off (hook 1) TINY_CAP pairs take k_sel_tiny and TINY_CAP + 1 the level-0 histogram
+    and the finish after it.  The same quantiles every way."""
+    for n, tiny in ((TINY_PREFER, True), (TINY_PREFER + 1, False)):
         a, e = pair((n,), torch.float32, seed=23)
         g, last = _tiny_three_ways(a, e, (0.5, 0.99), fin_hooks)
+        assert (last["tiny_batches"] == 1) == tiny and last["store_all_fins"] == 0, last
+        g2 = vgct_ext.compare(a, e, quantiles=(0.5, 0.99))  # (the three ways leave the default last)
+        assert (coop_hooks.last()["grid"] > 1) != tiny and _qbits(g2) == _qbits(g), coop_hooks.last()
+    coop_hooks.set(mode=1)
+    for n, tiny in ((TINY_CAP, True), (TINY_CAP + 1, False)):
+        a, e = pair((n,), torch.float32, seed=24)
+        g, last = _tiny_three_ways(a, e, (0.5, 0.99), fin_hooks)
         assert (last["tiny_batches"] == 1) == tiny and (last["store_all_fins"] == 1) != tiny, last
+        assert coop_hooks.last()["grid"] == 0, coop_hooks.last()
 
 
 @pytest.mark.parametrize("finite", [1, 2, 7, 700])
@@ -2202,11 +2236,13 @@ def test_tiny_selection_ranks_the_record_decides_on_the_device(kind, nq):
         assert distinct_left == 0 and all(v == 0.0 for v in g.quantiles.values())
 
 
-def test_tiny_selection_one_host_round_trip(fin_hooks):
-    """A small p99 call waits once (the chained kernel's completion word), where the finish after
-    the level-0 histogram (knob 2) waits twice; the record's answers on or off."""
+@pytest.mark.parametrize("n", [3000, 200_000])
+def test_tiny_selection_one_host_round_trip(n, fin_hooks):
+    """A small or mid-size p99 call waits once (the chained kernel's completion word: k_sel_tiny,
+    k_sel_coop past TINY_PREFER pairs), where the finish after the level-0 histogram (knob 2) waits
+    twice; the record's answers on or off."""
     total = _sync_hooks()[0]
-    a, e = pair((3000,), torch.bfloat16, seed=63)
+    a, e = pair((n,), torch.bfloat16, seed=63)
     for knob, want in ((0, 1), (2, 2)):
         if knob == 0:
             fin_hooks.set_default()
@@ -2222,15 +2258,22 @@ def test_tiny_selection_one_host_round_trip(fin_hooks):
     fin_hooks.set_default()
 
 
-@pytest.mark.parametrize("dt_a,dt_e,shape,layout", [("bfloat16", None, (1000,), "contiguous"),
-                                                    ("float16", "float32", (57, 129), "transposed"),
-                                                    ("int32", "int64", (5000,), "contiguous")])
-def test_tiny_selection_answers_read_after_its_word(dt_a, dt_e, shape, layout, signal_hook):
+def _chained_kernel():
+    """Which kernel chained behind the reduction selected in the last call: "tiny", "coop" or None
+    (cuda/select.cu vgct_cuda_test_sel_last[5]: 3 k_sel_tiny, 4 k_sel_coop)."""
+    return {3: "tiny", 4: "coop"}.get(_sel_hooks()[1][5])
+
+
+@pytest.mark.parametrize("dt_a,dt_e,shape,layout,kernel", [
+    ("bfloat16", None, (1000,), "contiguous", "tiny"), ("float16", "float32", (57, 129), "transposed", "tiny"),
+    ("int32", "int64", (5000,), "contiguous", "tiny"), ("bfloat16", None, (300_000,), "contiguous", "coop"),
+    ("float16", "float32", (257, 129), "transposed", "coop")])
+def test_tiny_selection_answers_read_after_its_word(dt_a, dt_e, shape, layout, kernel, signal_hook):
     """Two inputs P and Q alternate (different quantile values), with the host learning of the end from
     the chained kernel's word (hook 0) and from a stream synchronisation (hook 1), once with the
     stream kept busy before the call (the wait outlasts its spin): every call's quantiles equal
-    that input's computed alone on the CPU -- answers read before k_sel_tiny wrote them (the
-    previous call's, on the other input) would not."""
+    that input's computed alone on the CPU -- answers read before k_sel_tiny (or k_sel_coop, past
+    TINY_PREFER pairs) wrote them (the previous call's, on the other input) would not."""
     a, b, e = _two_records(dt_a, dt_e, shape, layout, seed=64)
     qs = (0.1, 0.5, 0.99)
     want = {w: _qbits(vgct_ext.compare(x.cpu(), e.cpu(), quantiles=qs)) for w, x in (("P", a), ("Q", b))}
@@ -2241,15 +2284,17 @@ def test_tiny_selection_answers_read_after_its_word(dt_a, dt_e, shape, layout, s
             torch.cuda._sleep(20_000_000)
         g = vgct_ext.compare(a if which == "P" else b, e, quantiles=qs)
         assert _qbits(g) == want[which], (i, mode, which)
-        assert _tiny_hooks()[0]["tiny_batches"] >= 1, (i, mode, which)  # k_sel_tiny answered
+        assert _chained_kernel() == kernel, (i, mode, which)
 
 
-def test_tiny_selection_word_never_written_is_an_error_not_a_hang(signal_hook):
-    """Planted: neither the reduction nor k_sel_tiny is asked to write its completion word (hook 2):
-    the wait ends in a RuntimeError naming the chained kernel's word, and the next call is right."""
+@pytest.mark.parametrize("n,kernel", [(1000, "tiny"), (100_000, "coop")])
+def test_tiny_selection_word_never_written_is_an_error_not_a_hang(n, kernel, signal_hook):
+    """Planted: neither the reduction nor the chained kernel (k_sel_tiny; k_sel_coop past TINY_PREFER
+    pairs) is asked to write its completion word (hook 2): the wait ends in a RuntimeError naming
+    the chained kernel's word, and the next call is right."""
     import time
 
-    a, _, e = _two_records("bfloat16", None, (1000,), "contiguous", seed=65)
+    a, _, e = _two_records("bfloat16", None, (n,), "contiguous", seed=65)
     signal_hook.value = 2
     t0 = time.perf_counter()
     with pytest.raises(RuntimeError, match="chained kernel's completion word .the stream finished"):
@@ -2257,60 +2302,227 @@ def test_tiny_selection_word_never_written_is_an_error_not_a_hang(signal_hook):
     assert time.perf_counter() - t0 < 30
     signal_hook.value = 0
     check3(a, e, quantiles=(0.5, 0.99))
+    assert _chained_kernel() == kernel
 
 
-def test_tiny_selection_input_changed_is_reported(fin_hooks):
-    """Planted (cuda/select.cu vgct_cuda_test_tiny_plant = 1): k_sel_tiny counts one finite key less
-    than the record's n_finite, as if a pair had turned non-finite while compare read the inputs --
-    the call raises vgct_ext's input-changed error (a RuntimeError) instead of answering, with the
-    record answering no rank (selection_only) or some (the default); the next call is right."""
+@pytest.mark.parametrize("n,kernel", [(2000, "tiny"), (60_000, "coop")])
+def test_tiny_selection_input_changed_is_reported(n, kernel, fin_hooks):
+    """Planted (cuda/select.cu vgct_cuda_test_tiny_plant = 1): the chained kernel (k_sel_tiny;
+    k_sel_coop's grid past TINY_PREFER pairs) counts one finite key less than the record's
+    n_finite, as if a pair had turned non-finite while compare read the inputs -- the call raises
+    vgct_ext's input-changed error (a RuntimeError) instead of answering, with the record answering
+    no rank (selection_only) or some (the default); the next call is right."""
     import ctypes
 
     from vgct_ext import _C
 
     plant = ctypes.c_longlong.in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_tiny_plant")
-    a, e = pair((2000,), torch.bfloat16, seed=67)
+    a, e = pair((n,), torch.bfloat16, seed=67)
     try:
         for known in (1, 0):
             _known_hooks()[0].value = known
             plant.value = 1
-            with pytest.raises(RuntimeError, match="^input changed during compare: 2000 finite pairs in "
-                                                   "the reduction, 1999 in the quantile pass"):
+            with pytest.raises(RuntimeError, match=f"^input changed during compare: {n} finite pairs in "
+                                                   f"the reduction, {n - 1} in the quantile pass"):
                 vgct_ext.compare(a, e, quantiles=(0.5, 0.99))
             plant.value = 0
+            check3(a, e, quantiles=(0.5, 0.99))
+            assert _chained_kernel() == kernel
             _tiny_three_ways(a, e, (0.5, 0.99), fin_hooks)
     finally:
         plant.value = 0
         _known_hooks()[0].value = 1  # (selection_only's value; it resets to 0 after)
 
 
-@pytest.mark.parametrize("dim", [0, 1])
-def test_tiny_selection_with_per_slice_statistics(dim):
-    """compare(dim=k) with quantiles at small n: the record and the slices come back by a copy, the
-    chained kernel reads the record in the workspace and the host synchronises the stream once --
-    slices and quantiles == CPU engine == float64 oracle."""
-    a, e = pair((40, 150), torch.bfloat16, seed=66)
+@pytest.mark.parametrize("shape,dim,kernel", [((40, 150), 0, "tiny"), ((40, 150), 1, "tiny"),
+                                               ((6, 40_000), 0, "coop")])
+def test_tiny_selection_with_per_slice_statistics(shape, dim, kernel):
+    """compare(dim=k) with quantiles: the record and the slices come back by a copy, the chained
+    kernel (k_sel_tiny; k_sel_coop past TINY_PREFER pairs) reads the record in the workspace and the
+    host synchronises the stream once -- slices and quantiles == CPU engine == float64 oracle."""
+    a, e = pair(shape, torch.bfloat16, seed=66)
     total = _sync_hooks()[0]
     vgct_ext.compare(a, e, quantiles=QS, dim=dim)
     before = total.value
     vgct_ext.compare(a, e, quantiles=QS, dim=dim)
     assert total.value - before == 1
     check3(a, e, quantiles=QS, dim=dim)
-    fin, _, _ = _tiny_hooks()
-    assert fin["tiny_batches"] >= 1, fin
+    assert _chained_kernel() == kernel
 
 
-def test_tiny_selection_from_threads_on_their_own_streams():
-    """Eight threads, each on its own stream with its own small input, 30 p99 calls each, at once:
-    every call's quantiles equal that input's computed alone (k_sel_tiny's answers and its word are
-    the device workspace's, taken under its lock)."""
+@pytest.mark.parametrize("base,step,kernel", [(500, 900, "tiny"), (20_000, 37_000, "coop")])
+def test_tiny_selection_from_threads_on_their_own_streams(base, step, kernel):
+    """Eight threads, each on its own stream with its own input, 30 p99 calls each, at once: every
+    call's quantiles equal that input's computed alone (the chained kernel's answers and its word --
+    k_sel_tiny's, or k_sel_coop's grid for the larger inputs -- are the device workspace's, taken
+    under its lock)."""
     inputs = []
     for k in range(8):
-        a, e = pair((500 + 900 * k,), torch.bfloat16 if k % 2 else torch.float32, seed=70 + k)
+        a, e = pair((base + step * k,), torch.bfloat16 if k % 2 else torch.float32, seed=70 + k)
         inputs.append((a, e, _qbits(check3(a, e, quantiles=(0.5, 0.99)))))
-        assert _tiny_hooks()[0]["tiny_batches"] >= 1  # (the hooks are global: checked here, alone)
+        assert _chained_kernel() == kernel  # (the hooks are global: checked here, alone)
     _same_from_threads_on_own_streams(
         inputs, lambda a, e: _qbits(vgct_ext.compare(a, e, quantiles=(0.5, 0.99))))
+
+
+# ---- issue #13: a mid-size call's selection, one cooperative launch (k_sel_coop) -------------
+# Past TINY_PREFER pairs, up to a block's COOP_KEYS = 16384 keys on every SM, the selection is one
+# cooperative grid chained behind the reduction: each block keys its pairs into its shared memory,
+# and the grid runs fin_select's radix selection together (a grid barrier per 8-bit digit).  Hooks
+# (cuda/select.cu): vgct_cuda_test_coop [mode: 0 automatic, 1 off, 2 from one pair on; the most
+# blocks]; vgct_cuda_test_coop_last [blocks, radix passes, batches] of the last call.  Every case
+# == the CPU engine == the float64 oracle (check3) == the store-all finish and the four levels
+# (_tiny_three_ways: knobs 2 and 1 take neither chained kernel).
+
+COOP_LAST = ("grid", "passes", "batches")
+
+
+@pytest.fixture
+def coop_hooks():
+    """set(mode=0, blocks=0) and last() -> dict of k_sel_coop's hooks; zeroed after."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    lib = ctypes.CDLL(_C.__file__)
+    knobs = (ctypes.c_longlong * 2).in_dll(lib, "vgct_cuda_test_coop")
+    last = (ctypes.c_longlong * 3).in_dll(lib, "vgct_cuda_test_coop_last")
+
+    class Hooks:
+        @staticmethod
+        def set(mode=0, blocks=0):
+            knobs[0], knobs[1] = mode, blocks
+
+        @staticmethod
+        def last():
+            return dict(zip(COOP_LAST, list(last)))
+
+    yield Hooks
+    knobs[0] = knobs[1] = 0
+
+
+def _coop_three_ways(a, e, quantiles, fin_hooks, coop_hooks, oracle=True):
+    """_tiny_three_ways, and k_sel_coop's hooks of the default call (read before the other ways)."""
+    fin_hooks.set_default()
+    g = check3(a, e, quantiles=quantiles, oracle=oracle)
+    cl, sl = coop_hooks.last(), dict(zip(SEL_LAST, list(_sel_hooks()[1])))
+    _, _ = _tiny_three_ways(a, e, quantiles, fin_hooks, oracle=False)
+    return g, cl, sl
+
+
+@pytest.mark.parametrize("kind", WINDOW_KINDS)
+def test_coop_selection_every_distribution(kind, fin_hooks, coop_hooks):
+    """300,000 pairs of every data shape (ties, identical, offset, heavy tails, outliers, NaN/inf, a
+    float32 overflow, a sparse change): k_sel_coop answers every quantile of QW exactly, on
+    several blocks, one batch per 8 distinct ranks."""
+    a, e = _window_case(kind, 300_000, seed=81)
+    g, cl, sl = _coop_three_ways(a, e, QW, fin_hooks, coop_hooks)
+    assert cl["grid"] > 1 and cl["batches"] == _batches(g.n_finite, QW), cl
+    assert sl["radix_plan"] == 4 and sl["radix_ranks"] == _distinct_ranks(g.n_finite, QW), sl
+    if kind == "identical":  # every key 0: one value, no radix pass
+        assert cl["passes"] == 0, cl
+
+
+@pytest.mark.parametrize("shape,layout", [((TINY_CAP + 1,), "flat"), ((250, 1201), "transposed"),
+                                          ((3, 300, 400), "strided"), ((90_001,), "inner stride 3"),
+                                          ((700, 900), "rows and columns strided"),
+                                          ((1 << 20,), "flat")])
+@pytest.mark.parametrize("dt_a,dt_e", [("bfloat16", None), ("float16", "float32"), ("float32", None),
+                                       ("float64", None), ("int32", "float32")])
+def test_coop_selection_sizes_dtypes_layouts(shape, layout, dt_a, dt_e, fin_hooks, coop_hooks):
+    """TINY_CAP + 1 to 2^20 pairs, typed and generic dtype pairs, contiguous, transposed and strided
+    views (chunks cut at rows: a block's last chunks partly empty), 21 quantiles (six batches):
+    exact, the candidate buffer poisoned first (k_sel_coop reads the inputs, never the buffer)."""
+    a, e = _laid_out(*pair(shape, getattr(torch, dt_a), dt_e and getattr(torch, dt_e), seed=82), layout, 2)
+    qs = tuple(j / 20 for j in range(21))
+    _poison_candidate_buffer()
+    g, cl, sl = _coop_three_ways(a, e, qs, fin_hooks, coop_hooks)
+    assert cl["grid"] >= 1 and cl["batches"] == _batches(g.n_finite, qs), cl
+    assert sl["radix_plan"] == 4, sl
+
+
+@pytest.mark.parametrize("n,blocks", [(1, 0), (2, 0), (33, 0), (1000, 0), (5000, 3), (TINY_CAP, 1),
+                                      (40_000, 7), (40_000, 64)])
+@pytest.mark.parametrize("kind", ["bf16_rounding", "noise_fp32", "nan_inf", "cauchy"])
+def test_coop_selection_small_and_few_blocks(n, blocks, kind, fin_hooks, coop_hooks):
+    """Hook 2 sends calls from one pair on to k_sel_coop (instead of k_sel_tiny), and the block cap
+    makes one, three, seven, 64 blocks hold the keys: exact against the CPU engine, the oracle and
+    the other plans; the hooks report the grid it ran."""
+    if n < 40:
+        a, e = pair((n,), torch.float32, seed=83)
+    else:
+        a, e = _window_case(kind, n, seed=83)
+    coop_hooks.set(mode=2, blocks=blocks)
+    g, cl, sl = _coop_three_ways(a, e, QW, fin_hooks, coop_hooks)
+    if g.n_finite:
+        want = min(blocks, -(-n // 2048)) if blocks else -(-n // 2048)  # COOP_MIN_KEYS pairs a block
+        assert sl["radix_plan"] == 4 and cl["grid"] == max(1, want), (cl, sl, want)
+
+
+def test_coop_selection_takes_its_capacity_and_not_one_more(fin_hooks, coop_hooks):
+    """With two blocks (the cap hook) k_sel_coop holds 2 x 16384 keys (float32: chunks of 8): 32768
+    pairs take it, 32769 the store-all plan -- both exact and equal."""
+    coop_hooks.set(blocks=2)
+    for n, coop in ((32768, True), (32769, False)):
+        a, e = pair((n,), torch.float32, seed=84)
+        g, cl, sl = _coop_three_ways(a, e, (0.5, 0.99), fin_hooks, coop_hooks)
+        assert (cl["grid"] == 2) == coop and (sl["radix_plan"] == 4) == coop, (n, cl, sl)
+        assert coop or sl["radix_plan"] == 1, sl
+
+
+def test_coop_selection_grid_refused_falls_back(fin_hooks, coop_hooks):
+    """Planted (hook 3): a cooperative grid of 65535 blocks, which no device holds at once -- the
+    launch is refused (cudaErrorCooperativeLaunchTooLarge), nothing is queued, and the call selects
+    after the record (store-all, two host waits): exact; the next default call takes k_sel_coop."""
+    total = _sync_hooks()[0]
+    a, e = pair((70_000,), torch.bfloat16, seed=92)
+    want = _qbits(check3(a, e, quantiles=(0.5, 0.99)))
+    assert coop_hooks.last()["grid"] > 1
+    coop_hooks.set(mode=3)
+    before = total.value
+    g = vgct_ext.compare(a, e, quantiles=(0.5, 0.99))
+    assert total.value - before == 2 and _qbits(g) == want
+    assert coop_hooks.last()["grid"] == 0 and _sel_hooks()[1][5] == 1, coop_hooks.last()
+    coop_hooks.set()
+    assert _qbits(vgct_ext.compare(a, e, quantiles=(0.5, 0.99))) == want
+    assert coop_hooks.last()["grid"] > 1
+
+
+def test_coop_selection_one_value_and_one_digit(fin_hooks, coop_hooks):
+    """Every |d| one value (no radix pass: the keys' AND equals their OR) and |d| in two values one
+    bit apart (one pass): exact, and the passes the hooks report."""
+    n = 50_000
+    e = torch.zeros(n, device=DEV)
+    a = torch.full((n,), 0.5, device=DEV)
+    g, cl, _ = _coop_three_ways(a, e, (0.1, 0.99), fin_hooks, coop_hooks)
+    assert cl["passes"] == 0 and cl["grid"] > 1 and g.quantiles[0.99] == 0.5, cl
+    a[::3] = 0.75  # 0.5 and 0.75: the keys differ in one mantissa bit
+    g, cl, _ = _coop_three_ways(a, e, (0.1, 0.99), fin_hooks, coop_hooks)
+    assert cl["passes"] == 1 and g.quantiles[0.1] == 0.5 and g.quantiles[0.99] == 0.75, cl
+
+
+@pytest.mark.parametrize("kind", ["identical", "sparse", "zeros_and_noise", "noise_fp32"])
+@pytest.mark.parametrize("nq", [1, 7, 64])
+def test_coop_selection_ranks_the_record_decides_on_the_device(kind, nq, coop_hooks):
+    """As k_sel_tiny's test, at 100,000 pairs: the ranks k_sel_coop takes from the record on the device
+    are the host's (else an internal error), up to 16 batches; an identical pair leaves it none."""
+    n = 100_000
+    if kind == "zeros_and_noise":
+        a, e = pair((n,), torch.float32, seed=85)
+        a = torch.where(torch.arange(n, device=DEV) % 10 < 7, e, a)
+    else:
+        a, e = _window_case(kind, n, seed=86)
+    qs = {1: (0.99,), 7: (0.0, 0.1, 0.3, 0.5, 0.9, 0.99, 1.0)}.get(nq) or tuple(j / 63 for j in range(64))
+    g = check3(a, e, quantiles=qs)
+    _, sel, known = _tiny_hooks()
+    cl = coop_hooks.last()
+    nf = g.n_finite
+    ranks = _engine_ranks(nf, qs)
+    decided = {r for r in ranks if r < nf - g.n_unequal or r == nf - 1}
+    distinct_left = len(set(ranks) - decided)
+    assert known[1] == sum(r not in decided for r in ranks), known
+    assert sel["radix_ranks"] == distinct_left and cl["batches"] == -(-distinct_left // 8), (sel, cl)
+    assert sel["radix_plan"] == (4 if distinct_left else 0) and cl["grid"] > 1, (sel, cl)
 
 
 # ---- issue #13: the small-input reduce (VG_MODE_LEAN) against the fast path ------------------
