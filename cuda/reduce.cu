@@ -109,6 +109,7 @@ struct RArgs {
   unsigned *gate;  /* the grid's shared gate thresholds (3 words), or NULL */
   unsigned *sgate; /* row mode: 3 words per slice (zeroed before the launch), or NULL */
   vgct_acc *res;
+  vgct_acc *res_dev; /* NULL, or a device copy of *res for a chained kernel (VgChain) */
   vgct_slice_acc *sres;
   VgWinFuse wf;    /* k_reduce_bulk<..., WIN = 1 or 2>: the fused key window */
   const int *wsel; /* k_reduce_bulk: the device's choice of WIN (WinState::mode), or
@@ -190,6 +191,7 @@ __device__ __forceinline__ void vg_reduce_finish(const RArgs &A, VAcc *sm) {
   if (gridDim.x == 1 && A.slice_mode != 1) {
     if (threadIdx.x == 0) {
       *A.res = sm[0].a;
+      if (A.res_dev) *A.res_dev = sm[0].a;
       if (A.gate) A.gate[0] = A.gate[1] = A.gate[2] = 0u;
       vg_signal_done(A);
     }
@@ -227,6 +229,7 @@ __device__ __forceinline__ void vg_reduce_finish(const RArgs &A, VAcc *sm) {
     const unsigned long long t_fold = vg_gtimer();
 #endif
     *A.res = sm[0].a;
+    if (A.res_dev) *A.res_dev = sm[0].a;
     *A.counter = 0;
     if (A.gate) A.gate[0] = A.gate[1] = A.gate[2] = 0u; /* every block is done with them */
     vg_signal_done(A); /* (not in row mode: never signalled, below) */
@@ -1485,9 +1488,8 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_signal = 0;
 }
 
 /* workspace layout (bytes from d_ws) */
-#define WS_COUNTER 0
+/* (WS_COUNTER 0, WS_RES 4096: vgct_cuda_internal.cuh, read by the chained kernels) */
 #define WS_GATE 16 /* 3 words: the grid's shared gate thresholds */
-#define WS_RES 4096
 #define WS_SRES (WS_RES + 256)
 #define WS_PART (WS_SRES + (size_t)VG_SLICE_CHUNK * sizeof(vgct_slice_acc) + 256)
 #define WS_SGATE (WS_PART + (size_t)VG_MAX_PARTS * sizeof(vgct_acc)) /* 3 words per slice */
@@ -1701,6 +1703,15 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
                     "cudaMemsetAsync (per-slice gate thresholds)"))
         return cx.rc;
     }
+    const size_t bytes = S > 1 ? (WS_SRES - WS_RES) + (size_t)Sc * sizeof(vgct_slice_acc) : sizeof(vgct_acc);
+    /* a kernel chained behind this launch (below): one launch covering every
+       slice (a small call), its record and slices below the chained kernel's
+       answers in the pinned buffer, no fused window; it reads the record in
+       device memory (VgChain), a copy when the host's is the mapped one */
+    bool chained = chain != NULL && wf == NULL && j0 == 0 && Sc == S && ws->d_pin != NULL &&
+                   bytes <= VG_PIN_TINY;
+    vgct_acc *rec_dev = (vgct_acc *)(ws->d_ws + WS_RES);
+    A.res_dev = chained && mapped ? rec_dev : NULL;
     int typed = 0, fused = 0;
     if (!cx.check(dispatch_reduce(it.da, it.de, scaled, lean, lk, (int)grid, A, cx.stream, &typed,
                                   &fused),
@@ -1708,7 +1719,6 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
                   : lk == 1 ? "k_reduce_gen launch"
                   : lk == 2 ? "k_reduce_col launch" : "k_reduce_bulk launch"))
       return cx.rc;
-    const size_t bytes = S > 1 ? (WS_SRES - WS_RES) + (size_t)Sc * sizeof(vgct_slice_acc) : sizeof(vgct_acc);
     if (wf && fused) wf->used = 1;
     cx.mark("launch");
     if (!mapped) {
@@ -1718,11 +1728,7 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
         return cx.rc;
       cx.mark("memcpy");
     }
-    /* the chained kernel behind the reduction (and the record's copy): one
-       launch covering every slice (a small call), its record and slices below
-       the chained kernel's answers in the pinned buffer, no fused window */
-    bool chained = chain != NULL && wf == NULL && j0 == 0 && Sc == S && ws->d_pin != NULL &&
-                   bytes <= VG_PIN_TINY;
+    /* the chained kernel behind the reduction (and the record's copy) */
     unsigned *flag2 = (unsigned *)(ws->h_pin + VG_PIN_DONE2), seq2 = 0;
     if (chained) {
       /* its word: asked of it when the reduction's own is (the same rules), else
@@ -1733,7 +1739,7 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
         __atomic_store_n(flag2, 0u, __ATOMIC_RELEASE);
         done2 = vgct_cuda_test_signal == 2 ? NULL : (unsigned *)(ws->d_pin + VG_PIN_DONE2);
       }
-      const cudaError_t ce = chain->launch(chain->ctx, A.res, done2, seq2, cx.stream);
+      const cudaError_t ce = chain->launch(chain->ctx, rec_dev, done2, seq2, cx.stream);
       if (ce == cudaErrorCooperativeLaunchTooLarge) {
         /* a cooperative grid the device cannot hold at once now (e.g. an MPS share of
            its SMs): not launched, nothing queued -- the caller selects after the record */

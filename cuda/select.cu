@@ -747,6 +747,42 @@ __device__ __forceinline__ void sel_digit_take(const unsigned *v, int lo, unsign
   }
 }
 
+/* coop_select's positions of one radix pass whose prefixes agree above its
+ * digit count the same keys -- a quantile's two ranks are adjacent and share
+ * their prefix in every pass but, at most, the last -- so only the first of
+ * them counts the keys, and the others take their digit from its counts
+ * (ncu, 2026-12-04: k_sel_coop's first pass, where every key is under the
+ * prefix, spent ~half its stall samples waiting for __match_any_sync,
+ * issued once per key and position).  sel_owners: bit p set when p < np is
+ * the first position with its prefix; row[p]: that first position, for
+ * every p (pf: the prefixes at the pass's start, in registers).  (The same
+ * in fin_select measured 2-5 us slower on k_sel_tiny's 2^13-pair calls --
+ * one block, plain shared atomics: not taken there.) */
+__device__ __forceinline__ unsigned sel_owners(const unsigned long long (&pf)[SEL_NS], int np,
+                                               unsigned long long above, int (&row)[SEL_NS]) {
+  unsigned own = 0u;
+#pragma unroll
+  for (int p = 0; p < SEL_NS; ++p) {
+    int r = p;
+#pragma unroll
+    for (int q = p - 1; q >= 0; --q)
+      if (((pf[q] ^ pf[p]) & above) == 0ull) r = q;
+    row[p] = r;
+    own |= (p < np && r == p ? 1u : 0u) << p;
+  }
+  return own;
+}
+
+/* row[w] for a warp index w < SEL_NS (static indices: the array stays in
+ * registers) */
+__device__ __forceinline__ int sel_row_of(const int (&row)[SEL_NS], int w) {
+  int r = 0;
+#pragma unroll
+  for (int p = 0; p < SEL_NS; ++p)
+    if (p == w) r = row[p];
+  return r;
+}
+
 /* The order statistics of c keys by the block (every thread calls it, after
  * writing its keys): out[p] = the key at position pos[p] (0-based; every
  * pos[p] < c) of their ascending order, for p < np (1 <= np <= SEL_NS, c <=
@@ -1099,7 +1135,7 @@ struct TArgs {
   int known; /* drop the ranks the record decides (vgct_cuda_test_known == 0) */
   int plant; /* test hook vgct_cuda_test_tiny_plant: 1 counts one finite key less */
   double q[VGCT_MAX_QUANTILES];
-  const vgct_acc *rec; /* the reduction's record (device address)             */
+  const vgct_acc *rec; /* the reduction's record (in the workspace: VgChain)   */
   TinyOut *out;        /* device address of h_pin + VG_PIN_TINY                */
   unsigned *done;      /* the completion word (device address), or NULL, and   */
   unsigned seq;        /* the value to write there last                        */
@@ -1130,8 +1166,7 @@ __device__ __forceinline__ void sel_key_chunks(const TArgs &A, int64_t c0, int64
 
 /* The ranks a chained selection answers (k_sel_tiny, k_sel_coop; every
  * thread of the block calls it, ST threads): the reduction's record copied
- * into s_rec (8-byte volatile loads: the mapped pinned buffer or the
- * workspace), from its n_finite (*nf) each quantile's two ranks by the host's
+ * into s_rec (8-byte volatile loads of its copy in the workspace), from its n_finite (*nf) each quantile's two ranks by the host's
  * own function (vgct_quantile_ranks, csrc/vgct_stats.h: the same float64
  * operations), less the ranks the record decides (vgct_rank_known, when
  * A.known) and the repeats, in the order asked, into s_r[0 .. nr) -- written
@@ -1170,6 +1205,27 @@ __device__ int chain_ranks(const TArgs &A, vgct_acc &s_rec, long long *s_all, lo
     s_r[base + __popc(bk & ((1u << lane) - 1u))] = s_all[t];
   }
   return s_wcnt[0] + s_wcnt[1] + s_wcnt[2] + s_wcnt[3];
+}
+
+/* A chained selection's answers (k_sel_tiny, k_sel_coop; one thread): TinyOut
+ * (A.out, in the mapped pinned buffer), then the completion word after a
+ * system-scope fence (CallCtx::wait_signal: the answers are there when the
+ * host sees the word). */
+__device__ void chain_answer(const TArgs &A, unsigned long long total, int nr, int changed, int bad,
+                             int batches, int keyed, int passes) {
+  TinyOut *out = A.out;
+  out->total = total;
+  out->nr = changed ? 0 : nr;
+  out->changed = changed;
+  out->bad = bad;
+  out->batches = batches;
+  out->keyed = keyed;
+  out->passes = passes;
+  out->grid = (int)gridDim.x;
+  if (A.done) {
+    __threadfence_system();
+    *reinterpret_cast<volatile unsigned *>(A.done) = A.seq;
+  }
 }
 
 template <int DA, int DE>
@@ -1223,20 +1279,7 @@ __global__ void __launch_bounds__(ST, 1) k_sel_tiny(const __grid_constant__ TArg
         ++batches;
       }
   }
-  if (t == 0) {
-    out->total = total;
-    out->nr = changed ? 0 : nr;
-    out->changed = changed;
-    out->bad = nr > 0 && m > TINY_CAP;
-    out->batches = batches;
-    out->keyed = nr > 0;
-    out->passes = 0;
-    out->grid = 1;
-    if (A.done) { /* last: the answers above first (CallCtx::wait_signal) */
-      __threadfence_system();
-      *reinterpret_cast<volatile unsigned *>(A.done) = A.seq;
-    }
-  }
+  if (t == 0) chain_answer(A, total, nr, changed, nr > 0 && m > TINY_CAP, batches, nr > 0, 0);
 }
 
 /* ---- a mid-size call's selection: one cooperative launch ------------------
@@ -1250,18 +1293,19 @@ __global__ void __launch_bounds__(ST, 1) k_sel_tiny(const __grid_constant__ TArg
  * resident at once: cudaLaunchCooperativeKernel; cooperative_groups' grid
  * barrier, CUDA C++ Programming Guide, "Grid Synchronization"), each block
  * holding its own pairs' keys in shared memory for the whole selection:
- *   1. block 0 alone reads the record and puts the ranks (chain_ranks,
- *      k_sel_tiny's) into the head, in the workspace.  The record is most
- *      often in mapped host memory, and reading it from every block cost
- *      ~1.1 us a block (132 blocks: +145 us a call, measured 2026-12-04);
- *   2. meanwhile block b keys its chunks [b cpb, (b+1) cpb) into shared
- *      memory (a chunk's slots past its pairs, and a non-finite pair's key,
- *      have bit 63 set and take no part below), and writes the AND, the OR
- *      and the count of its finite keys to its slot; the grid zeroes the
- *      first batch's histograms; barrier;
- *   3. every block reads the ranks from the head (none left: block 0
- *      answers after one more barrier -- an identical pair pays the keying)
- *      and sums the slots: the finite count (another count than the
+ *   1. every block reads the record -- the reduction's copy in the
+ *      workspace (VgChain: reading the mapped host buffer instead cost ~1.1
+ *      us a block, +145 us a call on 132 blocks, measured 2026-12-04) -- and
+ *      takes the ranks (chain_ranks, k_sel_tiny's): the same in every block;
+ *      none left (an identical pair, sparse differences, n_finite 0): no
+ *      barrier, no key; the last block to arrive at the reduction's counter
+ *      answers (2');
+ *   2. else block b keys its chunks [b cpb, (b+1) cpb) into shared memory
+ *      (a chunk's slots past its pairs, and a non-finite pair's key, have
+ *      bit 63 set and take no part below), and writes the AND, the OR and
+ *      the count of its finite keys to its slot; the grid zeroes the first
+ *      batch's histograms; barrier;
+ *   3. every block sums the slots: the finite count (another count than the
  *      record's n_finite: an input changed), and the bits above the highest
  *      and below the lowest in which two finite keys differ (every key's);
  *   4. the ranks SEL_NS at a time, by fin_select's radix selection spread
@@ -1281,9 +1325,9 @@ __global__ void __launch_bounds__(ST, 1) k_sel_tiny(const __grid_constant__ TArg
  * finite keys).  Trade-offs: a grid barrier per 8 bits of the span in which
  * the finite keys differ (bf16 rounding noise: 3 passes at 2^16 pairs, 4 at
  * 2^20); and, as k_sel_tiny, a call whose record answers every rank still
- * pays the launch, here of a grid that keys its pairs, meets twice and exits
- * (+9-12 us on an H200, against +3-7 us for k_sel_tiny's one block:
- * docs/performance.md, 2026-12-04 10:25). */
+ * pays the launch of a grid whose blocks read the record and leave (the
+ * first form keyed every pair and met twice first: +9-12 us on an H200;
+ * docs/performance.md, 2026-12-04). */
 #define COOP_KEYS 16384                  /* keys a block holds (128 KiB) */
 #define COOP_SMEM (COOP_KEYS * 8)
 #define COOP_STATIC 16384                /* its static shared memory, at most (checked) */
@@ -1292,10 +1336,8 @@ __global__ void __launch_bounds__(ST, 1) k_sel_tiny(const __grid_constant__ TArg
 #define COOP_PASSES 8                    /* 8-bit digits of a span of at most 63 bits */
 #define COOP_HIST_WORDS (COOP_PASSES * SEL_NS * 256) /* one batch's histograms (u32) */
 #define WS_COOP_SLOT WS_SEL_HIST         /* COOP_MAX_GRID CoopSlot                 */
-#define WS_COOP_HEAD (WS_SEL_HIST + 24576u) /* CoopHead                               */
 #define WS_COOP_HIST (WS_SEL_HIST + 32768u) /* a batch's COOP_HIST_WORDS, by batch  */
-static_assert(COOP_MAX_GRID * 24 <= 24576, "k_sel_coop's slots below its head");
-static_assert(24576 + 16 + 16 * VGCT_MAX_QUANTILES <= 32768, "k_sel_coop's head below its histograms");
+static_assert(COOP_MAX_GRID * 24 <= 32768, "k_sel_coop's slots below its histograms");
 static_assert(WS_COOP_HIST + (size_t)(2 * VGCT_MAX_QUANTILES / SEL_NS) * COOP_HIST_WORDS * 4u <=
                   WS_SEL_CLEAR_END,
               "k_sel_coop's histograms inside the selection's histogram region");
@@ -1304,18 +1346,12 @@ struct CoopSlot {
   unsigned long long kand, kor, nf; /* a block's finite keys: AND, OR, count */
 };
 
-/* what block 0 publishes to the grid: the record's finite count and the ranks */
-struct CoopHead {
-  long long nf;
-  int nr, pad_;
-  long long rank[2 * VGCT_MAX_QUANTILES];
-};
-
 struct CArgs {
   TArgs t;           /* the chained call's (k_sel_tiny's): iteration, quantiles, record, out */
   int64_t cpb;       /* chunks a block (the last block may have fewer)              */
   CoopSlot *slot;    /* gridDim.x slots                                             */
-  CoopHead *head;
+  unsigned *arrive;  /* the reduction's last-block counter (WS_COUNTER: zero, and
+                        left zero), for a call that selects nothing              */
   unsigned *hist;    /* batches x COOP_HIST_WORDS, zeroed by the kernel             */
 };
 
@@ -1326,8 +1362,9 @@ struct CArgs {
  * counted).  gand, gor: the AND and OR of every block's finite keys; gh:
  * COOP_HIST_WORDS zeroed words, a histogram per pass and position.  Only
  * block 0 (lead) reads the last pass's histogram and writes out; the others
- * return after its barrier. */
-__device__ void coop_select(cg::grid_group &grid, const unsigned long long *s, int kc,
+ * return after its barrier.  Returns the passes (grid barriers) it made: one
+ * per 8 bits of the span in which the keys differ, 0 for one value. */
+__device__ int coop_select(cg::grid_group &grid, const unsigned long long *s, int kc,
                             unsigned long long gand, unsigned long long gor, const long long *pos,
                             int np, unsigned *gh, bool lead, unsigned long long *out) {
   __shared__ unsigned s_h[SEL_NS][256];
@@ -1354,6 +1391,9 @@ __device__ void coop_select(cg::grid_group &grid, const unsigned long long *s, i
     unsigned long long pf[SEL_NS];
 #pragma unroll
     for (int p = 0; p < SEL_NS; ++p) pf[p] = p < np ? s_pfx[p] : 0ull;
+    int row[SEL_NS];
+    const unsigned own = sel_owners(pf, np, above, row); /* positions that count (the same in
+                                                            every block: its rows of gh alone) */
     __syncthreads();
     for (int i0 = 0; i0 < kc; i0 += ST) { /* the same trips in every warp: whole-warp ballots */
       const int i = i0 + t;
@@ -1363,6 +1403,7 @@ __device__ void coop_select(cg::grid_group &grid, const unsigned long long *s, i
 #pragma unroll
       for (int p = 0; p < SEL_NS; ++p) {
         if (p >= np) break;
+        if (!((own >> p) & 1u)) continue;
         const bool hit = fin && ((key ^ pf[p]) & above) == 0ull;
         const unsigned hm = __ballot_sync(0xffffffffu, hit);
         if (hit) {
@@ -1378,10 +1419,11 @@ __device__ void coop_select(cg::grid_group &grid, const unsigned long long *s, i
       if (c) atomicAdd(g + i, c);
     }
     grid.sync();
-    if (k == npass - 1 && !lead) return; /* the answers: block 0's alone */
+    if (k == npass - 1 && !lead) return npass; /* the answers: block 0's alone */
     if (w < np) { /* warp w: position w's digit from the grid's counts, as fin_select */
-      const uint4 v0 = __ldcg(reinterpret_cast<const uint4 *>(g + w * 256 + 8 * lane));
-      const uint4 v1 = __ldcg(reinterpret_cast<const uint4 *>(g + w * 256 + 8 * lane + 4));
+      const int rw = sel_row_of(row, w);
+      const uint4 v0 = __ldcg(reinterpret_cast<const uint4 *>(g + rw * 256 + 8 * lane));
+      const uint4 v1 = __ldcg(reinterpret_cast<const uint4 *>(g + rw * 256 + 8 * lane + 4));
       const unsigned v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
       sel_digit_take(v, lo, &s_pfx[w], &s_rem[w]);
     }
@@ -1389,6 +1431,7 @@ __device__ void coop_select(cg::grid_group &grid, const unsigned long long *s, i
   __syncthreads();
   if (t < np) out[t] = s_pfx[t];
   __syncthreads();
+  return npass;
 }
 
 template <int DA, int DE>
@@ -1404,39 +1447,39 @@ __global__ void __launch_bounds__(ST, 1) k_sel_coop(const __grid_constant__ CArg
   __shared__ unsigned s_nf;
   __shared__ unsigned long long s_gnf;
   const TArgs &A = C.t;
-  cg::grid_group grid = cg::this_grid();
   const int t = (int)threadIdx.x, lane = t & 31;
   const bool lead = blockIdx.x == 0;
-  TinyOut *out = A.out;
-  CoopHead *head = C.head;
   if (t == 0) {
     s_nf = 0u;
     s_and = s_gand = ~0ull;
     s_or = s_gor = 0ull;
     s_gnf = 0ull;
   }
-  __syncthreads(); /* before any warp's atomics on them (racecheck, 2026-12-04: without it a
-                      block's count could lose a warp's keys -- an input-changed error) */
+  /* 1. every block: the record (its copy in the workspace) and the ranks --
+     the same in every block (chain_ranks' first barrier also orders the
+     initialisation above before any warp's atomics on those words) */
+  int64_t nf;
+  const int nr = chain_ranks(A, s_rec, s_all, s_r, s_wcnt, &nf);
   const int64_t c0 = (int64_t)blockIdx.x * C.cpb;
   const int64_t c1 = c0 + C.cpb < A.nchunk ? c0 + C.cpb : A.nchunk;
   const int kc = c1 > c0 ? (int)((c1 - c0) * G::CH) : 0;
   const int bad = C.cpb * G::CH > COOP_KEYS; /* the host's condition (the same in every block) */
-  /* 1. block 0: the record (in mapped host memory, most often: one block's
-     reads, not the grid's) and the ranks, published in the head */
-  if (lead) {
-    int64_t nf;
-    const int nr = chain_ranks(A, s_rec, s_all, s_r, s_wcnt, &nf);
-    __syncthreads(); /* s_r written */
-    if (t < nr) head->rank[t] = s_r[t];
-    if (t == 0) {
-      head->nf = nf;
-      head->nr = nr;
+  if (nr == 0 || bad) {
+    /* 2'. nothing to select (the record answers every rank, n_finite is 0) or
+       no room: the inputs are not read and there is no grid barrier; the last
+       block to arrive -- after every block's reads of the record -- answers
+       and leaves the reduction's counter zero again */
+    if (vg_last_block(C.arrive) && t == 0) {
+      *C.arrive = 0u;
+      chain_answer(A, 0ull, nr, 0, nr > 0, 0, 0, 0);
     }
+    return;
   }
+  cg::grid_group grid = cg::this_grid();
   /* 2. every block: batch 0's histograms zeroed (batch b + 1's during batch b);
      its keys, their AND, OR and count into its slot */
-  if (!bad) {
-    for (int i = (int)blockIdx.x * ST + t; i < COOP_HIST_WORDS; i += (int)gridDim.x * ST) C.hist[i] = 0u;
+  for (int i = (int)blockIdx.x * ST + t; i < COOP_HIST_WORDS; i += (int)gridDim.x * ST) C.hist[i] = 0u;
+  {
     unsigned fc = 0u;
     unsigned long long ka = ~0ull, ko = 0ull;
     sel_key_chunks<DA, DE>(A, c0 + t, c1, ST,
@@ -1470,74 +1513,51 @@ __global__ void __launch_bounds__(ST, 1) k_sel_coop(const __grid_constant__ CArg
       C.slot[blockIdx.x].nf = s_nf;
     }
   }
-  grid.sync(); /* the head, the slots and batch 0's zeroed histograms visible */
-  /* 3. every block: the ranks from the head; the grid's finite count, AND and OR */
-  const int64_t nf = __ldcg(&head->nf);
-  const int nr = __ldcg(&head->nr);
-  if (!lead && t < nr) s_r[t] = __ldcg(&head->rank[t]);
-  int changed = 0, batches = 0, passes = 0;
-  unsigned long long total = 0;
-  if (nr > 0 && !bad) {
-    unsigned long long ga = ~0ull, go = 0ull, gn = 0ull;
-    for (int i = t; i < (int)gridDim.x; i += ST) {
-      ga &= __ldcg(&C.slot[i].kand);
-      go |= __ldcg(&C.slot[i].kor);
-      gn += __ldcg(&C.slot[i].nf);
-    }
+  grid.sync(); /* the slots and batch 0's zeroed histograms visible */
+  /* 3. every block: the grid's finite count, AND and OR from the slots */
+  unsigned long long ga = ~0ull, go = 0ull, gn = 0ull;
+  for (int i = t; i < (int)gridDim.x; i += ST) {
+    ga &= __ldcg(&C.slot[i].kand);
+    go |= __ldcg(&C.slot[i].kor);
+    gn += __ldcg(&C.slot[i].nf);
+  }
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      ga &= __shfl_xor_sync(0xffffffffu, ga, o);
-      go |= __shfl_xor_sync(0xffffffffu, go, o);
-      gn += __shfl_xor_sync(0xffffffffu, gn, o);
-    }
-    if (lane == 0 && gn) {
-      atomicAnd(&s_gand, ga);
-      atomicOr(&s_gor, go);
-      atomicAdd(&s_gnf, gn);
-    }
-    __syncthreads(); /* (also: s_r) */
-    total = s_gnf - (A.plant == 1 ? 1ull : 0ull); /* (a planted fault: an input changed) */
-    changed = total != (unsigned long long)nf;
-    const unsigned long long diff = s_gand ^ s_gor;
-    const int npass = diff ? ((63 - __clzll((long long)diff)) - (__ffsll((long long)diff) - 1)) / 8 + 1 : 0;
-    /* 4. the ranks, SEL_NS at a time (batch b + 1's histograms zeroed before
-       batch b's first barrier, which precedes every add to them) */
-    if (!changed)
-      for (int b = 0; b < nr; b += SEL_NS) {
-        const int np = nr - b < SEL_NS ? nr - b : SEL_NS;
-        unsigned *gh = C.hist + (size_t)(b / SEL_NS) * COOP_HIST_WORDS;
-        if (b + SEL_NS < nr)
-          for (int i = (int)blockIdx.x * ST + t; i < COOP_HIST_WORDS; i += (int)gridDim.x * ST)
-            gh[COOP_HIST_WORDS + i] = 0u;
-        coop_select(grid, coop_sm, kc, s_gand, s_gor, s_r + b, np, gh, lead, s_out);
-        if (lead && t == 0)
-          for (int k = 0; k < np; ++k) {
-            out->rank[b + k] = s_r[b + k];
-            out->key[b + k] = s_out[k];
-          }
-        ++batches;
-        passes += npass;
-      }
-    /* no pass since the slots were read (an input changed, or one value): a
-       barrier, so that block 0 answers after every block's last read */
-    if (changed || npass == 0) grid.sync();
-  } else {
-    grid.sync(); /* (the same: every block has read the head) */
+  for (int o = 16; o > 0; o >>= 1) {
+    ga &= __shfl_xor_sync(0xffffffffu, ga, o);
+    go |= __shfl_xor_sync(0xffffffffu, go, o);
+    gn += __shfl_xor_sync(0xffffffffu, gn, o);
   }
-  if (lead && t == 0) {
-    out->total = total;
-    out->nr = changed ? 0 : nr;
-    out->changed = changed;
-    out->bad = nr > 0 && bad;
-    out->batches = batches;
-    out->keyed = nr > 0 && !bad;
-    out->passes = passes;
-    out->grid = (int)gridDim.x;
-    if (A.done) { /* last: the answers above first (CallCtx::wait_signal) */
-      __threadfence_system();
-      *reinterpret_cast<volatile unsigned *>(A.done) = A.seq;
-    }
+  if (lane == 0 && gn) {
+    atomicAnd(&s_gand, ga);
+    atomicOr(&s_gor, go);
+    atomicAdd(&s_gnf, gn);
   }
+  __syncthreads();
+  const unsigned long long total = s_gnf - (A.plant == 1 ? 1ull : 0ull); /* (a planted fault:
+                                                                           an input changed) */
+  const int changed = total != (unsigned long long)nf;
+  int batches = 0, passes = 0;
+  /* 4. the ranks, SEL_NS at a time (batch b + 1's histograms zeroed before
+     batch b's first barrier, which precedes every add to them) */
+  if (!changed)
+    for (int b = 0; b < nr; b += SEL_NS) {
+      const int np = nr - b < SEL_NS ? nr - b : SEL_NS;
+      unsigned *gh = C.hist + (size_t)(b / SEL_NS) * COOP_HIST_WORDS;
+      if (b + SEL_NS < nr)
+        for (int i = (int)blockIdx.x * ST + t; i < COOP_HIST_WORDS; i += (int)gridDim.x * ST)
+          gh[COOP_HIST_WORDS + i] = 0u;
+      passes += coop_select(grid, coop_sm, kc, s_gand, s_gor, s_r + b, np, gh, lead, s_out);
+      if (lead && t == 0)
+        for (int k = 0; k < np; ++k) {
+          A.out->rank[b + k] = s_r[b + k];
+          A.out->key[b + k] = s_out[k];
+        }
+      ++batches;
+    }
+  /* no pass since the slots were read (an input changed, or one value): a
+     barrier, so that block 0 answers after every block's last read */
+  if (passes == 0) grid.sync();
+  if (lead && t == 0) chain_answer(A, total, nr, changed, 0, batches, 1, passes);
 }
 
 /* ---- the window plan's kernels --------------------------------------------- */
@@ -2248,6 +2268,11 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_tiny_plant = 0;
    (vgct_cuda_test_tiny_plant plants k_sel_coop's count too.) */
 __attribute__((visibility("default"))) long long vgct_cuda_test_coop[2] = {0, 0};
 __attribute__((visibility("default"))) long long vgct_cuda_test_coop_last[3] = {0, 0, 0};
+/* vgct_cuda_test_counter[0] = 1: every vgct_cuda_compare reads the reduction's
+   last-block counter (WS_COUNTER) back after its work into [1] -- zero, unless
+   a kernel that arrived at it (the reduction's blocks, k_sel_coop's with
+   nothing to select) did not leave it so */
+__attribute__((visibility("default"))) long long vgct_cuda_test_counter[2] = {0, -1};
 /* the host round trips (runtime.cu vgct_cuda_test_syncs) the last vgct_cuda_compare made
    before its reduction's launch: 0 since the fused window's way is chosen on the device */
 __attribute__((visibility("default"))) long long vgct_cuda_test_syncs_pre_last = -1;
@@ -3233,7 +3258,7 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
       if (coop_try && coop_plan(ws, m, T.nchunk, vg_chunk_elems(T.it.da, T.it.de), &X.grid, &X.C.cpb) &&
           coop_ready(T.it.da, T.it.de, a->device_id)) {
         X.C.slot = (CoopSlot *)(ws->d_ws + WS_COOP_SLOT);
-        X.C.head = (CoopHead *)(ws->d_ws + WS_COOP_HEAD);
+        X.C.arrive = (unsigned *)(ws->d_ws + WS_COUNTER);
         X.C.hist = (unsigned *)(ws->d_ws + WS_COOP_HIST);
         chain.launch = chain_sel_coop;
         chain.ctx = &X;
@@ -3249,6 +3274,14 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
   rc = vg_reduce_run(cx, a, e, p, out, slices, pre ? &wf : NULL, chain.launch ? &chain : NULL, err,
                      errlen);
   if (rc != VGCT_OK) return rc;
+  if (vgct_cuda_test_counter[0]) { /* test hook: the reduction's last-block counter after the call */
+    unsigned c = 0xffffffffu;
+    if (!cx.check(cudaMemcpyAsync(&c, ws->d_ws + WS_COUNTER, sizeof c, cudaMemcpyDeviceToHost, cx.stream),
+                  "cudaMemcpyAsync (test hook: the counter)") ||
+        !cx.check(cx.sync(), "cudaStreamSynchronize (test hook: the counter)"))
+      return cx.rc;
+    vgct_cuda_test_counter[1] = c;
+  }
   if (chain.launched) { /* the hooks of the selection it replaces */
     for (int i = 0; i < 6; ++i) vgct_cuda_test_sel_last[i] = 0;
     for (int i = 0; i < 7; ++i) vgct_cuda_test_fin_last[i] = 0;

@@ -103,6 +103,13 @@ int vg_prepare(const vgct_view *a, const vgct_view *e, int slice_dim, IterSpec *
 #define VG_SLICE_CHUNK 65536        /* reduce: slices per launch             */
 #define VG_LAUNCH_PAIRS (INT64_C(1) << 32) /* reduce: most pairs per chunked launch */
 
+/* The reduction's words of the workspace (bytes from DevWS.d_ws) that a
+ * kernel chained behind it reads (VgChain; the rest of reduce.cu's layout is
+ * there): its last-block counter, left zero by every launch's last block, and
+ * its result record. */
+#define WS_COUNTER 0
+#define WS_RES 4096
+
 struct DevWS {
   pthread_mutex_t mu;
   int ready;
@@ -174,9 +181,14 @@ struct VgWinFuse;
  * waits once, for that kernel's completion word, instead of for the record
  * and then for the selection.  vg_reduce_run calls launch(ctx, rec, done,
  * seq, stream) after its one launch (and the record's copy, when it has
- * one): rec is the record on the device (the mapped pinned buffer, or the
- * workspace), done/seq the word the kernel writes last (done NULL: the host
- * synchronises the stream instead).  launched (out): 1 when it was called
+ * one): rec is the record in device memory (the workspace's WS_RES: the
+ * reduction's last block writes it there too when the host's copy is the
+ * mapped pinned buffer -- a chained grid's every block reads it, and reads of
+ * mapped host memory cost ~1.1 us a block on an H200), done/seq the word the
+ * kernel writes last (done NULL: the host synchronises the stream instead);
+ * the reduction's last-block counter (WS_COUNTER) is zero when the chained
+ * kernel starts, which may use it and must leave it zero.  launched (out): 1
+ * when it was called
  * and returned cudaSuccess; 0 when it returned
  * cudaErrorCooperativeLaunchTooLarge (nothing queued: the reduction is
  * waited for as without a chain), and when vg_reduce_run did not call it --

@@ -17,7 +17,8 @@ at most 16384 pairs: the selection chained behind the reduction, reading the rec
 buffer or, with slices or the "copied" mode, in the workspace; 64 quantiles with the record's
 answers on), k_sel_coop (calls past 16384 pairs: the selection chained behind the reduction as one
 cooperative grid, each block's keys in its shared memory -- most calls above in their default
-modes; 64 quantiles, three blocks, one value, 2^20 pairs, and from one pair on),
+modes; 64 quantiles, three blocks, one value, 2^20 pairs, nothing left to select, and from one
+pair on),
 k_sel_buf (the levels: a bucket too big for the finish, and every call once more with the finish
 off through its hook vgct_cuda_test_fin; level-0 histogram + compaction above the candidate
 buffer, forced through select.cu's plan hook), k_sel_sample + k_sel_window + the direct finish
@@ -163,19 +164,23 @@ def main():
             print(f"[record, 64 quantiles] {name}: n={s.n} p99={s.quantiles[qs64[62]]:.3e}", flush=True)
         # k_sel_coop: 64 quantiles (up to 16 batches of ranks) with the record's answers on; a
         # grid of three blocks (the cap hook); every |d| one value (no radix pass: the extra
-        # barrier); 2^20 pairs on every SM; hook 2: from one pair on
+        # barrier); 2^20 pairs on every SM; an identical pair and all-NaN pairs (nothing left:
+        # every block reads the record and leaves, the last one answers); hook 2: from one pair on
         coop[0], coop[1] = 0, 0
         big = pair((1 << 20,), torch.bfloat16)
         third = big[1].clone()
         third[::3] = big[0][::3]
         one = torch.full((60_000,), 0.5, device=dev)
+        nan = torch.full((60_000,), float("nan"), device=dev)
         for name, x, y, qs, blocks in (("coop, a third unequal, 64 quantiles", third, big[1], qs64, 0),
                                        ("coop, 2^20 pairs", big[0], big[1], (0.5, 0.99), 0),
+                                       ("coop, identical (nothing left)", big[1], big[1].clone(), (0.5, 0.99), 0),
+                                       ("coop, all NaN (nothing left)", nan, nan, (0.99,), 0),
                                        ("coop, three blocks", a, e, (0.5, 0.99), 3),
                                        ("coop, one value", one, torch.zeros_like(one), (0.5, 0.99), 0)):
             coop[1] = blocks
             s = vgct_ext.compare(x, y, quantiles=qs)
-            print(f"[coop] {name}: n={s.n} q={s.quantiles[qs[-1]]:.3e}", flush=True)
+            print(f"[coop] {name}: n={s.n} q={s.quantiles[qs[-1]]}", flush=True)
         coop[0] = 1  # k_sel_tiny's most keys (by default k_sel_coop past 12288 pairs)
         s = vgct_ext.compare(a9, e9, quantiles=(0.5, 0.99))
         print(f"[tiny, coop off] 16384 pairs: n={s.n} p99={s.quantiles[0.99]:.3e}", flush=True)

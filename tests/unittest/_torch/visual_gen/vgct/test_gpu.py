@@ -2058,12 +2058,15 @@ def _qbits(r):
     return {q: struct.pack("<d", v) for q, v in r.quantiles.items()}  # NaN-safe, -0 != 0
 
 
-def _tiny_three_ways(a, e, quantiles, fin_hooks, oracle=True):
+def _tiny_three_ways(a, e, quantiles, fin_hooks, oracle=True, after_default=None):
     """The default call (checked by check3) and its hooks, then the two other ways: the same
-    quantiles bit for bit, neither taking k_sel_tiny."""
+    quantiles bit for bit, neither taking k_sel_tiny.  after_default(): called right after the
+    default call (to read other hooks before the other ways overwrite them)."""
     fin_hooks.set_default()
     g = check3(a, e, quantiles=quantiles, oracle=oracle)
     last = fin_hooks.last()
+    if after_default is not None:
+        after_default()
     for off in (False, True):
         fin_hooks.set(off=off)
         h = vgct_ext.compare(a, e, quantiles=quantiles)
@@ -2201,39 +2204,6 @@ def _tiny_hooks():
     fin = dict(zip(FIN_LAST, list(fin_last)))
     sel = dict(zip(SEL_LAST, list(_sel_hooks()[1])))
     return fin, sel, list(_known_hooks()[1])
-
-
-@pytest.mark.parametrize("kind", ["identical", "sparse", "zeros_and_noise", "noise_fp32"])
-@pytest.mark.parametrize("nq", [1, 7, 64])
-def test_tiny_selection_ranks_the_record_decides_on_the_device(kind, nq):
-    """With the record's answers on (the default): k_sel_tiny takes each quantile's ranks from the
-    record on the device and drops the ones the record decides (zeros below n_finite - n_unequal,
-    the maximum at n_finite - 1) and the duplicates -- the same ranks the host leaves to it, or
-    the host reports an internal error -- for 1, 7 and VGCT_MAX_QUANTILES = 64 quantiles (128
-    ranks: four warps' ballots, up to 16 batches).  An identical pair leaves it nothing (the inputs
-    not read: 0 batches); values == CPU engine == float64 oracle."""
-    n = 4000
-    if kind == "zeros_and_noise":  # 70% of the pairs equal: the low ranks are zeros
-        a, e = pair((n,), torch.float32, seed=61)
-        a = torch.where(torch.arange(n, device=DEV) % 10 < 7, e, a)
-    else:
-        a, e = _window_case(kind, n, seed=62)
-    qs = {1: (0.99,), 7: (0.0, 0.1, 0.3, 0.5, 0.9, 0.99, 1.0)}.get(nq) or tuple(j / 63 for j in range(64))
-    assert len(qs) == nq
-    g = check3(a, e, quantiles=qs)
-    fin, sel, known = _tiny_hooks()
-    left = known[1]
-    assert known[0] + left == 2 * len(qs), known
-    nf = g.n_finite
-    ranks = _engine_ranks(nf, qs)
-    decided = {r for r in ranks if r < nf - g.n_unequal or r == nf - 1}
-    distinct_left = len(set(ranks) - decided)
-    assert left == sum(r not in decided for r in ranks), (left, known)
-    assert sel["radix_ranks"] == distinct_left, sel
-    assert fin["tiny_batches"] == -(-distinct_left // 8), fin
-    assert sel["radix_plan"] == (3 if distinct_left else 0), sel
-    if kind == "identical":
-        assert distinct_left == 0 and all(v == 0.0 for v in g.quantiles.values())
 
 
 @pytest.mark.parametrize("n", [3000, 200_000])
@@ -2402,12 +2372,14 @@ def coop_hooks():
 
 
 def _coop_three_ways(a, e, quantiles, fin_hooks, coop_hooks, oracle=True):
-    """_tiny_three_ways, and k_sel_coop's hooks of the default call (read before the other ways)."""
-    fin_hooks.set_default()
-    g = check3(a, e, quantiles=quantiles, oracle=oracle)
-    cl, sl = coop_hooks.last(), dict(zip(SEL_LAST, list(_sel_hooks()[1])))
-    _, _ = _tiny_three_ways(a, e, quantiles, fin_hooks, oracle=False)
-    return g, cl, sl
+    """_tiny_three_ways, and k_sel_coop's and the selection's hooks of the default call."""
+    hooks = {}
+
+    def read():
+        hooks["coop"], hooks["sel"] = coop_hooks.last(), dict(zip(SEL_LAST, list(_sel_hooks()[1])))
+
+    g, _ = _tiny_three_ways(a, e, quantiles, fin_hooks, oracle=oracle, after_default=read)
+    return g, hooks["coop"], hooks["sel"]
 
 
 @pytest.mark.parametrize("kind", WINDOW_KINDS)
@@ -2503,26 +2475,85 @@ def test_coop_selection_one_value_and_one_digit(fin_hooks, coop_hooks):
 
 @pytest.mark.parametrize("kind", ["identical", "sparse", "zeros_and_noise", "noise_fp32"])
 @pytest.mark.parametrize("nq", [1, 7, 64])
-def test_coop_selection_ranks_the_record_decides_on_the_device(kind, nq, coop_hooks):
-    """As k_sel_tiny's test, at 100,000 pairs: the ranks k_sel_coop takes from the record on the device
-    are the host's (else an internal error), up to 16 batches; an identical pair leaves it none."""
-    n = 100_000
-    if kind == "zeros_and_noise":
-        a, e = pair((n,), torch.float32, seed=85)
+@pytest.mark.parametrize("n,kernel", [(4000, "tiny"), (100_000, "coop")])
+def test_chained_selection_ranks_the_record_decides_on_the_device(kind, nq, n, kernel, coop_hooks):
+    """With the record's answers on (the default): the chained selection (k_sel_tiny at 4000 pairs,
+    k_sel_coop at 100,000) takes each quantile's ranks from the record on the device and drops the
+    ones the record decides (zeros below n_finite - n_unequal, the maximum at n_finite - 1) and the
+    duplicates -- the same ranks the host leaves to it, or the host reports an internal error --
+    for 1, 7 and VGCT_MAX_QUANTILES = 64 quantiles (128 ranks: four warps' ballots, up to 16
+    batches).  An identical pair leaves it nothing (the inputs not read: 0 batches); values == CPU
+    engine == float64 oracle."""
+    seed = 61 if kernel == "tiny" else 85
+    if kind == "zeros_and_noise":  # 70% of the pairs equal: the low ranks are zeros
+        a, e = pair((n,), torch.float32, seed=seed)
         a = torch.where(torch.arange(n, device=DEV) % 10 < 7, e, a)
     else:
-        a, e = _window_case(kind, n, seed=86)
+        a, e = _window_case(kind, n, seed=seed + 1)
     qs = {1: (0.99,), 7: (0.0, 0.1, 0.3, 0.5, 0.9, 0.99, 1.0)}.get(nq) or tuple(j / 63 for j in range(64))
+    assert len(qs) == nq
     g = check3(a, e, quantiles=qs)
-    _, sel, known = _tiny_hooks()
+    fin, sel, known = _tiny_hooks()
     cl = coop_hooks.last()
+    left = known[1]
+    assert known[0] + left == 2 * len(qs), known
     nf = g.n_finite
     ranks = _engine_ranks(nf, qs)
     decided = {r for r in ranks if r < nf - g.n_unequal or r == nf - 1}
     distinct_left = len(set(ranks) - decided)
-    assert known[1] == sum(r not in decided for r in ranks), known
-    assert sel["radix_ranks"] == distinct_left and cl["batches"] == -(-distinct_left // 8), (sel, cl)
-    assert sel["radix_plan"] == (4 if distinct_left else 0) and cl["grid"] > 1, (sel, cl)
+    assert left == sum(r not in decided for r in ranks), (left, known)
+    assert sel["radix_ranks"] == distinct_left, sel
+    batches = fin["tiny_batches"] if kernel == "tiny" else cl["batches"]
+    assert batches == -(-distinct_left // 8), (fin, cl)
+    plan = 3 if kernel == "tiny" else 4
+    assert sel["radix_plan"] == (plan if distinct_left else 0), sel
+    assert (cl["grid"] > 1) == (kernel == "coop"), cl  # (the grid is reported when nothing is left)
+    if kind == "identical":
+        assert distinct_left == 0 and all(v == 0.0 for v in g.quantiles.values())
+
+
+@pytest.fixture
+def counter_hook():
+    """The reduction's last-block counter read back after every compare (cuda/select.cu
+    vgct_cuda_test_counter): a function returning its last value; the hook off after."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    h = (ctypes.c_longlong * 2).in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_counter")
+    h[0], h[1] = 1, -1
+    yield lambda: h[1]
+    h[0], h[1] = 0, -1
+
+
+@pytest.mark.parametrize("n,blocks", [(16_000, 1), (100_000, 7), (200_000, 0)])
+def test_coop_selection_with_nothing_left_leaves_the_counter_zero(n, blocks, coop_hooks, counter_hook):
+    """A mid-size call whose record answers every rank (an identical pair; every pair NaN: n_finite
+    0): k_sel_coop's blocks read the record and leave -- no key, no grid barrier -- and the last
+    to arrive at the reduction's last-block counter answers and sets it back to zero (read back
+    after every call: 0).  Calls on
+    one, seven and all blocks alternate, three rounds, with calls whose reductions need that
+    counter (many blocks: no quantiles on fresh data each round, a p99 that selects, per-slice
+    statistics): all exact (a counter left at the grid's size makes the next reduction's last
+    block fold before every partial is in: the fresh data's sums differ from the stale ones)."""
+    a, e = _window_case("bf16_rounding", n, seed=87)
+    same = e.clone()
+    nan = torch.full_like(e, float("nan"))
+    coop_hooks.set(blocks=blocks)
+    want_grid = min(blocks, -(-n // 2048))  # COOP_MIN_KEYS pairs a block
+    for rnd in range(3):
+        g = check3(same, e, quantiles=(0.5, 0.99))
+        cl, sel = coop_hooks.last(), _tiny_hooks()[1]
+        assert cl["passes"] == cl["batches"] == 0 and sel["radix_plan"] == 0, (cl, sel)
+        assert cl["grid"] == want_grid if blocks else cl["grid"] > 1, cl
+        assert g.quantiles[0.99] == 0.0 and g.n_unequal == 0 and counter_hook() == 0
+        check3(*pair((1 << 20,), torch.float32, seed=88 + rnd), quantiles=())
+        g = check3(nan, nan, quantiles=(0.99,))
+        assert g.n_finite == 0 and g.quantiles[0.99] is None and counter_hook() == 0, g
+        g = check3(a, e, quantiles=(0.5, 0.99))
+        cl, sel = coop_hooks.last(), _tiny_hooks()[1]
+        assert cl["batches"] == 1 and sel["radix_plan"] == 4, (cl, sel)
+        check3(a.view(-1, 500), e.view(-1, 500), quantiles=(), dim=0)
 
 
 # ---- issue #13: the small-input reduce (VG_MODE_LEAN) against the fast path ------------------
