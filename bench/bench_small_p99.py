@@ -4,8 +4,8 @@ For each n in --sizes (log2 of the pairs) and each data shape, the median host w
 Python call to the result) of:
   none      compare(a, e, quantiles=None): the reduction alone;
   p99       compare(a, e): the default quantiles=(0.99,) -- the selection chained behind the
-            reduction, one host wait (cuda/select.cu: up to TINY_CAP = 16384 pairs k_sel_tiny,
-            one block; past it k_sel_coop, one cooperative grid);
+            reduction, one host wait (cuda/select.cu: up to TINY_PREFER = 12288 pairs
+            k_sel_tiny, one block; past it k_sel_coop, one cooperative grid);
   coop      the same call with k_sel_coop from one pair on (its test hook vgct_cuda_test_coop =
             2): k_sel_coop against k_sel_tiny where both can run (the same as p99 above 2^14);
   finish    the same call through the level-0 histogram and the one-block finish after it (the

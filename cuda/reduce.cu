@@ -19,8 +19,9 @@
  * (integer counter, vg_last_block) folds the partials in block order and
  * writes the result record (a whole-tensor
  * launch: straight into the mapped pinned host buffer, so the host reads it
- * after the stream's synchronisation with no copy launched; with slices: the
- * workspace, copied back).  No floating-point
+ * after the stream's synchronisation with no copy launched, and into the
+ * workspace too when a kernel chained behind it reads it there, VgChain;
+ * with slices: the workspace, copied back).  No floating-point
  * atomics and a fixed element->thread->block assignment: bitwise repeatable.
  * Per-slice accumulators come from vgct_slice_from_acc (vgct_stats.h): a
  * block (row mode) or a thread (column mode) only ever sees one slice, and
@@ -1488,7 +1489,7 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_signal = 0;
 }
 
 /* workspace layout (bytes from d_ws) */
-/* (WS_COUNTER 0, WS_RES 4096: vgct_cuda_internal.cuh, read by the chained kernels) */
+/* (WS_COUNTER 0, WS_RES 4096: vgct_cuda_internal.cuh, used by the chained kernels) */
 #define WS_GATE 16 /* 3 words: the grid's shared gate thresholds */
 #define WS_SRES (WS_RES + 256)
 #define WS_PART (WS_SRES + (size_t)VG_SLICE_CHUNK * sizeof(vgct_slice_acc) + 256)

@@ -195,7 +195,7 @@ namespace cg = cooperative_groups;
                               path's SelState, 1 the sample's, 2..6 the
                               window selections', 7 the window pass's WinState
      [WS_SEL_HIST, CLEAR_END) 5 levels x SEL_BINS x u64 histograms; k_sel_coop's
-                              slots, head and per-pass histograms (WS_COOP_*:
+                              slots and per-pass histograms (WS_COOP_*:
                               a chained call's, after its reduction, no plan live)
      [WS_SEL_CAND, +12 MiB)   the candidate buffer (SEL_CAP keys): the radix
                               path's candidates or stored keys; in the window
@@ -748,9 +748,10 @@ __device__ __forceinline__ void sel_digit_take(const unsigned *v, int lo, unsign
 }
 
 /* coop_select's positions of one radix pass whose prefixes agree above its
- * digit count the same keys -- a quantile's two ranks are adjacent and share
- * their prefix in every pass but, at most, the last -- so only the first of
- * them counts the keys, and the others take their digit from its counts
+ * digit count the same keys -- a quantile's two ranks are adjacent, and
+ * share their prefix up to the pass whose digit tells them apart (most
+ * often the last, or none: one key value) -- so only the first of them
+ * counts the keys, and the others take their digit from its counts
  * (ncu, 2026-12-04: k_sel_coop's first pass, where every key is under the
  * prefix, spent ~half its stall samples waiting for __match_any_sync,
  * issued once per key and position).  sel_owners: bit p set when p < np is
@@ -1086,8 +1087,8 @@ __global__ void __launch_bounds__(ST, 1) k_sel_fin(const __grid_constant__ FinAr
  * between the record and the selection, no launch after it (the previous
  * form waited for the record, then launched a store-only data pass, a direct
  * k_sel_fin and the state's copy, and synchronised again).  What it does:
- *   1. the reduction's record (on the device: the mapped pinned buffer, or
- *      the workspace) into shared memory; from its n_finite every quantile's
+ *   1. the reduction's record (its copy in the workspace: VgChain) into
+ *      shared memory; from its n_finite every quantile's
  *      two ranks (vgct_quantile_ranks: the host's function, the same float64
  *      operations), less the ranks the record decides (vgct_rank_known;
  *      TArgs.known 0: none, the tests' hook) and the duplicates, in the
@@ -1166,9 +1167,9 @@ __device__ __forceinline__ void sel_key_chunks(const TArgs &A, int64_t c0, int64
 
 /* The ranks a chained selection answers (k_sel_tiny, k_sel_coop; every
  * thread of the block calls it, ST threads): the reduction's record copied
- * into s_rec (8-byte volatile loads of its copy in the workspace), from its n_finite (*nf) each quantile's two ranks by the host's
- * own function (vgct_quantile_ranks, csrc/vgct_stats.h: the same float64
- * operations), less the ranks the record decides (vgct_rank_known, when
+ * into s_rec (8-byte volatile loads of its copy in the workspace), from
+ * its n_finite (*nf) each quantile's two ranks by the host's own function
+ * (vgct_quantile_ranks, csrc/vgct_stats.h: the same float64 operations), less the ranks the record decides (vgct_rank_known, when
  * A.known) and the repeats, in the order asked, into s_r[0 .. nr) -- written
  * by their threads, read after the caller's next barrier.  Returns nr, the
  * same in every thread (0 when n_finite is 0). */
@@ -1297,9 +1298,9 @@ __global__ void __launch_bounds__(ST, 1) k_sel_tiny(const __grid_constant__ TArg
  *      workspace (VgChain: reading the mapped host buffer instead cost ~1.1
  *      us a block, +145 us a call on 132 blocks, measured 2026-12-04) -- and
  *      takes the ranks (chain_ranks, k_sel_tiny's): the same in every block;
- *      none left (an identical pair, sparse differences, n_finite 0): no
+ *   2'. none left (an identical pair, sparse differences, n_finite 0): no
  *      barrier, no key; the last block to arrive at the reduction's counter
- *      answers (2');
+ *      answers and sets it back to zero;
  *   2. else block b keys its chunks [b cpb, (b+1) cpb) into shared memory
  *      (a chunk's slots past its pairs, and a non-finite pair's key, have
  *      bit 63 set and take no part below), and writes the AND, the OR and
@@ -1311,23 +1312,26 @@ __global__ void __launch_bounds__(ST, 1) k_sel_tiny(const __grid_constant__ TArg
  *   4. the ranks SEL_NS at a time, by fin_select's radix selection spread
  *      over the grid (coop_select): per 8-bit digit, each block counts its
  *      keys under each rank's prefix in shared memory (a warp's equal
- *      digits added once: __match_any_sync, so ties do not contend), adds
- *      the counts to the pass's global histogram, barrier, and every block
+ *      digits added once: __match_any_sync, so ties do not contend; ranks
+ *      whose prefixes agree counted once: sel_owners), adds the counts to
+ *      the pass's global histogram, barrier, and every block
  *      reads the 256 totals and takes the same digit -- the same prefix in
  *      every block, without another round trip; after the last digit the
  *      prefix is the key.
- * Block 0 writes TinyOut and the completion word after a barrier that
- * follows every block's last read of the workspace and the record (the
- * others leave after the last pass's barrier without reading its
- * histogram), so the next call, on any stream, may reuse them once the host
- * has read the word.  Exact and deterministic: counts only, the same
- * answers as fin_select over all the keys (the order statistics of the
- * finite keys).  Trade-offs: a grid barrier per 8 bits of the span in which
+ * When it selects, block 0 writes TinyOut and the completion word after a
+ * barrier that follows every block's last read of the workspace and the
+ * record (the others leave after the last pass's barrier without reading
+ * its histogram); with nothing to select (2'), the last block to arrive at
+ * the counter, after every block's read of the record.  Either way the next
+ * call, on any stream, may reuse them once the host has read the word.
+ * Exact and deterministic: counts only, the same answers as fin_select over
+ * all the keys (the order statistics of the finite keys).  Trade-offs: a grid barrier per 8 bits of the span in which
  * the finite keys differ (bf16 rounding noise: 3 passes at 2^16 pairs, 4 at
  * 2^20); and, as k_sel_tiny, a call whose record answers every rank still
- * pays the launch of a grid whose blocks read the record and leave (the
- * first form keyed every pair and met twice first: +9-12 us on an H200;
- * docs/performance.md, 2026-12-04). */
+ * pays the launch of a grid whose blocks read the record and leave: +5 us
+ * over the call without quantiles at 2^16-2^20 on an H200 (the first form
+ * keyed every pair and met twice first: +10-13 us; docs/performance.md,
+ * 2026-12-04 13:35). */
 #define COOP_KEYS 16384                  /* keys a block holds (128 KiB) */
 #define COOP_SMEM (COOP_KEYS * 8)
 #define COOP_STATIC 16384                /* its static shared memory, at most (checked) */
@@ -2269,9 +2273,10 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_tiny_plant = 0;
 __attribute__((visibility("default"))) long long vgct_cuda_test_coop[2] = {0, 0};
 __attribute__((visibility("default"))) long long vgct_cuda_test_coop_last[3] = {0, 0, 0};
 /* vgct_cuda_test_counter[0] = 1: every vgct_cuda_compare reads the reduction's
-   last-block counter (WS_COUNTER) back after its work into [1] -- zero, unless
-   a kernel that arrived at it (the reduction's blocks, k_sel_coop's with
-   nothing to select) did not leave it so */
+   last-block counter (WS_COUNTER) back into [1] right after its reduction and
+   chained kernel (before any selection plan after the record; not on an
+   error) -- zero, unless a kernel that arrived at it (the reduction's blocks,
+   k_sel_coop's with nothing to select) did not leave it so */
 __attribute__((visibility("default"))) long long vgct_cuda_test_counter[2] = {0, -1};
 /* the host round trips (runtime.cu vgct_cuda_test_syncs) the last vgct_cuda_compare made
    before its reduction's launch: 0 since the fused window's way is chosen on the device */

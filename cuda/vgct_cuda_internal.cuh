@@ -188,8 +188,7 @@ struct VgWinFuse;
  * kernel writes last (done NULL: the host synchronises the stream instead);
  * the reduction's last-block counter (WS_COUNTER) is zero when the chained
  * kernel starts, which may use it and must leave it zero.  launched (out): 1
- * when it was called
- * and returned cudaSuccess; 0 when it returned
+ * when it was called and returned cudaSuccess; 0 when it returned
  * cudaErrorCooperativeLaunchTooLarge (nothing queued: the reduction is
  * waited for as without a chain), and when vg_reduce_run did not call it --
  * it chains only a call of one launch whose record and slices end below

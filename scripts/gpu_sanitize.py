@@ -13,9 +13,8 @@ once more with the result record copied back from the device instead of written 
 pinned buffer, vgct_cuda_test_mapped),
 k_sel_data + k_sel_fin (in-place keys for small n, the one-block finish: ties and the selection;
 at most 16384 pairs too, through the finish's hook vgct_cuda_test_fin = 2), k_sel_tiny (calls of
-at most 16384 pairs: the selection chained behind the reduction, reading the record in the mapped
-buffer or, with slices or the "copied" mode, in the workspace; 64 quantiles with the record's
-answers on), k_sel_coop (calls past 16384 pairs: the selection chained behind the reduction as one
+at most 12288 pairs by default, 16384 with k_sel_coop off: the selection chained behind the
+reduction, reading the record's copy in the workspace; 64 quantiles with the record's answers on), k_sel_coop (calls past 12288 pairs: the selection chained behind the reduction as one
 cooperative grid, each block's keys in its shared memory -- most calls above in their default
 modes; 64 quantiles, three blocks, one value, 2^20 pairs, nothing left to select, and from one
 pair on),

@@ -2528,14 +2528,15 @@ def counter_hook():
 
 @pytest.mark.parametrize("n,blocks", [(16_000, 1), (100_000, 7), (200_000, 0)])
 def test_coop_selection_with_nothing_left_leaves_the_counter_zero(n, blocks, coop_hooks, counter_hook):
-    """A mid-size call whose record answers every rank (an identical pair; every pair NaN: n_finite
-    0): k_sel_coop's blocks read the record and leave -- no key, no grid barrier -- and the last
-    to arrive at the reduction's last-block counter answers and sets it back to zero (read back
-    after every call: 0).  Calls on
-    one, seven and all blocks alternate, three rounds, with calls whose reductions need that
-    counter (many blocks: no quantiles on fresh data each round, a p99 that selects, per-slice
-    statistics): all exact (a counter left at the grid's size makes the next reduction's last
-    block fold before every partial is in: the fresh data's sums differ from the stale ones)."""
+    """A mid-size call whose record answers every rank: k_sel_coop's blocks read the record and
+    leave -- no key, no grid barrier -- and the last to arrive at the reduction's last-block
+    counter answers and sets it back to zero.  On 1, 7 and all blocks (the cap hook), three
+    rounds of: an identical pair (its answer and hooks checked), a reduction on fresh data (many
+    blocks), every pair NaN (n_finite 0: the host reads no answer then, so only the word and the
+    counter show the kernel ran and left), a p99 that selects, per-slice statistics (column mode
+    on two blocks) -- all exact, and the counter read back as zero after every call (a counter
+    left at the grid's size would make a later reduction's last block fold before every partial
+    is in, most often unseen in the results: the read-back is the check)."""
     a, e = _window_case("bf16_rounding", n, seed=87)
     same = e.clone()
     nan = torch.full_like(e, float("nan"))
@@ -2548,12 +2549,14 @@ def test_coop_selection_with_nothing_left_leaves_the_counter_zero(n, blocks, coo
         assert cl["grid"] == want_grid if blocks else cl["grid"] > 1, cl
         assert g.quantiles[0.99] == 0.0 and g.n_unequal == 0 and counter_hook() == 0
         check3(*pair((1 << 20,), torch.float32, seed=88 + rnd), quantiles=())
+        assert counter_hook() == 0
         g = check3(nan, nan, quantiles=(0.99,))
         assert g.n_finite == 0 and g.quantiles[0.99] is None and counter_hook() == 0, g
         g = check3(a, e, quantiles=(0.5, 0.99))
         cl, sel = coop_hooks.last(), _tiny_hooks()[1]
-        assert cl["batches"] == 1 and sel["radix_plan"] == 4, (cl, sel)
-        check3(a.view(-1, 500), e.view(-1, 500), quantiles=(), dim=0)
+        assert cl["batches"] == 1 and sel["radix_plan"] == 4 and counter_hook() == 0, (cl, sel)
+        check3(a.view(-1, 500), e.view(-1, 500), quantiles=(), dim=1)  # 500 slices: 2 blocks
+        assert counter_hook() == 0
 
 
 # ---- issue #13: the small-input reduce (VG_MODE_LEAN) against the fast path ------------------
