@@ -1317,7 +1317,9 @@ __global__ void __launch_bounds__(ST, 1) k_sel_tiny(const __grid_constant__ TArg
  *      the pass's global histogram, barrier, and every block
  *      reads the 256 totals and takes the same digit -- the same prefix in
  *      every block, without another round trip; after the last digit the
- *      prefix is the key.
+ *      prefix is the key.  In the last batch of ranks, each warp keeps only
+ *      the keys still under a prefix for the next pass (in place, in the
+ *      slots it has read: coop_select's compact).
  * When it selects, block 0 writes TinyOut and the completion word after a
  * barrier that follows every block's last read of the workspace and the
  * record (the others leave after the last pass's barrier without reading
@@ -1367,10 +1369,22 @@ struct CArgs {
  * COOP_HIST_WORDS zeroed words, a histogram per pass and position.  Only
  * block 0 (lead) reads the last pass's histogram and writes out; the others
  * return after its barrier.  Returns the passes (grid barriers) it made: one
- * per 8 bits of the span in which the keys differ, 0 for one value. */
-__device__ int coop_select(cg::grid_group &grid, const unsigned long long *s, int kc,
+ * per 8 bits of the span in which the keys differ, 0 for one value.
+ * compact (the caller's last batch: the keys are not read again): from the
+ * second pass on, each warp writes the keys still under some position's
+ * prefix to the front of its own slots (COOP_SLOT: the slots it reads, in
+ * the order it reads them), and the next pass reads only those.  A warp's
+ * writes land in slots it has already read (a pass keeps at most the keys it
+ * read), so the keys change in place.  Why: past the first passes few keys
+ * are under a prefix, and each pass read them all (ncu, 2^20 float32 pairs,
+ * six passes: the counting loop was ~60% of the kernel's instructions, two
+ * thirds of its trips without a key under the prefix;
+ * docs/performance.md, 2026-12-04 14:50 UTC). */
+#define COOP_SLOT(j, w, lane) ((j) * ST + ((w) << 5) + (lane)) /* a warp's j-th trip's slot */
+__device__ int coop_select(cg::grid_group &grid, unsigned long long *s, int kc,
                             unsigned long long gand, unsigned long long gor, const long long *pos,
-                            int np, unsigned *gh, bool lead, unsigned long long *out) {
+                            int np, unsigned *gh, bool lead, unsigned long long *out,
+                            bool compact) {
   __shared__ unsigned s_h[SEL_NS][256];
   __shared__ unsigned long long s_pfx[SEL_NS];
   __shared__ long long s_rem[SEL_NS];
@@ -1386,6 +1400,9 @@ __device__ int coop_select(cg::grid_group &grid, const unsigned long long *s, in
     s_pfx[t] = gand & ~span;
     s_rem[t] = pos[t];
   }
+  const int kt = (kc + ST - 1) / ST; /* trips a warp over the whole slots */
+  int len = -1; /* the warp's list of keys still under a prefix (from the second
+                   pass on when compact; -1: every slot, i < kc) */
   for (int k = 0; k < npass; ++k, hi -= 8) {
     const int lo = hi - 7 > lowb ? hi - 7 : lowb;
     const unsigned dmask = (2u << (hi - lo)) - 1u;
@@ -1399,23 +1416,40 @@ __device__ int coop_select(cg::grid_group &grid, const unsigned long long *s, in
     const unsigned own = sel_owners(pf, np, above, row); /* positions that count (the same in
                                                             every block: its rows of gh alone) */
     __syncthreads();
-    for (int i0 = 0; i0 < kc; i0 += ST) { /* the same trips in every warp: whole-warp ballots */
-      const int i = i0 + t;
-      const unsigned long long key = i < kc ? s[i] : KEY_NONE;
+    const bool cw = compact && k > 0 && k < npass - 1; /* this pass writes the warp's list */
+    const int nt = len < 0 ? kt : (len + 31) >> 5;
+    int nlen = 0;
+    for (int j = 0; j < nt; ++j) { /* a warp's trips: whole-warp ballots */
+      const int i = COOP_SLOT(j, w, lane);
+      const bool in = len < 0 ? i < kc : (j << 5) + lane < len;
+      const unsigned long long key = in ? s[i] : KEY_NONE;
       const bool fin = !(key >> 63);
       const unsigned dg = (unsigned)(key >> lo) & dmask;
+      bool any = false; /* under some position's prefix (its owner's) */
 #pragma unroll
       for (int p = 0; p < SEL_NS; ++p) {
         if (p >= np) break;
         if (!((own >> p) & 1u)) continue;
         const bool hit = fin && ((key ^ pf[p]) & above) == 0ull;
+        any = any || hit;
         const unsigned hm = __ballot_sync(0xffffffffu, hit);
         if (hit) {
           const unsigned peers = __match_any_sync(hm, dg);
           if (lane == __ffs(peers) - 1) atomicAdd(&s_h[p][dg], (unsigned)__popc(peers));
         }
       }
+      if (cw) { /* the keys kept, in order, to list positions nlen.. (<= 32 j + 31:
+                   slots of this trip or earlier ones, every one read already) */
+        const unsigned km = __ballot_sync(0xffffffffu, any);
+        __syncwarp(); /* every lane's read of this trip's slot before any write */
+        if (any) {
+          const int d = nlen + __popc(km & ((1u << lane) - 1u));
+          s[COOP_SLOT(d >> 5, w, d & 31)] = key;
+        }
+        nlen += __popc(km);
+      }
     }
+    if (cw) len = nlen;
     __syncthreads();
     unsigned *g = gh + (size_t)k * SEL_NS * 256;
     for (int i = t; i < np * 256; i += ST) {
@@ -1550,7 +1584,8 @@ __global__ void __launch_bounds__(ST, 1) k_sel_coop(const __grid_constant__ CArg
       if (b + SEL_NS < nr)
         for (int i = (int)blockIdx.x * ST + t; i < COOP_HIST_WORDS; i += (int)gridDim.x * ST)
           gh[COOP_HIST_WORDS + i] = 0u;
-      passes += coop_select(grid, coop_sm, kc, s_gand, s_gor, s_r + b, np, gh, lead, s_out);
+      passes += coop_select(grid, coop_sm, kc, s_gand, s_gor, s_r + b, np, gh, lead, s_out,
+                            b + SEL_NS >= nr);
       if (lead && t == 0)
         for (int k = 0; k < np; ++k) {
           A.out->rank[b + k] = s_r[b + k];
