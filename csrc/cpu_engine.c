@@ -62,8 +62,9 @@
  *             partial (NLANE lanes of vgct_slice_update at S_e, S_d, merged in
  *             lane order -- equal to the tile's own sums); otherwise each pair
  *             goes to its slice with vgct_slice_update in iteration order.
- *  windows    The exact quantiles of compare(), n >= 2^18 (vgct_cpu_presel):
- *             a sample of n/256 pairs predicts a key window around the
+ *  windows    The exact quantiles of compare(), n >= 2^13 (vgct_cpu_presel):
+ *             a sample of n/256 pairs (at least 2^14 -- n/16, at least 1024,
+ *             below 2^18 pairs) predicts a key window around the
  *             quantiles' ranks and the tie values in it; the REDUCTION's pass
  *             counts the keys below the window and equal to its edges and tie
  *             values, and stores the other keys inside (bounded); the select
@@ -87,7 +88,7 @@
  * results (<= 2^14), slice blocks (<= 8 x slices), the candidate buffer
  * (<= 2^20 keys, <= n), the windows' stored keys (<= 2^22 in all) and the
  * sample (<= 2^18 keys).  A known n_finite that fits the candidate buffer
- * (n < 2^18, no window) is finished by one pass gathering every key.  Failures return VGCT_ENOMEM / VGCT_EVALUE with a message
+ * (n < 2^13, or no window) is finished by one pass gathering every key.  Failures return VGCT_ENOMEM / VGCT_EVALUE with a message
  * (every allocation failure is exercised by the engine tests).
  */
 #define _POSIX_C_SOURCE 200809L

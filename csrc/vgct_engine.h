@@ -147,7 +147,7 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
  * count, vgct_rank_known, and selects only what that leaves), or when memory
  * is short.  Free with
  * vgct_cpu_presel_free (NULL is fine).  No GIL needed; reads the inputs. */
-#define VGCT_PRESEL_MIN_N ((int64_t)1 << 18)
+#define VGCT_PRESEL_MIN_N ((int64_t)1 << 13) /* 8192 pairs (docs/metrics.md) */
 #define VGCT_PRESEL_MAX_KEYS ((int64_t)1 << 22) /* 32 MiB */
 struct vgct_cpu_presel;
 struct vgct_cpu_presel *vgct_cpu_presel_new(const vgct_view *a, const vgct_view *e,

@@ -432,6 +432,36 @@ def test_select_windows_exact_every_rank_near_the_quantiles(engine, kind, qs):
             assert engine.last_select_passes == 0, kind
 
 
+@pytest.mark.parametrize("n", [(1 << 13) - 1, 1 << 13, (1 << 14) + 5, (1 << 16) + 1, (1 << 18) - 1])
+@pytest.mark.parametrize("kind", ["fp32", "bf16_vs_bf16", "cauchy", "identical", "clustered"])
+def test_select_windows_from_8192_pairs(engine, kind, n):
+    """Windows from VGCT_PRESEL_MIN_N = 2^13 pairs on, from a sample of n/16 pairs (at least 1024)
+    below 2^18: the p50's and p99's ranks come off the windows with no selection pass; none below
+    8192 pairs; an identical pair none (the sample's zeros: the record answers); an error in one
+    run of 4% of the pairs (off by 1e-2), which the evenly spaced sample may miss (then the radix
+    passes finish) -- every rank, and compare()'s quantiles, the float64 oracle's."""
+    rng = np.random.default_rng(23)
+    if kind == "clustered":
+        a, e = _window_data("fp32", n, rng)
+        lo, k = n // 64, n // 25
+        a[lo:lo + k] += rng.standard_normal(k).astype(np.float32) * np.float32(1e-2)
+    else:
+        a, e = _window_data(kind, n, rng)
+    keys = _sorted_finite_absdiff(a, e)
+    m = keys.size
+    qs = [0.5, 0.99]
+    want = sorted({r for q in qs for r in (int(q * (m - 1)), min(int(q * (m - 1)) + 1, m - 1))})
+    ps, acc, got = _windows_select(engine, a, e, qs, want + [0, m - 1], 2)
+    assert acc.n_finite == m
+    assert got.tobytes() == keys[want + [0, m - 1]].tobytes()
+    assert bool(ps) == (n >= 1 << 13 and kind != "identical"), (kind, n)
+    if ps and kind != "clustered":
+        _, _, got = _windows_select(engine, a, e, qs, want, 1)
+        assert got.tobytes() == keys[want].tobytes()
+        assert engine.last_select_passes == 0, (kind, n)
+    assert vgct_ext.compare(a, e, quantiles=qs).quantiles == {q: float(np.quantile(keys, q)) for q in qs}
+
+
 @pytest.mark.parametrize("level", [0, 1, 2], ids=["sse2", "avx2", "avx512"])
 @pytest.mark.parametrize("kind", ["fp32", "bf16_vs_fp32", "cauchy", "offset", "wide", "subnormal",
                                   "bf16_vs_bf16", "caching", "caching3", "three_values"])
@@ -549,10 +579,11 @@ def test_select_windows_missed_fall_back_exactly(engine):
 
 def _presel_sampled(n):
     """Boolean mask of the elements vgct_cpu_presel_new's sample reads for a flat contiguous pair
-    of n elements (csrc/cpu_select.inc): K = n/256 keys within [2^14, 2^18], ntiles = K / 512,
-    tiles of 512 at b = 0, step, 2 step, ... (step = ceil(n / 512) // ntiles), ntiles + 1 of them."""
+    of n elements (csrc/cpu_select.inc): K = n/256 keys within [min(max(n/16, 1024), 2^14), 2^18],
+    ntiles = K / 512, tiles of 512 at b = 0, step, 2 step, ... (step = ceil(n / 512) // ntiles),
+    ntiles + 1 of them."""
     tile = 512
-    want = min(max(n // 256, 1 << 14), 1 << 18)
+    want = min(max(n // 256, min(max(n // 16, 1024), 1 << 14)), 1 << 18)
     ntiles, nblk = want // tile, -(-n // tile)
     step = max(nblk // ntiles, 1)
     mask = np.zeros(n, dtype=bool)
@@ -662,7 +693,7 @@ def test_select_windows_torn_input_detected(engine):
 
 
 def test_select_windows_small_inputs_and_no_windows(engine):
-    """No windows below VGCT_PRESEL_MIN_N (2^18) or without quantiles; a known n_finite that
+    """No windows below VGCT_PRESEL_MIN_N (2^13) or without quantiles; a known n_finite that
     fits the candidate buffer is finished by ONE gathering pass."""
     rng = np.random.default_rng(7)
     a, e = _window_data("fp32", 1000, rng)
