@@ -88,8 +88,9 @@
  * results (<= 2^14), slice blocks (<= 8 x slices), the candidate buffer
  * (<= 2^20 keys, <= n), the windows' stored keys (<= 2^22 in all) and the
  * sample (<= 2^18 keys).  A known n_finite that fits the candidate buffer
- * (n < 2^13, or no window) is finished by one pass gathering every key.  Failures return VGCT_ENOMEM / VGCT_EVALUE with a message
- * (every allocation failure is exercised by the engine tests).
+ * (n < 2^13, or no window) is finished by one pass gathering every key.
+ * Failures return VGCT_ENOMEM / VGCT_EVALUE with a message (every
+ * allocation failure is exercised by the engine tests).
  */
 #define _POSIX_C_SOURCE 200809L
 #if defined(__clang__)

@@ -1169,7 +1169,8 @@ __device__ __forceinline__ void sel_key_chunks(const TArgs &A, int64_t c0, int64
  * thread of the block calls it, ST threads): the reduction's record copied
  * into s_rec (8-byte volatile loads of its copy in the workspace), from
  * its n_finite (*nf) each quantile's two ranks by the host's own function
- * (vgct_quantile_ranks, csrc/vgct_stats.h: the same float64 operations), less the ranks the record decides (vgct_rank_known, when
+ * (vgct_quantile_ranks, csrc/vgct_stats.h: the same float64 operations),
+ * less the ranks the record decides (vgct_rank_known, when
  * A.known) and the repeats, in the order asked, into s_r[0 .. nr) -- written
  * by their threads, read after the caller's next barrier.  Returns nr, the
  * same in every thread (0 when n_finite is 0). */
@@ -1327,7 +1328,8 @@ __global__ void __launch_bounds__(ST, 1) k_sel_tiny(const __grid_constant__ TArg
  * the counter, after every block's read of the record.  Either way the next
  * call, on any stream, may reuse them once the host has read the word.
  * Exact and deterministic: counts only, the same answers as fin_select over
- * all the keys (the order statistics of the finite keys).  Trade-offs: a grid barrier per 8 bits of the span in which
+ * all the keys (the order statistics of the finite keys).  Trade-offs: a
+ * grid barrier per 8 bits of the span in which
  * the finite keys differ (bf16 rounding noise: 3 passes at 2^16 pairs, 4 at
  * 2^20); and, as k_sel_tiny, a call whose record answers every rank still
  * pays the launch of a grid whose blocks read the record and leave: +5 us

@@ -14,7 +14,8 @@ pinned buffer, vgct_cuda_test_mapped),
 k_sel_data + k_sel_fin (in-place keys for small n, the one-block finish: ties and the selection;
 at most 16384 pairs too, through the finish's hook vgct_cuda_test_fin = 2), k_sel_tiny (calls of
 at most 12288 pairs by default, 16384 with k_sel_coop off: the selection chained behind the
-reduction, reading the record's copy in the workspace; 64 quantiles with the record's answers on), k_sel_coop (calls past 12288 pairs: the selection chained behind the reduction as one
+reduction, reading the record's copy in the workspace; 64 quantiles with the record's answers
+on), k_sel_coop (calls past 12288 pairs: the selection chained behind the reduction as one
 cooperative grid, each block's keys in its shared memory -- most calls above in their default
 modes; 64 quantiles, three blocks, one value, 2^20 pairs, nothing left to select, and from one
 pair on),
@@ -173,7 +174,8 @@ def main():
         nan = torch.full((60_000,), float("nan"), device=dev)
         for name, x, y, qs, blocks in (("coop, a third unequal, 64 quantiles", third, big[1], qs64, 0),
                                        ("coop, 2^20 pairs", big[0], big[1], (0.5, 0.99), 0),
-                                       ("coop, identical (nothing left)", big[1], big[1].clone(), (0.5, 0.99), 0),
+                                       ("coop, identical (nothing left)", big[1], big[1].clone(),
+                                        (0.5, 0.99), 0),
                                        ("coop, all NaN (nothing left)", nan, nan, (0.99,), 0),
                                        ("coop, three blocks", a, e, (0.5, 0.99), 3),
                                        ("coop, one value", one, torch.zeros_like(one), (0.5, 0.99), 0)):
