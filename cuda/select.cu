@@ -754,34 +754,28 @@ __device__ __forceinline__ void sel_digit_take(const unsigned *v, int lo, unsign
  * counts the keys, and the others take their digit from its counts
  * (ncu, 2026-12-04: k_sel_coop's first pass, where every key is under the
  * prefix, spent ~half its stall samples waiting for __match_any_sync,
- * issued once per key and position).  sel_owners: bit p set when p < np is
- * the first position with its prefix; row[p]: that first position, for
- * every p (pf: the prefixes at the pass's start, in registers).  (The same
- * in fin_select measured 2-5 us slower on k_sel_tiny's 2^13-pair calls --
- * one block, plain shared atomics: not taken there.) */
-__device__ __forceinline__ unsigned sel_owners(const unsigned long long (&pf)[SEL_NS], int np,
-                                               unsigned long long above, int (&row)[SEL_NS]) {
-  unsigned own = 0u;
-#pragma unroll
-  for (int p = 0; p < SEL_NS; ++p) {
-    int r = p;
-#pragma unroll
-    for (int q = p - 1; q >= 0; --q)
-      if (((pf[q] ^ pf[p]) & above) == 0ull) r = q;
-    row[p] = r;
-    own |= (p < np && r == p ? 1u : 0u) << p;
+ * issued once per key and position).  sel_owners, by one warp (every lane
+ * calls it; lane p for position p, its prefix against the earlier
+ * positions'): *own, bit p set when p < np is the first position with its
+ * prefix; row[p] for p < np: that first position (pfx: the prefixes at the
+ * pass's start, in shared memory, as own and row).  One warp decides it a
+ * pass and the block reads it after a barrier: every thread deciding it
+ * from its own registers (8 x 8 unrolled 64-bit compares) was 14% of
+ * k_sel_coop's instructions at 2^20 bf16 pairs (ncu, docs/performance.md,
+ * 2026-12-04 16:25 UTC).  (The same in fin_select measured slower on
+ * k_sel_tiny's calls -- one block, plain shared atomics: not taken there.) */
+__device__ __forceinline__ void sel_owners(const unsigned long long *pfx, int np,
+                                           unsigned long long above, int *row, unsigned *own) {
+  const int lane = (int)(threadIdx.x & 31);
+  int r = lane;
+  if (lane < np) {
+    const unsigned long long mine = pfx[lane];
+    for (int q = lane - 1; q >= 0; --q)
+      if (((pfx[q] ^ mine) & above) == 0ull) r = q;
+    row[lane] = r;
   }
-  return own;
-}
-
-/* row[w] for a warp index w < SEL_NS (static indices: the array stays in
- * registers) */
-__device__ __forceinline__ int sel_row_of(const int (&row)[SEL_NS], int w) {
-  int r = 0;
-#pragma unroll
-  for (int p = 0; p < SEL_NS; ++p)
-    if (p == w) r = row[p];
-  return r;
+  const unsigned ob = __ballot_sync(0xffffffffu, lane < np && r == lane);
+  if (lane == 0) *own = ob;
 }
 
 /* The order statistics of c keys by the block (every thread calls it, after
@@ -858,12 +852,23 @@ __device__ void fin_select(const unsigned long long *s, int c, const long long *
     const unsigned long long above = hi < 63 ? ~0ull << (hi + 1) : 0ull;
     __syncthreads(); /* the previous pass's scans done (and its prefixes written) */
     for (int i = t; i < np * 256; i += ST) (&s_hist[0][0])[i] = 0u;
+    /* the prefixes in registers for the pass: read from shared memory inside the
+       loop, each key's compare reloaded them after every shared add (which may
+       alias them) -- 23-27% of k_sel_tiny's instructions, 10-17% of its time
+       (ncu at base clocks, 8192 and 12288 pairs; docs/performance.md,
+       2026-12-04 16:25 UTC) */
+    unsigned long long pf[SEL_NS];
+#pragma unroll
+    for (int p = 0; p < SEL_NS; ++p) pf[p] = p < np ? s_pfx[p] : 0ull;
     __syncthreads();
     for (int i = t; i < c; i += ST) {
       const unsigned long long k = s[i];
       const unsigned dg = (unsigned)(k >> lo) & dmask;
-      for (int p = 0; p < np; ++p)
-        if (((k ^ s_pfx[p]) & above) == 0ull) atomicAdd(&s_hist[p][dg], 1u);
+#pragma unroll
+      for (int p = 0; p < SEL_NS; ++p) {
+        if (p >= np) break;
+        if (((k ^ pf[p]) & above) == 0ull) atomicAdd(&s_hist[p][dg], 1u);
+      }
     }
     __syncthreads();
     if (w < np) { /* warp w: position w's digit; lane l holds values 8 l .. 8 l + 7 */
@@ -1390,6 +1395,8 @@ __device__ int coop_select(cg::grid_group &grid, unsigned long long *s, int kc,
   __shared__ unsigned s_h[SEL_NS][256];
   __shared__ unsigned long long s_pfx[SEL_NS];
   __shared__ long long s_rem[SEL_NS];
+  __shared__ int s_row[SEL_NS];
+  __shared__ unsigned s_own;
   const int t = (int)threadIdx.x, lane = t & 31, w = t >> 5;
   const unsigned long long diff = gand ^ gor;
   int hi = diff ? 63 - __clzll((long long)diff) : -1;
@@ -1411,13 +1418,13 @@ __device__ int coop_select(cg::grid_group &grid, unsigned long long *s, int kc,
     const unsigned long long above = hi < 63 ? ~0ull << (hi + 1) : 0ull;
     __syncthreads(); /* the previous pass's prefixes written */
     for (int i = t; i < np * 256; i += ST) (&s_h[0][0])[i] = 0u;
+    if (w == 0) sel_owners(s_pfx, np, above, s_row, &s_own);
     unsigned long long pf[SEL_NS];
 #pragma unroll
     for (int p = 0; p < SEL_NS; ++p) pf[p] = p < np ? s_pfx[p] : 0ull;
-    int row[SEL_NS];
-    const unsigned own = sel_owners(pf, np, above, row); /* positions that count (the same in
-                                                            every block: its rows of gh alone) */
     __syncthreads();
+    const unsigned own = s_own; /* positions that count (the same in every block: its
+                                   rows of gh alone) */
     const bool cw = compact && k > 0 && k < npass - 1; /* this pass writes the warp's list */
     const int nt = len < 0 ? kt : (len + 31) >> 5;
     int nlen = 0;
@@ -1461,7 +1468,7 @@ __device__ int coop_select(cg::grid_group &grid, unsigned long long *s, int kc,
     grid.sync();
     if (k == npass - 1 && !lead) return npass; /* the answers: block 0's alone */
     if (w < np) { /* warp w: position w's digit from the grid's counts, as fin_select */
-      const int rw = sel_row_of(row, w);
+      const int rw = s_row[w];
       const uint4 v0 = __ldcg(reinterpret_cast<const uint4 *>(g + rw * 256 + 8 * lane));
       const uint4 v1 = __ldcg(reinterpret_cast<const uint4 *>(g + rw * 256 + 8 * lane + 4));
       const unsigned v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};

@@ -109,10 +109,16 @@ def _repeat(*args, plant=None, device="cpu", timeout=300):
     """gpu_repeat_check.py's result (stdout, stderr, status); in its own process group, killed
     whole (its workers too) if it runs past `timeout` s."""
     pytest.importorskip("torch")
+    import vgct_ext
     env = dict(os.environ)
     env.pop("VGCT_REPEAT_PLANT", None)
     if plant is not None:
         env["VGCT_REPEAT_PLANT"] = str(plant)
+    # the script's workers import the vgct_ext this test imported (an in-place build of a
+    # checkout is not on their path otherwise: their sys.path[0] is scripts/)
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(vgct_ext.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [pkg_root] + [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x])
     p = subprocess.Popen([sys.executable, str(REPEAT), "--device", device, *args], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
