@@ -105,20 +105,26 @@ def test_bad_arguments_are_refused(tmp_path, args):
 REPEAT = Path(__file__).resolve().parents[5] / "scripts" / "gpu_repeat_check.py"
 
 
+def _repeat_env() -> dict:
+    """The environment of a gpu_repeat_check.py run: this one, without a planted fault, with the
+    folder of the vgct_ext these tests imported first on PYTHONPATH -- the script's workers
+    import that one (an in-place build of a checkout is not on their path otherwise: their
+    sys.path[0] is scripts/), never another installed copy."""
+    import vgct_ext
+    env = {k: v for k, v in os.environ.items() if k != "VGCT_REPEAT_PLANT"}
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(vgct_ext.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [pkg_root] + [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x])
+    return env
+
+
 def _repeat(*args, plant=None, device="cpu", timeout=300):
     """gpu_repeat_check.py's result (stdout, stderr, status); in its own process group, killed
     whole (its workers too) if it runs past `timeout` s."""
     pytest.importorskip("torch")
-    import vgct_ext
-    env = dict(os.environ)
-    env.pop("VGCT_REPEAT_PLANT", None)
+    env = _repeat_env()
     if plant is not None:
         env["VGCT_REPEAT_PLANT"] = str(plant)
-    # the script's workers import the vgct_ext this test imported (an in-place build of a
-    # checkout is not on their path otherwise: their sys.path[0] is scripts/)
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(vgct_ext.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(
-        [pkg_root] + [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x])
     p = subprocess.Popen([sys.executable, str(REPEAT), "--device", device, *args], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
@@ -218,7 +224,7 @@ def test_an_interrupted_check_leaves_no_worker_running():
     too narrow to hit from outside."""
     pytest.importorskip("torch")
     mark = uuid.uuid4().hex
-    env = {k: v for k, v in os.environ.items() if k != "VGCT_REPEAT_PLANT"}
+    env = _repeat_env()
     env["VGCT_STRESS_TEST_MARK"] = mark
     p = subprocess.Popen([sys.executable, str(REPEAT), "--device", "cpu", "--procs", "2",
                           "--calls", "3", "--fresh", "40", "--log2n", "21"], env=env, text=True,
