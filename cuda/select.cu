@@ -1416,7 +1416,7 @@ __device__ int coop_select(cg::grid_group &grid, unsigned long long *s, int kc,
     const int lo = hi - 7 > lowb ? hi - 7 : lowb;
     const unsigned dmask = (2u << (hi - lo)) - 1u;
     const unsigned long long above = hi < 63 ? ~0ull << (hi + 1) : 0ull;
-    __syncthreads(); /* the previous pass's prefixes written */
+    __syncthreads(); /* the previous pass's prefixes written and its rows read */
     for (int i = t; i < np * 256; i += ST) (&s_h[0][0])[i] = 0u;
     if (w == 0) sel_owners(s_pfx, np, above, s_row, &s_own);
     unsigned long long pf[SEL_NS];
