@@ -854,7 +854,7 @@ __device__ void fin_select(const unsigned long long *s, int c, const long long *
     for (int i = t; i < np * 256; i += ST) (&s_hist[0][0])[i] = 0u;
     /* the prefixes in registers for the pass: read from shared memory inside the
        loop, each key's compare reloaded them after every shared add (which may
-       alias them) -- 23-27% of k_sel_tiny's instructions, 10-17% of its time
+       alias them) -- 18-27% of k_sel_tiny's instructions, 10-17% of its time
        (ncu at base clocks, 8192 and 12288 pairs; docs/performance.md,
        2026-12-04 16:25 UTC) */
     unsigned long long pf[SEL_NS];
