@@ -17,11 +17,12 @@
  *    a. k_sel_sample: K = n/256 keys (clamped to [2^14, 2^20]) from runs of
  *       WIN_RUN consecutive chunks evenly spaced over the iteration (fixed by
  *       the shape: deterministic), into the candidate buffer.
- *    b. k_sel_buf level 0, k_sel_fin and k_sel_buf levels 1-4 (which return
- *       at once when the finish answered) over the sample: its exact order
+ *    b. k_sel_cbuf, one cooperative grid over the sample's keys (where the
+ *       device runs it; else k_sel_buf level 0, k_sel_fin and k_sel_buf levels
+ *       1-4, which return at once when the finish answered): its exact order
  *       statistics at the
- *       windows' sample ranks, which the level-0 scan computes on the device
- *       from the sample's finite count ns (no host round trip): for the ranks
+ *       windows' sample ranks, which it computes on the device from the
+ *       sample's finite count ns (no host round trip): for the ranks
  *       of a window, at fraction ph of the n_finite keys, sample ranks
  *       floor(ph (ns-1) - mg) .. ceil(ph (ns-1) + 1 + mg), mg = z sqrt(ns ph
  *       (1-ph)) + 16 + ns/2048 (the CPU engine's margin; z = 6 sigmas, fewer,
@@ -39,7 +40,8 @@
  *    d. On the host: a rank r with lt <= r < lt + eql is lo, one past the
  *       stored keys (up to + eqh) is hi, one in between is rank r - lt - eql
  *       of the window's stored keys: one k_sel_fin block selecting in that region
- *       when it holds at most FIN_CAP keys, else k_sel_buf levels 0 and 1
+ *       when it holds at most FIN_CAP keys, else k_sel_cbuf over it (where
+ *       the device runs it), else k_sel_buf levels 0 and 1
  *       over it, k_sel_fin over the rank's level-1 bucket, and levels 2-4 --
  *       which return at once when the finish answered (up to NSLOT_WSEL
  *       batches of SEL_NS ranks before one host round trip).  The
@@ -128,6 +130,21 @@
  *                      small n) by one pass.
  *   k_sel_tiny         a small call's whole selection in one block, chained
  *                      behind the reduction (2' above).
+ *   k_sel_cbuf         the window plan's buffers (its sample; a region past
+ *                      FIN_CAP keys) selected by one cooperative grid,
+ *                      coop_select over keys loaded from the buffer into each
+ *                      block's shared memory: one launch and a grid barrier
+ *                      per 8-bit digit instead of five histogram levels of
+ *                      up to 32768 bins, each cleared, flushed and scanned
+ *                      by a last block (~60 us of device time each for
+ *                      the 16K-key sample and a p99 region at 2^22 pairs;
+ *                      the call's wall 0.68-0.87x with it at 2^21-2^24,
+ *                      docs/performance.md 2026-12-04 17:50 UTC);
+ *                      needs a cooperative device and at most one block of
+ *                      COOP_KEYS keys per SM (2.16M keys on 132 SMs: every
+ *                      sample and region, which hold at most SEL_CAP keys;
+ *                      a smaller device, or one that refuses the grid,
+ *                      takes the levels).
  *   k_sel_coop         a mid-size call's whole selection in one cooperative
  *                      grid, chained behind the reduction (2'' above).
  *   k_sel_window       the window pass: 3 compares per key and window in
@@ -196,7 +213,12 @@ namespace cg = cooperative_groups;
                               window selections', 7 the window pass's WinState
      [WS_SEL_HIST, CLEAR_END) 5 levels x SEL_BINS x u64 histograms; k_sel_coop's
                               slots and per-pass histograms (WS_COOP_*:
-                              a chained call's, after its reduction, no plan live)
+                              a chained call's, after its reduction, no plan
+                              live), and k_sel_cbuf's (the same words, inside
+                              a live window plan: the sample's selection, a
+                              region's; stream-ordered with the levels and
+                              the reduction's partials, each of which writes
+                              before it reads or clears first)
      [WS_SEL_CAND, +12 MiB)   the candidate buffer (SEL_CAP keys): the radix
                               path's candidates or stored keys; in the window
                               plan first the sample's keys, then the windows'
@@ -233,9 +255,10 @@ namespace cg = cooperative_groups;
 /* ---- the window plan's constants ----------------------------------------
  * SEL_WIN_MIN: the window plan from this many pairs on; below it the store-
  * all plan (every key stored by the data pass, then the finish).  The window
- * plan costs a fixed ~9 launches (the sample, its level 0, the finish and four
- * levels that return at once when it answered, the window pass, one selection in a
- * window's few thousand stored keys) and 2 host round trips on top of its one
+ * plan costs a fixed ~4 launches (the sample, its selection by one
+ * cooperative grid -- ~9 without it: its level 0, the finish and four levels
+ * that return at once when it answered --, the window pass, one selection in a
+ * window's stored keys) and 2 host round trips on top of its one
  * read of the inputs; store-all costs 1 round trip, an 8-byte store and a
  * read back a key.  Measured on an H200 (2026-12-01, bf16, p99,
  * VGCT_CUDA_TRACE, before the finish): at 2^20 pairs the window plan took
@@ -401,7 +424,7 @@ __device__ void hist_end(HistCtx &h, unsigned long long *gh) {
 /* The sample passes' rank of slot s (window s/2's low end when s is even, its
  * high end when odd) among the sample's ns finite keys: the CPU engine's
  * margin (csrc/cpu_select.inc, vgct_cpu_presel_new) with wz sigmas. */
-template <class AT> /* KArgs or BArgs */
+template <class AT> /* KArgs, BArgs or CBArgs */
 __device__ long long sel_sample_rank(const AT &A, int s, unsigned long long ns) {
   if (ns == 0) return 0; /* no finite key in the sample: the scan marks it bad */
   const double n = (double)ns, ph = A.wph[s];
@@ -1481,6 +1504,68 @@ __device__ int coop_select(cg::grid_group &grid, unsigned long long *s, int kc,
   return npass;
 }
 
+/* The grid's summary of its finite keys for coop_select, from each thread's
+ * count fc, AND ka and OR ko of the finite keys it loaded (bit 63 clear):
+ * the block's into its slot, one grid barrier (which also orders whatever
+ * the grid wrote before it: the keys in shared memory, zeroed histograms),
+ * then the grid's from every slot.  Every thread of every block calls it,
+ * once a kernel; *gand, *gor, *gnf are the same in every thread (~0, 0, 0
+ * when no key is finite).  k_sel_coop's and k_sel_cbuf's. */
+__device__ void coop_grid_keys(cg::grid_group &grid, CoopSlot *slot, unsigned fc,
+                               unsigned long long ka, unsigned long long ko,
+                               unsigned long long *gand, unsigned long long *gor,
+                               unsigned long long *gnf) {
+  __shared__ unsigned long long s_and, s_or, s_gand, s_gor, s_gnf;
+  __shared__ unsigned s_nf;
+  const int t = (int)threadIdx.x, lane = t & 31;
+  if (t == 0) {
+    s_nf = 0u;
+    s_and = s_gand = ~0ull;
+    s_or = s_gor = 0ull;
+    s_gnf = 0ull;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    fc += __shfl_xor_sync(0xffffffffu, fc, o);
+    ka &= __shfl_xor_sync(0xffffffffu, ka, o);
+    ko |= __shfl_xor_sync(0xffffffffu, ko, o);
+  }
+  __syncthreads(); /* the initialisation before any warp's atomics */
+  if (lane == 0 && fc) {
+    atomicAdd(&s_nf, fc);
+    atomicAnd(&s_and, ka);
+    atomicOr(&s_or, ko);
+  }
+  __syncthreads();
+  if (t == 0) {
+    slot[blockIdx.x].kand = s_and;
+    slot[blockIdx.x].kor = s_or;
+    slot[blockIdx.x].nf = s_nf;
+  }
+  grid.sync(); /* every slot (and what the grid wrote before) visible */
+  unsigned long long ga = ~0ull, go = 0ull, gn = 0ull;
+  for (int i = t; i < (int)gridDim.x; i += ST) {
+    ga &= __ldcg(&slot[i].kand);
+    go |= __ldcg(&slot[i].kor);
+    gn += __ldcg(&slot[i].nf);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    ga &= __shfl_xor_sync(0xffffffffu, ga, o);
+    go |= __shfl_xor_sync(0xffffffffu, go, o);
+    gn += __shfl_xor_sync(0xffffffffu, gn, o);
+  }
+  if (lane == 0 && gn) {
+    atomicAnd(&s_gand, ga);
+    atomicOr(&s_gor, go);
+    atomicAdd(&s_gnf, gn);
+  }
+  __syncthreads();
+  *gand = s_gand;
+  *gor = s_gor;
+  *gnf = s_gnf;
+}
+
 template <int DA, int DE>
 __global__ void __launch_bounds__(ST, 1) k_sel_coop(const __grid_constant__ CArgs C) {
   typedef vg_chunk<DA, DE> G;
@@ -1490,21 +1575,11 @@ __global__ void __launch_bounds__(ST, 1) k_sel_coop(const __grid_constant__ CArg
   __shared__ long long s_all[2 * VGCT_MAX_QUANTILES], s_r[2 * VGCT_MAX_QUANTILES];
   __shared__ unsigned long long s_out[SEL_NS];
   __shared__ int s_wcnt[4];
-  __shared__ unsigned long long s_and, s_or, s_gand, s_gor;
-  __shared__ unsigned s_nf;
-  __shared__ unsigned long long s_gnf;
   const TArgs &A = C.t;
-  const int t = (int)threadIdx.x, lane = t & 31;
+  const int t = (int)threadIdx.x;
   const bool lead = blockIdx.x == 0;
-  if (t == 0) {
-    s_nf = 0u;
-    s_and = s_gand = ~0ull;
-    s_or = s_gor = 0ull;
-    s_gnf = 0ull;
-  }
   /* 1. every block: the record (its copy in the workspace) and the ranks --
-     the same in every block (chain_ranks' first barrier also orders the
-     initialisation above before any warp's atomics on those words) */
+     the same in every block */
   int64_t nf;
   const int nr = chain_ranks(A, s_rec, s_all, s_r, s_wcnt, &nf);
   const int64_t c0 = (int64_t)blockIdx.x * C.cpb;
@@ -1524,8 +1599,11 @@ __global__ void __launch_bounds__(ST, 1) k_sel_coop(const __grid_constant__ CArg
   }
   cg::grid_group grid = cg::this_grid();
   /* 2. every block: batch 0's histograms zeroed (batch b + 1's during batch b);
-     its keys, their AND, OR and count into its slot */
+     its keys, their AND, OR and count into its slot; 3. the grid's finite
+     count, AND and OR (coop_grid_keys: its barrier also makes the zeroed
+     histograms visible) */
   for (int i = (int)blockIdx.x * ST + t; i < COOP_HIST_WORDS; i += (int)gridDim.x * ST) C.hist[i] = 0u;
+  unsigned long long gand, gor, gnf;
   {
     unsigned fc = 0u;
     unsigned long long ka = ~0ull, ko = 0ull;
@@ -1542,45 +1620,9 @@ __global__ void __launch_bounds__(ST, 1) k_sel_coop(const __grid_constant__ CArg
                                }
                              }
                            });
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      fc += __shfl_xor_sync(0xffffffffu, fc, o);
-      ka &= __shfl_xor_sync(0xffffffffu, ka, o);
-      ko |= __shfl_xor_sync(0xffffffffu, ko, o);
-    }
-    if (lane == 0 && fc) {
-      atomicAdd(&s_nf, fc);
-      atomicAnd(&s_and, ka);
-      atomicOr(&s_or, ko);
-    }
-    __syncthreads();
-    if (t == 0) {
-      C.slot[blockIdx.x].kand = s_and;
-      C.slot[blockIdx.x].kor = s_or;
-      C.slot[blockIdx.x].nf = s_nf;
-    }
+    coop_grid_keys(grid, C.slot, fc, ka, ko, &gand, &gor, &gnf);
   }
-  grid.sync(); /* the slots and batch 0's zeroed histograms visible */
-  /* 3. every block: the grid's finite count, AND and OR from the slots */
-  unsigned long long ga = ~0ull, go = 0ull, gn = 0ull;
-  for (int i = t; i < (int)gridDim.x; i += ST) {
-    ga &= __ldcg(&C.slot[i].kand);
-    go |= __ldcg(&C.slot[i].kor);
-    gn += __ldcg(&C.slot[i].nf);
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    ga &= __shfl_xor_sync(0xffffffffu, ga, o);
-    go |= __shfl_xor_sync(0xffffffffu, go, o);
-    gn += __shfl_xor_sync(0xffffffffu, gn, o);
-  }
-  if (lane == 0 && gn) {
-    atomicAnd(&s_gand, ga);
-    atomicOr(&s_gor, go);
-    atomicAdd(&s_gnf, gn);
-  }
-  __syncthreads();
-  const unsigned long long total = s_gnf - (A.plant == 1 ? 1ull : 0ull); /* (a planted fault:
+  const unsigned long long total = gnf - (A.plant == 1 ? 1ull : 0ull); /* (a planted fault:
                                                                            an input changed) */
   const int changed = total != (unsigned long long)nf;
   int batches = 0, passes = 0;
@@ -1593,7 +1635,7 @@ __global__ void __launch_bounds__(ST, 1) k_sel_coop(const __grid_constant__ CArg
       if (b + SEL_NS < nr)
         for (int i = (int)blockIdx.x * ST + t; i < COOP_HIST_WORDS; i += (int)gridDim.x * ST)
           gh[COOP_HIST_WORDS + i] = 0u;
-      passes += coop_select(grid, coop_sm, kc, s_gand, s_gor, s_r + b, np, gh, lead, s_out,
+      passes += coop_select(grid, coop_sm, kc, gand, gor, s_r + b, np, gh, lead, s_out,
                             b + SEL_NS >= nr);
       if (lead && t == 0)
         for (int k = 0; k < np; ++k) {
@@ -1606,6 +1648,101 @@ __global__ void __launch_bounds__(ST, 1) k_sel_coop(const __grid_constant__ CArg
      barrier, so that block 0 answers after every block's last read */
   if (passes == 0) grid.sync();
   if (lead && t == 0) chain_answer(A, total, nr, changed, 0, batches, 1, passes);
+}
+
+/* k_sel_cbuf: coop_select over a buffer of keys -- the window plan's
+ * sample (its order statistics at the windows' sample ranks) and a window's
+ * stored keys past FIN_CAP -- in place of the histogram levels and the
+ * finish after them (one launch, no histogram of 32768 bins to clear and
+ * scan: at 2^22 bf16 pairs those were ~61 us of device time for the
+ * 16384-key sample and ~63 us for a p99 window's region, ~50K keys; ncu,
+ * docs/performance.md, 2026-12-04 17:50 UTC).  A cooperative grid of kpb
+ * keys a block, at least COOP_MIN_KEYS, one block an SM at most (the last
+ * block fewer): each block loads its keys into shared memory with their
+ * AND, OR and finite count (a key with bit 63 set is not a finite pair's:
+ * not counted, sorts above every finite key), the grid's totals after one
+ * barrier, then the ranks -- sample: from the sample's finite count
+ * (sel_sample_rank, as the level-0 scan computes them); else rank0 -- and
+ * coop_select.  Writes the SelState the way the levels and the finish leave
+ * it: total, prefix[s] = the key of slot s, srank[s] (the sample's ranks),
+ * fin = 1 (the levels after it would return at once); bad = 1 and no
+ * selection when a rank is not below the finite count (no finite key).
+ * Returns at once when the sample's levels are skipped (SelState::skip,
+ * win_early).  Leaves its slots and histograms (the selection's histogram
+ * region: WS_COOP_SLOT, WS_COOP_HIST) dirty, the counters and FinState as
+ * they were.  Exact: counts only, deterministic, the same order statistics
+ * as the levels (the tests compare both ways). */
+struct CBArgs {
+  const unsigned long long *cand;
+  long long nbuf;   /* keys in the buffer                                      */
+  int kpb;          /* keys a block, at most COOP_KEYS                         */
+  int ns, sample;   /* ranks (1..SEL_NS); 1: the sample's (wph, wz, wshift)   */
+  long long rank0[SEL_NS];
+  double wph[SEL_NS];
+  double wz;
+  long long wshift;
+  SelState *st;
+  CoopSlot *slot;   /* gridDim.x slots                                         */
+  unsigned *hist;   /* COOP_HIST_WORDS, zeroed by the kernel                   */
+};
+
+__global__ void __launch_bounds__(ST, 1) k_sel_cbuf(const __grid_constant__ CBArgs A) {
+  extern __shared__ __align__(16) unsigned long long cb_sm[]; /* kpb keys */
+  __shared__ unsigned long long s_out[SEL_NS];
+  __shared__ long long s_r[SEL_NS];
+  SelState *st = A.st;
+  if (st->skip) return; /* (the same in every block) */
+  const int t = (int)threadIdx.x;
+  const bool lead = blockIdx.x == 0;
+  cg::grid_group grid = cg::this_grid();
+  for (int i = (int)blockIdx.x * ST + t; i < COOP_HIST_WORDS; i += (int)gridDim.x * ST) A.hist[i] = 0u;
+  const long long k0 = (long long)blockIdx.x * A.kpb;
+  const long long k1 = k0 + A.kpb < A.nbuf ? k0 + A.kpb : A.nbuf;
+  const int kc = k1 > k0 ? (int)(k1 - k0) : 0;
+  unsigned long long gand, gor, total;
+  {
+    unsigned fc = 0u;
+    unsigned long long ka = ~0ull, ko = 0ull;
+    for (int i = t; i < kc; i += ST) {
+      const unsigned long long k = __ldcg(A.cand + k0 + i);
+      cb_sm[i] = k;
+      if (!(k >> 63)) {
+        ++fc;
+        ka &= k;
+        ko |= k;
+      }
+    }
+    coop_grid_keys(grid, A.slot, fc, ka, ko, &gand, &gor, &total); /* the same in every block */
+  }
+  const int ns = A.ns;
+  bool ok = ns >= 1 && ns <= SEL_NS;
+  for (int q = 0; q < SEL_NS && q < ns; ++q) {
+    const long long r = A.sample ? sel_sample_rank(A, q, total) : A.rank0[q];
+    ok = ok && r >= 0 && (unsigned long long)r < total;
+    if (t == q) s_r[q] = r;
+  }
+  __syncthreads();
+  if (!ok) { /* no selection (the same in every block: no barrier follows) */
+    if (lead && t == 0) {
+      st->total = total;
+      for (int q = 0; q < ns && q < SEL_NS; ++q) st->srank[q] = s_r[q];
+      st->bad = 1;
+    }
+    return;
+  }
+  coop_select(grid, cb_sm, kc, gand, gor, s_r, ns, A.hist, lead, s_out, true);
+  if (lead && t == 0) { /* every field the host and win_bounds read */
+    st->total = total;
+    for (int q = 0; q < ns; ++q) {
+      st->prefix[q] = s_out[q];
+      st->rank[q] = 0;
+      st->srank[q] = s_r[q];
+    }
+    st->fin_ties = 0;
+    st->fin_selected = ns;
+    st->bad = 0;
+    st->fin = 1;
+  }
 }
 
 /* ---- the window plan's kernels --------------------------------------------- */
@@ -1691,7 +1828,7 @@ struct SArgs {
  * a key) and window 0's sample ranks as the level pass computes them
  * (sel_sample_rank) -- before the levels, which the verdict needs none of:
  * before 2026-12-02 k_win_count took it after them.  On a record verdict the
- * sample's levels, k_sel_fin and k_win_count return at once
+ * sample's levels, k_sel_fin, k_sel_cbuf and k_win_count return at once
  * (SelState::skip; the reduction runs without the window: WinState::mode);
  * when the record does not answer after all, the host runs the levels again
  * (win_resume) before the window plan's own pass. */
@@ -2189,6 +2326,79 @@ static cudaError_t launch_sel_coop(const CArgs &C, int grid, cudaStream_t s) {
                                      dim3(ST), args, bytes, s);
 }
 
+extern "C" long long vgct_cuda_test_cbuf, vgct_cuda_test_fin; /* the hooks, below */
+
+/* k_sel_cbuf's readiness on a device (once per device, as coop_ready_t). */
+static bool cbuf_ready(int dev) {
+  static signed char state[64];
+  if (dev < 0 || dev >= 64) return false;
+  if (state[dev]) return state[dev] > 0;
+  bool ok = false;
+  cudaFuncAttributes fa;
+  int nb = 0;
+  if (cudaFuncGetAttributes(&fa, k_sel_cbuf) == cudaSuccess && fa.sharedSizeBytes <= COOP_STATIC &&
+      cudaFuncSetAttribute(k_sel_cbuf, cudaFuncAttributeMaxDynamicSharedMemorySize, COOP_SMEM) ==
+          cudaSuccess &&
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_sel_cbuf, ST, COOP_SMEM) == cudaSuccess)
+    ok = nb >= 1;
+  (void)cudaGetLastError();
+  state[dev] = ok ? 1 : -1;
+  return ok;
+}
+
+/* k_sel_cbuf over A's buffer (A.cand, nbuf keys, A.st) at A.ns ranks (A.rank0,
+ * or the sample's: A.sample, A.wph, A.wz, A.wshift), when it can run: the
+ * hooks leave it on (vgct_cuda_test_cbuf != 1, and the finish's knob at its
+ * default: its tests keep the levels and the finish), a cooperative device
+ * with COOP_SMEM of shared memory a block, and at most one block of COOP_KEYS
+ * keys per SM (cbuf_can), and the device takes the grid when it is launched
+ * (a refused cooperative launch, cudaErrorCooperativeLaunchTooLarge, is not
+ * an error).  *ran: whether it was launched (else nothing was, and the caller
+ * takes the levels). */
+static bool cbuf_can(const DevWS *ws, int dev, long long nbuf, int ns) {
+  return vgct_cuda_test_cbuf != 1 && vgct_cuda_test_fin == 0 && ws->coop && nbuf >= 1 &&
+         ns >= 1 && ns <= SEL_NS && ws->smem_optin >= (size_t)COOP_SMEM + COOP_STATIC &&
+         nbuf <= (long long)ws->sms * COOP_KEYS && cbuf_ready(dev);
+}
+
+static cudaError_t launch_sel_cbuf(DevWS *ws, int dev, const KArgs &A, long long nbuf,
+                                   cudaStream_t s, bool *ran) {
+  *ran = false;
+  if (!cbuf_can(ws, dev, nbuf, A.ns)) return cudaSuccess;
+  long long kpb = (nbuf + ws->sms - 1) / ws->sms;
+  if (kpb < COOP_MIN_KEYS) kpb = COOP_MIN_KEYS;
+  const int grid = (int)((nbuf + kpb - 1) / kpb); /* <= sms: every block resident */
+  CBArgs C;
+  memset(&C, 0, sizeof C);
+  C.cand = A.cand;
+  C.nbuf = nbuf;
+  C.kpb = (int)kpb;
+  C.ns = A.ns;
+  C.sample = A.sample;
+  memcpy(C.rank0, A.rank0, sizeof C.rank0);
+  memcpy(C.wph, A.wph, sizeof C.wph);
+  C.wz = A.wz;
+  C.wshift = A.wshift;
+  C.st = A.st;
+  C.slot = (CoopSlot *)(ws->d_ws + WS_COOP_SLOT);
+  C.hist = (unsigned *)(ws->d_ws + WS_COOP_HIST);
+  void *args[] = {(void *)&C};
+  const cudaError_t e = vgct_cuda_test_cbuf == 2
+                            ? cudaErrorCooperativeLaunchTooLarge /* the hook: a refusal */
+                            : cudaLaunchCooperativeKernel((const void *)k_sel_cbuf,
+                                                          dim3((unsigned)grid), dim3(ST), args,
+                                                          (size_t)kpb * 8u, s);
+  if (e == cudaErrorCooperativeLaunchTooLarge) {
+    /* a grid the device cannot hold at once now (e.g. an MPS share of its SMs,
+       which cbuf_can's count of the device's SMs does not see): nothing was
+       queued -- the levels instead (as reduce.cu does for k_sel_coop) */
+    (void)cudaGetLastError();
+    return cudaSuccess;
+  }
+  *ran = e == cudaSuccess;
+  return e;
+}
+
 /* The cooperative selection's context (VgChain::ctx): its arguments and grid. */
 struct CoopChain {
   CArgs C;
@@ -2316,6 +2526,16 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_tiny_plant = 0;
    (vgct_cuda_test_tiny_plant plants k_sel_coop's count too.) */
 __attribute__((visibility("default"))) long long vgct_cuda_test_coop[2] = {0, 0};
 __attribute__((visibility("default"))) long long vgct_cuda_test_coop_last[3] = {0, 0, 0};
+/* vgct_cuda_test_cbuf: 0 automatic; 1 no k_sel_cbuf (the histogram levels and
+   the finish for the window plan's sample and its regions past FIN_CAP, as
+   before it; vgct_cuda_test_fin != 0 turns it off too); 2 every launch of it
+   refused as a device that cannot hold the grid refuses it (not launched:
+   the levels instead).
+   vgct_cuda_test_cbuf_last, written by every call: [0] k_sel_cbuf launches
+   for the window plan's sample (win_levels: one that returns at once on
+   SelState::skip counts too), [1] its window batches by k_sel_cbuf */
+__attribute__((visibility("default"))) long long vgct_cuda_test_cbuf = 0;
+__attribute__((visibility("default"))) long long vgct_cuda_test_cbuf_last[2] = {0, 0};
 /* vgct_cuda_test_counter[0] = 1: every vgct_cuda_compare reads the reduction's
    last-block counter (WS_COUNTER) back into [1] right after its reduction and
    chained kernel (before any selection plan after the record; not on an
@@ -2631,11 +2851,15 @@ __global__ void __launch_bounds__(WT) k_win_count(const __grid_constant__ WArgs 
   }
 }
 
-/* The sample's order statistics at the windows' sample ranks: the level
- * passes over the sample's keys (level 0, k_sel_fin, levels 1-4), on the
- * device, no round trip.  The select workspace's counters, states and
- * histograms must be clear (win_start; win_resume). */
-static cudaError_t win_levels(DevWS *ws, const KArgs &B, const WinRun *run, cudaStream_t s) {
+/* The sample's order statistics at the windows' sample ranks, on the
+ * device, no round trip: k_sel_cbuf where it runs, else the level passes over
+ * the sample's keys (level 0, k_sel_fin, levels 1-4).  The select
+ * workspace's counters, states and histograms must be clear (win_start;
+ * win_resume).  vgct_cuda_test_cbuf_last[0] counts k_sel_cbuf's launches
+ * here (one that returns at once on SelState::skip among them; a fused
+ * plan's win_resume launches it again). */
+static cudaError_t win_levels(DevWS *ws, int dev, const KArgs &B, const WinRun *run,
+                              cudaStream_t s) {
   const WinPlan &W = run->W;
   KArgs A = B;
   A.store_all = 0;
@@ -2651,6 +2875,13 @@ static cudaError_t win_levels(DevWS *ws, const KArgs &B, const WinRun *run, cuda
   }
   A.wz = W.z;
   A.wshift = vgct_cuda_test_sel[3];
+  bool ran = false;
+  const cudaError_t e = launch_sel_cbuf(ws, dev, A, A.nbuf, s, &ran);
+  if (e != cudaSuccess) return e;
+  if (ran) {
+    ++vgct_cuda_test_cbuf_last[0]; /* (launches: see above) */
+    return cudaSuccess;
+  }
   return buf_levels(ws, A, 0, s);
 }
 
@@ -2681,7 +2912,7 @@ static int win_start(CallCtx &cx, const KArgs &B, WinRun *run, const WinVerdict 
     }
     WIN_CK(dispatch_sel_sample((int)cdiv(S.nsc, WT), S, cx.stream), "k_sel_sample launch");
   }
-  WIN_CK(win_levels(ws, B, run, cx.stream), "k_sel_buf launch (sample)");
+  WIN_CK(win_levels(ws, cx.dev, B, run, cx.stream), "the sample's selection launch");
   if (V) {
     const int64_t gc = cdiv(run->skeys, (int64_t)WT * 16);
     k_win_count<<<(int)(gc < ws->sms ? (gc < 1 ? 1 : gc) : ws->sms), WT, 0, cx.stream>>>(
@@ -2704,7 +2935,7 @@ static int win_resume(CallCtx &cx, const KArgs &B, const WinRun *run) {
   int rc = VGCT_OK;
   WIN_CK(cudaMemsetAsync(d + WS_SEL_CNT, 0, WS_SEL_CLEAR_END - WS_SEL_CNT, cx.stream),
          "cudaMemsetAsync (select workspace)");
-  WIN_CK(win_levels(cx.ws, B, run, cx.stream), "k_sel_buf launch (sample)");
+  WIN_CK(win_levels(cx.ws, cx.dev, B, run, cx.stream), "the sample's selection launch");
 wout:
   return rc;
 }
@@ -2813,12 +3044,17 @@ static int win_answer(CallCtx &cx, const KArgs &B, const vgct_params *p, WinRun 
         }
       }
       if (nb == 0) break;
-      bool direct[NSLOT_WSEL];
-      for (int k = 0; k < nb; ++k) direct[k] = fin_on() && h.pos[bg[k]] <= (unsigned long long)FIN_CAP;
+      /* a region of at most FIN_CAP keys: one k_sel_fin block (direct); more:
+         k_sel_cbuf (coopb) where it can run, else the levels */
+      bool direct[NSLOT_WSEL], coopb[NSLOT_WSEL];
+      for (int k = 0; k < nb; ++k) {
+        direct[k] = fin_on() && h.pos[bg[k]] <= (unsigned long long)FIN_CAP;
+        coopb[k] = !direct[k] && cbuf_can(ws, cx.dev, (long long)h.pos[bg[k]], bn[k]);
+      }
       /* the batches' states and, when the first takes the levels, the histograms
          too: one memset (the slots between them, the window pass's WinState
          among them, were read above: not needed on the device any more) */
-      bool hist_zero = !direct[0];
+      bool hist_zero = !direct[0] && !coopb[0];
       WIN_CK(cudaMemsetAsync(d + WS_SEL_STATE + SLOT_WSEL * SEL_SLOT, 0,
                              hist_zero ? WS_SEL_CLEAR_END - (WS_SEL_STATE + SLOT_WSEL * SEL_SLOT)
                                        : NSLOT_WSEL * SEL_SLOT,
@@ -2834,9 +3070,15 @@ static int win_answer(CallCtx &cx, const KArgs &B, const vgct_params *p, WinRun 
         A.st = (SelState *)(d + WS_SEL_STATE + (SLOT_WSEL + k) * SEL_SLOT);
         A.ns = bn[k];
         for (int s = 0; s < SEL_NS; ++s) A.rank0[s] = s < bn[k] ? (long long)irk[bix[k][s]] : 0;
+        bool ran = false; /* coopb: k_sel_cbuf launched */
+        if (coopb[k])
+          WIN_CK(launch_sel_cbuf(ws, cx.dev, A, A.nbuf, cx.stream, &ran), "k_sel_cbuf launch (window)");
         if (direct[k]) { /* few stored keys: selected among by one block */
           WIN_CK(launch_sel_fin(ws, 1, A, 1, 0, cx.stream), "k_sel_fin launch (window)");
           ++vgct_cuda_test_fin_last[4];
+        } else if (ran) { /* more: one cooperative grid (it leaves the histograms dirty) */
+          ++vgct_cuda_test_cbuf_last[1];
+          hist_zero = false;
         } else {
           /* a region of more than FIN_CAP keys spans a narrow range of values (the
              window), so its level-0 bucket rarely fits the finish: levels 0 and 1,
@@ -2857,7 +3099,7 @@ static int win_answer(CallCtx &cx, const KArgs &B, const vgct_params *p, WinRun 
         SelState hs;
         memcpy(&hs, ws->h_pin + (size_t)k * SEL_SLOT, sizeof hs);
         if (hs.bad) continue; /* not reached (ranks < stored): left to the radix path */
-        vgct_cuda_test_fin_last[5] += !direct[k] && hs.fin;
+        vgct_cuda_test_fin_last[5] += !direct[k] && !coopb[k] && hs.fin;
         for (int s = 0; s < bn[k]; ++s) {
           const int j = iix[bix[k][s]];
           vals[j] = vgct_f64_from_bits(hs.prefix[s]);
@@ -2900,6 +3142,7 @@ static int sel_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vg
 extern "C" int vgct_cuda_select(const vgct_view *a, const vgct_view *e, const vgct_params *p,
                                 uintptr_t stream, const int64_t *ranks, int nranks,
                                 double *values, char *err, size_t errlen) {
+  vgct_cuda_test_cbuf_last[0] = vgct_cuda_test_cbuf_last[1] = 0;
   static_assert(WS_SEL_CLEAR_END <= WS_SEL_CAND, "select workspace layout");
   static_assert(WS_SEL_FREG + (size_t)FIN_CAP * 8 <= VG_WS_BYTES, "select workspace size");
   static_assert(FIN_SMEM <= SEL_SMEM, "k_sel_fin's shared memory");
@@ -3216,6 +3459,7 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
   vgct_cuda_test_fuse_last = 0;
   vgct_cuda_test_resume_last = 0;
   vgct_cuda_test_known_last[0] = vgct_cuda_test_known_last[1] = 0;
+  vgct_cuda_test_cbuf_last[0] = vgct_cuda_test_cbuf_last[1] = 0;
   if (nq < 0 || nq > VGCT_MAX_QUANTILES) {
     snprintf(err, errlen, "vgct_cuda_compare: %d quantiles (0 to %d)", nq, VGCT_MAX_QUANTILES);
     return VGCT_EVALUE;

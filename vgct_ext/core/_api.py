@@ -107,7 +107,7 @@ def compare(actual: Any, expected: Any, *, rtol: float = 1e-3, atol: float = 1e-
             it (any n, not an approximation). A single number is accepted (a Python or NumPy
             scalar, a 0-d array); bools are refused (TypeError). The default ``(0.99,)`` costs
             1.3-1.9x the compare without quantiles on a 2-core CPU at 2^20..2^28 pairs; on an
-            H200 about 10-45 us more up to 2^20 pairs, ~140-180 us more from 1.5M to 2^25
+            H200 about 10-45 us more up to 2^20 pairs, ~50-130 us more from 1.5M to 2^25
             pairs and 1.1-1.9x at 2^28 (docs/metrics.md, "Cost of the default quantiles");
             little more where fewer than 1% of the pairs differ (an identical pair: the
             reduction's zero count answers it, "Ranks the reduction answers"); pass ``()`` or

@@ -1248,6 +1248,72 @@ def test_window_plan_is_automatic_above_sel_cap(kind, sel_hooks):
     assert last["windows"] >= 1 and last["radix_ranks"] == 0, last
 
 
+@pytest.fixture
+def cbuf_hooks(sel_hooks):
+    """(knob, last) of cuda/select.cu: vgct_cuda_test_cbuf (1 = no k_sel_cbuf: the histogram levels
+    and the finish, as before it; 2 = every launch of it refused, as a device that cannot hold the
+    grid refuses it) and vgct_cuda_test_cbuf_last ([k_sel_cbuf's launches for the window plan's
+    sample, its window batches by k_sel_cbuf] in the last call); the knob back to 0 after."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    lib = ctypes.CDLL(_C.__file__)
+    knob = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_cbuf")
+    last = (ctypes.c_longlong * 2).in_dll(lib, "vgct_cuda_test_cbuf_last")
+    knob.value = 0
+    yield knob, last
+    knob.value = 0
+
+
+@pytest.mark.parametrize("kind", ["noise_fp32", "cauchy", "bf16_rounding", "nan_inf", "outliers",
+                                  "offset"])
+def test_window_plan_cooperative_selections(kind, sel_hooks, cbuf_hooks):
+    """The window plan at 2^22 pairs (automatic: above SEL_CAP) selects the sample's order statistics,
+    and every window region of more than FIN_CAP stored keys, with one cooperative grid each
+    (k_sel_cbuf: coop_select over the buffer's keys) instead of the histogram levels and the finish:
+    GPU == CPU engine == float64 oracle, and == the same call with k_sel_cbuf off -- the same windows
+    (the sample's order statistics decide them: window 0's counts below, at and between its bounds
+    the same, and the same ranks answered at the pivots and inside), the quantiles bit for bit.  The noisy kinds store ~51K keys a p99 window: their regions take the grid;
+    non-finite keys (nan_inf) are not counted; ties (bf16 rounding, an offset) are answered at the
+    pivots."""
+    knob, last = cbuf_hooks
+    wl = _win_counts_hook()
+    a, e = _window_case(kind, 1 << 22, seed=21)
+    g = check3(a, e, quantiles=QW)
+    on, used, win_on = sel_hooks.last(), list(last), list(wl)
+    assert on["windows"] >= 3 and on["radix_ranks"] == 0 and on["overflowed"] == 0, on
+    assert used[0] == 1, used  # the sample, once
+    if kind in ("noise_fp32", "cauchy", "outliers", "nan_inf"):
+        assert on["in_stored"] >= 1 and used[1] >= 1, (on, used)
+    knob.value = 1
+    h = vgct_ext.compare(a, e, quantiles=QW)
+    assert list(last) == [0, 0]
+    assert sel_hooks.last() == on
+    # window 0's bounds, from the sample's order statistics: its counts below lo, at lo, at hi and
+    # stored inside are the same (a sample key one rank off moves lo or hi, and these counts)
+    assert list(wl) == win_on, (list(wl), win_on)
+    assert _qbits(g) == _qbits(h)
+
+
+def test_window_plan_cooperative_launch_refused_falls_back(sel_hooks, cbuf_hooks):
+    """A device that refuses the cooperative grid (cudaErrorCooperativeLaunchTooLarge: a partial MPS
+    share of its SMs; the hook vgct_cuda_test_cbuf = 2 refuses every launch) selects the sample and the
+    regions through the histogram levels instead: no error, the same windows, counts and quantiles as
+    the grid's, == CPU engine == float64 oracle."""
+    knob, last = cbuf_hooks
+    wl = _win_counts_hook()
+    a, e = _window_case("noise_fp32", 1 << 22, seed=22)
+    g = check3(a, e, quantiles=(0.5, 0.99))
+    on, used, win_on = sel_hooks.last(), list(last), list(wl)
+    assert used[0] == 1 and used[1] >= 1 and on["in_stored"] >= 1, (on, used)
+    knob.value = 2
+    h = check3(a, e, quantiles=(0.5, 0.99))
+    assert list(last) == [0, 0]
+    assert sel_hooks.last() == on and list(wl) == win_on
+    assert _qbits(g) == _qbits(h)
+
+
 # ---- issue #13: the fused key window (cuda/reduce.cu k_reduce_bulk<..., WIN = 1>) -------------
 #
 # vgct_cuda_compare (cuda/select.cu) starts the window plan's sample before the reduction, and
