@@ -389,12 +389,15 @@ __device__ __forceinline__ void vg_gate_refresh(FastGate &fg, const vgct_acc *ac
 
 /* Finish a narrow-dtype chunk by vg_fast_chunk's outcome; true when it
  * needed a fallback (the caller refreshes the warp's gate). */
-template <int CH>
+template <int CH, int P16 = 0>
 __device__ __forceinline__ bool vg_fast_or_slow(HotAcc &h, const FastGate &g, vgct_acc *acc,
                                                 const vg_f32chunk<CH> &x, int64_t f, int64_t sf,
                                                 double rtol, double atol, VgLook *lk = nullptr,
-                                                VgWinCnt *wc = nullptr) {
-  const int r = vg_fast_chunk<CH>(h, g.g, *g.held, x.a, x.e, f, sf, rtol, atol, lk, wc);
+                                                VgWinCnt *wc = nullptr,
+                                                const uint32_t *wa = nullptr,
+                                                const uint32_t *we = nullptr) {
+  const int r =
+      vg_fast_chunk<CH, P16>(h, g.g, *g.held, x.a, x.e, f, sf, rtol, atol, lk, wc, wa, we);
   if (r == VG_CHUNK_DONE) return false;
   if (r == VG_CHUNK_MAXIMA) vg_slow_maxima<CH>(acc, x, f, sf, rtol, atol);
   else vg_slow_chunk<CH>(acc, x, f, sf, rtol, atol);
@@ -424,7 +427,11 @@ __device__ __forceinline__ bool vg_fold_vec(HotAcc &h, const FastGate &g, vgct_a
                    ? vgct_bf16_of_word(reinterpret_cast<const uint32_t *>(c.ve)[q >> 1], q & 1)
                    : vgct_load_f32(be + q * G::ISE, DE);
     }
-    return vg_fast_or_slow<G::CH>(h, g, acc, x, f, sf, rtol, atol, lk, wc);
+    /* two float16 or two bfloat16 operands: vg_fast_chunk also reads the words */
+    constexpr int P16 = DA == DE && (DA == VGCT_BFLOAT16 || DA == VGCT_FLOAT16) ? DA : 0;
+    return vg_fast_or_slow<G::CH, P16>(h, g, acc, x, f, sf, rtol, atol, lk, wc,
+                                       reinterpret_cast<const uint32_t *>(c.va),
+                                       reinterpret_cast<const uint32_t *>(c.ve));
   } else {
 #pragma unroll
     for (int q = 0; q < G::CH; ++q)

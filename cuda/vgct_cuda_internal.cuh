@@ -30,7 +30,10 @@
 #define VGCT_CUDA_INTERNAL_CUH_
 
 #include <cuda_runtime.h>
+#include <cuda_bf16.h> /* __hne2_mask (vg_ne16_mask) */
+#include <cuda_fp16.h>
 #include <stddef.h>
+#include <string.h> /* memcpy */
 #include <stdint.h>
 #include <pthread.h>
 #include "vgct_engine.h"
@@ -233,6 +236,12 @@ int vg_reduce_can_fuse(const DevWS *ws, const vgct_view *a, const vgct_view *e,
 struct HotAcc {
   double s_aa, s_ee, s_ae, s_dd, s_d;
   double mx, mxa, mxe, mr, wx, ref;
+  /* max |e| of the pairs vg_fast_chunk folded (-1: none), kept as the float32
+     it is (every float16/bfloat16/float32 |e| is one): one FMNMX a chunk
+     instead of a widening, a float64 compare and two selects against ref;
+     the records take the larger of ref and ref32 (vg_hot_record,
+     vg_hot_flush_sums), so ref32 == -1 (the other paths) changes nothing */
+  float ref32;
   int64_t mxi, mri, wxi;
   /* the counters of the pairs since the last flush: every kernel flushes at
      least every VG_FLUSH pairs plus one step (at most a few hundred pairs),
@@ -250,6 +259,7 @@ __host__ __device__ __forceinline__ void vg_hot_clear(HotAcc &h) {
 __host__ __device__ __forceinline__ void vg_hot_init(HotAcc &h) {
   vg_hot_clear(h);
   h.mx = h.mr = h.wx = h.ref = -1.0;
+  h.ref32 = -1.0f;
   h.mxa = h.mxe = 0.0;
   h.mxi = h.mri = h.wxi = -1;
 }
@@ -314,6 +324,7 @@ __host__ __device__ __forceinline__ void vg_hot_record(const HotAcc &h, vgct_acc
   t->max_rel = h.mr; t->max_rel_i = h.mri;
   t->worst_excess = h.wx; t->worst_i = h.wxi;
   t->max_abs_ref = h.ref;
+  if ((double)h.ref32 > t->max_abs_ref) t->max_abs_ref = h.ref32;
   t->n = h.n; t->n_finite = h.n; t->n_unequal = h.neq; t->n_mismatch = h.nmm;
 }
 
@@ -346,6 +357,7 @@ __host__ __device__ __forceinline__ void vg_hot_flush_sums(HotAcc &h, vgct_acc *
   s->s_dd = s->s_dd + h.s_dd;
   s->s_d = s->s_d + h.s_d;
   if (h.ref > s->max_abs_ref) s->max_abs_ref = h.ref;
+  if ((double)h.ref32 > s->max_abs_ref) s->max_abs_ref = h.ref32;
   s->n += h.n;
   s->n_finite += h.n;
   s->n_unequal += h.neq;
@@ -637,6 +649,58 @@ struct VgLook {
   unsigned cand, zeros;
 };
 
+/* The unequal pairs of two words of two float16 (DT VGCT_FLOAT16) or bfloat16
+ * (VGCT_BFLOAT16) elements each: 0xffff in half h when a's element h != e's
+ * (IEEE 754 equality: +0 == -0; a NaN is unequal to everything, but a chunk
+ * with one is folded by the definition, whatever this says).  On the device
+ * one HSET2 (cuda_fp16.h / cuda_bf16.h __hne2_mask; no flush of subnormals:
+ * the build's -ftz=false), on the host the elements' float32 values. */
+template <int DT>
+__host__ __device__ __forceinline__ uint32_t vg_ne16_mask(uint32_t wa, uint32_t we) {
+  static_assert(DT == VGCT_BFLOAT16 || DT == VGCT_FLOAT16, "16-bit floating-point elements");
+#ifdef __CUDA_ARCH__
+  if constexpr (DT == VGCT_BFLOAT16) {
+    __nv_bfloat162 x, y;
+    memcpy(&x, &wa, 4);
+    memcpy(&y, &we, 4);
+    return __hne2_mask(x, y);
+  } else {
+    __half2 x, y;
+    memcpy(&x, &wa, 4);
+    memcpy(&y, &we, 4);
+    return __hne2_mask(x, y);
+  }
+#else
+  uint32_t m = 0;
+  for (int k = 0; k < 2; ++k) {
+    const uint16_t ha = (uint16_t)(wa >> (16 * k)), he = (uint16_t)(we >> (16 * k));
+    const double x = DT == VGCT_BFLOAT16 ? vgct_bf16_to_f64(ha) : vgct_f16_to_f64(ha);
+    const double y = DT == VGCT_BFLOAT16 ? vgct_bf16_to_f64(he) : vgct_f16_to_f64(he);
+    if (x != y) m |= 0xffffu << (16 * k);
+  }
+  return m;
+#endif
+}
+
+/* vg_fast_chunk's min |e| key of NW words of bfloat16 elements: min over the
+ * elements e != +-0 of 2 bits(|e| as float32) - 1, 0xffffffff when every e is
+ * +-0 -- the float32 loop's key, made from the words two elements at a time.
+ * A bfloat16 h is the float32 of bits h << 16, so that key is (|h| << 17) - 1
+ * = ((k + 1) << 16) - 1 with k = 2|h| - 1, a 16-bit key: (h << 1) drops the
+ * sign (the low element's sign, shifted into the high half, is masked off),
+ * and the 16-bit add of 0xffff (__viaddmin_u16x2: add.u16x2, then min.u16x2;
+ * one VIADDMNMX.U16x2 on sm_90) takes 0 to 0xffff, above every other key.
+ * ((0xffff + 1) << 16) - 1 wraps to 0xffffffff.  Host check: against the
+ * float32 loop's key on every bfloat16 pattern. */
+template <int NW>
+__host__ __device__ __forceinline__ uint32_t vg_min16_key(const uint32_t *we) {
+  uint32_t mn = 0xffffffffu;
+#pragma unroll
+  for (int i = 0; i < NW; ++i) mn = __viaddmin_u16x2((we[i] << 1) & 0xfffefffeu, 0xffffffffu, mn);
+  const uint32_t lo = mn & 0xffffu, hi = mn >> 16, k = lo < hi ? lo : hi;
+  return ((k + 1u) << 16) - 1u;
+}
+
 /* Fold the CH pairs (a[q], e[q]) at flat indices f + q*sf: sums and counters
  * into h, and the gate's proof that the maxima cannot change (see the enum
  * above for the outcomes).  g: the thresholds; held: the warp's own held
@@ -644,21 +708,33 @@ struct VgLook {
  * largest |d| or mismatch excess is within rounding of the held one: ties,
  * common with bfloat16 differences of one ulp; or all d == 0): there the
  * pairs are checked exactly, in float64, with vgct_better. */
-template <int CH>
+template <int CH, int P16 = 0>
 __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &g,
                                                       const GateHeld &held,
                                                       const float (&a)[CH], const float (&e)[CH],
                                                       int64_t f, int64_t sf, double rtol,
                                                       double atol, VgLook *lk = nullptr,
-                                                      VgWinCnt *wc = nullptr) {
+                                                      VgWinCnt *wc = nullptr,
+                                                      const uint32_t *wa = nullptr,
+                                                      const uint32_t *we = nullptr) {
   static_assert(CH >= 1 && CH <= 31, "vg_fast_chunk: the counters are 32-bit masks");
+  static_assert(P16 == 0 || ((P16 == VGCT_BFLOAT16 || P16 == VGCT_FLOAT16) && CH % 2 == 0),
+                "P16: the chunk's 16-bit words (vg_ne16_mask)");
+  /* P16 (float16 or bfloat16 pairs; wa, we: their CH / 2 words, element q in
+     half q & 1 of word q >> 1, as the vector path reads them): the unequal
+     pairs counted from the words two at a time (vg_ne16_mask), and for
+     bfloat16 min |e| too (vg_min16_key) -- the same counts and bounds as the
+     float32 loop's, in fewer instructions (docs/performance.md, 2026-12-04
+     19:25-19:55 UTC) */
+  constexpr bool NZW = P16 != 0;            /* nz from the words (unless lk) */
+  constexpr bool MNW = P16 == VGCT_BFLOAT16; /* min |e| from the words */
   float mxd = 0.0f;                    /* max |d32| (fmaxf: a NaN is ignored here,
                                           caught by the sum t_d below)          */
   uint32_t mnb = 0xffffffffu;          /* min of 2 bits(|e|) - 1 over e != 0     */
-  float maxe = 0.0f;                   /* max |e|                              */
+  float maxe = h.ref32;                /* max |e|, and the ones folded before  */
   float X = -(float)INFINITY;          /* max fl32(|d32| - r32 |e|)            */
   uint32_t nz = 0;                     /* bit q: d32 != 0                       */
-  double t_aa = 0.0, t_ee = 0.0, t_ae = 0.0, t_dd = 0.0, t_d = 0.0;
+  double t_aa = 0.0, t_ee = 0.0, t_ae = 0.0, t_dd = 0.0, t_d;
   unsigned wge = 0, wel = 0, weh = 0, win = 0; /* the fused window's (wc) */
   uint32_t cand = 0;                   /* the sparse way's candidates (lk)      */
 #pragma unroll
@@ -666,20 +742,34 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
     const float d32 = a[q] - e[q], ae32 = fabsf(e[q]), ad32 = fabsf(d32);
     mxd = fmaxf(mxd, ad32);
     maxe = fmaxf(maxe, ae32);
-    /* e == +-0 gives 0xffffffff, the unsigned maximum, which the min ignores;
-       otherwise 2 bits(|e|) - 1 orders like |e| */
-    const uint32_t eb = (vgct_bits_from_f32(e[q]) << 1) - 1u;
-    mnb = eb < mnb ? eb : mnb;
+    if constexpr (!MNW) {
+      /* e == +-0 gives 0xffffffff, the unsigned maximum, which the min ignores;
+         otherwise 2 bits(|e|) - 1 orders like |e| */
+      const uint32_t eb = (vgct_bits_from_f32(e[q]) << 1) - 1u;
+      mnb = eb < mnb ? eb : mnb;
+    }
     X = fmaxf(X, fmaf(-g.r32, ae32, ad32));
-    nz |= (d32 != 0.0f ? 1u : 0u) << q;
+    if (!NZW || lk) nz |= (d32 != 0.0f ? 1u : 0u) << q;
     if (lk) cand |= (ad32 < lk->t32 ? 0u : 1u) << q; /* (a NaN |d32|: a candidate) */
     const double a64 = a[q], e64 = e[q];
     const double d = a64 - e64;
     t_aa += a64 * a64; t_ee += e64 * e64; t_ae += a64 * e64;
-    t_dd += d * d; t_d += d;
+    t_dd += d * d;
+    /* (the first difference as it is: 0 + d would be one more add; only a -0
+       can differ, and the sum it reaches, h.s_d from +0, reads +0 either way) */
+    t_d = q == 0 ? d : t_d + d;
     if (wc) /* the fused window (VgWinCnt): the key compared through |d| */
       win |= (vg_win_class(fabs(d), wc->lo, wc->hi, wge, wel, weh) ? 1u : 0u) << q;
   }
+  if constexpr (NZW) {
+    if (!lk) { /* bit q (half h = q & 1 of word q >> 1 at bit 16 h + (q >> 1)): a != e */
+      uint32_t ne = 0;
+#pragma unroll
+      for (int i = 0; i < CH / 2; ++i) ne |= vg_ne16_mask<P16>(wa[i], we[i]) & (0x00010001u << i);
+      nz = ne;
+    }
+  }
+  if constexpr (MNW) mnb = vg_min16_key<CH / 2>(we);
   /* A non-finite pair makes its float64 difference, and so t_d, non-finite
      (a sum of CH <= 32 finite differences of binary32 values cannot overflow);
      a finite pair whose float32 difference overflows makes mxd infinite. */
@@ -717,7 +807,7 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
   const int neq = vg_popc(nz), nmm = vg_popc(mm);
   h.s_aa += t_aa; h.s_ee += t_ee; h.s_ae += t_ae; h.s_dd += t_dd; h.s_d += t_d;
   h.n += CH; h.neq += neq; h.nmm += nmm;
-  if ((double)maxe > h.ref) h.ref = maxe;
+  h.ref32 = maxe;
   bool chk_mx = !(mb + 1u < g.mxb);
   if (mb == 0) { /* every d == 0: |d| and the quotients are 0, which lose to a
                     held positive maximum, or to a held 0 at a lower index */

@@ -52,6 +52,16 @@
  *     written only by the fallbacks (vgct_acc_maxima, vgct_acc_update) and
  *     earlier flushes; two planted faults (max |e| or n_finite not merged)
  *     must change the record (teeth).
+ * 15. the 16-bit word paths of vg_fast_chunk (P16: two float16 or two
+ *     bfloat16 operands): vg_min16_key against the float32 loop's min |e| key
+ *     on every bfloat16 pattern, in both halves of a word beside a zero of
+ *     either sign, and on random words; vg_fast_chunk<8, P16> against
+ *     vg_fast_chunk<8> on the same chunks (float16 and bfloat16, every kind
+ *     of element: zeros of both signs, subnormals, ties, one-ulp differences,
+ *     NaN and Inf), the same outcome and HotAcc bit for bit; two planted
+ *     faults (the key's sign mask left out, the unequal count with +0 != -0)
+ *     must differ (teeth).  (vg_ne16_mask's device form, an HSET2, is checked
+ *     on the GPU: test_gpu.py.)
  * Prints "N passed, M failed" last; exit status 1 on any failure.
  */
 #include <math.h>
@@ -967,17 +977,124 @@ static int check_flush_sums(long *n_flush, long *n_teeth) {
   return bad;
 }
 
+/* The float32 loop's min |e| key (vg_fast_chunk without P16) of n bfloat16 elements. */
+static uint32_t key_f32_loop(const uint16_t *h, int n) {
+  uint32_t mnb = 0xffffffffu;
+  for (int q = 0; q < n; ++q) {
+    const uint32_t eb = (vgct_bits_from_f32(vgct_bf16_of_word(h[q], 0)) << 1) - 1u;
+    mnb = eb < mnb ? eb : mnb;
+  }
+  return mnb;
+}
+
+/* HotAcc fields vg_fast_chunk writes, bit for bit. */
+static bool same_hot(const HotAcc &x, const HotAcc &y) {
+  return memcmp(&x.s_aa, &y.s_aa, 8) == 0 && memcmp(&x.s_ee, &y.s_ee, 8) == 0 &&
+         memcmp(&x.s_ae, &y.s_ae, 8) == 0 && memcmp(&x.s_dd, &y.s_dd, 8) == 0 &&
+         memcmp(&x.s_d, &y.s_d, 8) == 0 && memcmp(&x.ref32, &y.ref32, 4) == 0 &&
+         memcmp(&x.ref, &y.ref, 8) == 0 && x.n == y.n && x.neq == y.neq && x.nmm == y.nmm;
+}
+
+template <int D>
+static int check_words16_pair(long *n_chunks, long *teeth) {
+  int bad = 0;
+  for (int t = 0; t < 200000; ++t) {
+    uint32_t wa[4] = {0, 0, 0, 0}, we[4] = {0, 0, 0, 0};
+    float a[8], e[8];
+    for (int q = 0; q < 8; ++q) {
+      uint32_t be = elem_bits<D>(-1);
+      if (R() % 8 == 0) be = (R() & 1) ? 0x8000u : 0u; /* zeros of both signs */
+      uint32_t ba = elem_bits<D>((long)be);
+      if (R() % 16 == 0) ba = be ^ 0x8000u * (be == 0u || be == 0x8000u); /* +0 against -0 */
+      wa[q >> 1] |= ba << (16 * (q & 1));
+      we[q >> 1] |= be << (16 * (q & 1));
+      a[q] = D == VGCT_BFLOAT16 ? vgct_bf16_of_word(ba, 0) : (float)vgct_f16_to_f64((uint16_t)ba);
+      e[q] = D == VGCT_BFLOAT16 ? vgct_bf16_of_word(be, 0) : (float)vgct_f16_to_f64((uint16_t)be);
+    }
+    const double rtol = (t % 3) ? 1e-3 : 0.0, atol = (t % 5) ? 1e-3 : 0.0;
+    HotGate g;
+    GateHeld held;
+    vg_gate_init(g, held, rtol);
+    if (t % 2) { /* a gate holding maxima: both branches of the bounds */
+      held.mx = ldexp(1.0, -(int)(R() % 12)); held.mxi = 5;
+      held.mr = ldexp(1.0, -(int)(R() % 12)); held.mri = 7;
+      held.wx = ldexp(1.0, -(int)(R() % 12)); held.wxi = 9;
+      vg_gate_derive(g, held);
+    }
+    HotAcc h0, h1;
+    vg_hot_init(h0);
+    if (t % 4 == 0) { h0.s_aa = 1.5; h0.n = 24; h0.neq = 3; h0.ref32 = (float)ldexp(1.0, (int)(R() % 9) - 4); }
+    h1 = h0;
+    const int r0 = vg_fast_chunk<8>(h0, g, held, a, e, 64, 1, rtol, atol);
+    const int r1 = vg_fast_chunk<8, D>(h1, g, held, a, e, 64, 1, rtol, atol, nullptr, nullptr, wa, we);
+    if (r0 != r1 || !same_hot(h0, h1)) {
+      if (++bad <= 5)
+        printf("words16 dtype %d trial %d: outcome %d / %d, neq %d / %d, ref32 %a / %a\n", D, t, r0,
+               r1, h0.neq, h1.neq, h0.ref32, h1.ref32);
+    }
+    ++*n_chunks;
+    /* teeth: the unequal pairs counted with +0 != -0 (their bits compared) */
+    if (r0 != VG_CHUNK_DEFINE) {
+      int nb = 0;
+      for (int i = 0; i < 4; ++i)
+        for (int k = 0; k < 2; ++k) nb += ((wa[i] >> (16 * k)) & 0xffffu) != ((we[i] >> (16 * k)) & 0xffffu);
+      int nm = 0;
+      for (int i = 0; i < 4; ++i) nm += vg_popc(vg_ne16_mask<D>(wa[i], we[i]) & 0x00010001u);
+      *teeth += nb != nm;
+      if (nm != (int)(h0.neq - (t % 4 == 0 ? 3 : 0))) {
+        if (++bad <= 5) printf("words16 dtype %d trial %d: vg_ne16_mask counts %d\n", D, t, nm);
+      }
+    }
+  }
+  return bad;
+}
+
+static int check_words16(long *n_keys, long *n_chunks, long *teeth) {
+  int bad = 0;
+  /* every bfloat16 pattern p, alone in a word beside +0 or -0, in either half */
+  for (uint32_t p = 0; p < 0x10000u; ++p) {
+    for (uint32_t z = 0; z <= 0x8000u; z += 0x8000u) {
+      for (int half = 0; half < 2; ++half) {
+        const uint32_t w = half ? (z | (p << 16)) : (p | (z << 16));
+        const uint16_t h[2] = {(uint16_t)(w & 0xffffu), (uint16_t)(w >> 16)};
+        const uint32_t want = key_f32_loop(h, 2), got = vg_min16_key<1>(&w);
+        if (want != got && ++bad <= 5) printf("min16 key of %08x: %08x, want %08x\n", w, got, want);
+        /* teeth: without the mask, the low element's sign lands in the high key */
+        const uint32_t wrong = __viaddmin_u16x2(w << 1, 0xffffffffu, 0xffffffffu);
+        const uint32_t k = std::min(wrong & 0xffffu, wrong >> 16);
+        *teeth += ((k + 1u) << 16) - 1u != want;
+        ++*n_keys;
+      }
+    }
+  }
+  /* random words of four */
+  for (int t = 0; t < 200000; ++t) {
+    uint32_t w[4];
+    uint16_t h[8];
+    for (int q = 0; q < 8; ++q) {
+      h[q] = (R() % 3 == 0) ? (uint16_t)((R() & 1) ? 0x8000u : 0u) : (uint16_t)elem_bits<VGCT_BFLOAT16>(-1);
+    }
+    for (int i = 0; i < 4; ++i) w[i] = h[2 * i] | ((uint32_t)h[2 * i + 1] << 16);
+    const uint32_t want = key_f32_loop(h, 8), got = vg_min16_key<4>(w);
+    if (want != got && ++bad <= 5) printf("min16 key (4 words): %08x, want %08x\n", got, want);
+    ++*n_keys;
+  }
+  bad += check_words16_pair<VGCT_BFLOAT16>(n_chunks, teeth);
+  bad += check_words16_pair<VGCT_FLOAT16>(n_chunks, teeth);
+  return bad;
+}
+
 int main() {
   int passed = 0, failed = 0;
   long nc = 0;
   const int fc = check_fast_counts<8>(&nc) + check_fast_counts<4>(&nc);
   printf("fast path counters at the tolerance boundary: %ld chunks folded\n", nc);
   long nw = 0, nk = 0, nl = 0;
-  int r[14] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
+  int r[15] = {check_fold(false), check_fold(true), check_fastdiv(), check_fast(),
                fc + (nc < 100000), check_key_narrow(), check_int_pairs(),
                check_win_t32(&nw) + (nw < 1000000), check_distinct(),
                check_win_classify(&nk), check_win_cand(&nl) + (nl < 700000),
-               0 /* check_lean_loop, below */, check_bf16_word(), 0 /* below */};
+               0 /* check_lean_loop, below */, check_bf16_word(), 0 /* below */, 0};
   long ns = 0, nt = 0, nlc = 0; /* last: the checks above draw the same numbers as before it */
   r[11] = check_lean_loop(&ns, &nt, &nlc) + (ns < 1000) + (nt < 1000) + (nlc < 100000);
   printf("lean loop: %ld chunks, %ld records stored fresh, %ld trials the planted fault changes\n",
@@ -985,7 +1102,10 @@ int main() {
   long nfl = 0, nft = 0;
   r[13] = check_flush_sums(&nfl, &nft) + (nfl < 100000) + (nft < 100000);
   printf("flush sums: %ld flushes, %ld planted faults caught\n", nfl, nft);
-  const char *names[14] = {"register accumulator == vgct_acc_update (bitwise)",
+  long n16k = 0, n16c = 0, n16t = 0;
+  r[14] = check_words16(&n16k, &n16c, &n16t) + (n16k < 300000) + (n16c < 400000) + (n16t < 1000);
+  printf("16-bit words: %ld keys, %ld chunks, %ld planted faults caught\n", n16k, n16c, n16t);
+  const char *names[15] = {"register accumulator == vgct_acc_update (bitwise)",
                           "periodic flushes: maxima/counters exact, sums 1e-13",
                           "FastDiv == '/'",
                           "narrow-dtype chunk fast path: maxima/counters exact, sums 1e-13",
@@ -998,8 +1118,9 @@ int main() {
                           "fused window, sparse way: candidates and their keys == the keys' comparisons",
                           "lean loop: float32 finiteness and the fresh last flush == vg_pair + vg_hot_flush (bitwise)",
                           "vgct_bf16_of_word == bfloat16's decoded fields (every pattern, both halves)",
-                          "the fast kernels' flush (vg_hot_flush_sums) == vg_hot_flush (bitwise)"};
-  for (int i = 0; i < 14; ++i) {
+                          "the fast kernels' flush (vg_hot_flush_sums) == vg_hot_flush (bitwise)",
+                          "16-bit words: vg_min16_key and vg_fast_chunk<P16> == the float32 loop (bitwise)"};
+  for (int i = 0; i < 15; ++i) {
     printf("%s: %s\n", names[i], r[i] ? "FAIL" : "ok");
     r[i] ? ++failed : ++passed;
   }

@@ -46,4 +46,4 @@ def test_cuda_helpers_on_the_host(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"nvcc failed:\n{r.stdout}\n{r.stderr}"
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and r.stdout.rstrip().endswith("14 passed, 0 failed"), r.stdout + r.stderr
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("15 passed, 0 failed"), r.stdout + r.stderr

@@ -548,6 +548,45 @@ def test_real_tensor_more_than_2_31():
     torch.cuda.empty_cache()
 
 
+def _sixteen_bit_pair(n, dt, seed):
+    """n pairs of float16 / bfloat16 (dt) built from their bits, where counting the unequal pairs and
+    min |e| from the 16-bit words could go wrong: subnormals of both signs (pairs one unit apart,
+    and equal), +0 against -0, ties, one-unit differences, zeros among small |e| (the max |a - e| /
+    |e| bound: min |e| over e != 0), and ordinary values."""
+    rng = np.random.default_rng(seed)
+    exp_mask, frac_bits = (0x7f80, 7) if dt == "bfloat16" else (0x7c00, 10)
+    kind = rng.integers(0, 6, n)
+    sign = rng.integers(0, 2, n).astype(np.uint16) << 15
+    sub = rng.integers(1, 1 << frac_bits, n).astype(np.uint16)           # subnormal magnitudes
+    normal = rng.integers(1 << frac_bits, exp_mask - 1, n).astype(np.uint16)
+    e = np.where(kind <= 1, sub, normal) | sign
+    e = np.where(kind == 2, sign, e)                                       # zeros of both signs
+    step = rng.integers(-1, 2, n).astype(np.int32)                        # -1, 0, +1 units
+    a = ((e.astype(np.int32) + np.where(kind == 5, 0, step)) & 0xffff).astype(np.uint16)
+    a = np.where(kind == 2, e ^ (rng.integers(0, 2, n).astype(np.uint16) << 15), a)  # +-0 vs +-0
+    a = np.where(kind == 3, ((e.astype(np.int32) + 3) & 0xffff).astype(np.uint16), a)
+    # keep every element finite (a NaN or Inf chunk is folded by the definition, not the words)
+    a = np.where((a & exp_mask) == exp_mask, e, a)
+    t = getattr(torch, dt)
+    return (torch.from_numpy(a.view(np.int16)).view(t).cuda(),
+            torch.from_numpy(e.view(np.int16)).view(t).cuda())
+
+
+@pytest.mark.parametrize("dt", ["bfloat16", "float16"])
+@pytest.mark.parametrize("n", [300007, (1 << 21) + 8 * 7 + 3])
+def test_sixteen_bit_pairs_counted_from_their_words(dt, n, lean_max):
+    """vg_fast_chunk's 16-bit word path (two float16 or two bfloat16 operands): the unequal pairs
+    counted by one HSET2 a word pair (no flush of subnormals: two subnormals one unit apart are
+    unequal, +0 and -0 equal) and min |e| taken from the words, through the fast kernels (the
+    ring above 2^21 pairs, the flat kernel below with the lean kernel off): every field equals the
+    CPU engine's and the float64 oracle's -- n_unequal, max |a - e| / |e| and max |e| exactly."""
+    lean_max.value = 0
+    a, e = _sixteen_bit_pair(n, dt, seed=n % 97)
+    g = check3(a, e, quantiles=())
+    n_eq = int((to_f64(a.cpu()) == to_f64(e.cpu())).sum())
+    assert g.n_unequal == n - n_eq and 0 < n_eq < n
+
+
 # ---- determinism, streams, devices -------------------------------------------------
 
 def test_bitwise_repeatable():
