@@ -103,6 +103,7 @@ struct RArgs {
   int64_t cpb;    /* chunks per block                                   */
   int64_t bpj;    /* blocks per slice (row mode)                        */
   double rtol, atol;
+  float r32;      /* vg_f32_down(rtol), made by the host: the fast path's HotGate::r32 */
   int vec;        /* flat: both bases 16-byte aligned                   */
   int slice_mode; /* 0 none, 1 row mode (gen), 2 column mode (col)      */
   vgct_acc *part;
@@ -351,12 +352,18 @@ __device__ __forceinline__ void vg_gate_exchange(HotGate &g, unsigned *glob, boo
   vg_gate_max(g, m0, m1, m2);
 }
 
+/* r32: vg_f32_down(rtol), which the host computed into RArgs::r32 -- the same
+ * value vg_gate_init sets, but read from the kernel's parameters: the
+ * compiler then uses it where vg_fast_chunk needs it instead of redoing the
+ * rounding (a widening, a float64 compare and a select) in every chunk to
+ * spare a register (ptxas sm_90: 4-5 instructions a chunk). */
 template <int DA, int DE, int SC>
 __device__ __forceinline__ void vg_gate_start(FastGate &fg, GateHeld *warp_held, unsigned *glob,
-                                              double rtol) {
+                                              double rtol, float r32) {
   if constexpr (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok) {
     GateHeld none;
     vg_gate_init(fg.g, none, rtol);
+    fg.g.r32 = r32;
     fg.held = warp_held;
     fg.glob = glob;
     if ((threadIdx.x & 31u) == 0) *warp_held = none;
@@ -496,11 +503,11 @@ __device__ __forceinline__ bool vg_fold_scalar(HotAcc &h, const FastGate &g, vgc
 template <int DA, int DE, int SC>
 __device__ __forceinline__ vgct_acc *vg_thread_start(VAcc *vsm, HotAcc &h, FastGate &gate,
                                                      GateHeld *warp_held, unsigned *glob,
-                                                     double rtol, vgct_acc &part) {
+                                                     double rtol, float r32, vgct_acc &part) {
   vgct_acc *acc = &vsm[threadIdx.x].a;
   vgct_acc_init(acc, VG_SCALED(SC));
   vg_hot_init(h);
-  vg_gate_start<DA, DE, SC>(gate, warp_held, glob, rtol);
+  vg_gate_start<DA, DE, SC>(gate, warp_held, glob, rtol, r32);
   vgct_acc_init(&part, VG_SCALED(SC));
   return acc;
 }
@@ -542,7 +549,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
   FastGate gate;
   vgct_acc part; /* scaled path only (local memory) */
   vgct_acc *acc =
-      vg_thread_start<DA, DE, SC>(vsm, h, gate, &held[threadIdx.x >> 5], A.gate, A.rtol, part);
+      vg_thread_start<DA, DE, SC>(vsm, h, gate, &held[threadIdx.x >> 5], A.gate, A.rtol, A.r32, part);
   vgct_acc *cold = VG_SCALED(SC) ? &part : acc; /* where vg_pair sends the definition path */
   int since = 0;                     /* pairs since the last flush */
   constexpr bool SO = vg_sums_only<DA, DE, SC>::v; /* (vg_thread_flush) */
@@ -875,7 +882,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
   FastGate gate;
   vgct_acc part; /* scaled path only (local memory) */
   unsigned *const glob = !FLAT && A.slice_mode == 1 ? (A.sgate ? A.sgate + 3 * j : NULL) : A.gate;
-  vgct_acc *acc = vg_thread_start<DA, DE, SC>(vsm, h, gate, &held[w], glob, A.rtol, part);
+  vgct_acc *acc = vg_thread_start<DA, DE, SC>(vsm, h, gate, &held[w], glob, A.rtol, A.r32, part);
   vgct_acc *cold = VG_SCALED(SC) ? &part : acc; /* where vg_pair sends the definition path */
   int since = 0;                     /* pairs since the last flush */
   constexpr bool SO = vg_sums_only<DA, DE, SC>::v; /* (vg_thread_flush) */
@@ -1012,7 +1019,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_gen(const __grid_constant__ RA
   /* row mode: slice j's own shared thresholds (its maxima are its pairs') */
   vgct_acc *acc = vg_thread_start<DA, DE, SC>(
       vsm, h, gate, &held[threadIdx.x >> 5],
-      A.slice_mode == 1 ? (A.sgate ? A.sgate + 3 * j : NULL) : A.gate, A.rtol, part);
+      A.slice_mode == 1 ? (A.sgate ? A.sgate + 3 * j : NULL) : A.gate, A.rtol, A.r32, part);
   vgct_acc *cold = VG_SCALED(SC) ? &part : acc; /* where vg_pair sends the definition path */
   int since = 0;                     /* pairs since the last flush */
   constexpr bool SO = vg_sums_only<DA, DE, SC>::v; /* (vg_thread_flush) */
@@ -1079,7 +1086,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_col(const __grid_constant__ RA
   HotAcc h;
   FastGate gate; /* unused: column mode runs the generic dtypes only (no fast path) */
   vgct_acc part; /* scaled path only (local memory) */
-  vgct_acc *acc = vg_thread_start<DA, DE, SC>(vsm, h, gate, NULL, NULL, A.rtol, part);
+  vgct_acc *acc = vg_thread_start<DA, DE, SC>(vsm, h, gate, NULL, NULL, A.rtol, A.r32, part);
   vgct_acc *cold = VG_SCALED(SC) ? &part : acc; /* where vg_pair sends the definition path */
   int since = 0;                     /* pairs since the last flush */
   const int64_t j = (int64_t)blockIdx.x * RT + threadIdx.x;
@@ -1167,7 +1174,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_lean(const __grid_constant__ R
   HotAcc h;
   FastGate gate; /* unused in this mode */
   vgct_acc part; /* unused in this mode */
-  vgct_acc *acc = vg_thread_start<DA, DE, SC>(vsm, h, gate, NULL, NULL, A.rtol, part);
+  vgct_acc *acc = vg_thread_start<DA, DE, SC>(vsm, h, gate, NULL, NULL, A.rtol, A.r32, part);
   int since = 0; /* pairs since the last flush */
   const int64_t c0 = g * A.cpb;
   const int64_t c1 = min(c0 + A.cpb, A.nchunk);
@@ -1590,6 +1597,7 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
   RArgs A;
   memset(&A, 0, sizeof A);
   A.rtol = p->rtol;
+  A.r32 = vg_f32_down(p->rtol);
   A.atol = p->atol;
   A.counter = (unsigned *)(ws->d_ws + WS_COUNTER);
   unsigned *gate = (unsigned *)(ws->d_ws + WS_GATE);

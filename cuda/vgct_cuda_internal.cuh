@@ -725,7 +725,7 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
      pairs counted from the words two at a time (vg_ne16_mask), and for
      bfloat16 min |e| too (vg_min16_key) -- the same counts and bounds as the
      float32 loop's, in fewer instructions (docs/performance.md, 2026-12-04
-     19:25-19:55 UTC) */
+     19:25-20:20 UTC) */
   constexpr bool NZW = P16 != 0;            /* nz from the words (unless lk) */
   constexpr bool MNW = P16 == VGCT_BFLOAT16; /* min |e| from the words */
   float mxd = 0.0f;                    /* max |d32| (fmaxf: a NaN is ignored here,
