@@ -228,8 +228,8 @@ int vg_reduce_can_fuse(const DevWS *ws, const vgct_view *a, const vgct_view *e,
  * vgct_acc_update on every pair in order (host test: the same functions
  * compiled for the CPU against vgct_acc_update; docs/performance.md) -- for
  * the pairs that go through vg_pair: the generic and float64 kernels.  The
- * float16/bfloat16/float32 kernels use only the sums and counters of a
- * HotAcc (vg_fast_chunk, below): their maxima and counts are still exactly
+ * float16/bfloat16/float32 kernels use only the sums, the counters and max
+ * |e| (ref32) of a HotAcc (vg_fast_chunk, below): their maxima and counts are still exactly
  * the definition's, their sums are grouped per chunk (within rounding).  Why:
  * a whole vgct_acc per thread spills, and one in shared memory made the
  * hot loop L1-bound (ncu, 2026-11-29). */
@@ -653,8 +653,9 @@ struct VgLook {
  * (VGCT_BFLOAT16) elements each: 0xffff in half h when a's element h != e's
  * (IEEE 754 equality: +0 == -0; a NaN is unequal to everything, but a chunk
  * with one is folded by the definition, whatever this says).  On the device
- * one HSET2 (cuda_fp16.h / cuda_bf16.h __hne2_mask; no flush of subnormals:
- * the build's -ftz=false), on the host the elements' float32 values. */
+ * one HSET2 (cuda_fp16.h / cuda_bf16.h __hne2_mask: set.ne without .ftz,
+ * so subnormals are compared as they are, whatever -ftz says), on the host
+ * the elements' values. */
 template <int DT>
 __host__ __device__ __forceinline__ uint32_t vg_ne16_mask(uint32_t wa, uint32_t we) {
   static_assert(DT == VGCT_BFLOAT16 || DT == VGCT_FLOAT16, "16-bit floating-point elements");
@@ -733,7 +734,8 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
   uint32_t mnb = 0xffffffffu;          /* min of 2 bits(|e|) - 1 over e != 0     */
   float maxe = h.ref32;                /* max |e|, and the ones folded before  */
   float X = -(float)INFINITY;          /* max fl32(|d32| - r32 |e|)            */
-  uint32_t nz = 0;                     /* bit q: d32 != 0                       */
+  uint32_t nz = 0;                     /* bit q: d32 != 0 (P16 without lk: the
+                                          words' layout, after the loop)        */
   double t_aa = 0.0, t_ee = 0.0, t_ae = 0.0, t_dd = 0.0, t_d;
   unsigned wge = 0, wel = 0, weh = 0, win = 0; /* the fused window's (wc) */
   uint32_t cand = 0;                   /* the sparse way's candidates (lk)      */

@@ -58,10 +58,13 @@
  *     either sign, and on random words; vg_fast_chunk<8, P16> against
  *     vg_fast_chunk<8> on the same chunks (float16 and bfloat16, every kind
  *     of element: zeros of both signs, subnormals, ties, one-ulp differences,
- *     NaN and Inf), the same outcome and HotAcc bit for bit; two planted
- *     faults (the key's sign mask left out, the unequal count with +0 != -0)
- *     must differ (teeth).  (vg_ne16_mask's device form, an HSET2, is checked
- *     on the GPU: test_gpu.py.)
+ *     NaN and Inf), plain, with the sparse way's look (VgLook: candidates and
+ *     zeros) and with the fused window's classification (VgWinCnt): the same
+ *     outcome, HotAcc, look and window counts bit for bit; two formulas with a
+ *     planted fault (the key's sign mask left out, the unequal pairs counted
+ *     by their bits: +0 != -0) must differ, each often enough on its own
+ *     (teeth).  (vg_ne16_mask's device form, an HSET2, is checked on the GPU:
+ *     test_gpu.py.)
  * Prints "N passed, M failed" last; exit status 1 on any failure.
  */
 #include <math.h>
@@ -962,7 +965,7 @@ static int check_flush_sums(long *n_flush, long *n_teeth) {
       const bool hsame = hw.s_aa == hg.s_aa && hw.s_ee == hg.s_ee && hw.s_ae == hg.s_ae &&
                          hw.s_dd == hg.s_dd && hw.s_d == hg.s_d && hw.n == hg.n &&
                          hw.neq == hg.neq && hw.nmm == hg.nmm && hw.ref == hg.ref &&
-                         hw.mxi == hg.mxi && hw.mri == hg.mri && hw.wxi == hg.wxi;
+                         hw.ref32 == hg.ref32 && hw.mxi == hg.mxi && hw.mri == hg.mri && hw.wxi == hg.wxi;
       if (memcmp(&want, &got, sizeof want) != 0 || !hsame) {
         if (bad < 5) printf("flush sums: record differs in trial %d, chunk %d\n", t, c);
         ++bad;
@@ -996,7 +999,7 @@ static bool same_hot(const HotAcc &x, const HotAcc &y) {
 }
 
 template <int D>
-static int check_words16_pair(long *n_chunks, long *teeth) {
+static int check_words16_pair(long *n_chunks, long *teeth_zero) {
   int bad = 0;
   for (int t = 0; t < 200000; ++t) {
     uint32_t wa[4] = {0, 0, 0, 0}, we[4] = {0, 0, 0, 0};
@@ -1025,12 +1028,29 @@ static int check_words16_pair(long *n_chunks, long *teeth) {
     vg_hot_init(h0);
     if (t % 4 == 0) { h0.s_aa = 1.5; h0.n = 24; h0.neq = 3; h0.ref32 = (float)ldexp(1.0, (int)(R() % 9) - 4); }
     h1 = h0;
-    const int r0 = vg_fast_chunk<8>(h0, g, held, a, e, 64, 1, rtol, atol);
-    const int r1 = vg_fast_chunk<8, D>(h1, g, held, a, e, 64, 1, rtol, atol, nullptr, nullptr, wa, we);
-    if (r0 != r1 || !same_hot(h0, h1)) {
+    /* the plain fold (t % 3 == 0), the sparse way's look (VgLook: its per-pair candidate
+       mask, which the word path must leave to the float32 loop) and the fused window's
+       classification (VgWinCnt), each with and without the words */
+    const int way = t % 3;
+    VgLook l0, l1;
+    l0.t32 = l1.t32 = (float)ldexp(1.0, -(int)(R() % 16));
+    l0.cand = l1.cand = l0.zeros = l1.zeros = 0u;
+    VgWinCnt w0, w1;
+    w0.lo = ldexp(1.0, -(int)(R() % 16));
+    w0.hi = w0.lo * (1.0 + (double)(R() % 4));
+    w0.ge = w0.el = w0.eh = w0.in = 0u;
+    w1 = w0;
+    const int r0 = vg_fast_chunk<8>(h0, g, held, a, e, 64, 1, rtol, atol, way == 1 ? &l0 : nullptr,
+                                    way == 2 ? &w0 : nullptr);
+    const int r1 = vg_fast_chunk<8, D>(h1, g, held, a, e, 64, 1, rtol, atol, way == 1 ? &l1 : nullptr,
+                                       way == 2 ? &w1 : nullptr, wa, we);
+    const bool look = l0.cand == l1.cand && l0.zeros == l1.zeros;
+    const bool win = w0.ge == w1.ge && w0.el == w1.el && w0.eh == w1.eh && w0.in == w1.in;
+    if (r0 != r1 || !same_hot(h0, h1) || !look || !win) {
       if (++bad <= 5)
-        printf("words16 dtype %d trial %d: outcome %d / %d, neq %d / %d, ref32 %a / %a\n", D, t, r0,
-               r1, h0.neq, h1.neq, h0.ref32, h1.ref32);
+        printf("words16 dtype %d trial %d way %d: outcome %d / %d, neq %d / %d, ref32 %a / %a, "
+               "cand %x / %x, win in %x / %x\n", D, t, way, r0, r1, h0.neq, h1.neq, h0.ref32,
+               h1.ref32, l0.cand, l1.cand, w0.in, w1.in);
     }
     ++*n_chunks;
     /* teeth: the unequal pairs counted with +0 != -0 (their bits compared) */
@@ -1040,7 +1060,7 @@ static int check_words16_pair(long *n_chunks, long *teeth) {
         for (int k = 0; k < 2; ++k) nb += ((wa[i] >> (16 * k)) & 0xffffu) != ((we[i] >> (16 * k)) & 0xffffu);
       int nm = 0;
       for (int i = 0; i < 4; ++i) nm += vg_popc(vg_ne16_mask<D>(wa[i], we[i]) & 0x00010001u);
-      *teeth += nb != nm;
+      *teeth_zero += nb != nm;
       if (nm != (int)(h0.neq - (t % 4 == 0 ? 3 : 0))) {
         if (++bad <= 5) printf("words16 dtype %d trial %d: vg_ne16_mask counts %d\n", D, t, nm);
       }
@@ -1049,7 +1069,7 @@ static int check_words16_pair(long *n_chunks, long *teeth) {
   return bad;
 }
 
-static int check_words16(long *n_keys, long *n_chunks, long *teeth) {
+static int check_words16(long *n_keys, long *n_chunks, long *teeth_key, long *teeth_zero) {
   int bad = 0;
   /* every bfloat16 pattern p, alone in a word beside +0 or -0, in either half */
   for (uint32_t p = 0; p < 0x10000u; ++p) {
@@ -1062,7 +1082,7 @@ static int check_words16(long *n_keys, long *n_chunks, long *teeth) {
         /* teeth: without the mask, the low element's sign lands in the high key */
         const uint32_t wrong = __viaddmin_u16x2(w << 1, 0xffffffffu, 0xffffffffu);
         const uint32_t k = std::min(wrong & 0xffffu, wrong >> 16);
-        *teeth += ((k + 1u) << 16) - 1u != want;
+        *teeth_key += ((k + 1u) << 16) - 1u != want;
         ++*n_keys;
       }
     }
@@ -1079,8 +1099,8 @@ static int check_words16(long *n_keys, long *n_chunks, long *teeth) {
     if (want != got && ++bad <= 5) printf("min16 key (4 words): %08x, want %08x\n", got, want);
     ++*n_keys;
   }
-  bad += check_words16_pair<VGCT_BFLOAT16>(n_chunks, teeth);
-  bad += check_words16_pair<VGCT_FLOAT16>(n_chunks, teeth);
+  bad += check_words16_pair<VGCT_BFLOAT16>(n_chunks, teeth_zero);
+  bad += check_words16_pair<VGCT_FLOAT16>(n_chunks, teeth_zero);
   return bad;
 }
 
@@ -1102,9 +1122,11 @@ int main() {
   long nfl = 0, nft = 0;
   r[13] = check_flush_sums(&nfl, &nft) + (nfl < 100000) + (nft < 100000);
   printf("flush sums: %ld flushes, %ld planted faults caught\n", nfl, nft);
-  long n16k = 0, n16c = 0, n16t = 0;
-  r[14] = check_words16(&n16k, &n16c, &n16t) + (n16k < 300000) + (n16c < 400000) + (n16t < 1000);
-  printf("16-bit words: %ld keys, %ld chunks, %ld planted faults caught\n", n16k, n16c, n16t);
+  long n16k = 0, n16c = 0, n16tk = 0, n16tz = 0;
+  r[14] = check_words16(&n16k, &n16c, &n16tk, &n16tz) + (n16k < 300000) + (n16c < 400000) +
+          (n16tk < 1000) + (n16tz < 1000);
+  printf("16-bit words: %ld keys, %ld chunks; planted faults caught: %ld keys without the sign mask, "
+         "%ld chunks counting +0 != -0\n", n16k, n16c, n16tk, n16tz);
   const char *names[15] = {"register accumulator == vgct_acc_update (bitwise)",
                           "periodic flushes: maxima/counters exact, sums 1e-13",
                           "FastDiv == '/'",

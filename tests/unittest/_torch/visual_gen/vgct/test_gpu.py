@@ -577,7 +577,7 @@ def _sixteen_bit_pair(n, dt, seed):
 def test_sixteen_bit_pairs_counted_from_their_words(dt, n, lean_max):
     """vg_fast_chunk's 16-bit word path (two float16 or two bfloat16 operands): the unequal pairs
     counted by one HSET2 a word pair (no flush of subnormals: two subnormals one unit apart are
-    unequal, +0 and -0 equal) and min |e| taken from the words, through the fast kernels (the
+    unequal, +0 and -0 equal) and, for bfloat16, min |e| taken from the words, through the fast kernels (the
     ring above 2^21 pairs, the flat kernel below with the lean kernel off): every field equals the
     CPU engine's and the float64 oracle's -- n_unequal, max |a - e| / |e| and max |e| exactly."""
     lean_max.value = 0
