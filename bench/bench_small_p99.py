@@ -46,6 +46,21 @@ def shapes(n, gen):
     yield "identical", eb.clone(), eb
 
 
+def record(rows, lg, name, t):
+    """Append the medians of the timings ``t`` (column -> list of us) of one size and data shape
+    to ``rows`` and print them (the progress line)."""
+    med = {k: statistics.median(v) for k, v in t.items()}
+    rows.append({"n": 1 << lg, "lg": lg, "data": name, **med})
+    print(f"2^{lg} {name}: " + ", ".join(f"{k} {v:.1f}" for k, v in med.items()), flush=True)
+
+
+def dump_json(path, rows):
+    """The rows, with the device's name, as JSON at ``path`` (nothing when path is None)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(0), "rows": rows}, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="6,10,13,14,16,18,20")
@@ -86,9 +101,7 @@ def main():
                     fin.value = 0
                     t["torch"].append(wall_us(
                         lambda: torch.testing.assert_close(a, e, rtol=0.0, atol=1.0), args.reps // 4))
-                med = {k: statistics.median(v) for k, v in t.items()}
-                rows.append({"n": 1 << lg, "lg": lg, "data": name, **med})
-                print(f"2^{lg} {name}: " + ", ".join(f"{k} {v:.1f}" for k, v in med.items()), flush=True)
+                record(rows, lg, name, t)
     finally:
         fin.value = 0
         coop[0] = 0
@@ -99,9 +112,7 @@ def main():
         print(f"| 2^{r['lg']} | {r['data']} | {r['none']:.1f} | {r['p99']:.1f} | {r['coop']:.1f} | "
               f"{r['finish']:.1f} | {r['p99'] / r['none']:.2f} | {r['p99'] / r['finish']:.2f} | "
               f"{r['coop'] / r['p99']:.2f} | {r['torch']:.1f} |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(0), "rows": rows}, f, indent=1)
+    dump_json(args.json, rows)
     return 0
 
 

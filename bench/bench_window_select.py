@@ -23,15 +23,13 @@ Prints a ratio table last; --json F writes the medians.
 """
 import argparse
 import ctypes
-import json
-import statistics
 import struct
 import sys
 
 import torch
 
 import vgct_ext
-from bench_small_p99 import shapes  # bench/ is sys.path[0]
+from bench_small_p99 import dump_json, record, shapes  # bench/ is sys.path[0]
 from gpu_diag import wall_us
 from vgct_ext import _C
 
@@ -65,9 +63,7 @@ def main():
                     knob.value = 1
                     t["levels"].append(wall_us(lambda: vgct_ext.compare(a, e), args.reps))
                     knob.value = 0
-                med = {k: statistics.median(v) for k, v in t.items()}
-                rows.append({"n": 1 << lg, "lg": lg, "data": name, **med})
-                print(f"2^{lg} {name}: " + ", ".join(f"{k} {v:.1f}" for k, v in med.items()), flush=True)
+                record(rows, lg, name, t)
     finally:
         knob.value = 0
     print("\n| n | data | none us | p99 us | levels us | p99 / none | levels / none | p99 / levels |")
@@ -75,9 +71,7 @@ def main():
     for r in rows:
         print(f"| 2^{r['lg']} | {r['data']} | {r['none']:.1f} | {r['p99']:.1f} | {r['levels']:.1f} | "
               f"{r['p99'] / r['none']:.2f} | {r['levels'] / r['none']:.2f} | {r['p99'] / r['levels']:.3f} |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(0), "rows": rows}, f, indent=1)
+    dump_json(args.json, rows)
     return 0
 
 

@@ -2285,29 +2285,33 @@ static cudaError_t chain_sel_tiny(void *ctx, const vgct_acc *rec, unsigned *done
   return launch_sel_tiny<-1, -1>(A, s);
 }
 
-/* k_sel_coop's readiness on the current device, once per instantiation and
- * device: its static shared memory within COOP_STATIC, COOP_SMEM of dynamic
+/* A cooperative selection kernel K's readiness (k_sel_coop's instantiations,
+ * k_sel_cbuf) on the current device, once per kernel and device (each K has
+ * its own cache): its static shared memory within COOP_STATIC, COOP_SMEM of dynamic
  * shared memory opted in, and at least one 1024-thread block resident per SM
  * with it (cudaOccupancyMaxActiveBlocksPerMultiprocessor) -- else the call
  * takes the plans after the record.  The CUDA calls' errors are not sticky;
  * they are cleared from cudaGetLastError (the launches' check reads it). */
-template <int DA, int DE>
-static bool coop_ready_t(int dev) {
+template <auto K>
+static bool coop_kernel_ready(int dev) {
   static signed char state[64]; /* 0 not known, 1 ready, -1 not (the same values from any thread) */
   if (dev < 0 || dev >= 64) return false;
   if (state[dev]) return state[dev] > 0;
   bool ok = false;
   cudaFuncAttributes fa;
   int nb = 0;
-  if (cudaFuncGetAttributes(&fa, k_sel_coop<DA, DE>) == cudaSuccess && fa.sharedSizeBytes <= COOP_STATIC &&
-      cudaFuncSetAttribute(k_sel_coop<DA, DE>, cudaFuncAttributeMaxDynamicSharedMemorySize, COOP_SMEM) ==
-          cudaSuccess &&
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_sel_coop<DA, DE>, ST, COOP_SMEM) ==
-          cudaSuccess)
+  if (cudaFuncGetAttributes(&fa, K) == cudaSuccess && fa.sharedSizeBytes <= COOP_STATIC &&
+      cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, COOP_SMEM) == cudaSuccess &&
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, K, ST, COOP_SMEM) == cudaSuccess)
     ok = nb >= 1;
   (void)cudaGetLastError();
   state[dev] = ok ? 1 : -1;
   return ok;
+}
+
+template <int DA, int DE>
+static bool coop_ready_t(int dev) {
+  return coop_kernel_ready<k_sel_coop<DA, DE>>(dev);
 }
 
 static bool coop_ready(int da, int de, int dev) {
@@ -2328,24 +2332,6 @@ static cudaError_t launch_sel_coop(const CArgs &C, int grid, cudaStream_t s) {
 
 extern "C" long long vgct_cuda_test_cbuf, vgct_cuda_test_fin; /* the hooks, below */
 
-/* k_sel_cbuf's readiness on a device (once per device, as coop_ready_t). */
-static bool cbuf_ready(int dev) {
-  static signed char state[64];
-  if (dev < 0 || dev >= 64) return false;
-  if (state[dev]) return state[dev] > 0;
-  bool ok = false;
-  cudaFuncAttributes fa;
-  int nb = 0;
-  if (cudaFuncGetAttributes(&fa, k_sel_cbuf) == cudaSuccess && fa.sharedSizeBytes <= COOP_STATIC &&
-      cudaFuncSetAttribute(k_sel_cbuf, cudaFuncAttributeMaxDynamicSharedMemorySize, COOP_SMEM) ==
-          cudaSuccess &&
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_sel_cbuf, ST, COOP_SMEM) == cudaSuccess)
-    ok = nb >= 1;
-  (void)cudaGetLastError();
-  state[dev] = ok ? 1 : -1;
-  return ok;
-}
-
 /* k_sel_cbuf over A's buffer (A.cand, nbuf keys, A.st) at A.ns ranks (A.rank0,
  * or the sample's: A.sample, A.wph, A.wz, A.wshift), when it can run: the
  * hooks leave it on (vgct_cuda_test_cbuf != 1, and the finish's knob at its
@@ -2358,7 +2344,7 @@ static bool cbuf_ready(int dev) {
 static bool cbuf_can(const DevWS *ws, int dev, long long nbuf, int ns) {
   return vgct_cuda_test_cbuf != 1 && vgct_cuda_test_fin == 0 && ws->coop && nbuf >= 1 &&
          ns >= 1 && ns <= SEL_NS && ws->smem_optin >= (size_t)COOP_SMEM + COOP_STATIC &&
-         nbuf <= (long long)ws->sms * COOP_KEYS && cbuf_ready(dev);
+         nbuf <= (long long)ws->sms * COOP_KEYS && coop_kernel_ready<k_sel_cbuf>(dev);
 }
 
 static cudaError_t launch_sel_cbuf(DevWS *ws, int dev, const KArgs &A, long long nbuf,
