@@ -22,8 +22,9 @@ Environment:
                          "90a" -> compute_90)
   VGCT_WERROR=1          add -Werror to the C flags
   VGCT_PHASE_TRACE=1     a diagnostic CUDA build (-DVGCT_PHASE_TRACE): the small-input
-                         reduce kernel prints its phases' times on every launch
-                         (bench/phase_trace.py); never for use
+                         reduce kernel prints its phases' times on every launch, the
+                         ring kernel its warps' loop times (bench/phase_trace.py
+                         [--ring]); never for use
   CUDA_HOME / CUDA_PATH  where the toolkit lives (else found from nvcc)
 Nothing is downloaded.
 """

@@ -14,6 +14,15 @@ partials and its completion word. This script runs ``compare`` without quantiles
 
 The stamps cost a few instructions and a global store each: the phases' sizes, not the kernel's
 total, are what this measures (bench/gpu_kernels.py times the release build).
+
+With --ring it instead times the large-input ring kernel (``k_reduce_bulk``) warp by warp: in the
+same build every warp stamps its entry and the end of its pair loop, with its SM and the steps in
+which one of its lanes fell back, and the grid's last block prints them (``VGPW`` lines). For bf16
+pairs of ``e + 1e-3 noise`` (rounding ties), ``e + 1e-2 noise`` and ``e`` itself (--sizes, e.g.
+26,28) it prints, per call, the spread of the warps' loop times and of the SMs' last loop ends --
+where a few slow warps or an uneven SM hold the kernel's end.
+
+    python bench/phase_trace.py --ring [--sizes 26,28] [--calls 3]
 """
 import argparse
 import statistics
@@ -24,7 +33,9 @@ FIELDS = ("entry_last", "flushed_first", "flushed_last", "merged_first", "merged
           "arrived_first", "arrived_last", "folded", "signalled")
 
 
-def child(sizes, calls):
+def _traced():
+    """(torch, vgct_ext, sync) in the child: the trace build checked; sync() waits for the device
+    and flushes C's stdout, where the device's printf lines sit (a pipe: fully buffered)."""
     import ctypes
 
     import torch
@@ -32,11 +43,16 @@ def child(sizes, calls):
     import vgct_ext
     if not vgct_ext.build_info()["phase_trace"]:
         sys.exit("this _C is not a VGCT_PHASE_TRACE=1 build (vgct_ext.build_info()['phase_trace'])")
-    libc = ctypes.CDLL(None)  # the device's printf lines sit in C's stdout buffer (a pipe)
+    libc = ctypes.CDLL(None)
 
     def sync():
         torch.cuda.synchronize()
         libc.fflush(None)
+    return torch, vgct_ext, sync
+
+
+def child(sizes, calls):
+    torch, vgct_ext, sync = _traced()
     for lg in sizes:
         g = torch.Generator(device="cuda").manual_seed(lg)
         e32 = torch.randn(1 << lg, device="cuda", generator=g)
@@ -50,6 +66,57 @@ def child(sizes, calls):
             vgct_ext.compare(a, e, quantiles=None)
         sync()
     print("END", flush=True)
+
+
+def ring_child(sizes, calls):
+    torch, vgct_ext, sync = _traced()
+    for lg in sizes:
+        g = torch.Generator(device="cuda").manual_seed(lg)
+        e32 = torch.randn(1 << lg, device="cuda", generator=g)
+        z = torch.randn(1 << lg, device="cuda", generator=g)
+        e = e32.to(torch.bfloat16)
+        for name, a in (("ties", (e32 + 1e-3 * z).to(torch.bfloat16)),
+                        ("noise", (e32 + 1e-2 * z).to(torch.bfloat16)), ("identical", e.clone())):
+            print("CASE skip", flush=True)  # the warm-up calls' lines are not counted
+            for _ in range(3):
+                vgct_ext.compare(a, e, quantiles=None)
+            sync()
+            for r in range(calls):
+                print(f"CASE {lg} {name} {r}", flush=True)
+                vgct_ext.compare(a, e, quantiles=None)
+                sync()
+    print("END", flush=True)
+
+
+def _q(v, f):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(f * len(v)))]
+
+
+def ring_table(text):
+    """The --ring table from the child's VGPW lines (block, SM, warp, entry ns, loop end ns, slow
+    steps, steps), one row per call."""
+    calls, cur = {}, None
+    for line in text.splitlines():
+        if line.startswith("CASE "):
+            cur = None if line.split()[1] == "skip" else tuple(line.split()[1:])
+        elif line.startswith("VGPW ") and cur is not None:
+            calls.setdefault(cur, []).append(tuple(int(x) for x in line.split()[1:]))
+    print("k_reduce_bulk, bf16 pairs, us after the first warp's entry; per call:")
+    print("| pairs | data | call | warps | steps | warp loop p10 / p50 / p90 / max | SM last end mean / max "
+          "| slow steps a warp mean / max |")
+    print("|---:|---|---:|---:|---:|---|---|---|")
+    for (lg, name, r), rows in calls.items():
+        t0 = min(x[3] for x in rows)
+        dur = [(x[4] - x[3]) * 1e-3 for x in rows]
+        sm = {}
+        for x in rows:
+            sm[x[1]] = max(sm.get(x[1], 0.0), (x[4] - t0) * 1e-3)
+        slow = [x[5] for x in rows]
+        print(f"| 2^{lg} | {name} | {r} | {len(rows)} | {rows[0][6]} | {_q(dur, .1):.1f} / "
+              f"{_q(dur, .5):.1f} / {_q(dur, .9):.1f} / {max(dur):.1f} | "
+              f"{statistics.mean(sm.values()):.1f} / {max(sm.values()):.1f} | "
+              f"{statistics.mean(slow):.2f} / {max(slow)} |")
 
 
 def parse(text):
@@ -71,18 +138,25 @@ def parse(text):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="12,16,20")
-    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--calls", type=int, default=None, help="calls a size (200; --ring: 3)")
+    ap.add_argument("--ring", action="store_true", help="the ring kernel, warp by warp")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.calls is None:
+        args.calls = 3 if args.ring else 200
     if args.child:
-        child(sizes, args.calls)
+        (ring_child if args.ring else child)(sizes, args.calls)
         return 0
     r = subprocess.run([sys.executable, __file__, "--child", "--sizes", args.sizes,
-                        "--calls", str(args.calls)], capture_output=True, text=True)
+                        "--calls", str(args.calls)] + (["--ring"] if args.ring else []),
+                       capture_output=True, text=True)
     if r.returncode != 0:
         sys.stderr.write(r.stdout[-2000:] + r.stderr[-4000:])
         return r.returncode
+    if args.ring:
+        ring_table(r.stdout)
+        return 0
     data = parse(r.stdout)
     if not any(d["folded"] for d in data.values()):
         sys.stderr.write("no VGPT lines: every launch had one block (no fold)\n")

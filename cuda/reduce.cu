@@ -131,6 +131,11 @@ struct RArgs {
 #ifdef VGCT_PHASE_TRACE
 #define VG_PT_BLOCKS 4096
 __device__ unsigned long long vg_pt[VG_PT_BLOCKS][4];
+/* k_reduce_bulk (diagnostic): per warp its entry and loop-end stamps and
+ * (SM << 40 | slow steps << 20 | steps); the grid's last block prints them
+ * (bench/phase_trace.py --ring) */
+__device__ unsigned long long vg_pw[VG_PT_BLOCKS * (RT / 32)][3];
+__device__ unsigned vg_pw_done;
 __device__ __forceinline__ unsigned long long vg_gtimer() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -925,6 +930,10 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
     for (int k = 0; k < VG_BP && k < nstep; ++k) issue(cb + k * CSTEP, rem - k * CSTEP, k);
   int p = 0;
   unsigned phase = 0;
+#ifdef VGCT_PHASE_TRACE
+  const unsigned long long pt_t0 = vg_gtimer();
+  int pt_slow = 0;
+#endif
   for (int k = 0; k < nstep; ++k, cb += CSTEP, rem -= CSTEP) {
     const int nf = whole(rem);
     vg_mbar_wait(&bar[w][p], phase);
@@ -989,11 +998,40 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
                                                                        lane is done with stage pc */
     if constexpr (WIN == 1)
       if (lane == 0 && k + VG_BP < nstep) issue(cb + VG_BP * CSTEP, rem - VG_BP * CSTEP, pc);
+#ifdef VGCT_PHASE_TRACE
+    pt_slow += __any_sync(0xffffffffu, slow) ? 1 : 0;
+#endif
     vg_thread_step<DA, DE, SC, SO>(gate, h, part, acc, slow, since, B::RB * G::CH);
   }
+#ifdef VGCT_PHASE_TRACE
+  if (lane == 0 && blockIdx.x < VG_PT_BLOCKS) { /* per warp: entry, loop end (ns), SM, slow steps */
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    unsigned long long *r = vg_pw[blockIdx.x * (RT / 32) + w];
+    r[0] = pt_t0;
+    r[1] = vg_gtimer();
+    r[2] = ((unsigned long long)smid << 40) | ((unsigned long long)pt_slow << 20) | (unsigned)nstep;
+  }
+#endif
   if constexpr (WIN) vg_win_end(A.wf, wsh, wc, w, lane);
   vg_thread_flush<SC, SO>(h, part, acc);
   vg_reduce_finish<SC>(A, vsm);
+#ifdef VGCT_PHASE_TRACE
+  if (threadIdx.x == 0) { /* the grid's last block here prints every warp's stamps */
+    __threadfence();
+    if (atomicAdd(&vg_pw_done, 1u) == gridDim.x - 1) {
+      __threadfence();
+      const unsigned nb = min(gridDim.x, (unsigned)VG_PT_BLOCKS);
+      for (unsigned i = 0; i < nb * (RT / 32); ++i) {
+        const unsigned long long x = __ldcg(&vg_pw[i][2]);
+        printf("VGPW %u %u %u %llu %llu %u %u\n", i / (RT / 32), (unsigned)(x >> 40),
+               i % (RT / 32), __ldcg(&vg_pw[i][0]), __ldcg(&vg_pw[i][1]),
+               (unsigned)((x >> 20) & 0xfffffu), (unsigned)(x & 0xfffffu));
+      }
+      vg_pw_done = 0;
+    }
+  }
+#endif
 }
 
 /* RG: chunks in flight per thread and step.  RU (2) for every pair and layout
