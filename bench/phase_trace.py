@@ -88,11 +88,6 @@ def ring_child(sizes, calls):
     print("END", flush=True)
 
 
-def _q(v, f):
-    v = sorted(v)
-    return v[min(len(v) - 1, int(f * len(v)))]
-
-
 def ring_table(text):
     """The --ring table from the child's VGPW lines (block, SM, warp, entry ns, loop end ns, slow
     steps, steps), one row per call."""
@@ -113,8 +108,9 @@ def ring_table(text):
         for x in rows:
             sm[x[1]] = max(sm.get(x[1], 0.0), (x[4] - t0) * 1e-3)
         slow = [x[5] for x in rows]
-        print(f"| 2^{lg} | {name} | {r} | {len(rows)} | {rows[0][6]} | {_q(dur, .1):.1f} / "
-              f"{_q(dur, .5):.1f} / {_q(dur, .9):.1f} / {max(dur):.1f} | "
+        dec = statistics.quantiles(dur, n=10)  # the deciles: p10, ..., p90
+        print(f"| 2^{lg} | {name} | {r} | {len(rows)} | {rows[0][6]} | {dec[0]:.1f} / "
+              f"{dec[4]:.1f} / {dec[8]:.1f} / {max(dur):.1f} | "
               f"{statistics.mean(sm.values()):.1f} / {max(sm.values()):.1f} | "
               f"{statistics.mean(slow):.2f} / {max(slow)} |")
 
