@@ -120,14 +120,24 @@ def machine():
     return f"{f['model']} ({f['isa'] or 'ISA unknown'}), {os.cpu_count()} CPUs"
 
 
+def size_of(s):
+    """A --shape-sizes entry: up to 62 the log2 of the pair count, above it the count itself
+    (8191: just below the CPU engine's key windows)."""
+    return 1 << s if s <= 62 else s
+
+
+def size_label(s):
+    return f"2^{s}" if s <= 62 else str(s)
+
+
 def p99_shapes(lg, rng, absdiffs=True):
     """``(name, actual, expected, |a-e| as float64 NumPy)`` for each data shape of the p99
-    table (bfloat16 ones need torch: skipped without it)."""
+    table (bfloat16 ones need torch: skipped without it); ``lg`` as in :func:`size_of`."""
     try:
         import torch
     except ImportError:
         torch = None
-    n = 1 << lg
+    n = size_of(lg)
     e32 = rng.standard_normal(n, dtype=np.float32)
     noisy = e32 + rng.standard_normal(n, dtype=np.float32) * np.float32(1e-3)
     cauchy = e32 + rng.standard_cauchy(n).astype(np.float32) * np.float32(1e-3)
@@ -187,10 +197,11 @@ def shapes_table(sizes, repeat, markdown, rng, before=None):
     (before, after, before, after, ...), best of ``repeat`` each."""
     if before is not None:
         from vgct_ext import _C as after
-        hdr = ("data", "n", "before ms", "before+p99 ms", "before cost", "after ms", "after+p99 ms",
+        hdr = ("data", "n", "before us", "before+p99 us", "before cost", "after us", "after+p99 us",
                "after cost")
         lines = []
         for lg in sizes:
+            reps = max(1, (1 << 17) // size_of(lg))  # a batch of calls a timing below 2^17 pairs
             for name, a, e, _ad in p99_shapes(lg, rng, absdiffs=False):
                 fs = [lambda m=m, q=q: m.compare(a, e, quantiles=q)
                       for m in (before, after) for q in ((), (0.99,))]
@@ -200,11 +211,12 @@ def shapes_table(sizes, repeat, markdown, rng, before=None):
                 for _ in range(repeat):
                     for k, f in enumerate(fs):
                         t0 = time.perf_counter()
-                        f()
-                        ts[k].append(time.perf_counter() - t0)
+                        for _ in range(reps):
+                            f()
+                        ts[k].append((time.perf_counter() - t0) / reps)
                 b0, b1, a0, a1 = (min(t) for t in ts)
-                lines.append((name, f"2^{lg}", f"{b0 * 1e3:.2f}", f"{b1 * 1e3:.2f}", f"{b1 / b0:.2f}x",
-                              f"{a0 * 1e3:.2f}", f"{a1 * 1e3:.2f}", f"{a1 / a0:.2f}x"))
+                lines.append((name, size_label(lg), f"{b0 * 1e6:.1f}", f"{b1 * 1e6:.1f}", f"{b1 / b0:.2f}x",
+                              f"{a0 * 1e6:.1f}", f"{a1 * 1e6:.1f}", f"{a1 / a0:.2f}x"))
                 print("  " + "  ".join(lines[-1]), flush=True)
         print()
         print("exact p99 by data shape, before/after: _C.compare with quantiles=() and (0.99,); "
@@ -218,7 +230,7 @@ def shapes_table(sizes, repeat, markdown, rng, before=None):
             t_v = best(lambda: vgct_ext.compare(a, e, quantiles=()), repeat)
             t_vq = best(lambda: vgct_ext.compare(a, e), repeat)  # the default quantiles=(0.99,)
             t_nq = best(lambda: np.quantile(ad, 0.99), max(1, repeat // 2))
-            lines.append((name, f"2^{lg}", f"{t_v * 1e3:.2f}", f"{t_vq * 1e3:.2f}",
+            lines.append((name, size_label(lg), f"{t_v * 1e3:.3f}", f"{t_vq * 1e3:.3f}",
                           f"{t_vq / t_v:.1f}x", f"{t_nq * 1e3:.1f}"))
     print()
     print("exact p99 by data shape: vgct_ext.compare with quantiles=() and with the default "
@@ -296,7 +308,7 @@ def main():
     ap.add_argument("--table", default="both", choices=("layouts", "shapes", "small", "both", "all"),
                     help="both = layouts + shapes; all = the three")
     ap.add_argument("--rounds", type=int, default=60, help="interleaved rounds of the small-call table")
-    ap.add_argument("--shape-sizes", default="20,24", help="log2 sizes of the p99 data-shape table")
+    ap.add_argument("--shape-sizes", default="20,24", help="log2 sizes of the p99 data-shape table (an entry above 62: a pair count, e.g. 8191)")
     ap.add_argument("--before", metavar="SO", default=None,
                     help="the _C extension of another build (e.g. main's): the shapes table then "
                          "times both engines' _C.compare, interleaved, before/after")

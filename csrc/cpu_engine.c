@@ -62,9 +62,9 @@
  *             partial (NLANE lanes of vgct_slice_update at S_e, S_d, merged in
  *             lane order -- equal to the tile's own sums); otherwise each pair
  *             goes to its slice with vgct_slice_update in iteration order.
- *  windows    The exact quantiles of compare(), n >= 2^13 (vgct_cpu_presel):
+ *  windows    The exact quantiles of compare(), n >= 2^12 (vgct_cpu_presel):
  *             a sample of n/256 pairs (at least 2^14 -- n/16, at least 1024,
- *             below 2^18 pairs) predicts a key window around the
+ *             in 32-36 chunks, below 2^18 pairs) predicts a key window around the
  *             quantiles' ranks and the tie values in it; the REDUCTION's pass
  *             counts the keys below the window and equal to its edges and tie
  *             values, and stores the other keys inside (bounded); the select
@@ -75,7 +75,9 @@
  *             over 16-bit digits (threads: per-thread histograms, exact sums),
  *             narrowing each requested rank to one bucket, until the buckets
  *             that hold the ranks fit a bounded candidate buffer; one more
- *             pass gathers them and an in-memory multi-select finishes.  For
+ *             pass gathers them and an in-memory multi-select finishes (its
+ *             rounds' pivots from a sample of the keys when the ranks lie
+ *             close together: cpu_select.inc u64_mselect).  For
  *             n >= 2^18 a sample of ~32 tiles first predicts a key range per
  *             rank; the first pass also gathers those ranges (bounded) and
  *             counts the keys below them exactly, so a rank that lands inside
@@ -88,7 +90,7 @@
  * results (<= 2^14), slice blocks (<= 8 x slices), the candidate buffer
  * (<= 2^20 keys, <= n), the windows' stored keys (<= 2^22 in all) and the
  * sample (<= 2^18 keys).  A known n_finite that fits the candidate buffer
- * (n < 2^13, or no window) is finished by one pass gathering every key.
+ * (n < 2^12, or no window) is finished by one pass gathering every key.
  * Failures return VGCT_ENOMEM / VGCT_EVALUE with a message (every
  * allocation failure is exercised by the engine tests).
  */

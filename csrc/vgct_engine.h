@@ -130,8 +130,9 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
                     char *err, size_t errlen);
 
 /* The exact quantiles in (usually) no pass of their own.  Before the
- * reduction, vgct_cpu_presel_new reads a sample of ~n/256 pairs (16K..64K,
- * evenly spaced tiles) and, for the quantiles qs[0..nq), predicts key windows
+ * reduction, vgct_cpu_presel_new reads a sample of ~n/256 pairs (1024..256K:
+ * n/16, at least 1024, below 2^18 pairs; evenly spaced tiles of 512, or 32-36
+ * chunks below 2^18 pairs) and, for the quantiles qs[0..nq), predicts key windows
  * [lo, hi] (vgct_absdiff_key order) around their ranks, with generous
  * binomial margins, plus the values that recur often inside a window (ties:
  * bf16 differences, identical inputs).  Given as params->presel to
@@ -147,7 +148,7 @@ int vgct_cpu_select(const vgct_view *a, const vgct_view *e, const vgct_params *p
  * count, vgct_rank_known, and selects only what that leaves), or when memory
  * is short.  Free with
  * vgct_cpu_presel_free (NULL is fine).  No GIL needed; reads the inputs. */
-#define VGCT_PRESEL_MIN_N ((int64_t)1 << 13) /* 8192 pairs (docs/metrics.md) */
+#define VGCT_PRESEL_MIN_N ((int64_t)1 << 12) /* 4096 pairs (docs/metrics.md) */
 #define VGCT_PRESEL_MAX_KEYS ((int64_t)1 << 22) /* 32 MiB */
 struct vgct_cpu_presel;
 struct vgct_cpu_presel *vgct_cpu_presel_new(const vgct_view *a, const vgct_view *e,

@@ -279,6 +279,99 @@ def test_select_exact(cengine, n, nr, cap, kind, seed, nthreads):
     assert got.tobytes() == keys[ranks].tobytes()
 
 
+def _msel_sample_positions(n):
+    """The positions of the evenly spaced sample a two-pivot round of the in-memory multi-select
+    draws from n keys (csrc/cpu_select.inc msel_pivots: s = 256 keys from 2048 keys on, else 128,
+    key i at (2i + 1) n / 2s)."""
+    s = 256 if n >= 2048 else 128
+    return (2 * np.arange(s) + 1) * n // (2 * s)
+
+
+def _msel_keys(layout, n, rng):
+    """float64 differences d (a = d, e = 0: |a - e| = |d| exactly) laid out to mislead the
+    two-pivot rounds' evenly spaced sample, or to tie."""
+    d = np.abs(rng.standard_normal(n)) * 1e-3
+    if layout == "ascending":
+        d = np.sort(d)
+    elif layout == "descending":
+        d = np.sort(d)[::-1].copy()
+    elif layout == "sampled_high":  # every sampled key larger than all others
+        d[_msel_sample_positions(n)] = 1.0 + rng.random(_msel_sample_positions(n).size)
+    elif layout == "sampled_low":  # every sampled key smaller than all others, distinct
+        d[_msel_sample_positions(n)] = 1e-9 * rng.random(_msel_sample_positions(n).size)
+    elif layout == "sampled_zero":  # every sampled key 0: its pivots tie
+        d[_msel_sample_positions(n)] = 0.0
+    elif layout == "sampled_at_p99":  # the sample all at one value near the p99: its pivots tie
+        d[_msel_sample_positions(n)] = np.quantile(d, 0.99)
+    elif layout == "two_values":
+        d = np.where(rng.random(n) < 0.985, 1e-3, 2e-3)
+    elif layout == "all_equal":
+        d = np.full(n, 1e-3)
+    elif layout == "organ_pipe":
+        h = np.sort(d[: n // 2])
+        d = np.concatenate([h, np.sort(d[n // 2:])[::-1]])
+    return d
+
+
+@pytest.mark.parametrize("n", [1024, 2047, 2048, 8191, 60_000, (1 << 20)])
+@pytest.mark.parametrize("layout", ["random", "ascending", "descending", "sampled_high", "sampled_low",
+                                    "sampled_zero", "sampled_at_p99", "two_values", "all_equal", "organ_pipe"])
+def test_select_in_memory_two_pivot_rounds(engine, layout, n):
+    """The in-memory multi-select's two-pivot rounds (csrc/cpu_select.inc u64_mselect with
+    msel_pivots, from 1024 keys on, ranks close together): pivots from an evenly spaced sample,
+    which these layouts make sorted, reversed, all above or below every other key, or tied, and
+    ties throughout -- every rank set compare() and the windows ask (a quantile's two ranks, the
+    extremes, a dense run around the p99, one rank) equals the sorted float64 oracle.  One
+    gathering pass (n_finite given: every key fits the buffer), then the selection in memory."""
+    rng = np.random.default_rng(n + len(layout))
+    d = _msel_keys(layout, n, rng)
+    e = np.zeros(n)
+    keys = np.sort(d)
+    p99 = int(0.99 * (n - 1))
+    rank_sets = [[p99, p99 + 1], [0, 1], [n - 2, n - 1], [n // 2], [int(0.01 * (n - 1)), int(0.01 * (n - 1)) + 1],
+                 list(range(p99 - 40, min(p99 + 41, n))), [int(0.5 * (n - 1)), p99, int(0.999 * (n - 1))]]
+    for ranks in rank_sets:
+        got = engine.select(d, e, ranks, expect_finite=n)
+        assert engine.last_select_passes == 1
+        assert got.tobytes() == keys[ranks].tobytes(), (layout, n, ranks[:3])
+
+
+@given(n=st.integers(1024, 20_000), nv=st.integers(1, 40), q=st.floats(0.0, 1.0), span=st.integers(1, 60),
+       seed=st.integers(0, 2 ** 31))
+def test_select_in_memory_close_ranks_property(cengine, n, nv, q, span, seed):
+    """Ranks close together (a run of `span` around the quantile q) among n keys of nv distinct
+    values, or of noise (nv = 40): the in-memory multi-select's two-pivot rounds are exact."""
+    rng = np.random.default_rng(seed)
+    d = rng.standard_normal(n) if nv == 40 else rng.standard_normal(nv)[rng.integers(0, nv, n)]
+    e = np.zeros(n)
+    keys = np.sort(np.abs(d))
+    at = int(q * (n - 1))
+    ranks = sorted({min(max(at + k, 0), n - 1) for k in range(-(span // 2), span - span // 2)})
+    got = cengine.select(d, e, ranks, expect_finite=n)
+    assert got.tobytes() == keys[ranks].tobytes()
+
+
+def test_presel_small_sample_reads_its_chunks(engine):
+    """Below 2^18 pairs the windows' sample is read in 32-36 evenly spaced chunks
+    (_presel_sampled mirrors csrc/cpu_select.inc): pairs unequal only outside them look like an
+    identical pair to the sample -- no window (left to the record; the record does not answer,
+    the selection's passes do, exactly) -- while the same differences on the sampled pairs
+    alone give windows.  Planted: a sample of whole tiles, or chunks elsewhere, fails."""
+    for n in (4096, 6000, 8191, 1 << 13, (1 << 16) + 1, (1 << 18) - 1):
+        rng = np.random.default_rng(n)
+        sampled = _presel_sampled(n)
+        assert 1024 <= sampled.sum() <= max(n // 16, 1024), n
+        e = rng.standard_normal(n).astype(np.float32)
+        for where, windows in ((~sampled, False), (sampled, True)):
+            a = e.copy()
+            a[where] += np.float32(0.5) + rng.random(int(where.sum())).astype(np.float32)
+            ps = engine.presel(a, e, [0.99])
+            engine.presel_free(ps)
+            assert bool(ps) == windows, (n, windows)
+            keys = _sorted_finite_absdiff(a, e)
+            assert vgct_ext.compare(a, e).quantiles[0.99] == float(np.quantile(keys, 0.99)), n
+
+
 def test_select_passes_and_bounded_buffer(engine):
     """A small cap forces more histogram levels; the default gathers after one."""
     rng = np.random.default_rng(9)
@@ -432,14 +525,17 @@ def test_select_windows_exact_every_rank_near_the_quantiles(engine, kind, qs):
             assert engine.last_select_passes == 0, kind
 
 
-@pytest.mark.parametrize("n", [(1 << 13) - 1, 1 << 13, (1 << 14) + 5, (1 << 16) + 1, (1 << 18) - 1])
+@pytest.mark.parametrize("n", [(1 << 12) - 1, 1 << 12, 6000, (1 << 13) - 1, 1 << 13, (1 << 14) + 5,
+                               (1 << 16) + 1, (1 << 18) - 1])
 @pytest.mark.parametrize("kind", ["fp32", "bf16_vs_bf16", "cauchy", "identical", "clustered"])
-def test_select_windows_from_8192_pairs(engine, kind, n):
-    """Windows from VGCT_PRESEL_MIN_N = 2^13 pairs on, from a sample of n/16 pairs (at least 1024)
-    below 2^18: the p50's and p99's ranks come off the windows with no selection pass; none below
-    8192 pairs; an identical pair none (the sample's zeros: the record answers); an error in one
-    run of 4% of the pairs (off by 1e-2), which the evenly spaced sample may miss (then the radix
-    passes finish) -- every rank, and compare()'s quantiles, the float64 oracle's."""
+def test_select_windows_from_4096_pairs(engine, kind, n):
+    """Windows from VGCT_PRESEL_MIN_N = 2^12 pairs on, from a sample of n/16 pairs (at least 1024)
+    read in 32-36 evenly spaced chunks below 2^18: the p50's and p99's ranks come off the windows with
+    no selection pass; none below 4096 pairs; an identical pair none (the sample's zeros: the
+    record answers).  An error in one run of 4% of the pairs (off by 1e-2) is sampled in
+    proportion, so its windows hold the ranks too (two whole tiles of 512, the sample's shape
+    before, held the run eight times over at 8192 pairs, or missed it, and left the ranks to the
+    radix passes) -- every rank, and compare()'s quantiles, the float64 oracle's."""
     rng = np.random.default_rng(23)
     if kind == "clustered":
         a, e = _window_data("fp32", n, rng)
@@ -454,8 +550,8 @@ def test_select_windows_from_8192_pairs(engine, kind, n):
     ps, acc, got = _windows_select(engine, a, e, qs, want + [0, m - 1], 2)
     assert acc.n_finite == m
     assert got.tobytes() == keys[want + [0, m - 1]].tobytes()
-    assert bool(ps) == (n >= 1 << 13 and kind != "identical"), (kind, n)
-    if ps and kind != "clustered":
+    assert bool(ps) == (n >= 1 << 12 and kind != "identical"), (kind, n)
+    if ps:
         _, _, got = _windows_select(engine, a, e, qs, want, 1)
         assert got.tobytes() == keys[want].tobytes()
         assert engine.last_select_passes == 0, (kind, n)
@@ -580,13 +676,20 @@ def test_select_windows_missed_fall_back_exactly(engine):
 def _presel_sampled(n):
     """Boolean mask of the elements vgct_cpu_presel_new's sample reads for a flat contiguous pair
     of n elements (csrc/cpu_select.inc): K = n/256 keys within [min(max(n/16, 1024), 2^14), 2^18],
-    ntiles = K / 512, tiles of 512 at b = 0, step, 2 step, ... (step = ceil(n / 512) // ntiles),
-    ntiles + 1 of them."""
-    tile = 512
+    ntiles = K / 512; at least 32 tiles: tiles of 512 at b = 0, step, 2 step, ... (step =
+    ceil(n / 512) // ntiles), ntiles + 1 of them; fewer: K // L chunks (32-36) of L = (K / 32) & ~7 pairs,
+    chunk k at k n / (K / L)."""
+    tile, chunks = 512, 32
     want = min(max(n // 256, min(max(n // 16, 1024), 1 << 14)), 1 << 18)
     ntiles, nblk = want // tile, -(-n // tile)
-    step = max(nblk // ntiles, 1)
     mask = np.zeros(n, dtype=bool)
+    if ntiles < chunks:
+        clen = (want // chunks) & ~7
+        nch = want // clen
+        for k in range(nch):
+            mask[k * n // nch:k * n // nch + clen] = True
+        return mask
+    step = max(nblk // ntiles, 1)
     for k, b in enumerate(range(0, nblk, step)):
         if k > ntiles:
             break
@@ -693,7 +796,7 @@ def test_select_windows_torn_input_detected(engine):
 
 
 def test_select_windows_small_inputs_and_no_windows(engine):
-    """No windows below VGCT_PRESEL_MIN_N (2^13) or without quantiles; a known n_finite that
+    """No windows below VGCT_PRESEL_MIN_N (2^12) or without quantiles; a known n_finite that
     fits the candidate buffer is finished by ONE gathering pass."""
     rng = np.random.default_rng(7)
     a, e = _window_data("fp32", 1000, rng)
