@@ -10,7 +10,11 @@ These holders keep it from the test without any error of their own, where pytest
   session's end; a future's done-callback that raises it (``concurrent.futures`` only logs that);
 * an asyncio event loop's exception handler (``call_exception_handler``, unless the code set its own with
   ``loop.set_exception_handler``), which asyncio hands what no code can receive any more: a task or future
-  whose exception was never retrieved (when it is destroyed), a callback's exception (asyncio logs it).
+  whose exception was never retrieved (when it is destroyed), a callback's exception (asyncio logs it);
+* ``asyncio.gather(..., return_exceptions=True)``, which retrieves its children's exceptions (asyncio never
+  reports them then) and returns them as values (also a child's caught gate failure it returns): each counts
+  as read only once raised again (``pytest.raises``, ``expect_gate_failure`` around ``raise``) by the time
+  the plugin looks -- one only looked at (``isinstance``) cannot be told from one ignored.
 
 :func:`install` wraps them (once per process; nested in-process sessions only count, and each takes only what
 was caught while it was the innermost), :func:`uninstall` restores them, and :func:`take` returns, as report
@@ -23,7 +27,8 @@ session ends (an executor shut down without waiting: it fails at interpreter exi
 ``_thread.start_new_thread`` (its failures go to ``sys.unraisablehook``), ``multiprocessing`` pools'
 results, event loops not derived from asyncio's ``BaseEventLoop`` (uvloop), a future or task still
 referenced at the session's end by what outlives it (a module global: asyncio reports it at interpreter
-exit), and the other children of an ``asyncio.gather`` without ``return_exceptions`` (gather marks their
+exit), a gathered gate failure raised again only by a later test (it counts as lost at the end of the test
+or teardown during which gather returned it), and the other children of an ``asyncio.gather`` without ``return_exceptions`` (gather marks their
 exceptions retrieved)."""
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 _LOCK = threading.Lock()
 _CAUGHT: List[Tuple[int, str]] = []  # (depth, line): threads', loops', done-callbacks' (under _LOCK)
 _FUTURES: Dict[int, Tuple[Any, str, int]] = {}  # key -> (weakref to a future holding one, line, depth), unread
+_RETURNED: List[Tuple[int, BaseException, Any, str]] = []  # (depth, exception, its traceback, line): returned as
+#                                                            values by asyncio.gather, not yet looked at (take)
 _DEAD: Deque[int] = collections.deque()  # keys of such futures destroyed (appended by their weakref callbacks,
 #                                          which the garbage collector may run while _LOCK is held: no lock)
 _KEYS = itertools.count(1)
@@ -191,6 +198,21 @@ def _handler(orig: Callable[..., Any]) -> Callable[..., Any]:
     return call_exception_handler
 
 
+def _gathered(orig: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(orig)
+    def set_result(self: Any, result: Any) -> Any:
+        # (gather marked each child's exception retrieved; with return_exceptions they are values of the list)
+        for value in result if isinstance(result, list) else ():
+            found = gate_error_in(value)
+            if found is not None:
+                line = (f"a gate failure returned as a value by asyncio.gather (return_exceptions=True) and never "
+                        f"raised again: {_first_line(found)}")
+                with _LOCK:
+                    _RETURNED.append((_DEPTH, value, value.__traceback__, line))
+        return orig(self, result)
+    return set_result
+
+
 def _patch(owner: Any, attr: str, wrap: Callable[[Any], Any]) -> None:
     orig = getattr(owner, attr)
     _PATCHED[f"{owner.__qualname__}.{attr}"] = (owner, attr, orig)
@@ -198,24 +220,30 @@ def _patch(owner: Any, attr: str, wrap: Callable[[Any], Any]) -> None:
 
 
 def install_loop_hook() -> None:
-    """Wrap asyncio's ``BaseEventLoop.call_exception_handler`` if the hooks are installed and not yet that one
-    (asyncio re-imported: pytester restores ``sys.modules`` after an in-process run)."""
+    """Wrap asyncio's ``BaseEventLoop.call_exception_handler`` and the result of ``asyncio.gather``'s future if
+    the hooks are installed and not yet those (asyncio re-imported: pytester restores ``sys.modules`` after an
+    in-process run)."""
     if _DEPTH and "BaseEventLoop.call_exception_handler" not in _PATCHED:
         base_events = sys.modules.get("asyncio.base_events")
         if base_events is not None:
             _patch(base_events.BaseEventLoop, "call_exception_handler", _handler)
+    if _DEPTH and "_GatheringFuture.set_result" not in _PATCHED:
+        tasks = sys.modules.get("asyncio.tasks")
+        if tasks is not None and hasattr(tasks, "_GatheringFuture"):
+            _patch(tasks._GatheringFuture, "set_result", _gathered)
 
 
 def install() -> None:
-    """Wrap ``concurrent.futures.Future`` (set_exception, result, exception, add_done_callback) and the asyncio
-    event loops' exception handler (asyncio imported here: a test that imports it in its body would otherwise
-    find it unwrapped).  Nested calls only count (one set of wrappers a process)."""
+    """Wrap ``concurrent.futures.Future`` (set_exception, result, exception, add_done_callback), the asyncio
+    event loops' exception handler and ``asyncio.gather``'s result (asyncio imported here: a test that imports
+    it in its body would otherwise find it unwrapped).  Nested calls only count (one set of wrappers a process)."""
     global _DEPTH
     _DEPTH += 1
     if _DEPTH == 1:
         import concurrent.futures as cf
 
         importlib.import_module("asyncio.base_events")  # (for install_loop_hook)
+        importlib.import_module("asyncio.tasks")
 
         _patch(cf.Future, "set_exception", _setter)
         _patch(cf.Future, "result", _reader)
@@ -233,6 +261,7 @@ def uninstall() -> None:
     with _LOCK:
         _DEPTH -= 1
         _CAUGHT[:] = [(min(d, _DEPTH), line) for d, line in _CAUGHT] if _DEPTH else []
+        _RETURNED[:] = [(min(d, _DEPTH), *rest) for d, *rest in _RETURNED] if _DEPTH else []
         for key, (ref, line, d) in list(_FUTURES.items()):
             if _DEPTH:
                 _FUTURES[key] = (ref, line, min(d, _DEPTH))
@@ -248,8 +277,8 @@ def uninstall() -> None:
 
 def take(session_end: bool = False) -> List[str]:
     """What the hooks caught since the last look while the current session was the innermost, as lines, then
-    forgotten: threads', event loops' and done-callbacks' gate failures, and the futures holding one that were
-    destroyed unread (first a garbage collection when such a future is newly alive: one in a reference
+    forgotten: threads', event loops' and done-callbacks' gate failures, those asyncio.gather returned as values
+    and nobody raised again since, and the futures holding one that were destroyed unread (first a garbage collection when such a future is newly alive: one in a reference
     cycle).  ``session_end`` (the plugin's last look): first a garbage collection (an asyncio task in a
     reference cycle is destroyed there), and every future still holding an unread gate failure counts too."""
     global _COLLECTED
@@ -263,6 +292,10 @@ def take(session_end: bool = False) -> List[str]:
     with _LOCK:
         out = [line for d, line in _CAUGHT if d == _DEPTH]
         _CAUGHT[:] = [(d, line) for d, line in _CAUGHT if d != _DEPTH]
+        # read: raised again since gather returned it (pytest.raises, expect_gate_failure), which gives it a new
+        # traceback; a value only looked at (isinstance) cannot be told from one ignored, and is not
+        out.extend(line for d, exc, tb, line in _RETURNED if d == _DEPTH and exc.__traceback__ is tb)
+        _RETURNED[:] = [x for x in _RETURNED if x[0] != _DEPTH]
         dead = set()
         while _DEAD:
             dead.add(_DEAD.popleft())

@@ -905,6 +905,8 @@ def test_read_in_every_way():
             await asyncio.to_thread(bad, "awaited")
         out = await asyncio.gather(asyncio.to_thread(bad, "gathered"), return_exceptions=True)
         assert isinstance(out[0], GateFailure)
+        with pytest.raises(GateFailure):  # (a gathered value counts as read once raised again)
+            raise out[0]
     asyncio.run(main())
 """
 
@@ -916,9 +918,9 @@ def test_a_gate_failure_kept_by_an_unread_future_or_an_unawaited_task_fails(pyte
     session's end (a module global keeps it: the session fails), raised by a future's done-callback, or handed to an
     asyncio loop's exception handler (a task never awaited, a callback) fails the test during whose call it
     happened, or the session (after the last test). Passes: a failure read in any way (result() under pytest.raises,
-    exception(), a consumed map, await, gather's results), read by a later test (a module fixture's futures), taken
-    by the loop's own handler; an exception whose ``exceptions`` are not exceptions passes through (it hung a worker
-    once). The planted fault, the hooks undone: every test passes and the session exits 0 -- nothing else would have
+    exception(), a consumed map, await, a gathered one raised again), read by a later test (a module fixture's
+    futures), taken by the loop's own handler; an exception whose ``exceptions`` are not exceptions passes through
+    (it hung a worker once). The planted fault, the hooks undone: every test passes and the session exits 0 -- nothing else would have
     seen these failures."""
     pytester.makepyfile(test_x=FUTURES % plant)
     result = run("-W", "ignore::pytest.PytestUnraisableExceptionWarning")
@@ -951,6 +953,67 @@ def test_a_gate_failure_kept_by_an_unread_future_or_an_unawaited_task_fails(pyte
         assert name not in summary
     assert "nobody read" not in "".join(ln for ln in out.splitlines() if "second shard" in ln)  # (not stored)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_a_gate_failure_gather_returns_as_a_value_counts_only_when_raised_again(pytester, run):
+    """asyncio.gather(..., return_exceptions=True) retrieves each child's exception (asyncio then never reports
+    it) and returns it as a value: a test that ignores the list, or keeps only the results that are not
+    exceptions, lost its gate failures and passed.  Such a value counts as read only once raised again
+    (pytest.raises, expect_gate_failure around ``raise``): looking at it (isinstance) cannot be told apart
+    from ignoring it.  A child that returns its caught gate failure is the same.  The planted fault, the
+    gather hook undone: 4 passed."""
+    pytester.makepyfile(test_x=HEADER + """
+import asyncio
+from vgct_ext import GateFailure, expect_gate_failure
+
+def bad(tag):
+    assert_t1(E * 1.5, E, component="c", feature=tag)
+
+async def agate(tag):
+    bad(tag)
+
+async def returns_it(tag):
+    try:
+        bad(tag)
+    except GateFailure as e:
+        return e
+
+def test_ignored():
+    async def main():
+        await asyncio.gather(agate("ignored coroutine"), asyncio.to_thread(bad, "ignored thread"),
+                             return_exceptions=True)
+    asyncio.run(main())
+
+def test_filtered():
+    async def main():
+        out = await asyncio.gather(agate("filtered"), asyncio.sleep(0, "ok"), returns_it("returned"),
+                                   return_exceptions=True)
+        return [r for r in out if not isinstance(r, BaseException)]
+    assert asyncio.run(main()) == ["ok"]
+
+def test_raised_again():
+    async def main():
+        return await asyncio.gather(agate("raised again"), return_exceptions=True)
+    out = asyncio.run(main())
+    with pytest.raises(GateFailure):
+        raise out[0]
+
+def test_planted_fault_checked():
+    async def main():
+        return await asyncio.gather(asyncio.to_thread(bad, "planted"), return_exceptions=True)
+    out = asyncio.run(main())
+    with expect_gate_failure(statistics=["rel_l2"]):
+        raise out[0]
+""")
+    result = run()
+    result.assert_outcomes(failed=2, passed=2)
+    gathered = "  a gate failure returned as a value by asyncio.gather (return_exceptions=True) and never raised again: "
+    result.stdout.fnmatch_lines(["*_ test_ignored _*", "vgct: gate failures this test never reported*",
+                                 f"{gathered}*feature 'ignored coroutine'*", f"{gathered}*feature 'ignored thread'*",
+                                 "*_ test_filtered _*", "vgct: gate failures this test never reported*",
+                                 f"{gathered}*feature 'filtered'*", f"{gathered}*feature 'returned'*"])
+    summary = result.stdout.str().split("short test summary")[-1]
+    assert "test_raised_again" not in summary and "test_planted_fault_checked" not in summary
 
 
 def test_a_block_left_open_in_a_worker_thread_or_hidden_by_a_skip_fails_its_test(pytester, run):
