@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-__all__ = ["Session", "TestContext", "current_session", "current_test", "record", "strict_mode"]
+__all__ = ["Session", "TestContext", "current_session", "current_test", "is_current", "record", "strict_mode"]
 
 
 @dataclasses.dataclass
@@ -72,12 +72,19 @@ def push_session(session: Session) -> None:
 
 
 def pop_session(session: Session) -> None:
-    if session in _SESSIONS:
-        _SESSIONS.remove(session)
+    """Remove ``session`` (by identity: sessions are dataclasses, and two fresh ones compare equal)."""
+    _SESSIONS[:] = [s for s in _SESSIONS if s is not session]
 
 
 def current_session() -> Optional[Session]:
     return _SESSIONS[-1] if _SESSIONS else None
+
+
+def is_current(session: Optional[Session]) -> bool:
+    """Whether what was left under ``session`` (the innermost session when it was left) is the innermost
+    session's now: it is that session, or that session has ended (a pytest run inside a test passes what it
+    did not take to the session around it), or there was none."""
+    return session is current_session() or all(session is not s for s in _SESSIONS)
 
 
 def current_test() -> Optional[TestContext]:

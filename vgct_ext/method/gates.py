@@ -665,6 +665,7 @@ class _Entry:
     def _own(self) -> None:
         self.open = True
         self.owner = _thread_token()
+        self.session = _context.current_session()  # (a pytest run inside a test must not take the test's)
         with _OPEN_LOCK:
             _OPEN.add(self)
 
@@ -703,7 +704,16 @@ class _Raise(_Entry):
 _SOFT: "contextvars.ContextVar[Tuple[_Entry, ...]]" = contextvars.ContextVar("vgct_soft_gates", default=())
 _OPEN: "set[_Entry]" = set()  # every open entry of the process, any thread or context (under _OPEN_LOCK)
 _OPEN_LOCK = threading.Lock()
-_UNREPORTED: List[_GateError] = []  # failures of soft blocks ended by GeneratorExit/CancelledError (plugin reports)
+_UNREPORTED: List[Tuple[Any, _GateError]] = []  # (the innermost pytest session then, the failures of a soft block
+#                                                   ended by GeneratorExit/CancelledError): the plugin reports them
+
+
+def _take_unreported() -> List[_GateError]:
+    """The failures of :data:`_UNREPORTED` that are the innermost session's (:func:`_context.is_current`),
+    removed; call under _OPEN_LOCK."""
+    mine = [f for session, f in _UNREPORTED if _context.is_current(session)]
+    _UNREPORTED[:] = [x for x in _UNREPORTED if not _context.is_current(x[0])]
+    return mine
 
 
 def _planted_block() -> Optional[_Raise]:
@@ -770,13 +780,14 @@ def _test_end(state: Tuple[Any, "set[_Entry]"]) -> List[str]:
     """For the pytest plugin, after the test: close every block opened during the test and still open -- in any
     thread or context (a suspended generator, an async test's task, a pool's worker) -- restore the stack, and
     say what was lost: failures collected by such a block or by one ended by GeneratorExit/CancelledError, and
-    planted-fault blocks never left, as lines for the test's failure (empty: nothing)."""
+    planted-fault blocks never left, as lines for the test's failure (empty: nothing).  Only the innermost
+    session's (:func:`vgct_ext.method._context.is_current`): a pytest run inside a test (pytester) neither
+    takes nor closes what the test around it left or opened."""
     token, before = state
     _SOFT.reset(token)
     with _OPEN_LOCK:
-        left = [x for x in _OPEN if x not in before]
-        unreported = list(_UNREPORTED)
-        del _UNREPORTED[:]
+        left = [x for x in _OPEN if x not in before and _context.is_current(x.session)]
+        unreported = _take_unreported()
     lost: List[_GateError] = [f for x in left if isinstance(x, _Collect) for f in x] + unreported
     for x in left:
         x.close()
@@ -802,8 +813,7 @@ def _drain_unreported(when: str = "") -> List[str]:
     ended by GeneratorExit/CancelledError since the last look (a fixture's teardown), as lines (``when``:
     where, for the line)."""
     with _OPEN_LOCK:
-        unreported = list(_UNREPORTED)
-        del _UNREPORTED[:]
+        unreported = _take_unreported()
     return [f"a gate failure collected by a soft_gates block ended by GeneratorExit/CancelledError{when}: "
             f"{str(f).splitlines()[0]}" for f in unreported]
 
@@ -812,11 +822,12 @@ def _session_end() -> List[str]:
     """For the pytest plugin, at the session's end (after the last test and the session fixtures' teardown):
     the gate failures no test reported -- collected by a soft block ended by GeneratorExit/CancelledError after
     the last test's teardown, or held by a soft_gates block still open outside every test -- as lines for the
-    session's failure (empty: nothing); the blocks are marked reported.  Called at the start of the plugin's
+    session's failure (empty: nothing); the blocks are marked reported.  Only the innermost session's: a
+    block the test around a pytest run inside it (pytester) holds open is that test's.  Called at the start of the plugin's
     pytest_sessionfinish and again after every implementation of it; a failure collected later (interpreter
     exit) can only be warned about."""
     with _OPEN_LOCK:
-        held = [x for x in _OPEN if isinstance(x, _Collect) and x and not x.reported]
+        held = [x for x in _OPEN if isinstance(x, _Collect) and x and not x.reported and _context.is_current(x.session)]
         for x in held:
             x.reported = True
     return (_drain_unreported(" after the last test") +
@@ -901,7 +912,7 @@ def soft_gates() -> Iterator[List[_GateError]]:
         if isinstance(exc, GeneratorExit) or _is_cancel(exc):  # closing or cancelling must stay what it is
             lost = _combine(collected, "gates")
             with _OPEN_LOCK:
-                _UNREPORTED.append(lost)  # the pytest plugin fails the test with them
+                _UNREPORTED.append((_context.current_session(), lost))  # the pytest plugin fails the test with them
             warnings.warn(f"vgct soft_gates: a block ended by {type(exc).__name__} had collected gate failures, "
                           f"which cannot be raised there: {str(lost).splitlines()[0]}", RuntimeWarning, stacklevel=3)
         raise

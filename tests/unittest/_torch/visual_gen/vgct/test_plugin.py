@@ -619,6 +619,49 @@ def test_zz_exit():
     assert rep["exitstatus"] == 1 and len(rep["gate_errors"]) == 1 and "'late'" in rep["gate_errors"][0]
 
 
+def test_a_pytest_run_inside_a_test_neither_takes_nor_reports_the_outer_tests_gate_failures(pytester):
+    """A pytest run inside a test (pytester, in-process) is a session of its own: it must not take the gate
+    failures of the test around it.  Its session end marked the outer test's open soft block reported (its
+    failure then raised nowhere: the outer test passed) and blamed its own session for it; its first test took
+    the failure of a soft block the outer test had abandoned (GeneratorExit), failing the inner test instead of
+    the outer one.  The planted fault (one module-wide list and no session filter): failed=2 -- the inner runs
+    fail and the outer soft block does not raise."""
+    pytester.makepyfile(test_x=HEADER + """
+from vgct_ext import GateFailure, soft_gates
+
+INNER = {"test_inner.py": "def test_ok():\\n    pass\\n"}
+
+def _layers(feature):
+    with soft_gates():
+        assert_t1(E * 1.5, E, component="c", feature=feature)
+        yield
+
+def test_outer_soft_block(pytester):
+    pytester.makepyfile(**INNER)
+    with pytest.raises(GateFailure, match="feature 'outer block'"):
+        with soft_gates():
+            assert_t1(E * 1.5, E, component="c", feature="outer block")
+            inner = pytester.runpytest("-p", "no:cacheprovider")
+    inner.assert_outcomes(passed=1)
+    assert inner.ret == pytest.ExitCode.OK and "vgct ERROR" not in inner.stdout.str()
+
+def test_outer_abandoned_block(pytester):
+    pytester.makepyfile(**INNER)
+    g = _layers("abandoned by the outer test")
+    next(g)
+    g.close()  # (GeneratorExit: lost until the plugin fails this test with it)
+    inner = pytester.runpytest("-p", "no:cacheprovider")
+    inner.assert_outcomes(passed=1)
+    assert inner.ret == pytest.ExitCode.OK and "vgct ERROR" not in inner.stdout.str()
+""")
+    result = pytester.runpytest_subprocess("-p", "pytester", "-p", "no:cacheprovider", "-W", "ignore::RuntimeWarning")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*_ test_outer_abandoned_block _*", "vgct: gate failures this test never reported*",
+                                 "  a gate failure collected by a soft_gates block that never reported it (left open, "
+                                 "or ended by GeneratorExit/CancelledError): *feature 'abandoned by the outer test'*"])
+    assert "FAILED test_x.py::test_outer_abandoned_block - Failed: vgct: gate failures" in result.stdout.str()
+
+
 THREAD_SHAPES = {
     "chained": """
 def work():
