@@ -251,13 +251,23 @@ def _is_paired(item: pytest.Item) -> bool:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) -> Any:
     """Gate failures lost during the test's teardown (a fixture abandoning a soft block; a thread's) fail the
-    session, named with the test -- not the next test, whose skip or xfail could otherwise hide them."""
+    session, named with the test -- not the next test, whose skip or xfail could otherwise hide them.  When the
+    teardown itself errs (under ``-W error`` that error is pytest's warning about the thread's exception, or the
+    soft block's RuntimeWarning: the gate failure itself), they are shown with its error instead, which fails
+    the session already: not counted a second time as a failure no test failed with."""
+    erred = False
     try:
         return (yield)
+    except Exception:
+        erred = True
+        raise
     finally:
         s = item.config.stash.get(STATE, None)
         late = _pending_gate_errors()
-        if s is not None:
+        if late and erred:
+            item.add_report_section("teardown", "vgct", "gate failures lost during this teardown:\n  " +
+                                    "\n  ".join(late))
+        elif s is not None:
             s.gate_errors.extend(f"{x} (in or after the teardown of {item.nodeid})" for x in late)
 
 

@@ -822,6 +822,59 @@ def test_2_clean():
     assert "FAILED test_x.py::test_1_thread" in out and result.ret == pytest.ExitCode.TESTS_FAILED
 
 
+def test_under_w_error_a_gate_failure_lost_in_a_teardown_is_reported_once(pytester):
+    """Under ``-W error`` a thread's unhandled exception (pytest's warning about it) and a soft block ended by
+    GeneratorExit (its RuntimeWarning) in a fixture's teardown are the teardown's error, which fails the
+    session: the lost gate failure is shown with that error, not reported a second time as one "no test failed
+    with" (the session's vgct ERROR line and the report's gate_errors).  The planted fault: two vgct ERROR
+    lines besides the two errors."""
+    pytester.makepyfile(test_x=HEADER + """
+import threading
+from vgct_ext import soft_gates
+
+def bad(tag):
+    assert_t1(E * 1.5, E, component="c", feature=tag)
+
+def _layers():
+    with soft_gates():
+        bad("abandoned in a teardown")
+        yield
+
+@pytest.fixture
+def thread_in_teardown():
+    yield
+    t = threading.Thread(target=bad, args=("thread in a teardown",), name="w")
+    t.start()
+    t.join()
+
+@pytest.fixture
+def block_in_teardown():
+    yield
+    g = _layers()
+    next(g)
+    g.close()
+
+def test_a(thread_in_teardown):
+    pass
+
+def test_b(block_in_teardown):
+    pass
+""")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error", "--vgct-report=r.json")
+    result.assert_outcomes(passed=2, errors=2)
+    assert "vgct ERROR" not in result.stdout.str(), result.stdout.str()
+    assert json.loads((pytester.path / "r.json").read_text())["gate_errors"] == []
+    result.stdout.fnmatch_lines(["*_ ERROR at teardown of test_a _*", "*PytestUnhandledThreadExceptionWarning*",
+                                 "*Captured vgct teardown*", "gate failures lost during this teardown:",
+                                 "  a gate failure raised in thread 'w' and not handled there: *feature 'thread in a "
+                                 "teardown'*",
+                                 "*_ ERROR at teardown of test_b _*", "*RuntimeWarning: vgct soft_gates: a block ended "
+                                 "by GeneratorExit*", "*Captured vgct teardown*", "gate failures lost during this "
+                                 "teardown:", "  a gate failure collected by a soft_gates block ended by "
+                                 "GeneratorExit/CancelledError: *feature 'abandoned in a teardown'*"])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
 FUTURES = HEADER + """
 import asyncio
 import concurrent.futures as cf
