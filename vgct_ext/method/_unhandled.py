@@ -3,7 +3,8 @@
 A gate that fails raises (:class:`vgct_ext.GateFailure`); the test fails only if that exception reaches it.
 These holders keep it from the test without any error of their own, where pytest at most warns:
 
-* a thread that does not handle it (``threading.excepthook``: pytest warns);
+* a thread that does not handle it (``threading.excepthook``: pytest warns); one that a test started and left
+  running (a daemon thread) is that test's, named, not the test running when it fails (:func:`take_ended`);
 * a :class:`concurrent.futures.Future` that stores it (``set_exception``: an executor's work item) and is
   destroyed with neither ``result()`` (``Executor.map``'s iterator calls it) nor ``exception()`` called --
   nobody can read it any more (the rule asyncio applies to its own futures) -- or is still unread at the
@@ -44,8 +45,13 @@ import threading
 import weakref
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
+from . import _context
+
 _LOCK = threading.Lock()
-_CAUGHT: List[Tuple[int, str]] = []  # (depth, line): threads', loops', done-callbacks' (under _LOCK)
+_CAUGHT: List[Tuple[int, str, bool]] = []  # (depth, line, a thread's that outlived its test): threads', loops',
+#                                            done-callbacks' (under _LOCK)
+_STARTED_BY: "weakref.WeakKeyDictionary[threading.Thread, str]" = weakref.WeakKeyDictionary()  # a thread that
+#                                            outlived the call of the test that started it -> that test's node id
 _FUTURES: Dict[int, Tuple[Any, str, int]] = {}  # key -> (weakref to a future holding one, line, depth), unread
 _RETURNED: List[Tuple[int, BaseException, Any, str]] = []  # (depth, exception, its traceback, line): returned as
 #                                                            values by asyncio.gather, not yet looked at (take)
@@ -92,9 +98,9 @@ def _first_line(e: BaseException) -> str:
         return type(e).__name__
 
 
-def _catch(line: str) -> None:
+def _catch(line: str, ended: bool = False) -> None:
     with _LOCK:
-        _CAUGHT.append((_DEPTH, line))
+        _CAUGHT.append((_DEPTH, line, ended))
 
 
 # -- threads --------------------------------------------------------------------------------------------------
@@ -104,9 +110,24 @@ def _thread_hook(args: Any, /, *, prev: Any) -> None:
         found = gate_error_in(args.exc_value)
         if found is not None:
             name = "<unknown>" if args.thread is None else args.thread.name
-            _catch(f"a gate failure raised in thread {name!r} and not handled there: {_first_line(found)}")
+            with _LOCK:
+                origin = None if args.thread is None else _STARTED_BY.get(args.thread)
+            test = _context.current_test()
+            if origin is not None and (test is None or test.nodeid != origin):  # (not the running test's)
+                _catch(f"a gate failure raised in thread {name!r} and not handled there, after the call of the "
+                       f"test that started it had ended ({origin}): {_first_line(found)}", ended=True)
+            else:
+                _catch(f"a gate failure raised in thread {name!r} and not handled there: {_first_line(found)}")
     finally:
         prev(args)
+
+
+def started_by(nodeid: str, threads: Any) -> None:
+    """``threads`` (alive at the end of the call of test ``nodeid``, started during it) outlive that call: a gate
+    failure unhandled in one of them later is not the running test's (:func:`take_ended`)."""
+    with _LOCK:
+        for t in threads:
+            _STARTED_BY[t] = nodeid
 
 
 def install_thread_hook() -> Callable[[], None]:
@@ -260,7 +281,7 @@ def uninstall() -> None:
         return
     with _LOCK:
         _DEPTH -= 1
-        _CAUGHT[:] = [(min(d, _DEPTH), line) for d, line in _CAUGHT] if _DEPTH else []
+        _CAUGHT[:] = [(min(d, _DEPTH), *rest) for d, *rest in _CAUGHT] if _DEPTH else []
         _RETURNED[:] = [(min(d, _DEPTH), *rest) for d, *rest in _RETURNED] if _DEPTH else []
         for key, (ref, line, d) in list(_FUTURES.items()):
             if _DEPTH:
@@ -275,12 +296,24 @@ def uninstall() -> None:
         _PATCHED.clear()
 
 
-def take(session_end: bool = False) -> List[str]:
+def take_ended() -> List[str]:
+    """What :func:`take` leaves with ``ended=False``: gate failures unhandled in a thread that outlived the call
+    of the test that started it (a daemon thread, say; the plugin fails the session with them, naming that
+    test, not the test running meanwhile), as lines, then forgotten."""
+    with _LOCK:
+        out = [line for d, line, ended in _CAUGHT if d == _DEPTH and ended]
+        _CAUGHT[:] = [x for x in _CAUGHT if not (x[0] == _DEPTH and x[2])]
+    return out
+
+
+def take(session_end: bool = False, ended: bool = True) -> List[str]:
     """What the hooks caught since the last look while the current session was the innermost, as lines, then
     forgotten: threads', event loops' and done-callbacks' gate failures, those asyncio.gather returned as values
-    and nobody raised again since, and the futures holding one that were destroyed unread (first a garbage collection when such a future is newly alive: one in a reference
-    cycle).  ``session_end`` (the plugin's last look): first a garbage collection (an asyncio task in a
-    reference cycle is destroyed there), and every future still holding an unread gate failure counts too."""
+    and nobody raised again since, and the futures holding one that were destroyed unread (first a garbage
+    collection when such a future is newly alive: one in a reference cycle).  ``session_end`` (the plugin's
+    last look): first a garbage collection (an asyncio task in a reference cycle is destroyed there), and every
+    future still holding an unread gate failure counts too.  With ``ended=False``, not the failures of threads
+    that outlived the test that started them (:func:`take_ended`)."""
     global _COLLECTED
     with _LOCK:  # (a future held only by a reference cycle -- its exception's traceback holds a frame that
         #          holds the future -- is destroyed by a collection: one for each such future newly pending,
@@ -290,8 +323,8 @@ def take(session_end: bool = False) -> List[str]:
         _COLLECTED = max(_COLLECTED, newest)
         gc.collect()
     with _LOCK:
-        out = [line for d, line in _CAUGHT if d == _DEPTH]
-        _CAUGHT[:] = [(d, line) for d, line in _CAUGHT if d != _DEPTH]
+        out = [line for d, line, theirs in _CAUGHT if d == _DEPTH and (ended or not theirs)]
+        _CAUGHT[:] = [x for x in _CAUGHT if not (x[0] == _DEPTH and (ended or not x[2]))]
         # read: raised again since gather returned it (pytest.raises, expect_gate_failure), which gives it a new
         # traceback; a value only looked at (isinstance) cannot be told from one ignored, and is not
         out.extend(line for d, exc, tb, line in _RETURNED if d == _DEPTH and exc.__traceback__ is tb)

@@ -34,6 +34,7 @@ import json
 import os
 import shlex
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -286,6 +287,7 @@ def pytest_runtest_call(item: pytest.Item):
 
     _unhandled.install_loop_hook()  # (asyncio imported since the session started: by a test module, say)
     soft = gates._test_begin()  # the test's own soft-mode stack; what it leaves open is closed after it
+    threads = set(threading.enumerate())  # (those the test starts and leaves running are its own: _unhandled)
     try:
         for seed, i in plan[:-1]:
             ctx.seed, ctx.repetition = seed, i
@@ -295,7 +297,10 @@ def pytest_runtest_call(item: pytest.Item):
         ctx.claims.clear()
         result = yield
     finally:
-        lost = gates._test_end(soft) + _unhandled.take()
+        _unhandled.started_by(item.nodeid, set(threading.enumerate()) - threads)
+        lost = gates._test_end(soft) + _unhandled.take(ended=False)
+        # a thread an earlier test left running is not this test's: it fails the session, naming that test
+        session.gate_errors.extend(_unhandled.take_ended())
         item.stash[LOST] = lost  # (pytest_runtest_makereport: the session fails if the test does not)
         if lost:  # shown with the test's failure, whatever failed it
             lost_text = "gate failures this test never reported, or blocks it left open:\n  " + "\n  ".join(lost)
