@@ -152,8 +152,10 @@ def _setter(orig: Callable[..., Any]) -> Callable[..., Any]:
             return orig(self, exception)
         # registered before the future is done: a reader woken by set_exception must find it to mark it read
         key = next(_KEYS)
+        test = _context.current_test()  # (named: the future may be found unread only in another test, or after all)
         line = (f"a gate failure stored in a concurrent.futures Future that nobody read (neither its result() "
-                f"nor its exception() was called): {_first_line(found)}")
+                f"nor its exception() was called): {_first_line(found)}" +
+                ("" if test is None else f" (stored during {test.nodeid})"))
         with _LOCK:  # (a list: two threads may race to set it; the one whose exception is stored stays)
             self._vgct_keys = getattr(self, "_vgct_keys", []) + [key]
             _FUTURES[key] = (weakref.ref(self, lambda _, k=key: _DEAD.append(k)), line, _DEPTH)

@@ -784,6 +784,52 @@ def test_own_block_then_skip():
     assert rep["exitstatus"] == 1 and len(rep["gate_errors"]) == 3
 
 
+def test_a_future_found_unread_after_its_test_names_the_test_that_stored_it(pytester):
+    """A gate failure stored in a future during one test's call and found unread only later -- at the session's
+    end, or when a module fixture's teardown drops it (in the teardown of the module's last test) -- fails the
+    session with a "no test failed with it" line that named no test, or the wrong one; it now also names the
+    test during whose call the failure was stored.  The planted
+    fault: the lines without "(stored during ...)"."""
+    pytester.makepyfile(test_x=HEADER + """
+import concurrent.futures as cf
+
+KEPT = []
+
+def bad(tag):
+    assert_t1(E * 1.5, E, component="c", feature=tag)
+
+@pytest.fixture(scope="module")
+def pool():
+    with cf.ThreadPoolExecutor(1) as ex:
+        futures = []
+        yield ex, futures
+        futures.clear()  # (destroyed unread here, in the last test's teardown)
+
+def test_keeps_one(pool):
+    ex, _ = pool
+    KEPT.append(ex.submit(bad, "kept to the end"))
+    cf.wait(KEPT, timeout=30)  # (stored during this test; wait() reads nothing)
+
+def test_stores_for_the_fixture(pool):
+    ex, futures = pool
+    futures.append(ex.submit(bad, "dropped by the fixture"))
+    cf.wait(futures, timeout=30)
+
+def test_last():
+    pass
+""")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3)
+    future = ("vgct ERROR (no test failed with it; the session fails): a gate failure stored in a "
+              "concurrent.futures Future that nobody read (neither its result() nor its exception() was called): ")
+    result.stdout.fnmatch_lines([
+        f"{future}*feature 'dropped by the fixture'* (stored during test_x.py::test_stores_for_the_fixture) (in or "
+        f"after the teardown of test_x.py::test_last)",
+        f"{future}*feature 'kept to the end'* (stored during test_x.py::test_keeps_one) (the future is still "
+        f"referenced, unread, at the session's end)"])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
 def test_a_gate_failure_unhandled_in_a_thread_fails_the_test_or_the_session(pytester):
     """A gate that fails in a thread whose exception nobody handles (pytest itself only warns about an
     unhandled thread exception): the test whose call it happened in fails, naming the thread; one raised after
