@@ -77,7 +77,10 @@ def pop_session(session: Session) -> None:
 
 
 def current_session() -> Optional[Session]:
-    return _SESSIONS[-1] if _SESSIONS else None
+    try:  # (also from worker threads -- a future's hook -- while the main thread pops: never raises)
+        return _SESSIONS[-1] if _SESSIONS else None
+    except IndexError:
+        return None
 
 
 def is_current(session: Optional[Session]) -> bool:
@@ -89,7 +92,10 @@ def is_current(session: Optional[Session]) -> bool:
 
 def current_test() -> Optional[TestContext]:
     s = current_session()
-    return s.test_stack[-1] if s is not None and s.test_stack else None
+    try:  # (as current_session)
+        return s.test_stack[-1] if s is not None and s.test_stack else None
+    except IndexError:
+        return None
 
 
 def record(rec: Dict[str, Any]) -> Dict[str, Any]:

@@ -3,8 +3,7 @@
 A gate that fails raises (:class:`vgct_ext.GateFailure`); the test fails only if that exception reaches it.
 These holders keep it from the test without any error of their own, where pytest at most warns:
 
-* a thread that does not handle it (``threading.excepthook``: pytest warns); one that a test started and left
-  running (a daemon thread) is that test's, named, not the test running when it fails (:func:`take_ended`);
+* a thread that does not handle it (``threading.excepthook``: pytest warns);
 * a :class:`concurrent.futures.Future` that stores it (``set_exception``: an executor's work item) and is
   destroyed with neither ``result()`` (``Executor.map``'s iterator calls it) nor ``exception()`` called --
   nobody can read it any more (the rule asyncio applies to its own futures) -- or is still unread at the
@@ -13,9 +12,11 @@ These holders keep it from the test without any error of their own, where pytest
   ``loop.set_exception_handler``), which asyncio hands what no code can receive any more: a task or future
   whose exception was never retrieved (when it is destroyed), a callback's exception (asyncio logs it);
 * ``asyncio.gather(..., return_exceptions=True)``, which retrieves its children's exceptions (asyncio never
-  reports them then) and returns them as values (also a child's caught gate failure it returns): each counts
-  as read only once raised again (``pytest.raises``, ``expect_gate_failure`` around ``raise``) by the time
-  the plugin looks -- one only looked at (``isinstance``) cannot be told from one ignored.
+  reports them then) and returns them as values (also a child's caught gate failure it returns): they count
+  as read only once one of that gather's gate failures is raised again (``pytest.raises``,
+  ``expect_gate_failure`` around ``raise``; a "raise the first failure" helper reads them all) by the time
+  the plugin looks -- one only looked at (``isinstance``) cannot be told from one ignored, nor one raised
+  only inside an ExceptionGroup or as another exception's ``__cause__`` (the test fails: raise a member).
 
 :func:`install` wraps them (once per process; nested in-process sessions only count, and each takes only what
 was caught while it was the innermost), :func:`uninstall` restores them, and :func:`take` returns, as report
@@ -48,12 +49,10 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 from . import _context
 
 _LOCK = threading.Lock()
-_CAUGHT: List[Tuple[int, str, bool]] = []  # (depth, line, a thread's that outlived its test): threads', loops',
-#                                            done-callbacks' (under _LOCK)
-_STARTED_BY: "weakref.WeakKeyDictionary[threading.Thread, str]" = weakref.WeakKeyDictionary()  # a thread that
-#                                            outlived the call of the test that started it -> that test's node id
+_CAUGHT: List[Tuple[int, str]] = []  # (depth, line): threads', loops', done-callbacks' (under _LOCK)
 _FUTURES: Dict[int, Tuple[Any, str, int]] = {}  # key -> (weakref to a future holding one, line, depth), unread
-_RETURNED: List[Tuple[int, BaseException, Any, str]] = []  # (depth, exception, its traceback, line): returned as
+_RETURNED: List[Tuple[int, int, BaseException, Any, str]] = []  # (depth, the gather's key, exception, its traceback,
+#                                                                 line): returned as
 #                                                            values by asyncio.gather, not yet looked at (take)
 _DEAD: Deque[int] = collections.deque()  # keys of such futures destroyed (appended by their weakref callbacks,
 #                                          which the garbage collector may run while _LOCK is held: no lock)
@@ -98,9 +97,9 @@ def _first_line(e: BaseException) -> str:
         return type(e).__name__
 
 
-def _catch(line: str, ended: bool = False) -> None:
+def _catch(line: str) -> None:
     with _LOCK:
-        _CAUGHT.append((_DEPTH, line, ended))
+        _CAUGHT.append((_DEPTH, line))
 
 
 # -- threads --------------------------------------------------------------------------------------------------
@@ -110,24 +109,9 @@ def _thread_hook(args: Any, /, *, prev: Any) -> None:
         found = gate_error_in(args.exc_value)
         if found is not None:
             name = "<unknown>" if args.thread is None else args.thread.name
-            with _LOCK:
-                origin = None if args.thread is None else _STARTED_BY.get(args.thread)
-            test = _context.current_test()
-            if origin is not None and (test is None or test.nodeid != origin):  # (not the running test's)
-                _catch(f"a gate failure raised in thread {name!r} and not handled there, after the call of the "
-                       f"test that started it had ended ({origin}): {_first_line(found)}", ended=True)
-            else:
-                _catch(f"a gate failure raised in thread {name!r} and not handled there: {_first_line(found)}")
+            _catch(f"a gate failure raised in thread {name!r} and not handled there: {_first_line(found)}")
     finally:
         prev(args)
-
-
-def started_by(nodeid: str, threads: Any) -> None:
-    """``threads`` (alive at the end of the call of test ``nodeid``, started during it) outlive that call: a gate
-    failure unhandled in one of them later is not the running test's (:func:`take_ended`)."""
-    with _LOCK:
-        for t in threads:
-            _STARTED_BY[t] = nodeid
 
 
 def install_thread_hook() -> Callable[[], None]:
@@ -152,10 +136,14 @@ def _setter(orig: Callable[..., Any]) -> Callable[..., Any]:
             return orig(self, exception)
         # registered before the future is done: a reader woken by set_exception must find it to mark it read
         key = next(_KEYS)
-        test = _context.current_test()  # (named: the future may be found unread only in another test, or after all)
-        line = (f"a gate failure stored in a concurrent.futures Future that nobody read (neither its result() "
-                f"nor its exception() was called): {_first_line(found)}" +
-                ("" if test is None else f" (stored during {test.nodeid})"))
+        try:  # (nothing here may keep the future from completing: its reader would wait for ever)
+            test = _context.current_test()  # (named: found unread only in another test, or after all)
+            line = (f"a gate failure stored in a concurrent.futures Future that nobody read (neither its result() "
+                    f"nor its exception() was called): {_first_line(found)}" +
+                    ("" if test is None else f" (stored during {test.nodeid})"))
+        except Exception as e:
+            line = (f"a gate failure stored in a concurrent.futures Future that nobody read: {_first_line(found)} "
+                    f"(the plugin's hook could not name the test: {type(e).__name__})")
         with _LOCK:  # (a list: two threads may race to set it; the one whose exception is stored stays)
             self._vgct_keys = getattr(self, "_vgct_keys", []) + [key]
             _FUTURES[key] = (weakref.ref(self, lambda _, k=key: _DEAD.append(k)), line, _DEPTH)
@@ -225,13 +213,16 @@ def _gathered(orig: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(orig)
     def set_result(self: Any, result: Any) -> Any:
         # (gather marked each child's exception retrieved; with return_exceptions they are values of the list)
+        key = next(_KEYS)  # (one for the whole result: raising one of its failures again reads them all)
         for value in result if isinstance(result, list) else ():
             found = gate_error_in(value)
             if found is not None:
                 line = (f"a gate failure returned as a value by asyncio.gather (return_exceptions=True) and never "
-                        f"raised again: {_first_line(found)}")
+                        f"raised again (raise it, or another of that gather's, under pytest.raises or "
+                        f"expect_gate_failure; an ExceptionGroup of them or `raise ... from` it does not count): "
+                        f"{_first_line(found)}")
                 with _LOCK:
-                    _RETURNED.append((_DEPTH, value, value.__traceback__, line))
+                    _RETURNED.append((_DEPTH, key, value, value.__traceback__, line))
         return orig(self, result)
     return set_result
 
@@ -283,7 +274,7 @@ def uninstall() -> None:
         return
     with _LOCK:
         _DEPTH -= 1
-        _CAUGHT[:] = [(min(d, _DEPTH), *rest) for d, *rest in _CAUGHT] if _DEPTH else []
+        _CAUGHT[:] = [(min(d, _DEPTH), line) for d, line in _CAUGHT] if _DEPTH else []
         _RETURNED[:] = [(min(d, _DEPTH), *rest) for d, *rest in _RETURNED] if _DEPTH else []
         for key, (ref, line, d) in list(_FUTURES.items()):
             if _DEPTH:
@@ -298,24 +289,12 @@ def uninstall() -> None:
         _PATCHED.clear()
 
 
-def take_ended() -> List[str]:
-    """What :func:`take` leaves with ``ended=False``: gate failures unhandled in a thread that outlived the call
-    of the test that started it (a daemon thread, say; the plugin fails the session with them, naming that
-    test, not the test running meanwhile), as lines, then forgotten."""
-    with _LOCK:
-        out = [line for d, line, ended in _CAUGHT if d == _DEPTH and ended]
-        _CAUGHT[:] = [x for x in _CAUGHT if not (x[0] == _DEPTH and x[2])]
-    return out
-
-
-def take(session_end: bool = False, ended: bool = True) -> List[str]:
+def take(session_end: bool = False) -> List[str]:
     """What the hooks caught since the last look while the current session was the innermost, as lines, then
     forgotten: threads', event loops' and done-callbacks' gate failures, those asyncio.gather returned as values
-    and nobody raised again since, and the futures holding one that were destroyed unread (first a garbage
-    collection when such a future is newly alive: one in a reference cycle).  ``session_end`` (the plugin's
-    last look): first a garbage collection (an asyncio task in a reference cycle is destroyed there), and every
-    future still holding an unread gate failure counts too.  With ``ended=False``, not the failures of threads
-    that outlived the test that started them (:func:`take_ended`)."""
+    and nobody raised again since, and the futures holding one that were destroyed unread (first a garbage collection when such a future is newly alive: one in a reference
+    cycle).  ``session_end`` (the plugin's last look): first a garbage collection (an asyncio task in a
+    reference cycle is destroyed there), and every future still holding an unread gate failure counts too."""
     global _COLLECTED
     with _LOCK:  # (a future held only by a reference cycle -- its exception's traceback holds a frame that
         #          holds the future -- is destroyed by a collection: one for each such future newly pending,
@@ -325,11 +304,12 @@ def take(session_end: bool = False, ended: bool = True) -> List[str]:
         _COLLECTED = max(_COLLECTED, newest)
         gc.collect()
     with _LOCK:
-        out = [line for d, line, theirs in _CAUGHT if d == _DEPTH and (ended or not theirs)]
-        _CAUGHT[:] = [x for x in _CAUGHT if not (x[0] == _DEPTH and (ended or not x[2]))]
-        # read: raised again since gather returned it (pytest.raises, expect_gate_failure), which gives it a new
-        # traceback; a value only looked at (isinstance) cannot be told from one ignored, and is not
-        out.extend(line for d, exc, tb, line in _RETURNED if d == _DEPTH and exc.__traceback__ is tb)
+        out = [line for d, line in _CAUGHT if d == _DEPTH]
+        _CAUGHT[:] = [(d, line) for d, line in _CAUGHT if d != _DEPTH]
+        # read: one of the same gather's raised again since it returned them (pytest.raises, expect_gate_failure),
+        # which gives it a new traceback; a value only looked at (isinstance) cannot be told from one ignored
+        read = {k for d, k, exc, tb, _ in _RETURNED if d == _DEPTH and exc.__traceback__ is not tb}
+        out.extend(line for d, k, exc, tb, line in _RETURNED if d == _DEPTH and k not in read)
         _RETURNED[:] = [x for x in _RETURNED if x[0] != _DEPTH]
         dead = set()
         while _DEAD:

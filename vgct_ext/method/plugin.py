@@ -34,7 +34,6 @@ import json
 import os
 import shlex
 import sys
-import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -48,6 +47,7 @@ __all__ = ["VgctFixture"]
 STATE = pytest.StashKey[_context.Session]()
 SKIPPED_BY_REQUIREMENT = pytest.StashKey[bool]()
 LOST = pytest.StashKey[List[str]]()  # what the test's call lost (gates._test_end), for its report
+LOST_IN_TEARDOWN = pytest.StashKey[List[str]]()  # what an erring teardown lost, for its report's outcome
 UNHANDLED = pytest.StashKey[Any]()  # undoes the hooks of _unhandled (threads, futures, event loops) when set
 
 
@@ -238,6 +238,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     if lost and not rep.failed:  # a skip or an xfail (raised, or by its marker) must not hide lost gate failures
         how = "xfailed" if hasattr(rep, "wasxfail") else rep.outcome
         item.config.stash[STATE].gate_errors.extend(f"{item.nodeid} ({how}): {x}" for x in lost)
+    late = item.stash.get(LOST_IN_TEARDOWN, None) if call.when == "teardown" else None
+    if late and not rep.failed:  # the teardown's error made an xfail: the session must fail with them
+        how = "xfailed" if hasattr(rep, "wasxfail") else rep.outcome
+        item.config.stash[STATE].gate_errors.extend(
+            f"{x} (in or after the teardown of {item.nodeid}, whose error was {how})" for x in late)
     if rep.skipped and item.stash.get(SKIPPED_BY_REQUIREMENT, False) and isinstance(rep.longrepr, tuple):
         path, line = item.reportinfo()[:2]
         rep.longrepr = (str(path), (line or 0) + 1, rep.longrepr[2])  # report the test, not this plugin
@@ -255,7 +260,9 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) 
     session, named with the test -- not the next test, whose skip or xfail could otherwise hide them.  When the
     teardown itself errs (under ``-W error`` that error is pytest's warning about the thread's exception, or the
     soft block's RuntimeWarning: the gate failure itself), they are shown with its error instead, which fails
-    the session already: not counted a second time as a failure no test failed with."""
+    the session already: not counted a second time as a failure no test failed with -- unless the teardown's
+    report does not fail after all (an xfail-marked test's teardown error is an xfail): then
+    pytest_runtest_makereport fails the session with them."""
     erred = False
     try:
         return (yield)
@@ -268,6 +275,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) 
         if late and erred:
             item.add_report_section("teardown", "vgct", "gate failures lost during this teardown:\n  " +
                                     "\n  ".join(late))
+            item.stash[LOST_IN_TEARDOWN] = late
         elif s is not None:
             s.gate_errors.extend(f"{x} (in or after the teardown of {item.nodeid})" for x in late)
 
@@ -287,7 +295,6 @@ def pytest_runtest_call(item: pytest.Item):
 
     _unhandled.install_loop_hook()  # (asyncio imported since the session started: by a test module, say)
     soft = gates._test_begin()  # the test's own soft-mode stack; what it leaves open is closed after it
-    threads = set(threading.enumerate())  # (those the test starts and leaves running are its own: _unhandled)
     try:
         for seed, i in plan[:-1]:
             ctx.seed, ctx.repetition = seed, i
@@ -297,10 +304,7 @@ def pytest_runtest_call(item: pytest.Item):
         ctx.claims.clear()
         result = yield
     finally:
-        _unhandled.started_by(item.nodeid, set(threading.enumerate()) - threads)
-        lost = gates._test_end(soft) + _unhandled.take(ended=False)
-        # a thread an earlier test left running is not this test's: it fails the session, naming that test
-        session.gate_errors.extend(_unhandled.take_ended())
+        lost = gates._test_end(soft) + _unhandled.take()
         item.stash[LOST] = lost  # (pytest_runtest_makereport: the session fails if the test does not)
         if lost:  # shown with the test's failure, whatever failed it
             lost_text = "gate failures this test never reported, or blocks it left open:\n  " + "\n  ".join(lost)

@@ -906,11 +906,11 @@ def test_a(thread_in_teardown):
 def test_b(block_in_teardown):
     pass
 """)
-    # (-W error for the two warnings only: another plugin's warning, pytest-benchmark's under xdist, would be an
-    # internal error)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error::RuntimeWarning", "-W",
-                                           "error::pytest.PytestUnhandledThreadExceptionWarning",
-                                           "--vgct-report=r.json")
+    # (the two warnings that carry the gate failures made errors, as -W error makes them: a plain -W error
+    # would also turn other plugins' warnings into errors -- pytest-benchmark's under xdist stops the run)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W",
+                                           "error::pytest.PytestUnhandledThreadExceptionWarning", "-W",
+                                           "error::RuntimeWarning", "--vgct-report=r.json")
     result.assert_outcomes(passed=2, errors=2)
     assert "vgct ERROR" not in result.stdout.str(), result.stdout.str()
     assert json.loads((pytester.path / "r.json").read_text())["gate_errors"] == []
@@ -925,51 +925,52 @@ def test_b(block_in_teardown):
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
-def test_a_thread_that_outlives_its_test_fails_the_session_not_the_test_running_then(pytester):
-    """A (daemon) thread a test starts and leaves running, whose gate fails during a later test: it was charged
-    to the later test, which failed for what it never ran, while the test that started it passed.  Now that
-    test is named and the session fails; the later test passes.  A thread that fails during the call of the
-    test that started it still fails that test.  The planted fault (no record of the starting test):
-    failed=2."""
+
+def test_a_gate_failure_lost_in_an_erring_teardown_of_an_xfail_test_still_fails_the_session(pytester):
+    """An xfail-marked test's teardown error is an xfail, not a failure: a gate failure lost in that teardown
+    (a thread's, shown with the teardown's error under -W error; or lost beside another error of the
+    fixture's) must still fail the session, named with the test (vgct ERROR, the report's gate_errors).
+    The planted fault: the teardown's error taken to fail the session whatever its report -- "2 xfailed,
+    2 xpassed", no vgct ERROR, gate_errors empty (found by an attack on the -W error fix, where one such
+    teardown alone exited 0)."""
     pytester.makepyfile(test_x=HEADER + """
 import threading
-
-GO, DONE = threading.Event(), threading.Event()
 
 def bad(tag):
     assert_t1(E * 1.5, E, component="c", feature=tag)
 
-def test_a_starts_a_daemon():
-    def later():
-        GO.wait()
-        try:
-            bad("daemon of test_a")
-        finally:
-            DONE.set()
-    threading.Thread(target=later, name="late-daemon", daemon=True).start()
-
-def test_b_runs_meanwhile():
-    GO.set()
-    assert DONE.wait(60)
-
-def test_c_own_thread_fails_in_its_call():
-    t = threading.Thread(target=bad, args=("own thread",), name="own")
+@pytest.fixture
+def thread_in_teardown():
+    yield
+    t = threading.Thread(target=bad, args=("thread in teardown",), name="w")
     t.start()
     t.join()
+
+@pytest.fixture
+def thread_then_error():
+    yield
+    t = threading.Thread(target=bad, args=("thread then error",), name="w2")
+    t.start()
+    t.join()
+    raise RuntimeError("an unrelated teardown error")
+
+@pytest.mark.xfail(reason="known flaky, unrelated")
+def test_a(thread_in_teardown):
+    pass
+
+@pytest.mark.xfail(reason="known flaky, unrelated")
+def test_b(thread_then_error):
+    pass
 """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--vgct-report=r.json",
-                                           "-W", "ignore::pytest.PytestUnhandledThreadExceptionWarning")
-    result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines([
-        "*_ test_c_own_thread_fails_in_its_call _*",
-        "  a gate failure raised in thread 'own' and not handled there: *feature 'own thread'*",
-        "vgct ERROR (no test failed with it; the session fails): a gate failure raised in thread 'late-daemon' and "
-        "not handled there, after the call of the test that started it had ended "
-        "(test_x.py::test_a_starts_a_daemon): *feature 'daemon of test_a'*"])
-    assert "FAILED test_x.py::test_c_own_thread_fails_in_its_call" in result.stdout.str()
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    rep = json.loads((pytester.path / "r.json").read_text())
-    assert len(rep["gate_errors"]) == 1 and "test_x.py::test_a_starts_a_daemon" in rep["gate_errors"][0]
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W",
+                                           "error::pytest.PytestUnhandledThreadExceptionWarning",
+                                           "--vgct-report=r.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    errors = json.loads((pytester.path / "r.json").read_text())["gate_errors"]
+    assert len(errors) == 2, errors
+    assert "feature 'thread in teardown'" in errors[0] and "teardown of test_x.py::test_a" in errors[0], errors
+    assert "feature 'thread then error'" in errors[1] and "teardown of test_x.py::test_b" in errors[1], errors
+    result.stdout.fnmatch_lines(["*vgct ERROR*thread in teardown*test_a*", "*vgct ERROR*thread then error*test_b*"])
 
 
 FUTURES = HEADER + """
@@ -1151,10 +1152,11 @@ def test_a_gate_failure_kept_by_an_unread_future_or_an_unawaited_task_fails(pyte
 def test_a_gate_failure_gather_returns_as_a_value_counts_only_when_raised_again(pytester, run):
     """asyncio.gather(..., return_exceptions=True) retrieves each child's exception (asyncio then never reports
     it) and returns it as a value: a test that ignores the list, or keeps only the results that are not
-    exceptions, lost its gate failures and passed.  Such a value counts as read only once raised again
-    (pytest.raises, expect_gate_failure around ``raise``): looking at it (isinstance) cannot be told apart
-    from ignoring it.  A child that returns its caught gate failure is the same.  The planted fault, the
-    gather hook undone: 4 passed."""
+    exceptions, lost its gate failures and passed.  Such values count as read only once one of that gather's
+    is raised again (pytest.raises, expect_gate_failure around ``raise``; a helper raising the first of two
+    failures reads both): looking at one (isinstance) cannot be told apart from ignoring it.  A child that
+    returns its caught gate failure is the same.  Planted faults: the gather hook undone, 5 passed; each value
+    read only by its own raise, the first-of-two helper fails (3 failed)."""
     pytester.makepyfile(test_x=HEADER + """
 import asyncio
 from vgct_ext import GateFailure, expect_gate_failure
@@ -1197,16 +1199,27 @@ def test_planted_fault_checked():
     out = asyncio.run(main())
     with expect_gate_failure(statistics=["rel_l2"]):
         raise out[0]
+
+def test_first_of_two_raised():  # a "run every check, raise the first failure" helper: both read
+    async def main():
+        out = await asyncio.gather(agate("first"), agate("second"), return_exceptions=True)
+        for r in out:
+            if isinstance(r, BaseException):
+                raise r
+    with expect_gate_failure(statistics=["rel_l2"]):
+        asyncio.run(main())
 """)
     result = run()
-    result.assert_outcomes(failed=2, passed=2)
-    gathered = "  a gate failure returned as a value by asyncio.gather (return_exceptions=True) and never raised again: "
+    result.assert_outcomes(failed=2, passed=3)
+    gathered = ("  a gate failure returned as a value by asyncio.gather (return_exceptions=True) and never raised "
+                "again (raise it, or another of that gather's, *): ")
     result.stdout.fnmatch_lines(["*_ test_ignored _*", "vgct: gate failures this test never reported*",
                                  f"{gathered}*feature 'ignored coroutine'*", f"{gathered}*feature 'ignored thread'*",
                                  "*_ test_filtered _*", "vgct: gate failures this test never reported*",
                                  f"{gathered}*feature 'filtered'*", f"{gathered}*feature 'returned'*"])
     summary = result.stdout.str().split("short test summary")[-1]
     assert "test_raised_again" not in summary and "test_planted_fault_checked" not in summary
+    assert "test_first_of_two_raised" not in summary
 
 
 def test_a_block_left_open_in_a_worker_thread_or_hidden_by_a_skip_fails_its_test(pytester, run):
