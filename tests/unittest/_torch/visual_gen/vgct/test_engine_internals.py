@@ -673,6 +673,27 @@ def test_select_windows_missed_fall_back_exactly(engine):
     assert engine.last_select_passes >= 1
 
 
+@pytest.mark.parametrize("n", [4096, 6000, (1 << 14) - 1])
+def test_presel_windows_with_a_few_non_finite_pairs_in_a_small_sample(engine, n):
+    """Below 2^14 pairs the windows' sample is 1024 pairs: a few NaN/Inf pairs in it (an overflowing
+    element, a NaN in a broken output) still leave enough finite ones to predict from (at least 512),
+    so the windows stay on and answer the p99 with no selection pass.  Planted: the old bar of 1024
+    finite sampled pairs (no window, the gathering pass: 1 pass)."""
+    rng = np.random.default_rng(n + 7)
+    e = rng.standard_normal(n).astype(np.float32)
+    a = e + rng.standard_normal(n).astype(np.float32) * np.float32(1e-3)
+    sampled = np.flatnonzero(_presel_sampled(n))
+    a[sampled[[3, 500, 900]]] = [np.nan, np.inf, -np.inf]
+    keys = _sorted_finite_absdiff(a, e)
+    m = keys.size
+    want = [int(0.99 * (m - 1)), int(0.99 * (m - 1)) + 1]
+    ps, acc, got = _windows_select(engine, a, e, [0.99], want, 1)
+    assert ps and acc.n_finite == m == n - 3
+    assert got.tobytes() == keys[want].tobytes()
+    assert engine.last_select_passes == 0
+    assert vgct_ext.compare(a, e).quantiles[0.99] == float(np.quantile(keys, 0.99))
+
+
 def _presel_sampled(n):
     """Boolean mask of the elements vgct_cpu_presel_new's sample reads for a flat contiguous pair
     of n elements (csrc/cpu_select.inc): K = n/256 keys within [min(max(n/16, 1024), 2^14), 2^18],
