@@ -234,15 +234,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     rep = yield
-    lost = item.stash.get(LOST, None) if call.when == "call" else None
-    if lost and not rep.failed:  # a skip or an xfail (raised, or by its marker) must not hide lost gate failures
+    # a skip or an xfail (raised, by its marker, or a teardown error's) must not hide lost gate failures
+    key = {"call": LOST, "teardown": LOST_IN_TEARDOWN}.get(call.when)
+    lost = item.stash.get(key, None) if key is not None else None
+    if lost and not rep.failed:
         how = "xfailed" if hasattr(rep, "wasxfail") else rep.outcome
-        item.config.stash[STATE].gate_errors.extend(f"{item.nodeid} ({how}): {x}" for x in lost)
-    late = item.stash.get(LOST_IN_TEARDOWN, None) if call.when == "teardown" else None
-    if late and not rep.failed:  # the teardown's error made an xfail: the session must fail with them
-        how = "xfailed" if hasattr(rep, "wasxfail") else rep.outcome
-        item.config.stash[STATE].gate_errors.extend(
-            f"{x} (in or after the teardown of {item.nodeid}, whose error was {how})" for x in late)
+        fmt = ("{test} ({how}): {x}" if call.when == "call" else
+               "{x} (in or after the teardown of {test}, whose error was {how})")
+        item.config.stash[STATE].gate_errors.extend(fmt.format(test=item.nodeid, how=how, x=x) for x in lost)
     if rep.skipped and item.stash.get(SKIPPED_BY_REQUIREMENT, False) and isinstance(rep.longrepr, tuple):
         path, line = item.reportinfo()[:2]
         rep.longrepr = (str(path), (line or 0) + 1, rep.longrepr[2])  # report the test, not this plugin

@@ -868,23 +868,12 @@ def test_2_clean():
     assert "FAILED test_x.py::test_1_thread" in out and result.ret == pytest.ExitCode.TESTS_FAILED
 
 
-def test_under_w_error_a_gate_failure_lost_in_a_teardown_is_reported_once(pytester):
-    """Under ``-W error`` a thread's unhandled exception (pytest's warning about it) and a soft block ended by
-    GeneratorExit (its RuntimeWarning) in a fixture's teardown are the teardown's error, which fails the
-    session: the lost gate failure is shown with that error, not reported a second time as one "no test failed
-    with" (the session's vgct ERROR line and the report's gate_errors).  The planted fault: two vgct ERROR
-    lines besides the two errors."""
-    pytester.makepyfile(test_x=HEADER + """
+# a gate that fails, and a fixture whose teardown runs it in a thread (the two teardown tests below)
+TEARDOWN_THREAD = """
 import threading
-from vgct_ext import soft_gates
 
 def bad(tag):
     assert_t1(E * 1.5, E, component="c", feature=tag)
-
-def _layers():
-    with soft_gates():
-        bad("abandoned in a teardown")
-        yield
 
 @pytest.fixture
 def thread_in_teardown():
@@ -892,6 +881,22 @@ def thread_in_teardown():
     t = threading.Thread(target=bad, args=("thread in a teardown",), name="w")
     t.start()
     t.join()
+"""
+
+
+def test_under_w_error_a_gate_failure_lost_in_a_teardown_is_reported_once(pytester):
+    """Under ``-W error`` a thread's unhandled exception (pytest's warning about it) and a soft block ended by
+    GeneratorExit (its RuntimeWarning) in a fixture's teardown are the teardown's error, which fails the
+    session: the lost gate failure is shown with that error, not reported a second time as one "no test failed
+    with" (the session's vgct ERROR line and the report's gate_errors).  The planted fault: two vgct ERROR
+    lines besides the two errors."""
+    pytester.makepyfile(test_x=HEADER + TEARDOWN_THREAD + """
+from vgct_ext import soft_gates
+
+def _layers():
+    with soft_gates():
+        bad("abandoned in a teardown")
+        yield
 
 @pytest.fixture
 def block_in_teardown():
@@ -933,19 +938,7 @@ def test_a_gate_failure_lost_in_an_erring_teardown_of_an_xfail_test_still_fails_
     The planted fault: the teardown's error taken to fail the session whatever its report -- "2 xfailed,
     2 xpassed", no vgct ERROR, gate_errors empty (found by an attack on the -W error fix, where one such
     teardown alone exited 0)."""
-    pytester.makepyfile(test_x=HEADER + """
-import threading
-
-def bad(tag):
-    assert_t1(E * 1.5, E, component="c", feature=tag)
-
-@pytest.fixture
-def thread_in_teardown():
-    yield
-    t = threading.Thread(target=bad, args=("thread in teardown",), name="w")
-    t.start()
-    t.join()
-
+    pytester.makepyfile(test_x=HEADER + TEARDOWN_THREAD + """
 @pytest.fixture
 def thread_then_error():
     yield
@@ -968,9 +961,9 @@ def test_b(thread_then_error):
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     errors = json.loads((pytester.path / "r.json").read_text())["gate_errors"]
     assert len(errors) == 2, errors
-    assert "feature 'thread in teardown'" in errors[0] and "teardown of test_x.py::test_a" in errors[0], errors
+    assert "feature 'thread in a teardown'" in errors[0] and "teardown of test_x.py::test_a" in errors[0], errors
     assert "feature 'thread then error'" in errors[1] and "teardown of test_x.py::test_b" in errors[1], errors
-    result.stdout.fnmatch_lines(["*vgct ERROR*thread in teardown*test_a*", "*vgct ERROR*thread then error*test_b*"])
+    result.stdout.fnmatch_lines(["*vgct ERROR*thread in a teardown*test_a*", "*vgct ERROR*thread then error*test_b*"])
 
 
 FUTURES = HEADER + """
