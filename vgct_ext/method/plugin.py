@@ -561,7 +561,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if s.gate_errors and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a gate failed where no test could report it
     if s.evidence_errors and session.exitstatus == pytest.ExitCode.OK:
-        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # calibration refused (not pytest's INTERNAL_ERROR, 3)
     _write_report(session, s)
 
 

@@ -23,8 +23,7 @@ import pytest
 import torch
 
 import _components as C
-from vgct_ext.gates import GateFailure
-from vgct_ext.probes import count_calls
+from vgct_ext.probes import count_calls, expect_gate_failure
 from vgct_ext.skips import requires_gpu
 
 pytestmark = [pytest.mark.feature("tiled decode")]
@@ -124,6 +123,5 @@ def test_planted_fault_dropped_tile_is_caught(vgct, name, drop):
     statistics."""
     C.skip_while_calibrating(vgct)
     actual, expected, *_ = run_tiling(name, "cpu", torch.float32, drop_calls=drop)
-    with pytest.raises(GateFailure) as e:
-        vgct.assert_t2(actual, expected, dim=1)
-    C.assert_fault_caught(e, name, statistics=("rel_l2", "cosine", "p99", "max_abs_err"))
+    with expect_gate_failure(any_of=("rel_l2", "cosine", "p99", "max_abs_err"), component=name):
+        vgct.assert_t2(actual, expected, dim=1)  # (a planted fault reads the clean test's evidence only in this block)

@@ -180,8 +180,10 @@ def test_labelled(vgct):
         result.assert_outcomes(passed=1, failed=1)
         data = _evidence(pytester)
         assert "c | f" not in data["entries"] or not args  # the failed test recorded nothing
-        # for the gating pass: evidence the first (clean) gate passes on, so the second one is reached
-        data["entries"]["c | f"] = data["entries"]["c | g | clean"]
+        # for the gating pass: evidence the first (clean) gate passes on, so the second one is reached (as if
+        # test_two had recorded it: a test gates only on entries it recorded)
+        data["entries"]["c | f"] = {st: dict(e, tests=["test_x.py::test_two"])
+                                    for st, e in data["entries"]["c | g | clean"].items()}
         (pytester.path / "test_x.vgct-evidence.json").write_text(json.dumps(data))
     entries = _evidence(pytester)["entries"]
     clean, noisy = entries["c | g | clean"][STRATUM]["bars"], entries["c | g | noisy"][STRATUM]["bars"]
@@ -248,7 +250,7 @@ def test_pooling_tests_that_loosen_one_bar_is_refused(pytester, run):
     result.stdout.fnmatch_lines(["*vgct ERROR: *[[]c | autocast[]] *: not written: the runs of 2 tests pool into "
                                  "this entry, and the pooled bar of * is *x the one *test_pooled[[]quiet[]]'s own "
                                  "runs give*case=*"])
-    assert result.ret != 0
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # (not 3, pytest's INTERNAL_ERROR: nothing crashed)
     assert not (pytester.path / "test_x.vgct-evidence.json").exists() or \
         "c | autocast" not in _evidence(pytester)["entries"]
     # the oracle of the refusal: the quiet case's own bar against the pooled one, by the bar rule itself
@@ -312,6 +314,72 @@ def test_a_case_that_did_not_calibrate_does_not_gate_on_its_siblings_bars(pytest
     result.stdout.fnmatch_lines(["*EvidenceMissing*", "*was recorded by test_x.py::test_pooled[[]noisy[]], not by "
                                  "this case (test_x.py::test_pooled[[]quiet[]])*"])
     run("-k", "noisy").assert_outcomes(passed=1)  # the case that recorded it still gates on it
+
+
+_TWO_TESTS = HEADER + """
+from vgct_ext import expect_gate_failure
+FAULT = float(os.environ.get("VGCT_FAULT", "0"))
+
+@pytest.mark.component("c")
+@pytest.mark.feature("reduced-precision model output")
+def test_bf16(vgct):
+    vgct.assert_t2(drift(vgct.seed, 10.0), E)
+
+@pytest.mark.component("c")
+@pytest.mark.feature("reduced-precision model output")
+def test_fp16(vgct):   # added after test_bf16 was calibrated: ~10x quieter, same labels, same output dtype
+    vgct.assert_t2(drift(vgct.seed, 1.0) * (1 + FAULT), E)
+
+@pytest.mark.component("c")
+@pytest.mark.feature("reduced-precision model output")
+def test_planted_fault(vgct):
+    if vgct.calibrating:
+        pytest.skip("planted fault: gating run only")
+    with expect_gate_failure(any_of=("rel_l2",), component="c"):
+        vgct.assert_t2(drift(vgct.seed, 10.0) * 1.5, E)
+"""
+
+
+def test_a_test_that_did_not_calibrate_does_not_gate_on_another_tests_bars(pytester, run):
+    """Planted (new-user trial of 2026-12-05): a second test under the same component and feature labels (an fp16
+    variant of a calibrated bf16 test, ~10x quieter, the same output dtype and shape) is added later and never
+    calibrated; a 4 % scale fault in it measures ~3x under the bf16 test's bars.  It must not gate on the other
+    test's entry (EvidenceMissing naming the test that recorded it; before, it passed), while the test that
+    recorded the entry gates on it and a planted-fault test reads it inside expect_gate_failure."""
+    pytester.makepyfile(test_x=_TWO_TESTS)
+    run("--vgct-calibrate", "-k", "bf16").assert_outcomes(passed=1)
+    entry = _evidence(pytester)["entries"]["c | reduced-precision model output"][STRATUM]
+    assert entry["tests"] == ["test_x.py::test_bf16"]
+    bar = entry["bars"]["rel_l2"]
+    fault = 0.04
+    os.environ["VGCT_FAULT"] = str(fault)
+    try:
+        result = run("-k", "fp16")
+    finally:
+        del os.environ["VGCT_FAULT"]
+    # the oracle: the faulty fp16 output's relative L2 is under the bf16 test's bar (so the old rule passed it)
+    e = np.linspace(-1.0, 1.0, 64).reshape(4, 16)  # HEADER's E and drift(seed, 1.0), times the fault
+    rel = [float(np.linalg.norm(a - e) / np.linalg.norm(e)) for a in
+           ((e * 1.02 + 0.004 * np.random.default_rng(s).standard_normal(e.shape)) * (1 + fault) for s in range(5))]
+    assert max(rel) < bar
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*EvidenceMissing*", "*was recorded by test_x.py::test_bf16, not by this test "
+                                 "(test_x.py::test_fp16)*expect_gate_failure*"])
+    run("-k", "bf16 or planted").assert_outcomes(passed=2)  # its recorder gates; a planted fault reads it
+    # calibrated together, the two tests' runs pool -- and the pooling check refuses the ~10x quieter test's
+    run("--vgct-calibrate").stdout.fnmatch_lines(["*vgct ERROR: *not written: the runs of 2 tests pool*"])
+
+
+def test_recorded_test_ids_match_across_root_directories():
+    """An entry's test ids name the running test when equal or one is the other under a longer path (pytest run
+    from another root directory), and only at a path boundary."""
+    assert ev._same_test("test_x.py::test_f", "test_x.py::test_f")
+    assert ev._same_test("a/b/test_x.py::test_f[c]", "b/test_x.py::test_f[c]")
+    assert ev._same_test("b/test_x.py::test_f", "a/b/test_x.py::test_f")
+    assert not ev._same_test("a/xtest_x.py::test_f", "test_x.py::test_f")
+    assert not ev._same_test("test_x.py::test_f", "test_x.py::test_fg")
+    assert not ev._same_test("test_x.py::test_f[a]", "test_x.py::test_f[b]")
+    assert not ev._same_test("test_x.py::test_f[a]", "test_x.py::test_f")
 
 
 def test_an_entry_derived_with_an_out_of_range_headroom_does_not_gate(pytester, run):
@@ -391,7 +459,7 @@ def test_pooled_t1_floors_that_loosen_one_floor_are_refused():
 
 
 def test_a_planted_fault_check_without_evidence_fails_not_passes(pytester, run):
-    """Planted-fault checks written as ``pytest.raises(GateFailure)`` (as the component tests do) around a T2 gate
+    """Planted-fault checks written as ``pytest.raises(GateFailure)`` (as the component tests' T1 ones do) around a T2 gate
     that has no evidence: the gate did not run, so the check must fail -- EvidenceMissing is an AssertionError
     but not a GateFailure (new-user trial: a module of such checks passed without one gate running).  Inside
     soft_gates, a missing evidence among failed gates also surfaces as EvidenceMissing."""
