@@ -53,7 +53,9 @@ message. One test gating one key twice in one run is refused at the gate (:class
 **Files** are read, merged and written under an inter-process lock (``<file>.lock``, the ``filelock``
 library) and replaced atomically (unique temporary file, fsync, rename): concurrent writers keep every entry.
 
-Every T2 entry must carry a finite bar for rel_l2, cosine, p99 and max_abs_err (and channel_mean_shift and
+A gate re-derives an entry's bars (a T1 floor) from its recorded runs and refuses the entry when a stored one is
+looser, or when it holds no runs (:func:`_looser_than_runs`): bars come only from calibration, never from a hand
+edit. Every T2 entry must carry a finite bar for rel_l2, cosine, p99 and max_abs_err (and channel_mean_shift and
 channel_rel_l2 when the entry has a ``dim``): :func:`lookup` refuses an entry that lacks one (recalibrate; an
 entry recorded before channel_rel_l2 was gated is refused the same way), except that relative L2, cosine and
 channel_rel_l2 are not required when the gated run's reference has zero norm (the gate then uses absolute error).
@@ -616,7 +618,7 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
       cannot be re-derived (a headroom outside [0, MAX_HEADROOM], a non-finite or absurd value): an entry that
       cannot be checked is not used;
     * a T2 entry's headroom outside [0, MAX_HEADROOM] (bars wider than the method allows);
-    * the entry names the tests that recorded it and the current (paired) test is not one of them: a case of
+    * the entry names the tests that recorded it and the current test is not one of them: a case of
       a parametrized test added or left out of calibration, or another test under the same component and
       feature labels (a test added later, an fp16 variant of a calibrated bf16 test), would gate on bars it
       never recorded -- the pooling check cannot see a test that has no runs (new-user trial of 2026-12-05:
@@ -631,6 +633,9 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
                     f"[0, {MAX_HEADROOM:g}]: its bars are wider than the method allows. {hint}")
     runs = entry.get("runs")
     runs = [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
+    looser = _looser_than_runs(entry, runs, kind)
+    if looser:
+        return f"{kind} evidence for {key!r} on {stratum} in {path} cannot gate: {looser}. {hint}"
     if len({str(r.get("test")) for r in runs}) >= 2:
         try:
             why = pooling_problem(runs, kind=kind, headroom=float(entry.get("headroom", 0.5)), dim=entry.get("dim"),
@@ -642,7 +647,7 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
     t = _context.current_test()
     tests = entry.get("tests")
     tests = [x for x in tests if isinstance(x, str)] if isinstance(tests, list) else []
-    if t is not None and getattr(t, "paired", False) and tests and not any(_same_test(x, t.nodeid) for x in tests):
+    if t is not None and tests and not any(_same_test(x, t.nodeid) for x in tests):
         from .gates import _planted_open
 
         if not _planted_open():  # a planted fault gates on its clean test's evidence
@@ -654,6 +659,45 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
                     f"tests share bars only when each recorded runs into them (calibrate this one; give it its own "
                     f"{label} when it is another experiment; a planted-fault test reads a clean test's evidence inside "
                     f"vgct_ext.expect_gate_failure). {hint}")
+    return None
+
+
+# a stored bar or floor may exceed the one its runs re-derive by this much (relative; of 1 - cosine for the cosine)
+# before the entry counts as looser than its runs: the JSON holds exact doubles, and the rule's arithmetic is the
+# same as the calibration's (fsum, log, exp), so only a change of libm could move a bar by an ulp or two
+_REDERIVE_RTOL = 1e-9
+
+
+def _looser_than_runs(entry: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], kind: str) -> Optional[str]:
+    """Why an entry's bars (T2) or floor (T1 floor) cannot be trusted against its own recorded runs, or None: it
+    holds no runs (bars come only from recorded runs; a hand-written entry, or a merge that dropped them), its
+    runs cannot re-derive them, or a stored bar (floor) is looser than the one its runs give by the bar rule at
+    the entry's headroom (a hand edit, a careless merge-conflict resolution: hostile review of 2026-12-05 raised
+    three bars 1000x and a 1.5x scale fault passed).  A tighter stored bar is kept (it can only fail more)."""
+    what = "bars" if kind == "t2" else "floor"
+    if not runs:
+        return (f"it holds no calibration runs, so its {what} cannot be checked against them ({what} come only "
+                f"from recorded runs: a hand-written entry, or a merge that dropped its runs)")
+    try:
+        if kind == "t2":
+            stored = entry.get("bars") or {}
+            derived = bar_summary(runs, float(entry.get("headroom", 0.5)), entry.get("dim"))["bars"]
+            dist = {k: (lambda v: 1.0 - v) if k == "cosine" else (lambda v: v) for k in derived}
+        else:
+            stored = entry.get("floor") or {}
+            derived = _floor_of(runs)
+            dist = {k: (lambda v: v) for k in derived}
+        worse = []
+        for k, v in stored.items():
+            if k in derived and _finite_number(v):
+                mine, theirs = dist[k](float(v)), dist[k](float(derived[k]))
+                if mine > theirs + _REDERIVE_RTOL * abs(theirs):
+                    worse.append(f"{k} {float(v):.6g} (its runs give {float(derived[k]):.6g})")
+    except (ValueError, TypeError, KeyError, ArithmeticError) as exc:
+        return f"its runs cannot re-derive its {what} ({exc})"
+    if worse:
+        return (f"its {what} are looser than its own recorded runs give by the bar rule: " + ", ".join(worse) +
+                f" -- edited by hand, or merged from another entry; {what} come only from calibration")
     return None
 
 
@@ -727,10 +771,15 @@ def lookup(path: Path, key: str, stratum: str, stats: Any, dim: Optional[int]) -
 
 
 def claim(path: Path, key: str, *, gate: str, label_hint: str = "case=") -> None:
-    """Within one run of a paired test, each evidence key may be gated once. Raises :class:`AmbiguousGate`
-    when ``key`` in ``path`` was already gated in this run (two outputs would share one bar)."""
+    """Within one run of a paired test, each evidence key may be gated once; under ``--vgct-calibrate`` within
+    one run of any test (one without the markers and the vgct fixture records its gates' runs into one entry
+    just the same, where they would pool: hostile review of 2026-12-05, a quiet output passed with 200x its
+    drift on a noisy one's bars). Outside calibration such a test may gate one key repeatedly (unseen inputs in
+    a loop). Raises :class:`AmbiguousGate` when ``key`` in ``path`` was already gated in this run (two outputs
+    would share one bar)."""
     t = _context.current_test()
-    if t is None or not getattr(t, "paired", False):
+    s = _context.current_session()
+    if t is None or not (getattr(t, "paired", False) or (s is not None and s.calibrate)):
         return
     ident = (str(path), key)
     if ident in t.claims:

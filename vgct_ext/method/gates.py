@@ -1254,9 +1254,9 @@ def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
         evidence: the evidence JSON file. Default: ``<test module stem>.vgct-evidence.json`` next to the
             test module (the running pytest item's file, else the calling file).
         case: distinguishes several T2 gates of one component and feature (e.g. a timestep); ``name`` is
-            its synonym (``case`` wins when both are given). In a paired test a second gate of the same key in
-            one run raises :class:`vgct_ext.evidence.AmbiguousGate` (a ValueError): each output needs its own
-            label, else both would share one bar.
+            its synonym (``case`` wins when both are given). In a paired test (and under ``--vgct-calibrate`` in
+            any test) a second gate of the same key in one run raises :class:`vgct_ext.evidence.AmbiguousGate`
+            (a ValueError): each output needs its own label, else both would share one bar.
         dim: the channel axis of a quantization feature: the per-channel mean shift
             ``max_c |mean(a-e)[c]|`` (units of the tensor) and the per-channel relative L2
             ``max_c ||a-e||_c / ||e||_c`` (over the channels whose reference norm is nonzero) are then

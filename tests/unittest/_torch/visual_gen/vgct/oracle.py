@@ -478,3 +478,17 @@ def mismatches_vs_oracle(stats, a64: np.ndarray, e64: np.ndarray, rtol: float = 
                 if not ok:
                     bad[f"slices.{f}"] = (x, y)
     return bad
+
+
+def runs_within(bars):
+    """Calibration runs for an evidence entry written by hand in a test: one run measuring each statistic at its
+    bar (a statistic without a bar at 0, cosine 1), so the bars the bar rule re-derives from it (docs/method.md:
+    at least the worst run times 1 + headroom) are never tighter than ``bars`` -- a gate refuses an entry whose
+    bars are looser than its own runs give, and one without runs."""
+    def at(k, default):  # (a test's deliberately malformed bar -- None, a string, NaN -- is not a measurement)
+        v = bars.get(k)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else default
+
+    run = {k: at(k, 0.0) for k in ("rel_l2", "p99", "max_abs_err", "channel_mean_shift", "channel_rel_l2")}
+    run["cosine"] = at("cosine", 1.0)
+    return [run]

@@ -65,7 +65,7 @@ def calibrated(tmp_path_factory):
     _, bars = ev.derive_bars(runs, 0.5, dim=1)
     path = tmp_path_factory.mktemp("ev") / "toy.vgct-evidence.json"
     entry = {"kind": "t2", "dtype_actual": "float32", "dtype_expected": "float32", "shape": [TOKENS, CHANNELS],
-             "dim": 1, "bars": bars, "investigation": None}
+             "dim": 1, "bars": bars, "investigation": None, "runs": runs}
     path.write_text(json.dumps({"format": ev.FORMAT, "entries": {KEY: {stratum_of("cpu"): entry}}}))
     return path, w, wq, scale
 

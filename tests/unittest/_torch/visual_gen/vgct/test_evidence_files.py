@@ -21,6 +21,7 @@ try:  # the Student's t oracle, imported once for the same reason (pytester's sy
 except ImportError:
     pass
 
+from oracle import runs_within
 from vgct_ext.method import _context, _hardware
 from vgct_ext import evidence as ev
 from vgct_ext.__main__ import main as cli
@@ -370,6 +371,105 @@ def test_a_test_that_did_not_calibrate_does_not_gate_on_another_tests_bars(pytes
     run("--vgct-calibrate").stdout.fnmatch_lines(["*vgct ERROR: *not written: the runs of 2 tests pool*"])
 
 
+def test_a_plain_test_cannot_pool_two_outputs_or_gate_on_another_tests_entry(pytester, run):
+    """Planted (hostile review of 2026-12-05): a test without the markers and the vgct fixture gates a quiet and a
+    noisy output under one key.  Calibration pooled both into one entry and the quiet output then passed with
+    200x its drift; now calibration refuses the second gate (AmbiguousGate), labelled gates get their own bars,
+    and a plain test still gates one key on unseen inputs in a loop outside calibration.  A plain test also
+    does not gate on an entry another test recorded."""
+    body = HEADER + """
+from vgct_ext.gates import assert_t2
+LABEL = os.environ.get("LABEL")
+BUG = float(os.environ.get("BUG", "0"))
+
+def test_two_outputs():
+    quiet = drift(0, 0.01) + BUG * drift(1, 1.0)
+    assert_t2(quiet, E, component="c", feature="f", case=LABEL and "quiet")
+    assert_t2(drift(0, 5.0), E, component="c", feature="f", case=LABEL and "noisy")
+
+def test_loop():
+    for seed in range(int(os.environ.get("N", "3"))):
+        assert_t2(drift(seed, 5.0), E, component="c", feature="f", case=LABEL and "noisy")
+"""
+    pytester.makepyfile(test_x=body)
+    result = run("--vgct-calibrate", "-k", "two_outputs")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*AmbiguousGate: assert_t2 gated 'c | f' twice in one run of "
+                                 "test_x.py::test_two_outputs*"])
+    assert not (pytester.path / "test_x.vgct-evidence.json").exists()
+    os.environ["LABEL"] = "1"
+    try:
+        run("--vgct-calibrate", "-k", "two_outputs").assert_outcomes(passed=1)
+        bars = {k: v[STRATUM]["bars"]["rel_l2"] for k, v in _evidence(pytester)["entries"].items()}
+        assert bars["c | f | noisy"] > 100 * bars["c | f | quiet"]
+        os.environ["BUG"] = "0.02"  # the quiet output drifts ~100x its calibrated value, under the noisy bar
+        result = run("-k", "two_outputs")
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines(["*T2 gate failed*"])
+        del os.environ["BUG"]
+        # a plain test under the same key that recorded nothing: refused, naming the recorder
+        result = run("-k", "loop")
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines(["*was recorded by test_x.py::test_two_outputs, not by this test "
+                                     "(test_x.py::test_loop)*"])
+        # calibrating, the loop gates one key three times in one run: refused like two outputs (seeds come from
+        # the vgct fixture's runs); recorded with one gate, the loop then gates the key on unseen inputs
+        run("--vgct-calibrate", "-k", "loop").stdout.fnmatch_lines(["*AmbiguousGate*test_x.py::test_loop*"])
+        os.environ["N"] = "1"
+        run("--vgct-calibrate").assert_outcomes(passed=2)
+        del os.environ["N"]
+        run("-k", "loop").assert_outcomes(passed=1)
+    finally:
+        for k in ("LABEL", "BUG", "N"):
+            os.environ.pop(k, None)
+
+
+def test_bars_or_floors_looser_than_their_own_runs_do_not_gate(pytester, run):
+    """Planted (hostile review of 2026-12-05): after calibration, rel_l2, p99 and max_abs_err raised by hand 1000x
+    (a careless merge-conflict resolution does the same) -- a 1.5x scale fault then passed, cosine being blind to
+    scale.  An entry whose bars (T1 floor) are looser than its own runs re-derive is refused, naming the bar and
+    what the runs give; an entry without runs is refused; a bar tightened by hand still gates (and fails)."""
+    pytester.makepyfile(test_x=HEADER + _SUM_ORDER + """
+    vgct.assert_t1(actual * np.float32(1 + FAULT), expected, relax=Relax.REDUCTION_REORDERING, tighten=10)
+
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_t2(vgct):
+    vgct.assert_t2(drift(vgct.seed) * (1 + FAULT), E)
+""")
+    run("--vgct-calibrate").assert_outcomes(passed=2)
+    path = pytester.path / "test_x.vgct-evidence.json"
+    clean = path.read_text()
+
+    def edit(key, fn):
+        data = json.loads(clean)
+        fn(data["entries"][key][STRATUM])
+        path.write_text(json.dumps(data))
+
+    def gate(*want, fault="0.5"):
+        os.environ["VGCT_FAULT"] = fault
+        try:
+            result = run()
+        finally:
+            del os.environ["VGCT_FAULT"]
+        result.assert_outcomes(failed=2)
+        result.stdout.fnmatch_lines(list(want))
+
+    gate("*T1 gate failed*", "*T2 gate failed*")  # the clean file: both faults fail their gates
+    t2, t1 = "c | f", "T1 floor | attn | fp32 reduction order"
+    edit(t2, lambda e: e["bars"].update({k: 1000 * e["bars"][k] for k in ("rel_l2", "p99", "max_abs_err")}))
+    gate("*cannot gate: its bars are looser than its own recorded runs give by the bar rule: max_abs_err * (its "
+         "runs give *), p99 *, rel_l2 * -- edited by hand*")
+    edit(t2, lambda e: e.pop("runs"))
+    gate("*cannot gate: it holds no calibration runs*")
+    edit(t2, lambda e: e["bars"].update(rel_l2=e["bars"]["rel_l2"] / 2))  # tighter by hand: kept, still gates
+    gate("*T2 gate failed*relative L2*")
+    edit(t1, lambda e: e["floor"].update(rel_l2=1000 * e["floor"]["rel_l2"]))
+    gate("*T1 floor | attn | fp32 reduction order*its floor are looser than its own recorded runs give*")
+    path.write_text(clean)
+    run().assert_outcomes(passed=2)
+
+
 def test_recorded_test_ids_match_across_root_directories():
     """An entry's test ids name the running test when equal or one is the other under a longer path (pytest run
     from another root directory), and only at a path boundary."""
@@ -397,9 +497,10 @@ def test_an_entry_derived_with_an_out_of_range_headroom_does_not_gate(pytester, 
     result.stdout.fnmatch_lines(["*derived with headroom 1000.0, outside [[]0, 4[]]*"])
 
 
-def test_pooled_runs_that_cannot_be_checked_are_not_used():
+def test_pooled_runs_that_cannot_be_checked_are_not_used(monkeypatch):
     """A pooled entry whose runs cannot re-derive bars (a non-finite value, an overflowing integer) is refused, not
     waved through (the check must never pass what it could not check), and never crashes the gate."""
+    monkeypatch.setattr(ev._context, "current_test", lambda: None)  # a gate outside a test: no recorder to match
     runs = [{"test": t, "rel_l2": r, "cosine": 1 - r * r / 2, "p99": r, "max_abs_err": r}
             for t, r in (("q", 1e-3), ("q", 1.1e-3), ("n", 1.2e-3), ("n", 1.3e-3))]
     base = {"kind": "t2", "headroom": 0.5, "dim": None, "tests": ["q", "n"], "dtype_actual": "float32",
@@ -407,10 +508,10 @@ def test_pooled_runs_that_cannot_be_checked_are_not_used():
     assert ev._unusable({**base, "runs": runs}, Path("x"), "k", STRATUM, "t2") is None  # homogeneous: used
     bad = [dict(r) for r in runs]
     bad[2]["rel_l2"] = float("nan")
-    assert "cannot be checked" in ev._unusable({**base, "runs": bad}, Path("x"), "k", STRATUM, "t2")
+    assert "cannot re-derive its bars" in ev._unusable({**base, "runs": bad}, Path("x"), "k", STRATUM, "t2")
     huge = [dict(r) for r in runs]
     huge[3]["p99"] = 10 ** 400
-    assert "cannot be checked" in ev._unusable({**base, "runs": huge}, Path("x"), "k", STRATUM, "t2")
+    assert "cannot re-derive its bars" in ev._unusable({**base, "runs": huge}, Path("x"), "k", STRATUM, "t2")
     assert "headroom" in ev._unusable({**base, "runs": runs, "headroom": 10 ** 400}, Path("x"), "k", STRATUM, "t2")
 
 
@@ -837,6 +938,7 @@ def _one_entry_file(path, rel_l2_bar, pad=""):
     entry = {"kind": "t2", "dtype_actual": "float64", "dtype_expected": "float64", "shape": [32], "dim": None,
              "bars": {"rel_l2": rel_l2_bar, "cosine": 0.9, "p99": 10.0, "max_abs_err": 10.0},
              "investigation": "cache test" + pad}
+    entry["runs"] = runs_within(entry["bars"])
     path.write_text(json.dumps({"format": ev.FORMAT, "entries": {"c | f": {STRATUM: entry}}}))
 
 

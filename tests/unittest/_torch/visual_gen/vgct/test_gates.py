@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from oracle import runs_within
 from vgct_ext import evidence as ev
 from vgct_ext.gates import (
     OUTER_BAND,
@@ -287,6 +288,8 @@ CPU_STRATUM = __import__("vgct_ext.method._hardware", fromlist=["stratum_of"]).s
 
 
 def _write_evidence(path, key, stratum, entry):
+    if isinstance(entry.get("bars"), dict) and "runs" not in entry:  # (a gate checks its bars against its runs)
+        entry = dict(entry, runs=runs_within(entry["bars"]))
     data = {"format": ev.FORMAT, "entries": {key: {stratum: entry}}}
     path.write_text(json.dumps(data))
 
