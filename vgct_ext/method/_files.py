@@ -9,6 +9,10 @@
   one, never a torn one; a full disk or any other error leaves the old file untouched and removes the
   temporary file.
 * :func:`check_writable` -- whether a file can be created at a path (used at startup for ``--vgct-report``).
+
+A path that is a symbolic link (an evidence file shared by several checkouts) is written through: the lock and
+the temporary file are the link target's, and the rename replaces the target, not the link -- replacing the
+link by a regular file left every other checkout gating on the stale target (hostile review of 2026-12-05).
 """
 
 from __future__ import annotations
@@ -29,13 +33,14 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 @contextlib.contextmanager
 def locked(path: PathLike, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold the inter-process lock of ``path`` (the file ``<path>.lock``) for the ``with`` block.
+    """Hold the inter-process lock of ``path`` (the file ``<path>.lock``; for a symbolic link, its target's) for
+    the ``with`` block.
 
     Raises ``TimeoutError`` naming the lock file when another process holds it for more than ``timeout``
     seconds (``filelock.Timeout`` is a ``TimeoutError``)."""
     from filelock import FileLock
 
-    with FileLock(os.fspath(path) + LOCK_SUFFIX, timeout=timeout):
+    with FileLock(os.path.realpath(path) + LOCK_SUFFIX, timeout=timeout):  # (a link: its target's lock)
         yield
 
 
@@ -51,8 +56,9 @@ def _mode_for(path: Path) -> int:
 def atomic_write_text(path: PathLike, text: str) -> None:
     """Replace ``path`` by ``text`` (UTF-8) atomically: unique temporary file in the same directory, fsync,
     ``os.replace``, fsync of the directory. Keeps the permission bits of an existing file (else 0666 & ~umask).
-    Raises ``OSError`` (the old file, if any, is then intact and no temporary file is left)."""
-    p = Path(path)
+    Raises ``OSError`` (the old file, if any, is then intact and no temporary file is left). A symbolic link
+    is written through (its target is replaced; the link stays)."""
+    p = Path(os.path.realpath(path))
     mode = _mode_for(p)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
     try:

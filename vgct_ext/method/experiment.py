@@ -54,10 +54,15 @@ def _is_tensor(x: Any) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
+def _is_ndarray(x: Any) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(x, np.ndarray)
+
+
 def tree_map(fn: Callable[[Any], Any], obj: Any) -> Any:
-    """Apply ``fn`` to every torch tensor in nested tuples / lists / dicts (incl. namedtuples, diffusers
-    ``BaseOutput`` dataclass-dicts); other leaves are returned as they are."""
-    if _is_tensor(obj):
+    """Apply ``fn`` to every torch tensor and NumPy array in nested tuples / lists / dicts (incl. namedtuples,
+    diffusers ``BaseOutput`` dataclass-dicts); other leaves are returned as they are."""
+    if _is_tensor(obj) or _is_ndarray(obj):
         return fn(obj)
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
         return type(obj)(*(tree_map(fn, x) for x in obj))
@@ -92,7 +97,42 @@ def tensor_leaves(obj: Any, prefix: str = "out") -> List[Tuple[str, Any]]:
 
 
 def _clone(x: Any) -> Any:
-    return tree_map(lambda t: t.detach().clone(), x)
+    return tree_map(lambda t: t.copy() if _is_ndarray(t) else t.detach().clone(), x)
+
+
+# the leaves run_twice compares by value (repr: exact for these types, floats included); a NumPy scalar by its bits
+_SCALARS = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _run_leaves(obj: Any, prefix: str = "out") -> List[Tuple[str, Any]]:
+    """``[(path, leaf), ...]`` of a run's output for :func:`run_twice`: torch tensors, NumPy arrays and scalars,
+    Python scalars (bool, int, float, complex, str, bytes, None) and any other object (compared by its type
+    alone), in nested tuples / lists / dicts (namedtuples and diffusers ``BaseOutput`` included), dict entries by
+    key."""
+    if isinstance(obj, (tuple, list)):
+        return [leaf for i, x in enumerate(obj) for leaf in _run_leaves(x, f"{prefix}[{i}]")]
+    if isinstance(obj, dict):
+        return [leaf for k, v in obj.items() for leaf in _run_leaves(v, f"{prefix}.{k}")]
+    return [(prefix, obj)]
+
+
+def _leaf_signature(x: Any) -> Tuple[int, str, bool]:
+    """``(64-bit signature, what it is, compared by value)`` of one output leaf: a tensor's or array's
+    :func:`vgct_ext.fingerprint` (bits, dtype, shape), a scalar's hash of its type and repr, another object's
+    of its type only."""
+    import hashlib
+
+    from vgct_ext import fingerprint
+
+    np = sys.modules.get("numpy")
+    if _is_tensor(x) or _is_ndarray(x):
+        return fingerprint(x), "", True
+    if np is not None and isinstance(x, np.generic):
+        return fingerprint(np.asarray(x)), repr(x), True
+    value = isinstance(x, _SCALARS)
+    text = f"{type(x).__module__}.{type(x).__qualname__}" + (f":{x!r}" if value else "")
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little"), \
+        (repr(x) if value else f"<{type(x).__qualname__}>"), value
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -398,32 +438,46 @@ def load_reference(path: Union[str, "os.PathLike[str]"], *, device: Any = "cpu")
 
 @dataclasses.dataclass
 class RunTwice:
-    """Result of :func:`run_twice`: per output tensor (``names``), the fingerprints of run 1 and run 2, and
-    ``stats[name]`` (``vgct_ext.PairedStats`` of run 2 against run 1) for each output that differs."""
+    """Result of :func:`run_twice`: per output leaf of run 1 (``names``: its path, e.g. ``out[0]``,
+    ``out.sample``), the 64-bit signatures of run 1 and run 2 (``fingerprints``: a tensor's or array's
+    :func:`vgct_ext.fingerprint`, a scalar's hash of its type and value), ``stats[name]``
+    (``vgct_ext.PairedStats`` of run 2 against run 1) for each tensor or array that differs, and
+    ``names_run2`` (run 2's paths: the runs differ in structure when it is not the same set)."""
 
     names: List[str]
     fingerprints: Tuple[List[int], List[int]]
     stats: Dict[str, Any]
     outputs: Tuple[Any, Any]
     inputs_changed: List[str]
+    names_run2: Optional[List[str]] = None
+    values: Tuple[List[str], List[str]] = ([], [])  # a scalar leaf's repr ("" for an array), per run
+    opaque: List[str] = dataclasses.field(default_factory=list)  # leaves compared by their type alone
+
+    def _by_name(self, run: int) -> Dict[str, Tuple[int, str]]:
+        names = self.names if run == 0 or self.names_run2 is None else self.names_run2
+        return {n: (f, v) for n, f, v in zip(names, self.fingerprints[run], self.values[run] or [""] * len(names))}
 
     @property
     def identical(self) -> bool:
-        return self.fingerprints[0] == self.fingerprints[1] and not self.inputs_changed
+        return self._by_name(0) == self._by_name(1) and not self.inputs_changed
 
     def describe(self) -> str:
         if self.identical:
-            return f"both runs bitwise identical ({len(self.names)} output tensor(s))"
+            return (f"both runs bitwise identical ({len(self.names)} output leaf/leaves)" +
+                    (f"; compared by type alone: {', '.join(self.opaque)}" if self.opaque else ""))
         lines = []
         if self.inputs_changed:
             lines.append(f"the first run modified its inputs in place: {', '.join(self.inputs_changed)}")
-        for name, (a, b) in zip(self.names, zip(*self.fingerprints)):
-            if a != b:
+        one, two = self._by_name(0), self._by_name(1)
+        if set(one) != set(two):
+            lines.append(f"the runs' outputs differ in structure: only in run 1 {sorted(set(one) - set(two))}, "
+                         f"only in run 2 {sorted(set(two) - set(one))}")
+        for name in self.names:
+            if name in two and one[name] != two[name]:
+                (a, va), (b, vb) = one[name], two[name]
                 s = self.stats.get(name)
-                lines.append(f"{name}: fingerprints {a:016x} vs {b:016x}" + (f"; {s.summary()}" if s is not None
-                                                                             else ""))
-        if len(self.fingerprints[0]) != len(self.fingerprints[1]):
-            lines.append(f"the runs returned {len(self.fingerprints[0])} and {len(self.fingerprints[1])} tensors")
+                lines.append(f"{name}: " + (f"{va} vs {vb}" if va or vb else f"fingerprints {a:016x} vs {b:016x}")
+                             + (f"; {s.summary()}" if s is not None else ""))
         return "\n".join(lines)
 
     def assert_identical(self, *, component: str, feature: str) -> None:
@@ -436,27 +490,44 @@ class RunTwice:
 def run_twice(fn: Callable[..., Any], *inputs: Any, **kwargs: Any) -> RunTwice:
     """Call ``fn(*inputs, **kwargs)`` twice on the same inputs and compare the runs bitwise.
 
-    Outputs may be a tensor or nested tuples/lists/dicts of tensors. Records the fingerprint of every output
-    tensor of each run; for each that differs, the statistics of run 2 against run 1 (``vgct_ext.compare``).
-    Also detects a first run that modified its tensor inputs in place. Returns :class:`RunTwice`; recorded
-    in the pytest report. Does not raise on a difference (see :meth:`RunTwice.assert_identical`).
+    Outputs may be a tensor, a NumPy array (a pipeline's ``output_type="np"``), a scalar, or nested
+    tuples/lists/dicts of them (namedtuples, diffusers ``BaseOutput``); the runs are compared leaf by leaf
+    by path (a dict's entries by key): tensors and arrays by :func:`vgct_ext.fingerprint` (bits, dtype,
+    shape), Python and NumPy scalars by value, other objects by type alone (listed by ``describe()``), and
+    the two runs' sets of paths. For each tensor or array that differs, the statistics of run 2 against run 1
+    (``vgct_ext.compare``). Also detects a first run that modified its tensor or array inputs in place.
+    Returns :class:`RunTwice`; recorded in the pytest report. Does not raise on a difference (see
+    :meth:`RunTwice.assert_identical`). Raises ``TypeError`` when run 1's output holds nothing comparable by
+    value (None, or objects only): "identical" would then say nothing (hostile review of 2026-12-05: an
+    output of NumPy arrays compared 0 tensors and passed).
     """
     from vgct_ext import compare, fingerprint
 
-    in_leaves = tensor_leaves(list(inputs), "input") + tensor_leaves(dict(kwargs), "kwargs")
+    in_leaves = [(n, t) for n, t in _run_leaves(list(inputs), "input") + _run_leaves(dict(kwargs), "kwargs")
+                 if _is_tensor(t) or _is_ndarray(t)]
     fp_in = [fingerprint(t) for _, t in in_leaves]
     out1 = fn(*inputs, **kwargs)
     out1 = _clone(out1)  # a function reusing its output buffer must not overwrite run 1
     changed = [n for (n, t), fp in zip(in_leaves, fp_in) if fingerprint(t) != fp]
     out2 = fn(*inputs, **kwargs)
-    l1, l2 = tensor_leaves(out1), tensor_leaves(out2)
-    f1 = [fingerprint(t) for _, t in l1]
-    f2 = [fingerprint(t) for _, t in l2]
+    l1, l2 = _run_leaves(out1), _run_leaves(out2)
+    g1, g2 = [_leaf_signature(x) for _, x in l1], [_leaf_signature(x) for _, x in l2]
+    if not any(g[2] and x is not None for (_, x), g in zip(l1, g1)):
+        inner = sorted({type(x).__qualname__ for n, x in l1 if n != "out"})
+        raise TypeError(f"run_twice: the output of {getattr(fn, '__qualname__', fn)!r} holds no tensor, array or "
+                        f"scalar to compare (got {type(out1).__qualname__}"
+                        + (f" of {', '.join(inner)}" if inner else "") + "); return the outputs to check")
+    f1, f2 = [g[0] for g in g1], [g[0] for g in g2]
+    second = {n: (x, g) for (n, x), g in zip(l2, g2)}
     stats: Dict[str, Any] = {}
-    for (n, a), (_, b), x, y in zip(l1, l2, f1, f2):
-        if x != y and tuple(a.shape) == tuple(b.shape) and a.device == b.device:
+    for (n, a), (x, _, _) in zip(l1, g1):
+        b, y = second.get(n, (None, (x, "", True)))
+        if x != y[0] and (_is_tensor(a) or _is_ndarray(a)) and type(a) is type(b) and \
+                tuple(a.shape) == tuple(b.shape) and getattr(a, "device", None) == getattr(b, "device", None):
             stats[n] = compare(b, a)
-    res = RunTwice([n for n, _ in l1], (f1, f2), stats, (out1, out2), changed)
+    res = RunTwice([n for n, _ in l1], (f1, f2), stats, (out1, out2), changed, names_run2=[n for n, _ in l2],
+                   values=([g[1] for g in g1], [g[1] for g in g2]),
+                   opaque=[n for (n, _), g in zip(l1, g1) if not g[2]])
     _context.record({"kind": "run_twice", "identical": res.identical, "outputs": res.names,
                      "fingerprints": [[f"{v:016x}" for v in f1], [f"{v:016x}" for v in f2]],
                      "inputs_changed": changed, "passed": res.identical,

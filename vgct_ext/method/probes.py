@@ -228,6 +228,19 @@ def _sharding_form(sharding: Any) -> Tuple[bool, str]:
     return ok, detail
 
 
+def _flag_value(flag: Any) -> Optional[bool]:
+    """A direct path flag's truth, or None when it is not a boolean: a bool (NumPy's included) or a one-element
+    array or tensor of a boolean dtype. Anything else -- a callable, a string, a container, a number -- would be
+    read by its truthiness, which says nothing about the path."""
+    if isinstance(flag, bool) or type(flag).__name__ == "bool_":
+        return bool(flag)
+    dtype = getattr(flag, "dtype", None)
+    n = flag.numel() if hasattr(flag, "numel") else getattr(flag, "size", None)  # (torch: numel(); NumPy: size)
+    if dtype is not None and str(dtype).rsplit(".", 1)[-1] == "bool" and n == 1:
+        return bool(flag)
+    return None
+
+
 def assert_feature_active(*, component: str, feature: str, on: Any = None, off: Any = None, floor: float = 0.0,
                           calls: Optional[CallCounter] = None, min_calls: int = 1,
                           flag: Union[bool, Tuple[Any, str], None] = None, sharding: Any = None) -> ProbeResult:
@@ -238,14 +251,19 @@ def assert_feature_active(*, component: str, feature: str, on: Any = None, off: 
     * ``on``/``off``: the feature-on and feature-off outputs (DLPack tensors of one shape): a nonzero feature
       delta, ``n_unequal > 0`` and relative L2 ``> floor`` (``floor`` is a fraction, default 0; when the
       feature-off output has zero norm, ``||on - off||_2 > 0`` instead, and the detail says so).
-    * ``calls``: a :class:`CallCounter` from :func:`count_calls`: ``calls.count >= min_calls``.
-    * ``flag``: a path flag, ``True``/``False`` or ``(obj, "attribute")`` read with ``getattr``; must be truthy.
+    * ``calls``: a :class:`CallCounter` from :func:`count_calls`: ``calls.count >= min_calls`` (an integer
+      ``>= 1``).
+    * ``flag``: a path flag, ``True``/``False`` (a bool, or a one-element boolean array or tensor) or
+      ``(obj, "attribute")`` read with ``getattr``; must be truthy. A method or other callable is refused in
+      either form: it is always truthy (pass its result, ``flag=obj.is_compiled()``).
     * ``sharding``: a DTensor (some placement is a shard, mesh larger than 1) or
       ``(local_tensor, global_shape, dim)``: the local tensor is a strict part of the global one along ``dim``
       and, when torch.distributed is initialized, the world size is above 1.
 
     Returns: :class:`ProbeResult` (also recorded in the pytest report).
-    Raises: ``TypeError`` when no form (or half of ``on``/``off``) is given; :class:`FeatureInactive`
+    Raises: ``TypeError`` when no form (or half of ``on``/``off``) is given, or a flag cannot fail (a callable,
+    a non-boolean value); ``ValueError`` for ``min_calls < 1`` or a ``floor`` that is negative or not finite
+    (settings under which the form can never fail: hostile review of 2026-12-05); :class:`FeatureInactive`
     (an AssertionError naming component, feature and every form's evidence) when any form fails.
     """
     __tracebackhide__ = True
@@ -255,6 +273,12 @@ def assert_feature_active(*, component: str, feature: str, on: Any = None, off: 
         raise TypeError("assert_feature_active: give both on= (feature-on output) and off= (feature-off output)")
     if on is None and calls is None and flag is None and sharding is None:
         raise TypeError("assert_feature_active: give at least one form: on=/off=, calls=, flag= or sharding=")
+    if isinstance(min_calls, bool) or not isinstance(min_calls, int) or min_calls < 1:
+        raise ValueError(f"assert_feature_active({component!r}, {feature!r}): min_calls must be an integer >= 1, "
+                         f"got {min_calls!r} (a count of at least {min_calls!r} holds with no call at all)")
+    if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0.0 <= floor < math.inf:
+        raise ValueError(f"assert_feature_active({component!r}, {feature!r}): floor must be a finite relative L2 "
+                         f">= 0, got {floor!r}")
     forms: List[Tuple[str, bool, str]] = []
     stats = None
     if on is not None:
@@ -289,9 +313,20 @@ def assert_feature_active(*, component: str, feature: str, on: Any = None, off: 
                                      f"{_describe(obj)}.{attr} does not exist (a misspelt flag would prove "
                                      f"nothing): name an attribute that the feature's path sets")
             value = getattr(obj, attr)
+            if callable(value):
+                raise TypeError(f"assert_feature_active({component!r}, {feature!r}): the path flag "
+                                f"{_describe(obj)}.{attr} is a method or other callable, which is always truthy "
+                                f"whatever it would return: pass its result (flag=obj.{attr}()) or name an "
+                                f"attribute that holds the flag")
             forms.append(("path flag", bool(value), f"{_describe(obj)}.{attr} = {value!r} (truthy required)"))
         else:
-            forms.append(("path flag", bool(flag), f"flag = {flag!r} (truthy required)"))
+            value = _flag_value(flag)
+            if value is None:
+                raise TypeError(f"assert_feature_active({component!r}, {feature!r}): flag= takes True/False (a "
+                                f"bool, or a one-element boolean array or tensor) or (obj, \"attribute\"), got "
+                                f"{type(flag).__name__} {flag!r:.60}" + (" -- a callable is always truthy: pass its "
+                                                                        "result" if callable(flag) else ""))
+            forms.append(("path flag", value, f"flag = {flag!r} (truthy required)"))
     if sharding is not None:
         ok, detail = _sharding_form(sharding)
         forms.append(("sharding state", ok, detail))

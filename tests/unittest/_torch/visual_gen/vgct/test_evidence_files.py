@@ -611,6 +611,32 @@ def test_b(vgct):
     result.stdout.fnmatch_lines(["*AmbiguousGate: calibration of 'c | f' on *: runs disagree on the experiment*"])
 
 
+def test_a_symlinked_evidence_file_is_written_through_its_link(tmp_path):
+    """Planted (hostile review of 2026-12-05): an evidence file shared by two checkouts through symbolic links.
+    A write replaced the link by a regular file, and the other checkout kept gating on the stale target.  Now the
+    target is replaced (the link stays), under the target's lock, with no temporary file left beside the link."""
+    from vgct_ext.method import _files
+
+    target = tmp_path / "shared" / "x.vgct-evidence.json"
+    target.parent.mkdir()
+    entry = {"kind": "t2", "dtype_actual": "float32", "dtype_expected": "float32", "shape": [4], "dim": None,
+             "bars": {"cosine": 0.9, "rel_l2": 0.1, "p99": 0.1, "max_abs_err": 0.1}, "investigation": None}
+    target.write_text(json.dumps({"format": ev.FORMAT, "entries": {"c | f": {"sm_90": entry}}}))
+    links = [tmp_path / name / "x.vgct-evidence.json" for name in ("one", "two")]
+    for link in links:
+        link.parent.mkdir()
+        link.symlink_to(target)
+    assert cli(["evidence", "annotate", str(links[0]), "c | f", "--stratum", "sm_90", "--investigation",
+                "traced to the scale"]) == 0
+    assert links[0].is_symlink() and links[1].is_symlink()
+    for p in (target, *links):
+        assert json.loads(p.read_text())["entries"]["c | f"]["sm_90"]["investigation"] == "traced to the scale"
+    assert sorted(x.name for x in links[0].parent.iterdir()) == ["x.vgct-evidence.json"]  # no temporary file
+    with _files.locked(links[1]):  # the same lock through either link: the target's
+        assert (target.parent / ("x.vgct-evidence.json" + _files.LOCK_SUFFIX)).exists()
+        assert not (links[1].parent / ("x.vgct-evidence.json" + _files.LOCK_SUFFIX)).exists()
+
+
 def test_evidence_show_prints_every_digit_and_annotate_sets_the_note(tmp_path, capsys):
     path = tmp_path / "x.vgct-evidence.json"
     entry = {"kind": "t2", "dtype_actual": "float32", "dtype_expected": "float32", "shape": [4], "dim": None,

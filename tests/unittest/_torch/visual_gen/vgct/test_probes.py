@@ -185,6 +185,42 @@ def test_path_flag():
         assert_feature_active(component="c", feature="fast", flag=(Block(), "used_fast_path"))
 
 
+def test_probe_settings_that_can_never_fail_are_refused():
+    """Planted (hostile review of 2026-12-05): min_calls=0 or -5 passed with no call, flag=(obj, "is_compiled")
+    naming a method passed while the method returned False (a bound method is truthy), a negative floor was
+    accepted.  Each is refused before anything is checked; a direct flag must be a boolean."""
+    class Pipe:
+        compiled = False
+
+        def is_compiled(self):
+            return False
+
+    with count_calls(Block(), "forward") as calls:
+        pass
+    for bad in (0, -5, True, 1.5):
+        with pytest.raises(ValueError, match="min_calls must be an integer >= 1"):
+            assert_feature_active(component="c", feature="f", calls=calls, min_calls=bad)
+    with pytest.raises(TypeError, match=r"Pipe.is_compiled is a method or other callable.*flag=obj.is_compiled\(\)"):
+        assert_feature_active(component="c", feature="f", flag=(Pipe(), "is_compiled"))
+    with pytest.raises(FeatureInactive, match=r"Pipe.compiled = False"):  # an attribute holding the flag: read
+        assert_feature_active(component="c", feature="f", flag=(Pipe(), "compiled"))
+    for bad in ("False", [0], 1, Pipe().is_compiled, torch.tensor([1, 0]), np.array([True, False])):
+        with pytest.raises(TypeError, match="flag= takes True/False"):
+            assert_feature_active(component="c", feature="f", flag=bad)
+    for good, ok in ((np.bool_(False), False), (torch.tensor(True), True), (np.array([True]), True)):
+        if ok:
+            assert assert_feature_active(component="c", feature="f", flag=good).passed
+        else:
+            with pytest.raises(FeatureInactive):
+                assert_feature_active(component="c", feature="f", flag=good)
+    x = _randn(100)
+    y = x.clone()
+    y[0] += 1e-6
+    for bad in (-1.0, math.nan, math.inf, "0"):
+        with pytest.raises(ValueError, match="floor must be a finite relative L2 >= 0"):
+            assert_feature_active(component="c", feature="f", on=y, off=x, floor=bad)
+
+
 def test_sharding_state():
     full = _randn(2, 16, 8)
     local = full[:, :8]
@@ -430,6 +466,43 @@ def test_run_twice_reports_statistics_of_a_difference():
     assert s.rel_l2 == pytest.approx(1e-6 / (1 + 1e-6), rel=1e-6)
     with pytest.raises(Nondeterminism, match=r"(?s)component 'c', feature 'f'.*out: fingerprints"):
         r.assert_identical(component="c", feature="f")
+
+
+def test_run_twice_compares_every_leaf_by_path_and_refuses_an_output_it_cannot_compare():
+    """Planted (hostile review of 2026-12-05): run_twice saw torch tensors only and matched leaves by position.
+    An output of NumPy arrays (a pipeline's output_type="np") compared nothing, a nondeterministic float next to
+    a tensor was ignored, and a dict whose values swapped keys between runs read identical.  Now each is
+    nondeterministic; an output with nothing to compare by value raises TypeError."""
+    x = make_noise((8,), seed=0)
+    rng = np.random.default_rng(0)
+    r = run_twice(lambda v: rng.standard_normal(4), x)
+    assert not r.identical and r.names == ["out"] and "out" in r.stats  # NumPy arrays: fingerprints, statistics
+    ref = np.asarray(r.outputs[0])
+    assert r.stats["out"].max_abs_err == np.max(np.abs(np.asarray(r.outputs[1]) - ref))  # (oracle: NumPy)
+    draws = iter([0.25, 0.5])
+    r = run_twice(lambda v: (v * 2, next(draws)), x)
+    assert not r.identical
+    with pytest.raises(Nondeterminism, match=r"out\[1\]: 0.25 vs 0.5"):
+        r.assert_identical(component="c", feature="f")
+    n = [0]
+
+    def swapped(v):
+        n[0] += 1
+        return {"a": v * 1, "b": v * 2} if n[0] == 1 else {"b": v * 1, "a": v * 2}
+
+    r = run_twice(swapped, x)
+    assert not r.identical and set(r.stats) == {"out.a", "out.b"}
+    assert r.stats["out.a"].rel_l2 == pytest.approx(1.0) and r.stats["out.b"].rel_l2 == pytest.approx(0.5)
+    m = []
+    r = run_twice(lambda v: [v] * (m.append(0) or len(m)), x)  # one leaf, then two
+    assert not r.identical and "differ in structure: only in run 1 [], only in run 2 ['out[1]']" in r.describe()
+    same = run_twice(lambda v: {"x": v * 2, "t": np.float32(0.5), "s": "ok", "obj": object()}, x)
+    assert same.identical and same.opaque == ["out.obj"] and "compared by type alone: out.obj" in same.describe()
+    for nothing in (lambda v: None, lambda v: object(), lambda v: [None, object()]):
+        with pytest.raises(TypeError, match="holds no tensor, array or scalar to compare"):
+            run_twice(nothing, x)
+    a = np.zeros(3)
+    assert run_twice(lambda v: np.add(v, 1, out=v), a).inputs_changed == ["input[0]"]  # NumPy inputs too
 
 
 def test_run_twice_detects_input_mutation():
