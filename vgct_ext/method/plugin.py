@@ -748,11 +748,12 @@ def render_table(rows: List[tuple], width: int) -> List[str]:
 
     When every column fits, one table with a row per statistic. Otherwise each gate gets heading lines (test and
     label; component, feature, gate, dtypes, shape; cut with "..." to the width) over a table of its statistics
-    (statistic, value, bar, result, then margin and slack as far as they fit), so numbers are never cut.
+    (statistic, value, bar, result, then slack and margin as far as they fit: the slack, bar / value, is what
+    the "looser than their measurement" warning reads), so numbers are never cut.
     """
     from .._table import render_grouped
 
-    return render_grouped(SUMMARY_HEADER, rows, width, key=7, heading=_gate_heading, priority=(7, 8, 9, 12, 10, 11))
+    return render_grouped(SUMMARY_HEADER, rows, width, key=7, heading=_gate_heading, priority=(7, 8, 9, 12, 11, 10))
 
 
 def _gate_heading(head: Any) -> List[str]:
@@ -784,8 +785,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         if slack:
             terminalreporter.write_line(
                 f"vgct: {len(slack)} passing gate(s) have bars more than 100x looser than their measurement "
-                f"(slack column; tighten with explicit bars a modest factor above the measured floor, "
-                f"docs/method.md)" + ("; --vgct-summary=all lists them" if which != "all" else ""), yellow=True)
+                f"(slack column): a bug smaller than the bar passes them. Tighten a T1 gate to its recorded floor "
+                f"(assert_t1(..., tighten=10), calibrated by --vgct-calibrate; docs/method.md, \"Tightening a T1 "
+                f"gate\"), or give explicit bars a modest factor above the measurement"
+                + ("; --vgct-summary=all lists them" if which != "all" else ""), yellow=True)
             if which == "all":
                 for r in slack:
                     label = f" [{r['name']}]" if r.get("name") else ""
