@@ -54,8 +54,9 @@ message. One test gating one key twice in one run is refused at the gate (:class
 library) and replaced atomically (unique temporary file, fsync, rename): concurrent writers keep every entry.
 
 A gate re-derives an entry's bars (a T1 floor) from its recorded runs and refuses the entry when a stored one is
-looser, or when it holds no runs (:func:`_looser_than_runs`): bars come only from calibration, never from a hand
-edit. Every T2 entry must carry a finite bar for rel_l2, cosine, p99 and max_abs_err (and channel_mean_shift and
+looser, or when it holds no runs (:func:`_looser_than_runs`), and one recorded on a CPU filed under a GPU stratum
+or the reverse: bars come only from calibration. (An edit that changes the runs, the headroom and the bars
+together stays consistent and cannot be told from a calibration: review evidence diffs like code.) Every T2 entry must carry a finite bar for rel_l2, cosine, p99 and max_abs_err (and channel_mean_shift and
 channel_rel_l2 when the entry has a ``dim``): :func:`lookup` refuses an entry that lacks one (recalibrate; an
 entry recorded before channel_rel_l2 was gated is refused the same way), except that relative L2, cosine and
 channel_rel_l2 are not required when the gated run's reference has zero norm (the gate then uses absolute error).
@@ -633,6 +634,11 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
                     f"[0, {MAX_HEADROOM:g}]: its bars are wider than the method allows. {hint}")
     runs = entry.get("runs")
     runs = [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
+    dev = str(entry.get("device") or "")
+    if (stratum.startswith("sm_") and dev.startswith("cpu")) or (stratum.startswith("cpu") and dev.startswith("cuda")):
+        return (f"{kind} evidence for {key!r} on {stratum} in {path} cannot gate: it was recorded on {dev!r}, "
+                f"another kind of device than the stratum it is filed under (an entry copied between strata). "
+                f"{hint}")
     looser = _looser_than_runs(entry, runs, kind)
     if looser:
         return f"{kind} evidence for {key!r} on {stratum} in {path} cannot gate: {looser}. {hint}"
@@ -647,10 +653,10 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
     t = _context.current_test()
     tests = entry.get("tests")
     tests = [x for x in tests if isinstance(x, str)] if isinstance(tests, list) else []
-    if t is not None and tests and not any(_same_test(x, t.nodeid) for x in tests):
-        from .gates import _planted_open
+    if t is not None and tests and not any(_same_test(x, t.nodeid, t.path) for x in tests):
+        from .gates import _expecting
 
-        if not _planted_open():  # a planted fault gates on its clean test's evidence
+        if not _expecting():  # a planted fault (this thread's block) gates on its clean test's evidence
             fn = t.nodeid.split("[", 1)[0]
             case = "[" in t.nodeid and any(_same_test(x.split("[", 1)[0], fn) for x in tests)
             label = "name=" if kind == "t1_floor" else "case="
@@ -658,7 +664,9 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
                     f"not by this {'case' if case else 'test'} ({t.nodeid}): a test gates on its own runs, and "
                     f"tests share bars only when each recorded runs into them (calibrate this one; give it its own "
                     f"{label} when it is another experiment; a planted-fault test reads a clean test's evidence inside "
-                    f"vgct_ext.expect_gate_failure). {hint}")
+                    f"vgct_ext.expect_gate_failure; a renamed or moved test: recalibrate it, and drop the old "
+                    f"id's runs by removing the entry (python -m vgct_ext evidence remove) and recalibrating every "
+                    f"test it names). {hint}")
     return None
 
 
@@ -701,10 +709,26 @@ def _looser_than_runs(entry: Mapping[str, Any], runs: Sequence[Mapping[str, Any]
     return None
 
 
-def _same_test(recorded: str, nodeid: str) -> bool:
-    """Whether a test id an entry recorded names the running test: equal, or one is the other under a longer path
-    (``a/test_x.py::test_f`` and ``test_x.py::test_f``: pytest run from another root directory)."""
-    return recorded == nodeid or recorded.endswith("/" + nodeid) or nodeid.endswith("/" + recorded)
+def _same_test(recorded: str, nodeid: str, path: Optional[Path] = None) -> bool:
+    """Whether a test id an entry recorded names the running test (``nodeid``, whose module is ``path``): equal,
+    or one is the other under a longer path (``a/test_x.py::test_f`` and ``test_x.py::test_f``: pytest run from
+    another root directory) -- unless the recorded module path, taken from this session's root directory, is
+    another file that exists (``test_x.py::test_f`` beside ``sub/test_x.py::test_f``: two tests sharing one
+    evidence file; review of 2026-12-05)."""
+    if recorded == nodeid:
+        return True
+    if not (recorded.endswith("/" + nodeid) or nodeid.endswith("/" + recorded)):
+        return False
+    if path is None:
+        return True
+    try:
+        root = Path(path)
+        for _ in Path(nodeid.split("::", 1)[0]).parts:  # this session's root directory
+            root = root.parent
+        other = root / recorded.split("::", 1)[0]
+        return not other.exists() or other.resolve() == Path(path).resolve()
+    except (OSError, ValueError):
+        return False
 
 
 def _with_tests(entry: Mapping[str, Any]) -> str:
@@ -777,16 +801,22 @@ def claim(path: Path, key: str, *, gate: str, label_hint: str = "case=") -> None
     drift on a noisy one's bars). Outside calibration such a test may gate one key repeatedly (unseen inputs in
     a loop). Raises :class:`AmbiguousGate` when ``key`` in ``path`` was already gated in this run (two outputs
     would share one bar)."""
+    from .gates import _expecting
+
     t = _context.current_test()
     s = _context.current_session()
-    if t is None or not (getattr(t, "paired", False) or (s is not None and s.calibrate)):
-        return
+    paired = getattr(t, "paired", False)
+    if t is None or not (paired or (s is not None and s.calibrate)) or _expecting():
+        return  # (a planted fault in this thread's expect_gate_failure records nothing: it may reuse the key)
     ident = (str(path), key)
     if ident in t.claims:
         raise AmbiguousGate(
             f"{gate} gated {key!r} twice in one run of {t.nodeid}: each gate needs its own identity, otherwise "
             f"both outputs share one calibrated bar (the worst one's). Give each {gate} of this test its own "
-            f"label: {label_hint}'...' (or name='...').")
+            f"label: {label_hint}'...' (or name='...')." + ("" if paired else
+            " A test without the vgct fixture runs once under --vgct-calibrate: to calibrate one gate on "
+            "several inputs, take the vgct fixture and make the inputs from vgct.seed (--vgct-calibrate runs "
+            "it once a seed)."))
     t.claims.add(ident)
 
 
@@ -807,6 +837,10 @@ def add_calibration_run(session: Any, path: Path, key: str, stratum: str, stats:
     if _planted_open():  # never a silent skip: a bar built from fewer runs than claimed
         raise PlantedFaultWhileCalibrating(_planted_message("calibration run", component, feature))
     what = "calibration" if kind == "t2" else "T1 floor calibration"
+    if _context.current_test() is None:  # (a fixture's gate, a collection-time one: a run of no test)
+        raise ValueError(f"{what} of {key!r} on {stratum} refused: the gate runs outside a test's call (in a "
+                         f"fixture, at import), so its run would belong to no test and any test could gate on it. "
+                         f"Gate in the test's body; nothing is recorded from this run.")
     if kind == "t2":
         why = check_calibration_run(stats, observed, dim)
     else:
@@ -937,6 +971,7 @@ def tighten_t1(bars: Any, tighten: Optional[float], stats: Any, *, component: st
     k = float(tighten)
     path = evidence_path(evidence)
     key = t1_floor_key(component, feature, label)
+    claim(path, key, gate="assert_t1(tighten=)", label_hint="name=")  # (two outputs would share one floor)
     stratum = stratum_of(stats.device)
     session = _context.current_session()
     extra: Dict[str, Any] = {"tighten": k, "evidence": str(path), "evidence_key": key}

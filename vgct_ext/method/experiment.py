@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import json
 import os
 import sys
@@ -106,13 +107,22 @@ _SCALARS = (bool, int, float, complex, str, bytes, type(None))
 
 def _run_leaves(obj: Any, prefix: str = "out") -> List[Tuple[str, Any]]:
     """``[(path, leaf), ...]`` of a run's output for :func:`run_twice`: torch tensors, NumPy arrays and scalars,
-    Python scalars (bool, int, float, complex, str, bytes, None) and any other object (compared by its type
-    alone), in nested tuples / lists / dicts (namedtuples and diffusers ``BaseOutput`` included), dict entries by
-    key."""
+    Python scalars (bool, int, float, complex, str, bytes, None, an Enum member), array-likes (a PIL image:
+    ``__array_interface__`` / ``__array__``, read as a NumPy array) and any other object (which cannot be
+    compared), in nested tuples / lists / dicts (namedtuples and diffusers ``BaseOutput`` included, dict entries
+    by key) and dataclasses (by field)."""
     if isinstance(obj, (tuple, list)):
         return [leaf for i, x in enumerate(obj) for leaf in _run_leaves(x, f"{prefix}[{i}]")]
     if isinstance(obj, dict):
         return [leaf for k, v in obj.items() for leaf in _run_leaves(v, f"{prefix}.{k}")]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return [leaf for f in dataclasses.fields(obj) for leaf in _run_leaves(getattr(obj, f.name),
+                                                                                 f"{prefix}.{f.name}")]
+    if not (_is_tensor(obj) or _is_ndarray(obj)) and (hasattr(obj, "__array_interface__") or
+                                                       hasattr(obj, "__array__")):
+        import numpy as np
+
+        return [(prefix, np.asarray(obj))]
     return [(prefix, obj)]
 
 
@@ -129,7 +139,7 @@ def _leaf_signature(x: Any) -> Tuple[int, str, bool]:
         return fingerprint(x), "", True
     if np is not None and isinstance(x, np.generic):
         return fingerprint(np.asarray(x)), repr(x), True
-    value = isinstance(x, _SCALARS)
+    value = isinstance(x, _SCALARS) or isinstance(x, enum.Enum)
     text = f"{type(x).__module__}.{type(x).__qualname__}" + (f":{x!r}" if value else "")
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little"), \
         (repr(x) if value else f"<{type(x).__qualname__}>"), value
@@ -451,7 +461,7 @@ class RunTwice:
     inputs_changed: List[str]
     names_run2: Optional[List[str]] = None
     values: Tuple[List[str], List[str]] = ([], [])  # a scalar leaf's repr ("" for an array), per run
-    opaque: List[str] = dataclasses.field(default_factory=list)  # leaves compared by their type alone
+    opaque: List[str] = dataclasses.field(default_factory=list)  # leaves that cannot be compared
 
     def _by_name(self, run: int) -> Dict[str, Tuple[int, str]]:
         names = self.names if run == 0 or self.names_run2 is None else self.names_run2
@@ -459,13 +469,19 @@ class RunTwice:
 
     @property
     def identical(self) -> bool:
-        return self._by_name(0) == self._by_name(1) and not self.inputs_changed
+        """Both runs bitwise equal, inputs untouched, and every leaf compared: an output holding an object that
+        cannot be compared (neither tensor, array, array-like, scalar, container nor dataclass) is never called
+        identical -- it may hold what differs (review of 2026-12-05: a pipeline's list of PIL images beside a
+        bool read identical when objects were compared by type)."""
+        return self._by_name(0) == self._by_name(1) and not self.inputs_changed and not self.opaque
 
     def describe(self) -> str:
         if self.identical:
-            return (f"both runs bitwise identical ({len(self.names)} output leaf/leaves)" +
-                    (f"; compared by type alone: {', '.join(self.opaque)}" if self.opaque else ""))
+            return f"both runs bitwise identical ({len(self.names)} output leaf/leaves)"
         lines = []
+        if self.opaque:
+            lines.append(f"cannot compare {', '.join(self.opaque)} (neither a tensor, an array or array-like, a "
+                         f"scalar, a container nor a dataclass): return the tensors, arrays or values to check")
         if self.inputs_changed:
             lines.append(f"the first run modified its inputs in place: {', '.join(self.inputs_changed)}")
         one, two = self._by_name(0), self._by_name(1)
@@ -493,8 +509,9 @@ def run_twice(fn: Callable[..., Any], *inputs: Any, **kwargs: Any) -> RunTwice:
     Outputs may be a tensor, a NumPy array (a pipeline's ``output_type="np"``), a scalar, or nested
     tuples/lists/dicts of them (namedtuples, diffusers ``BaseOutput``); the runs are compared leaf by leaf
     by path (a dict's entries by key): tensors and arrays by :func:`vgct_ext.fingerprint` (bits, dtype,
-    shape), Python and NumPy scalars by value, other objects by type alone (listed by ``describe()``), and
-    the two runs' sets of paths. For each tensor or array that differs, the statistics of run 2 against run 1
+    shape; array-likes such as PIL images read as arrays), Python and NumPy scalars and Enum members by value,
+    dataclasses by field, and the two runs' sets of paths; an output holding any other object is never
+    ``identical`` (``describe()`` names it). For each tensor or array that differs, the statistics of run 2 against run 1
     (``vgct_ext.compare``). Also detects a first run that modified its tensor or array inputs in place.
     Returns :class:`RunTwice`; recorded in the pytest report. Does not raise on a difference (see
     :meth:`RunTwice.assert_identical`). Raises ``TypeError`` when run 1's output holds nothing comparable by

@@ -280,7 +280,7 @@ class TransparencyFinding(ValueError):
     """
 
 
-class _GateError(AssertionError):
+class _GateError(Exception):
     """What a gate raises when it does not pass (the base of :class:`GateFailure` and :class:`EvidenceMissing`).
     ``.stats`` is the PairedStats, ``.checks`` the list of Check."""
 
@@ -300,8 +300,9 @@ class _GateError(AssertionError):
         return list(dict.fromkeys(c.statistic for c in self.checks if c.gating and not c.passed))
 
 
-class GateFailure(_GateError):
-    """A gate's statistics missed their bars. ``.stats`` is the PairedStats, ``.checks`` the list of Check."""
+class GateFailure(_GateError, AssertionError):
+    """A gate's statistics missed their bars (an ``AssertionError``). ``.stats`` is the PairedStats, ``.checks``
+    the list of Check."""
 
 
 class PlantedFaultWhileCalibrating(Exception):
@@ -316,9 +317,11 @@ class PlantedFaultWhileCalibrating(Exception):
 
 class EvidenceMissing(_GateError):
     """A T2 gate (or a tightened T1 gate) found no usable calibration evidence for the current stratum (or
-    evidence that does not fit): the gate did not run.  An ``AssertionError`` (the test fails), but NOT a
-    :class:`GateFailure`: a planted-fault check written as ``pytest.raises(GateFailure)`` must not pass when no
-    gate ran (new-user trial, 2026-12-01: a module of planted faults without evidence passed all its checks)."""
+    evidence that does not fit): the gate did not run.  The test fails, but it is neither a
+    :class:`GateFailure` nor an ``AssertionError``: a planted-fault check written as
+    ``pytest.raises(GateFailure)`` or ``pytest.raises(AssertionError)`` must not pass when no gate ran (new-user
+    trial, 2026-12-01: a module of planted faults without evidence passed all its checks; review of 2026-12-05:
+    the same through ``pytest.raises(AssertionError)``)."""
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -1279,7 +1282,7 @@ def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
 
     Returns: the ``vgct_ext.PairedStats`` (a dict path -> ``PairedStats`` for a structure).
     Raises:
-        EvidenceMissing (AssertionError): no evidence for this key and stratum (the message says how to record
+        EvidenceMissing (an Exception, not an AssertionError): no evidence for this key and stratum (the message says how to record
             it: ``pytest --vgct-calibrate <test id>``), evidence recorded for another dtype/shape/dim, evidence
             lacking a required bar (or with a non-finite one), or a cosine bar under 0.99 without an
             investigation note.

@@ -787,7 +787,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
                 f"vgct: {len(slack)} passing gate(s) have bars more than 100x looser than their measurement "
                 f"(slack column): a bug smaller than the bar passes them. Tighten a T1 gate to its recorded floor "
                 f"(assert_t1(..., tighten=10), calibrated by --vgct-calibrate; docs/method.md, \"Tightening a T1 "
-                f"gate\"), or give explicit bars a modest factor above the measurement"
+                f"gate\") or give it explicit bars a modest factor above the measurement; a T2 gate's bars are its "
+                f"calibrated runs' (a run far noisier than this one: check the seeds)"
                 + ("; --vgct-summary=all lists them" if which != "all" else ""), yellow=True)
             if which == "all":
                 for r in slack:

@@ -17,6 +17,7 @@ import functools
 import hashlib
 import inspect
 import math
+import numbers
 import sys
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -255,7 +256,7 @@ def assert_feature_active(*, component: str, feature: str, on: Any = None, off: 
       ``>= 1``).
     * ``flag``: a path flag, ``True``/``False`` (a bool, or a one-element boolean array or tensor) or
       ``(obj, "attribute")`` read with ``getattr``; must be truthy. A method or other callable is refused in
-      either form: it is always truthy (pass its result, ``flag=obj.is_compiled()``).
+      either form: it is always truthy (pass its result, ``flag=obj.is_compiled()``); so is a string.
     * ``sharding``: a DTensor (some placement is a shard, mesh larger than 1) or
       ``(local_tensor, global_shape, dim)``: the local tensor is a strict part of the global one along ``dim``
       and, when torch.distributed is initialized, the world size is above 1.
@@ -273,10 +274,11 @@ def assert_feature_active(*, component: str, feature: str, on: Any = None, off: 
         raise TypeError("assert_feature_active: give both on= (feature-on output) and off= (feature-off output)")
     if on is None and calls is None and flag is None and sharding is None:
         raise TypeError("assert_feature_active: give at least one form: on=/off=, calls=, flag= or sharding=")
-    if isinstance(min_calls, bool) or not isinstance(min_calls, int) or min_calls < 1:
+    if isinstance(min_calls, bool) or not isinstance(min_calls, numbers.Integral) or min_calls < 1:
         raise ValueError(f"assert_feature_active({component!r}, {feature!r}): min_calls must be an integer >= 1, "
-                         f"got {min_calls!r} (a count of at least {min_calls!r} holds with no call at all)")
-    if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0.0 <= floor < math.inf:
+                         f"got {min_calls!r}" + (f" (a count of at least {min_calls} holds with no call at all)"
+                                                 if isinstance(min_calls, numbers.Integral) else ""))
+    if isinstance(floor, bool) or not isinstance(floor, numbers.Real) or not 0.0 <= float(floor) < math.inf:
         raise ValueError(f"assert_feature_active({component!r}, {feature!r}): floor must be a finite relative L2 "
                          f">= 0, got {floor!r}")
     forms: List[Tuple[str, bool, str]] = []
@@ -318,6 +320,10 @@ def assert_feature_active(*, component: str, feature: str, on: Any = None, off: 
                                 f"{_describe(obj)}.{attr} is a method or other callable, which is always truthy "
                                 f"whatever it would return: pass its result (flag=obj.{attr}()) or name an "
                                 f"attribute that holds the flag")
+            if isinstance(value, (str, bytes)):
+                raise TypeError(f"assert_feature_active({component!r}, {feature!r}): the path flag "
+                                f"{_describe(obj)}.{attr} is the string {value!r:.40}, whose truthiness says "
+                                f"nothing (\"False\" is truthy): name an attribute holding a bool or an object")
             forms.append(("path flag", bool(value), f"{_describe(obj)}.{attr} = {value!r} (truthy required)"))
         else:
             value = _flag_value(flag)

@@ -464,13 +464,89 @@ def test_t2(vgct):
     gate("*cannot gate: it holds no calibration runs*")
     edit(t2, lambda e: e["bars"].update(rel_l2=e["bars"]["rel_l2"] / 2))  # tighter by hand: kept, still gates
     gate("*T2 gate failed*relative L2*")
+    edit(t2, lambda e: e.update(device="cuda:0 (sm_90, NVIDIA H200)"))  # an H200 entry copied to this CPU
+    gate("*cannot gate: it was recorded on 'cuda:0 (sm_90, NVIDIA H200)', another kind of device*")
     edit(t1, lambda e: e["floor"].update(rel_l2=1000 * e["floor"]["rel_l2"]))
     gate("*T1 floor | attn | fp32 reduction order*its floor are looser than its own recorded runs give*")
     path.write_text(clean)
     run().assert_outcomes(passed=2)
 
 
-def test_recorded_test_ids_match_across_root_directories():
+_OWNED = HEADER + """
+import threading
+from vgct_ext import expect_gate_failure
+EV = os.path.join(os.path.dirname(__file__), "test_x.vgct-evidence.json")
+FAULT = float(os.environ.get("VGCT_FAULT", "0"))
+
+@pytest.fixture
+def gated_in_a_fixture():
+    assert_t2(drift(0, 10.0), E, component="c", feature="f", evidence=EV)
+
+def test_fixture(gated_in_a_fixture):
+    pass
+
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_noisy(vgct):
+    vgct.assert_t2(drift(vgct.seed, 10.0), E, evidence=EV)
+
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_quiet_beside_a_planted_thread(vgct):   # never calibrated; another thread holds a planted-fault block
+    opened, done = threading.Event(), threading.Event()
+    def planted():
+        with expect_gate_failure(any_of=("rel_l2",)):
+            opened.set()
+            done.wait(10)
+            assert_t2(drift(0, 10.0) * 2, E, component="c", feature="f", evidence=EV)
+    th = threading.Thread(target=planted)
+    th.start()
+    opened.wait(10)
+    try:
+        vgct.assert_t2(drift(vgct.seed, 1.0) * (1 + FAULT), E, evidence=EV)   # outside any block of its own
+    finally:
+        done.set()
+        th.join()
+
+@pytest.mark.component("c")
+@pytest.mark.feature("t1")
+def test_two_floors(vgct):
+    vgct.assert_t1(E, E, tighten=10)   # two outputs under one floor key (no name=)
+    vgct.assert_t1(E, E, tighten=10)
+"""
+
+
+def test_evidence_of_no_test_of_another_file_or_read_under_another_threads_block_does_not_gate(pytester, run):
+    """Planted (review of 2026-12-05, after the ownership check): (1) a gate in a fixture calibrated a run of no
+    test, which any test could then gate on -- refused at calibration now; (2) an entry recorded by
+    test_x.py::test_noisy matched sub/test_x.py::test_noisy (a different test sharing the file) by path suffix;
+    (3) a planted-fault block open in ANOTHER thread exempted a gate from the check -- only the gate's own
+    thread's block does; (4) a tightened T1 gate gated one floor twice per run under calibration."""
+    pytester.makepyfile(test_x=_OWNED)
+    result = run("--vgct-calibrate", "-k", "fixture")
+    result.stdout.fnmatch_lines(["*calibration of 'c | f' on * refused: the gate runs outside a test's call*"])
+    assert not (pytester.path / "test_x.vgct-evidence.json").exists()
+    result = run("--vgct-calibrate", "-k", "two_floors")
+    result.stdout.fnmatch_lines(["*AmbiguousGate: assert_t1(tighten=) gated 'T1 floor | c | t1' twice in one run*"])
+    run("--vgct-calibrate", "-k", "noisy").assert_outcomes(passed=1)
+    os.environ["VGCT_FAULT"] = "0.04"  # ~3x under the noisy test's bars (test_a_test_that_did_not_calibrate...)
+    try:
+        result = run("-k", "planted_thread")
+    finally:
+        del os.environ["VGCT_FAULT"]
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*was recorded by test_x.py::test_noisy, not by this test*"])
+    sub = pytester.path / "sub"
+    sub.mkdir()
+    (sub / "test_x.py").write_text(_OWNED.replace('os.path.dirname(__file__), "test_x', 'os.path.dirname(__file__), '
+                                                  '"..", "test_x'))
+    result = run("sub/test_x.py", "-k", "noisy")  # the same name in another file: not the recorder
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*was recorded by test_x.py::test_noisy, not by this test (sub/test_x.py::test_noisy)*"])
+    run("test_x.py", "-k", "noisy").assert_outcomes(passed=1)
+
+
+def test_recorded_test_ids_match_across_root_directories(tmp_path):
     """An entry's test ids name the running test when equal or one is the other under a longer path (pytest run
     from another root directory), and only at a path boundary."""
     assert ev._same_test("test_x.py::test_f", "test_x.py::test_f")
@@ -480,6 +556,14 @@ def test_recorded_test_ids_match_across_root_directories():
     assert not ev._same_test("test_x.py::test_f", "test_x.py::test_fg")
     assert not ev._same_test("test_x.py::test_f[a]", "test_x.py::test_f[b]")
     assert not ev._same_test("test_x.py::test_f[a]", "test_x.py::test_f")
+    # with the running test's module: a recorded path that is another existing file here does not match
+    (tmp_path / "a").mkdir()
+    mine, other = tmp_path / "a" / "test_x.py", tmp_path / "test_x.py"
+    mine.write_text("")
+    assert ev._same_test("test_x.py::test_f", "a/test_x.py::test_f", mine)  # rootdir moved: no such file here
+    other.write_text("")
+    assert not ev._same_test("test_x.py::test_f", "a/test_x.py::test_f", mine)  # another test's file
+    assert ev._same_test("b/a/test_x.py::test_f", "a/test_x.py::test_f", mine)  # recorded from a parent root
 
 
 def test_an_entry_derived_with_an_out_of_range_headroom_does_not_gate(pytester, run):
@@ -561,9 +645,11 @@ def test_pooled_t1_floors_that_loosen_one_floor_are_refused():
 
 def test_a_planted_fault_check_without_evidence_fails_not_passes(pytester, run):
     """Planted-fault checks written as ``pytest.raises(GateFailure)`` (as the component tests' T1 ones do) around a T2 gate
-    that has no evidence: the gate did not run, so the check must fail -- EvidenceMissing is an AssertionError
-    but not a GateFailure (new-user trial: a module of such checks passed without one gate running).  Inside
-    soft_gates, a missing evidence among failed gates also surfaces as EvidenceMissing."""
+    that has no evidence: the gate did not run, so the check must fail -- EvidenceMissing is neither a GateFailure
+    nor an AssertionError (new-user trial: a module of such checks passed without one gate running; review of
+    2026-12-05: ``pytest.raises(AssertionError)`` passed so, and every planted fault outside expect_gate_failure
+    now meets EvidenceMissing).  Inside soft_gates, a missing evidence among failed gates also surfaces as
+    EvidenceMissing."""
     pytester.makepyfile(test_x=HEADER + """
 from vgct_ext.gates import EvidenceMissing, GateFailure, soft_gates
 
@@ -571,6 +657,12 @@ from vgct_ext.gates import EvidenceMissing, GateFailure, soft_gates
 @pytest.mark.feature("f")
 def test_planted(vgct):
     with pytest.raises(GateFailure):
+        vgct.assert_t2(drift(vgct.seed, 50.0), E)
+
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_planted_assertion(vgct):
+    with pytest.raises(AssertionError):
         vgct.assert_t2(drift(vgct.seed, 50.0), E)
 
 def test_soft():
@@ -582,9 +674,10 @@ def test_soft():
     assert str(ei.value).startswith("2 gates did not pass (1 failed, 1 could not run: no usable evidence): T1 gate")
 """)
     result = run()
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*FAILED*test_planted*EvidenceMissing*"])
-    assert issubclass(EvidenceMissing, AssertionError) and not issubclass(EvidenceMissing, GateFailure)
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(["FAILED test_x.py::test_planted - *EvidenceMissing*",
+                                 "FAILED test_x.py::test_planted_assertion - *EvidenceMiss*"])
+    assert not issubclass(EvidenceMissing, (AssertionError, GateFailure)) and issubclass(GateFailure, AssertionError)
 
 
 def test_ambiguous_merge_is_refused_with_a_clear_error(pytester, run):

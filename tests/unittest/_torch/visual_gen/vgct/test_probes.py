@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -204,6 +205,12 @@ def test_probe_settings_that_can_never_fail_are_refused():
         assert_feature_active(component="c", feature="f", flag=(Pipe(), "is_compiled"))
     with pytest.raises(FeatureInactive, match=r"Pipe.compiled = False"):  # an attribute holding the flag: read
         assert_feature_active(component="c", feature="f", flag=(Pipe(), "compiled"))
+    cfg = Pipe()
+    cfg.compiled = "False"  # a config string: truthy, and says nothing
+    with pytest.raises(TypeError, match=r"Pipe.compiled is the string 'False'"):
+        assert_feature_active(component="c", feature="f", flag=(cfg, "compiled"))
+    with pytest.raises(FeatureInactive, match=r"called 0 time\(s\) \(>= 2 required\)"):  # NumPy integers count
+        assert_feature_active(component="c", feature="f", calls=calls, min_calls=np.int64(2))
     for bad in ("False", [0], 1, Pipe().is_compiled, torch.tensor([1, 0]), np.array([True, False])):
         with pytest.raises(TypeError, match="flag= takes True/False"):
             assert_feature_active(component="c", feature="f", flag=bad)
@@ -496,8 +503,27 @@ def test_run_twice_compares_every_leaf_by_path_and_refuses_an_output_it_cannot_c
     m = []
     r = run_twice(lambda v: [v] * (m.append(0) or len(m)), x)  # one leaf, then two
     assert not r.identical and "differ in structure: only in run 1 [], only in run 2 ['out[1]']" in r.describe()
-    same = run_twice(lambda v: {"x": v * 2, "t": np.float32(0.5), "s": "ok", "obj": object()}, x)
-    assert same.identical and same.opaque == ["out.obj"] and "compared by type alone: out.obj" in same.describe()
+    same = run_twice(lambda v: {"x": v * 2, "t": np.float32(0.5), "s": "ok"}, x)
+    assert same.identical
+    # an object it cannot look into is never called identical (review: PIL images beside a bool read identical)
+    r = run_twice(lambda v: {"x": v * 2, "obj": object()}, x)
+    assert not r.identical and r.opaque == ["out.obj"] and "cannot compare out.obj" in r.describe()
+
+    class Image:  # an array-like (as PIL's images: __array_interface__ / __array__), drawn anew each call
+        def __init__(self):
+            self.a = rng.integers(0, 255, (4, 4, 3), dtype=np.uint8)
+
+        def __array__(self, dtype=None, copy=None):
+            return self.a
+
+    @dataclasses.dataclass
+    class Out:
+        images: list
+        step: int
+
+    r = run_twice(lambda v: Out([Image()], 10), x)
+    assert not r.identical and r.names == ["out.images[0]", "out.step"] and "out.images[0]" in r.stats
+    assert run_twice(lambda v: Out([np.zeros((2, 2))], 10), x).identical
     for nothing in (lambda v: None, lambda v: object(), lambda v: [None, object()]):
         with pytest.raises(TypeError, match="holds no tensor, array or scalar to compare"):
             run_twice(nothing, x)
