@@ -14,7 +14,7 @@ read, and upgraded when next written)::
          "kind": "t2", "component", "feature", "case", "dtype_actual", "dtype_expected", "shape", "dim",
          "device", "recorded" (UTC ISO 8601), "command", "tests", "versions", "precision",
          "runs": [{"rel_l2", "cosine", "p99", "max_abs_err", ["channel_mean_shift", "channel_rel_l2"], "test",
-                   "seed"}, ...],
+                   "test_module" (the test's module relative to this file), "seed"}, ...],
          "observed_worst", "observed_log_mean", "observed_log_std": {...},  # cosine: of 1 - cosine
          "headroom": h, "confidence": 0.99, "headroom_rule": "...",  # the rule below, in words
          "bars": {...}, "warnings": [...],
@@ -440,7 +440,7 @@ def validate(data: Any, path: Any = "<evidence>") -> Dict[str, Any]:
                     if not isinstance(r, dict):
                         raise _bad(path, f"{w}.runs[{i}]", "an object of statistics", r)
                     for k, v in r.items():
-                        if k == "test":
+                        if k in ("test", "test_module"):
                             ok = v is None or isinstance(v, str)
                         elif k == "seed":
                             ok = v is None or _is_int(v)
@@ -635,10 +635,11 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
     runs = entry.get("runs")
     runs = [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
     dev = str(entry.get("device") or "")
-    if (stratum.startswith("sm_") and dev.startswith("cpu")) or (stratum.startswith("cpu") and dev.startswith("cuda")):
+    token = stratum.split("-", 1)[1] if stratum.startswith("cpu-") else stratum  # "avx512", "sm_90"
+    if (stratum.startswith("sm_") and dev.startswith("cpu")) or (stratum.startswith("cpu") and dev.startswith("cuda")) \
+            or (dev.startswith(("cpu (", "cuda")) and "(" in dev and token != "cpu" and token not in dev):
         return (f"{kind} evidence for {key!r} on {stratum} in {path} cannot gate: it was recorded on {dev!r}, "
-                f"another kind of device than the stratum it is filed under (an entry copied between strata). "
-                f"{hint}")
+                f"not a {stratum} device (an entry copied between strata). {hint}")
     looser = _looser_than_runs(entry, runs, kind)
     if looser:
         return f"{kind} evidence for {key!r} on {stratum} in {path} cannot gate: {looser}. {hint}"
@@ -653,7 +654,21 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
     t = _context.current_test()
     tests = entry.get("tests")
     tests = [x for x in tests if isinstance(x, str)] if isinstance(tests, list) else []
-    if t is not None and tests and not any(_same_test(x, t.nodeid, t.path) for x in tests):
+    if t is None and tests and _context.current_session() is not None:
+        from .gates import _expecting
+
+        if not _expecting():  # a fixture's gate, at collection: owned by no test (calibration refuses it too)
+            return (f"{kind} evidence for {key!r} on {stratum} in {path} was recorded by {', '.join(tests)}, and "
+                    f"this gate runs outside a test's call (a fixture, at import), which records and owns no "
+                    f"evidence: gate in the test's body. {hint}")
+    # runs recorded with their test's module relative to the evidence file name their tests whatever the root
+    # directory; older runs by their test ids alone
+    moduled = [r for r in runs if isinstance(r.get("test_module"), str)]
+    owners = {(r["test_module"], str(r.get("test")).split("::", 1)[-1]) for r in moduled}
+    legacy = [x for x in tests if x not in {r.get("test") for r in moduled}]
+    owned = t is None or not tests or (_test_module(t, path), t.nodeid.split("::", 1)[-1]) in owners or \
+        any(_same_test(x, t.nodeid, t.path) for x in legacy)
+    if not owned:
         from .gates import _expecting
 
         if not _expecting():  # a planted fault (this thread's block) gates on its clean test's evidence
@@ -707,6 +722,18 @@ def _looser_than_runs(entry: Mapping[str, Any], runs: Sequence[Mapping[str, Any]
         return (f"its {what} are looser than its own recorded runs give by the bar rule: " + ", ".join(worse) +
                 f" -- edited by hand, or merged from another entry; {what} come only from calibration")
     return None
+
+
+def _test_module(t: Any, evidence: Path) -> Optional[str]:
+    """The module of test ``t`` relative to the evidence file's directory (``test_x.py``, ``sub/test_x.py``,
+    ``../wan/test_x.py``; "/" separators), or None when it is not known."""
+    p = getattr(t, "path", None)
+    if p is None:
+        return None
+    try:
+        return os.path.relpath(os.path.realpath(p), os.path.dirname(os.path.realpath(evidence))).replace(os.sep, "/")
+    except (OSError, ValueError):  # (Windows: another drive)
+        return None
 
 
 def _same_test(recorded: str, nodeid: str, path: Optional[Path] = None) -> bool:
@@ -857,6 +884,9 @@ def add_calibration_run(session: Any, path: Path, key: str, stratum: str, stats:
                                           {"kind": kind, "runs": [], "meta": None, "tests": []})
     run = {k: v for k, v in observed.items()}
     run["test"] = t.nodeid if t is not None else None
+    module = _test_module(t, path)
+    if module is not None:  # (the test's module from the evidence file: an id no root directory changes)
+        run["test_module"] = module
     run["seed"] = int(getattr(t, "seed", 0)) if t is not None else 0
     meta = {"kind": kind, "component": component, "feature": feature, "case": case,
             "dtype_actual": stats.dtype_actual, "dtype_expected": stats.dtype_expected, "shape": list(stats.shape),

@@ -122,7 +122,9 @@ def _run_leaves(obj: Any, prefix: str = "out") -> List[Tuple[str, Any]]:
                                                        hasattr(obj, "__array__")):
         import numpy as np
 
-        return [(prefix, np.asarray(obj))]
+        pal = getattr(obj, "getpalette", None)  # (a PIL palette image's array holds indices into its palette)
+        pal = pal() if callable(pal) else None
+        return [(prefix, np.asarray(obj))] + ([(f"{prefix}.palette", bytes(pal))] if pal is not None else [])
     return [(prefix, obj)]
 
 
@@ -139,10 +141,13 @@ def _leaf_signature(x: Any) -> Tuple[int, str, bool]:
         return fingerprint(x), "", True
     if np is not None and isinstance(x, np.generic):
         return fingerprint(np.asarray(x)), repr(x), True
-    value = isinstance(x, _SCALARS) or isinstance(x, enum.Enum)
+    value = isinstance(x, _SCALARS) or isinstance(x, enum.Enum) or (
+        type(x).__module__ in ("torch", "numpy") and type(x).__name__ in ("dtype", "device", "Size")) or (
+        np is not None and isinstance(x, np.dtype))  # (values whose repr is exact)
     text = f"{type(x).__module__}.{type(x).__qualname__}" + (f":{x!r}" if value else "")
+    shown = repr(x) if value else f"<{type(x).__qualname__}>"
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little"), \
-        (repr(x) if value else f"<{type(x).__qualname__}>"), value
+        (shown if len(shown) <= 80 else shown[:77] + "..."), value
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -321,7 +321,15 @@ class EvidenceMissing(_GateError):
     :class:`GateFailure` nor an ``AssertionError``: a planted-fault check written as
     ``pytest.raises(GateFailure)`` or ``pytest.raises(AssertionError)`` must not pass when no gate ran (new-user
     trial, 2026-12-01: a module of planted faults without evidence passed all its checks; review of 2026-12-05:
-    the same through ``pytest.raises(AssertionError)``)."""
+    the same through ``pytest.raises(AssertionError)``).  In a paired test under the plugin, one that is caught
+    and does not fail the test (``pytest.raises(Exception)``, a broad ``except``, an ``xfail``) fails it anyway
+    (or the session): the gate never ran."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        t = _context.current_test()
+        if t is not None and t.paired:
+            t.missing.append(self)
 
 
 # --------------------------------------------------------------------------------------------------------------

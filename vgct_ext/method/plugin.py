@@ -242,6 +242,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
         fmt = ("{test} ({how}): {x}" if call.when == "call" else
                "{x} (in or after the teardown of {test}, whose error was {how})")
         item.config.stash[STATE].gate_errors.extend(fmt.format(test=item.nodeid, how=how, x=x) for x in lost)
+    if call.when == "call" and hasattr(rep, "wasxfail") and call.excinfo is not None and _is_paired(item):
+        from .gates import EvidenceMissing
+
+        gone = [e for e in _exceptions_in(call.excinfo.value) if isinstance(e, EvidenceMissing)]
+        if gone:  # an xfail cannot expect a gate that never ran: the session fails
+            item.config.stash[STATE].gate_errors.append(
+                f"{item.nodeid} (xfailed): a gate could not run (EvidenceMissing), which an xfail must not "
+                f"expect: {(str(gone[0]).splitlines() or [''])[0]}")
     if rep.skipped and item.stash.get(SKIPPED_BY_REQUIREMENT, False) and isinstance(rep.longrepr, tuple):
         path, line = item.reportinfo()[:2]
         rep.longrepr = (str(path), (line or 0) + 1, rep.longrepr[2])  # report the test, not this plugin
@@ -294,6 +302,7 @@ def pytest_runtest_call(item: pytest.Item):
 
     _unhandled.install_loop_hook()  # (asyncio imported since the session started: by a test module, say)
     soft = gates._test_begin()  # the test's own soft-mode stack; what it leaves open is closed after it
+    raised: Optional[BaseException] = None
     try:
         for seed, i in plan[:-1]:
             ctx.seed, ctx.repetition = seed, i
@@ -302,8 +311,11 @@ def pytest_runtest_call(item: pytest.Item):
         ctx.seed, ctx.repetition = plan[-1]
         ctx.claims.clear()
         result = yield
+    except BaseException as exc:
+        raised = exc
+        raise
     finally:
-        lost = gates._test_end(soft) + _unhandled.take()
+        lost = gates._test_end(soft) + _unhandled.take() + _swallowed_missing(ctx, raised)
         item.stash[LOST] = lost  # (pytest_runtest_makereport: the session fails if the test does not)
         if lost:  # shown with the test's failure, whatever failed it
             lost_text = "gate failures this test never reported, or blocks it left open:\n  " + "\n  ".join(lost)
@@ -315,6 +327,35 @@ def pytest_runtest_call(item: pytest.Item):
     if n > 1:
         _check_repeats(session, ctx, n)
     return result
+
+
+def _exceptions_in(exc: Optional[BaseException]) -> List[BaseException]:
+    """``exc`` and every exception it carries: causes, contexts, an exception group's members, a soft block's
+    collected failures."""
+    seen: Dict[int, BaseException] = {}
+    todo = [exc]
+    while todo:
+        e = todo.pop()
+        if not isinstance(e, BaseException) or id(e) in seen:
+            continue
+        seen[id(e)] = e
+        todo += [e.__cause__, e.__context__, *getattr(e, "exceptions", ()), *getattr(e, "failures", ())]
+    return list(seen.values())
+
+
+def _reachable(exc: Optional[BaseException]) -> set:
+    """The ids of :func:`_exceptions_in` ``exc``."""
+    return {id(e) for e in _exceptions_in(exc)}
+
+
+def _swallowed_missing(ctx: _context.TestContext, raised: Optional[BaseException]) -> List[str]:
+    """Lines for the EvidenceMissing errors a paired test's gates raised that do not reach its outcome: caught
+    by ``pytest.raises(Exception)`` or a broad ``except`` around a planted fault, the gate never ran and the
+    test would pass (second review of 2026-12-05)."""
+    out = _reachable(raised)
+    return [f"a gate could not run, and its EvidenceMissing was caught before it failed the test (a broad "
+            f"except or pytest.raises(Exception); a planted fault goes inside expect_gate_failure): "
+            f"{(str(e).splitlines() or [''])[0]}" for e in ctx.missing if id(e) not in out]
 
 
 def _record_properties(item: pytest.Item, records: List[Dict[str, Any]]) -> None:

@@ -320,10 +320,12 @@ def assert_feature_active(*, component: str, feature: str, on: Any = None, off: 
                                 f"{_describe(obj)}.{attr} is a method or other callable, which is always truthy "
                                 f"whatever it would return: pass its result (flag=obj.{attr}()) or name an "
                                 f"attribute that holds the flag")
-            if isinstance(value, (str, bytes)):
+            if isinstance(value, (str, bytes, bytearray, list, tuple, dict, set, frozenset)) or (
+                    getattr(value, "dtype", None) is not None and _flag_value(value) is None):
                 raise TypeError(f"assert_feature_active({component!r}, {feature!r}): the path flag "
-                                f"{_describe(obj)}.{attr} is the string {value!r:.40}, whose truthiness says "
-                                f"nothing (\"False\" is truthy): name an attribute holding a bool or an object")
+                                f"{_describe(obj)}.{attr} is {type(value).__name__} {value!r:.40}, whose truthiness "
+                                f"says nothing (\"False\" and [False] are truthy): name an attribute holding a "
+                                f"bool, a number or the object the path sets")
             forms.append(("path flag", bool(value), f"{_describe(obj)}.{attr} = {value!r} (truthy required)"))
         else:
             value = _flag_value(flag)

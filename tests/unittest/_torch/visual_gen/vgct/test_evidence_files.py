@@ -465,7 +465,9 @@ def test_t2(vgct):
     edit(t2, lambda e: e["bars"].update(rel_l2=e["bars"]["rel_l2"] / 2))  # tighter by hand: kept, still gates
     gate("*T2 gate failed*relative L2*")
     edit(t2, lambda e: e.update(device="cuda:0 (sm_90, NVIDIA H200)"))  # an H200 entry copied to this CPU
-    gate("*cannot gate: it was recorded on 'cuda:0 (sm_90, NVIDIA H200)', another kind of device*")
+    gate("*cannot gate: it was recorded on 'cuda:0 (sm_90, NVIDIA H200)', not a cpu-* device*")
+    edit(t2, lambda e: e.update(device="cpu (x86_64, other_isa, X)"))  # another CPU stratum's entry
+    gate("*cannot gate: it was recorded on 'cpu (x86_64, other_isa, X)', not a cpu-* device*")
     edit(t1, lambda e: e["floor"].update(rel_l2=1000 * e["floor"]["rel_l2"]))
     gate("*T1 floor | attn | fp32 reduction order*its floor are looser than its own recorded runs give*")
     path.write_text(clean)
@@ -521,7 +523,8 @@ def test_evidence_of_no_test_of_another_file_or_read_under_another_threads_block
     test, which any test could then gate on -- refused at calibration now; (2) an entry recorded by
     test_x.py::test_noisy matched sub/test_x.py::test_noisy (a different test sharing the file) by path suffix;
     (3) a planted-fault block open in ANOTHER thread exempted a gate from the check -- only the gate's own
-    thread's block does; (4) a tightened T1 gate gated one floor twice per run under calibration."""
+    thread's block does; (4) a tightened T1 gate gated one floor twice per run under calibration; (5) from another
+    root directory the ids were equal strings; (6) a fixture's gate still read any test's entry."""
     pytester.makepyfile(test_x=_OWNED)
     result = run("--vgct-calibrate", "-k", "fixture")
     result.stdout.fnmatch_lines(["*calibration of 'c | f' on * refused: the gate runs outside a test's call*"])
@@ -543,7 +546,55 @@ def test_evidence_of_no_test_of_another_file_or_read_under_another_threads_block
     result = run("sub/test_x.py", "-k", "noisy")  # the same name in another file: not the recorder
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*was recorded by test_x.py::test_noisy, not by this test (sub/test_x.py::test_noisy)*"])
+    # from sub/ as the root directory the two ids are equal strings: the runs' modules (relative to the evidence
+    # file) still tell the tests apart (second review of 2026-12-05)
+    result = run("--rootdir=sub", "sub/test_x.py", "-k", "noisy")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*was recorded by test_x.py::test_noisy, not by this test (test_x.py::test_noisy)*"])
     run("test_x.py", "-k", "noisy").assert_outcomes(passed=1)
+    assert {r["test_module"] for r in _evidence(pytester)["entries"]["c | f"][STRATUM]["runs"]} == {"test_x.py"}
+    # a fixture's gate owns no evidence: refused when gating too, not only when calibrating
+    result = run("test_x.py", "-k", "fixture")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*this gate runs outside a test's call (a fixture, at import)*"])
+
+
+def test_a_swallowed_evidence_missing_fails_the_test_or_the_session(pytester, run):
+    """Planted (second review of 2026-12-05): a planted-fault check written as pytest.raises(Exception), or an
+    xfail(strict=True), around a T2 gate without evidence passed (exit 0) -- the gate never ran.  Now the test
+    fails (caught) or the session fails (xfailed), naming the gate; EvidenceMissing that fails the test, or one
+    inside expect_gate_failure, is reported once as before."""
+    pytester.makepyfile(test_x=HEADER + """
+from vgct_ext import expect_gate_failure
+
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_broad(vgct):
+    with pytest.raises(Exception):
+        vgct.assert_t2(E * 1.5, E)
+
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+@pytest.mark.xfail(strict=True)
+def test_xfail(vgct):
+    vgct.assert_t2(E * 1.5, E)
+
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_in_block(vgct):
+    with expect_gate_failure(any_of=("rel_l2",)):
+        vgct.assert_t2(E * 1.5, E)
+""")
+    result = run()
+    result.assert_outcomes(failed=2, xfailed=1)
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*test_x.py::test_xfail (xfailed): a gate could not run (EvidenceMissing)*",
+                                 "FAILED test_x.py::test_broad - Failed: vgct: gate failures this test never r*"])
+    in_block = out.split("_ test_in_block _", 1)[1].split("short test summary", 1)[0]
+    assert "caught before it failed" in out.split("_ test_in_block _", 1)[0]  # test_broad's section
+    assert "caught before it failed" not in in_block  # it failed with its EvidenceMissing: reported once
+    assert "FAILED test_x.py::test_in_block - vgct_ext.method.gates.EvidenceMissing" in out
 
 
 def test_recorded_test_ids_match_across_root_directories(tmp_path):
@@ -584,7 +635,8 @@ def test_an_entry_derived_with_an_out_of_range_headroom_does_not_gate(pytester, 
 def test_pooled_runs_that_cannot_be_checked_are_not_used(monkeypatch):
     """A pooled entry whose runs cannot re-derive bars (a non-finite value, an overflowing integer) is refused, not
     waved through (the check must never pass what it could not check), and never crashes the gate."""
-    monkeypatch.setattr(ev._context, "current_test", lambda: None)  # a gate outside a test: no recorder to match
+    monkeypatch.setattr(ev._context, "current_test", lambda: None)  # a gate outside pytest: no recorder to match
+    monkeypatch.setattr(ev._context, "current_session", lambda: None)
     runs = [{"test": t, "rel_l2": r, "cosine": 1 - r * r / 2, "p99": r, "max_abs_err": r}
             for t, r in (("q", 1e-3), ("q", 1.1e-3), ("n", 1.2e-3), ("n", 1.3e-3))]
     base = {"kind": "t2", "headroom": 0.5, "dim": None, "tests": ["q", "n"], "dtype_actual": "float32",

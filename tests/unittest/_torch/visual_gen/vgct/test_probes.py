@@ -207,8 +207,10 @@ def test_probe_settings_that_can_never_fail_are_refused():
         assert_feature_active(component="c", feature="f", flag=(Pipe(), "compiled"))
     cfg = Pipe()
     cfg.compiled = "False"  # a config string: truthy, and says nothing
-    with pytest.raises(TypeError, match=r"Pipe.compiled is the string 'False'"):
-        assert_feature_active(component="c", feature="f", flag=(cfg, "compiled"))
+    for bad in ("False", b"False", [False], (False,), {"enabled": False}, np.array(["False"])):
+        cfg.compiled = bad  # truthy, and says nothing
+        with pytest.raises(TypeError, match=r"Pipe.compiled is \w+ .*whose truthiness says nothing"):
+            assert_feature_active(component="c", feature="f", flag=(cfg, "compiled"))
     with pytest.raises(FeatureInactive, match=r"called 0 time\(s\) \(>= 2 required\)"):  # NumPy integers count
         assert_feature_active(component="c", feature="f", calls=calls, min_calls=np.int64(2))
     for bad in ("False", [0], 1, Pipe().is_compiled, torch.tensor([1, 0]), np.array([True, False])):
@@ -524,6 +526,18 @@ def test_run_twice_compares_every_leaf_by_path_and_refuses_an_output_it_cannot_c
     r = run_twice(lambda v: Out([Image()], 10), x)
     assert not r.identical and r.names == ["out.images[0]", "out.step"] and "out.images[0]" in r.stats
     assert run_twice(lambda v: Out([np.zeros((2, 2))], 10), x).identical
+    assert run_twice(lambda v: (v * 2, v.dtype, v.device, v.shape, np.dtype("f4")), x).identical  # exact reprs
+    palettes = iter([b"\x00" * 6, b"\x01" * 6])
+
+    class PaletteImage(Image):  # a palette image's array holds indices: the palette is compared too
+        def __init__(self):
+            self.a = np.zeros((2, 2), np.uint8)
+
+        def getpalette(self):
+            return list(next(palettes))
+
+    r = run_twice(lambda v: PaletteImage(), x)
+    assert not r.identical and "out.palette" in r.describe()
     for nothing in (lambda v: None, lambda v: object(), lambda v: [None, object()]):
         with pytest.raises(TypeError, match="holds no tensor, array or scalar to compare"):
             run_twice(nothing, x)
