@@ -54,9 +54,11 @@ message. One test gating one key twice in one run is refused at the gate (:class
 library) and replaced atomically (unique temporary file, fsync, rename): concurrent writers keep every entry.
 
 A gate re-derives an entry's bars (a T1 floor) from its recorded runs and refuses the entry when a stored one is
-looser, or when it holds no runs (:func:`_looser_than_runs`), and one recorded on a CPU filed under a GPU stratum
-or the reverse: bars come only from calibration. (An edit that changes the runs, the headroom and the bars
-together stays consistent and cannot be told from a calibration: review evidence diffs like code.) Every T2 entry must carry a finite bar for rel_l2, cosine, p99 and max_abs_err (and channel_mean_shift and
+looser, or when it holds no runs (:func:`_looser_than_runs`), and one whose recorded device is not of its
+stratum: bars come only from calibration. (An edit that changes the runs, the headroom and the bars together
+stays consistent and cannot be told from a calibration: review evidence diffs like code.)
+
+Every T2 entry must carry a finite bar for rel_l2, cosine, p99 and max_abs_err (and channel_mean_shift and
 channel_rel_l2 when the entry has a ``dim``): :func:`lookup` refuses an entry that lacks one (recalibrate; an
 entry recorded before channel_rel_l2 was gated is refused the same way), except that relative L2, cosine and
 channel_rel_l2 are not required when the gated run's reference has zero norm (the gate then uses absolute error).
@@ -663,11 +665,11 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
                     f"evidence: gate in the test's body. {hint}")
     # runs recorded with their test's module relative to the evidence file name their tests whatever the root
     # directory; older runs by their test ids alone
-    moduled = [r for r in runs if isinstance(r.get("test_module"), str)]
-    owners = {(r["test_module"], str(r.get("test")).split("::", 1)[-1]) for r in moduled}
-    legacy = [x for x in tests if x not in {r.get("test") for r in moduled}]
-    owned = t is None or not tests or (_test_module(t, path), t.nodeid.split("::", 1)[-1]) in owners or \
-        any(_same_test(x, t.nodeid, t.path) for x in legacy)
+    me = {"test": t.nodeid, "test_module": _test_module(t, path)} if t is not None else {}
+    ids = [r for r in runs if isinstance(r.get("test"), str)]
+    owned = t is None or not tests or any(
+        _same_owner(r, me) if isinstance(r.get("test_module"), str) else _same_test(r["test"], t.nodeid, t.path)
+        for r in ids) or (not ids and any(_same_test(x, t.nodeid, t.path) for x in tests))
     if not owned:
         from .gates import _expecting
 
@@ -734,6 +736,24 @@ def _test_module(t: Any, evidence: Path) -> Optional[str]:
         return os.path.relpath(os.path.realpath(p), os.path.dirname(os.path.realpath(evidence))).replace(os.sep, "/")
     except (OSError, ValueError):  # (Windows: another drive)
         return None
+
+
+def _same_owner(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two runs (or a run and the running test, ``{"test": nodeid, "test_module": ...}``) belong to one
+    test: equal test ids; or, when both carry their module relative to the evidence file, equal modules and test
+    names with one id the other under a longer path (pytest run from another root directory).  Equal modules
+    alone are not enough: two directories that are one through a symbolic link hold different tests (third
+    review of 2026-12-05); nor are suffix ids alone: ``test_x.py::f`` and ``sub/test_x.py::f`` from one root
+    are two tests (second review)."""
+    ta, tb = a.get("test"), b.get("test")
+    ma, mb = a.get("test_module"), b.get("test_module")
+    if isinstance(ma, str) and isinstance(mb, str) and ma != mb:
+        return False  # (equal ids from two root directories: test_x.py::f and, from sub/, sub/test_x.py::f)
+    if isinstance(ta, str) and ta == tb:
+        return True
+    if not (isinstance(ta, str) and isinstance(tb, str) and isinstance(ma, str) and ma == mb):
+        return False
+    return ta.split("::", 1)[-1] == tb.split("::", 1)[-1] and (ta.endswith("/" + tb) or tb.endswith("/" + ta))
 
 
 def _same_test(recorded: str, nodeid: str, path: Optional[Path] = None) -> bool:
@@ -1087,6 +1107,7 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
     meta = dict(slot["meta"])
     kind = meta.pop("kind", "t2")
     rerun = {r.get("test") for r in new_runs}
+    owners = list({(r.get("test"), r.get("test_module")): r for r in new_runs}.values())
     kept: List[Dict[str, Any]] = []
     replaced: List[Dict[str, Any]] = []
     if old:
@@ -1095,7 +1116,8 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
             r = dict(r)
             if "test" not in r:
                 r["test"] = legacy
-            (replaced if r.get("test") in rerun else kept).append(r)
+            # (the same test from another root directory: its old runs are replaced, not kept as another's)
+            (replaced if r.get("test") in rerun or any(_same_owner(r, n) for n in owners) else kept).append(r)
         if kept:
             diff = _meta_diff(old, meta)
             if diff:

@@ -516,8 +516,8 @@ def run_twice(fn: Callable[..., Any], *inputs: Any, **kwargs: Any) -> RunTwice:
     by path (a dict's entries by key): tensors and arrays by :func:`vgct_ext.fingerprint` (bits, dtype,
     shape; array-likes such as PIL images read as arrays), Python and NumPy scalars and Enum members by value,
     dataclasses by field, and the two runs' sets of paths; an output holding any other object is never
-    ``identical`` (``describe()`` names it). For each tensor or array that differs, the statistics of run 2 against run 1
-    (``vgct_ext.compare``). Also detects a first run that modified its tensor or array inputs in place.
+    ``identical`` (``describe()`` names it). For each tensor or array that differs, the statistics of run 2
+    against run 1 (``vgct_ext.compare``). Also detects a first run that modified its tensor or array inputs in place.
     Returns :class:`RunTwice`; recorded in the pytest report. Does not raise on a difference (see
     :meth:`RunTwice.assert_identical`). Raises ``TypeError`` when run 1's output holds nothing comparable by
     value (None, or objects only): "identical" would then say nothing (hostile review of 2026-12-05: an

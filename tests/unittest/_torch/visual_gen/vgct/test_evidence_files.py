@@ -44,6 +44,15 @@ def drift(seed, k=1.0):
 """
 
 
+def _run_faulty(run, fault, *args):
+    """``run(*args)`` with the test file's planted fault ``VGCT_FAULT`` set for that run only."""
+    os.environ["VGCT_FAULT"] = str(fault)
+    try:
+        return run(*args)
+    finally:
+        del os.environ["VGCT_FAULT"]
+
+
 def _evidence(pytester, name="test_x"):
     return json.loads((pytester.path / f"{name}.vgct-evidence.json").read_text())
 
@@ -183,7 +192,8 @@ def test_labelled(vgct):
         assert "c | f" not in data["entries"] or not args  # the failed test recorded nothing
         # for the gating pass: evidence the first (clean) gate passes on, so the second one is reached (as if
         # test_two had recorded it: a test gates only on entries it recorded)
-        data["entries"]["c | f"] = {st: dict(e, tests=["test_x.py::test_two"])
+        data["entries"]["c | f"] = {st: dict(e, tests=["test_x.py::test_two"],
+                                             runs=[dict(r, test="test_x.py::test_two") for r in e["runs"]])
                                     for st, e in data["entries"]["c | g | clean"].items()}
         (pytester.path / "test_x.vgct-evidence.json").write_text(json.dumps(data))
     entries = _evidence(pytester)["entries"]
@@ -266,11 +276,7 @@ def test_pooling_tests_that_loosen_one_bar_is_refused(pytester, run):
     assert set(entries) == {"c | autocast | 1.0", "c | autocast | 10.0"}
     fault = 2 * entries["c | autocast | 1.0"][STRATUM]["bars"]["rel_l2"]
     assert fault < entries["c | autocast | 10.0"][STRATUM]["bars"]["rel_l2"]  # the pooled bar would pass it
-    os.environ["VGCT_FAULT"] = repr(fault)
-    try:
-        result = run()
-    finally:
-        del os.environ["VGCT_FAULT"]
+    result = _run_faulty(run, repr(fault))
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*FAILED*test_pooled[[]quiet[]]*"])
 
@@ -306,11 +312,7 @@ def test_a_case_that_did_not_calibrate_does_not_gate_on_its_siblings_bars(pytest
     case's own runs are recorded, pooling is refused as above."""
     pytester.makepyfile(test_x=_POOLED)
     run("--vgct-calibrate", "-k", "noisy").assert_outcomes(passed=1)
-    os.environ["VGCT_FAULT"] = "0.10"
-    try:
-        result = run("-k", "quiet")
-    finally:
-        del os.environ["VGCT_FAULT"]
+    result = _run_faulty(run, "0.10", "-k", "quiet")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*EvidenceMissing*", "*was recorded by test_x.py::test_pooled[[]noisy[]], not by "
                                  "this case (test_x.py::test_pooled[[]quiet[]])*"])
@@ -353,11 +355,7 @@ def test_a_test_that_did_not_calibrate_does_not_gate_on_another_tests_bars(pytes
     assert entry["tests"] == ["test_x.py::test_bf16"]
     bar = entry["bars"]["rel_l2"]
     fault = 0.04
-    os.environ["VGCT_FAULT"] = str(fault)
-    try:
-        result = run("-k", "fp16")
-    finally:
-        del os.environ["VGCT_FAULT"]
+    result = _run_faulty(run, str(fault), "-k", "fp16")
     # the oracle: the faulty fp16 output's relative L2 is under the bf16 test's bar (so the old rule passed it)
     e = np.linspace(-1.0, 1.0, 64).reshape(4, 16)  # HEADER's E and drift(seed, 1.0), times the fault
     rel = [float(np.linalg.norm(a - e) / np.linalg.norm(e)) for a in
@@ -532,11 +530,7 @@ def test_evidence_of_no_test_of_another_file_or_read_under_another_threads_block
     result = run("--vgct-calibrate", "-k", "two_floors")
     result.stdout.fnmatch_lines(["*AmbiguousGate: assert_t1(tighten=) gated 'T1 floor | c | t1' twice in one run*"])
     run("--vgct-calibrate", "-k", "noisy").assert_outcomes(passed=1)
-    os.environ["VGCT_FAULT"] = "0.04"  # ~3x under the noisy test's bars (test_a_test_that_did_not_calibrate...)
-    try:
-        result = run("-k", "planted_thread")
-    finally:
-        del os.environ["VGCT_FAULT"]
+    result = _run_faulty(run, "0.04", "-k", "planted_thread")  # ~3x under the noisy bars (see test_a_test_that_did...)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*was recorded by test_x.py::test_noisy, not by this test*"])
     sub = pytester.path / "sub"
@@ -595,6 +589,36 @@ def test_in_block(vgct):
     assert "caught before it failed" in out.split("_ test_in_block _", 1)[0]  # test_broad's section
     assert "caught before it failed" not in in_block  # it failed with its EvidenceMissing: reported once
     assert "FAILED test_x.py::test_in_block - vgct_ext.method.gates.EvidenceMissing" in out
+
+
+def test_a_symlinked_folder_is_another_test_and_a_recalibration_from_another_root_replaces_its_runs(pytester, run):
+    """Planted (third review of 2026-12-05): (1) fp16/ is a symbolic link to bf16/ and the test picks its precision
+    from its path: the two tests' modules resolve to one file, and the fp16 test (never calibrated) took the bf16
+    bars with a fault -- their ids differ, so they are two tests; (2) recalibrating one test from another root
+    directory kept its own old runs as another test's (10 runs, a looser bar)."""
+    (pytester.path / "bf16").mkdir()
+    (pytester.path / "bf16" / "test_x.py").write_text(HEADER + """
+K = 1.0 if "/fp16/" in __file__ else 10.0   # the fp16 variant: ~10x quieter
+FAULT = float(os.environ.get("VGCT_FAULT", "0"))
+
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_f(vgct):
+    vgct.assert_t2(drift(vgct.seed, K) * (1 + FAULT), E)
+""")
+    (pytester.path / "fp16").symlink_to(pytester.path / "bf16", target_is_directory=True)
+    run("--vgct-calibrate", "bf16/test_x.py").assert_outcomes(passed=1)
+    result = _run_faulty(run, "0.04", "fp16/test_x.py")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*was recorded by bf16/test_x.py::test_f, not by this test (fp16/test_x.py::test_f)*"])
+    run("bf16/test_x.py").assert_outcomes(passed=1)
+    # (2): the same test recalibrated with bf16/ as the root directory: its 5 runs replace the 5 old ones
+    result = run("--vgct-calibrate", "--rootdir=bf16", "bf16/test_x.py")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*5 replaced*"])
+    entry = json.loads((pytester.path / "bf16" / "test_x.vgct-evidence.json").read_text())["entries"]["c | f"][STRATUM]
+    assert len(entry["runs"]) == 5 and entry["tests"] == ["test_x.py::test_f"]
+    run("bf16/test_x.py").assert_outcomes(passed=1)  # and from the first root it is still the same test
 
 
 def test_recorded_test_ids_match_across_root_directories(tmp_path):
@@ -1061,11 +1085,7 @@ def test_tighten_bar_from_recorded_floor_catches_a_planted_fault(pytester, run):
     floor = _evidence(pytester)["entries"]["T1 floor | attn | fp32 reduction order"][STRATUM]["floor"]
     assert 0 < floor["rel_l2"] < 1e-5
     run().assert_outcomes(passed=1)
-    os.environ["VGCT_FAULT"] = "1e-3"
-    try:
-        result = run("-rf")
-    finally:
-        del os.environ["VGCT_FAULT"]
+    result = _run_faulty(run, "1e-3", "-rf")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*T1 gate failed*(tighten=10 x the recorded floor)*",
                                  f"*tighten=10: relative L2 bar = min(band, 10 x {max(floor['rel_l2'], 2**-24):.4g})*"
