@@ -75,19 +75,30 @@ def gate_error_in(exc: Any) -> Optional[BaseException]:
     kinds = tuple(k for k in (getattr(gates, "_GateError", None), getattr(probes, "FeatureInactive", None),
                               getattr(probes, "PlantedFaultNotCaught", None)) if k is not None)
     try:
-        todo, seen = [exc], set()
-        while todo:
-            e = todo.pop(0)
-            if not isinstance(e, BaseException) or id(e) in seen:
-                continue
-            seen.add(id(e))
-            if isinstance(e, kinds):
-                return e
-            members = getattr(e, "exceptions", ()) if isinstance(e, _GROUP) else ()
-            todo.extend([e.__cause__, e.__context__, *members])
+        return next((e for e in exceptions_in(exc) if isinstance(e, kinds)), None)
     except Exception:  # (a hostile exception: a hook must never fail the code it watches)
         return None
-    return None
+
+
+def exceptions_in(exc: Any) -> List[BaseException]:
+    """``exc`` and every exception it carries, breadth first: its cause and context, an exception group's
+    members, a soft block's collected ``failures``.  Follows only exception objects, and never raises (an
+    attribute that fails to read is not followed)."""
+    out: List[BaseException] = []
+    todo, seen = collections.deque([exc]), set()
+    while todo:
+        e = todo.popleft()
+        if not isinstance(e, BaseException) or id(e) in seen:
+            continue
+        seen.add(id(e))
+        out.append(e)
+        for attr in ("__cause__", "__context__", "exceptions", "failures"):
+            try:
+                more = () if attr == "exceptions" and not isinstance(e, _GROUP) else getattr(e, attr, ())
+                todo.extend(more if isinstance(more, (list, tuple)) else [more])
+            except Exception:  # (a hostile exception: a hook must never fail the code it watches)
+                pass
+    return out
 
 
 def _first_line(e: BaseException) -> str:

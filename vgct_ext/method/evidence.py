@@ -625,9 +625,10 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
       a parametrized test added or left out of calibration, or another test under the same component and
       feature labels (a test added later, an fp16 variant of a calibrated bf16 test), would gate on bars it
       never recorded -- the pooling check cannot see a test that has no runs (new-user trial of 2026-12-05:
-      a 0.4 % scale fault in the fp16 test passed on the bf16 test's bars).  Test ids match when equal or
-      when one is the other under a longer path (pytest run from another root directory).  Not inside
-      :func:`vgct_ext.expect_gate_failure` (a planted fault reads the clean test's evidence on purpose)."""
+      a 0.4 % scale fault in the fp16 test passed on the bf16 test's bars); a run belongs to a test by
+      :func:`_same_owner` (:func:`_same_test` for runs recorded without their module).  Not inside the calling
+      thread's :func:`vgct_ext.expect_gate_failure` (a planted fault reads the clean test's evidence on
+      purpose), nor for a gate outside a test's call, which owns no evidence."""
     hint = f"Recalibrate. {_calibrate_hint(stratum, key)}"
     if kind == "t2":
         h = entry.get("headroom", 0.5)
@@ -656,9 +657,9 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
     t = _context.current_test()
     tests = entry.get("tests")
     tests = [x for x in tests if isinstance(x, str)] if isinstance(tests, list) else []
-    if t is None and tests and _context.current_session() is not None:
-        from .gates import _expecting
+    from .gates import _expecting
 
+    if t is None and tests and _context.current_session() is not None:
         if not _expecting():  # a fixture's gate, at collection: owned by no test (calibration refuses it too)
             return (f"{kind} evidence for {key!r} on {stratum} in {path} was recorded by {', '.join(tests)}, and "
                     f"this gate runs outside a test's call (a fixture, at import), which records and owns no "
@@ -671,8 +672,6 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
         _same_owner(r, me) if isinstance(r.get("test_module"), str) else _same_test(r["test"], t.nodeid, t.path)
         for r in ids) or (not ids and any(_same_test(x, t.nodeid, t.path) for x in tests))
     if not owned:
-        from .gates import _expecting
-
         if not _expecting():  # a planted fault (this thread's block) gates on its clean test's evidence
             fn = t.nodeid.split("[", 1)[0]
             case = "[" in t.nodeid and any(_same_test(x.split("[", 1)[0], fn) for x in tests)
@@ -707,15 +706,14 @@ def _looser_than_runs(entry: Mapping[str, Any], runs: Sequence[Mapping[str, Any]
         if kind == "t2":
             stored = entry.get("bars") or {}
             derived = bar_summary(runs, float(entry.get("headroom", 0.5)), entry.get("dim"))["bars"]
-            dist = {k: (lambda v: 1.0 - v) if k == "cosine" else (lambda v: v) for k in derived}
         else:
             stored = entry.get("floor") or {}
             derived = _floor_of(runs)
-            dist = {k: (lambda v: v) for k in derived}
         worse = []
         for k, v in stored.items():
             if k in derived and _finite_number(v):
-                mine, theirs = dist[k](float(v)), dist[k](float(derived[k]))
+                # a distance from "no difference": the cosine's 1 - cosine, every other bar itself
+                mine, theirs = (1.0 - float(v), 1.0 - derived[k]) if k == "cosine" else (float(v), derived[k])
                 if mine > theirs + _REDERIVE_RTOL * abs(theirs):
                     worse.append(f"{k} {float(v):.6g} (its runs give {float(derived[k]):.6g})")
     except (ValueError, TypeError, KeyError, ArithmeticError) as exc:
@@ -747,13 +745,16 @@ def _same_owner(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     are two tests (second review)."""
     ta, tb = a.get("test"), b.get("test")
     ma, mb = a.get("test_module"), b.get("test_module")
-    if isinstance(ma, str) and isinstance(mb, str) and ma != mb:
-        return False  # (equal ids from two root directories: test_x.py::f and, from sub/, sub/test_x.py::f)
-    if isinstance(ta, str) and ta == tb:
-        return True
-    if not (isinstance(ta, str) and isinstance(tb, str) and isinstance(ma, str) and ma == mb):
+    if not (isinstance(ta, str) and isinstance(tb, str)):
         return False
-    return ta.split("::", 1)[-1] == tb.split("::", 1)[-1] and (ta.endswith("/" + tb) or tb.endswith("/" + ta))
+    if isinstance(ma, str) and isinstance(mb, str):  # (equal ids from two root directories differ in module)
+        return ma == mb and _nested_ids(ta, tb)
+    return ta == tb
+
+
+def _nested_ids(a: str, b: str) -> bool:
+    """Two test ids equal, or one the other under a longer path (``sub/test_x.py::f``, ``test_x.py::f``)."""
+    return a == b or a.endswith("/" + b) or b.endswith("/" + a)
 
 
 def _same_test(recorded: str, nodeid: str, path: Optional[Path] = None) -> bool:
@@ -764,7 +765,7 @@ def _same_test(recorded: str, nodeid: str, path: Optional[Path] = None) -> bool:
     evidence file; review of 2026-12-05)."""
     if recorded == nodeid:
         return True
-    if not (recorded.endswith("/" + nodeid) or nodeid.endswith("/" + recorded)):
+    if not _nested_ids(recorded, nodeid):
         return False
     if path is None:
         return True

@@ -245,7 +245,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     if call.when == "call" and hasattr(rep, "wasxfail") and call.excinfo is not None and _is_paired(item):
         from .gates import EvidenceMissing
 
-        gone = [e for e in _exceptions_in(call.excinfo.value) if isinstance(e, EvidenceMissing)]
+        gone = [e for e in _unhandled.exceptions_in(call.excinfo.value) if isinstance(e, EvidenceMissing)]
         if gone:  # an xfail cannot expect a gate that never ran: the session fails
             item.config.stash[STATE].gate_errors.append(
                 f"{item.nodeid} (xfailed): a gate could not run (EvidenceMissing), which an xfail must not "
@@ -329,30 +329,11 @@ def pytest_runtest_call(item: pytest.Item):
     return result
 
 
-def _exceptions_in(exc: Optional[BaseException]) -> List[BaseException]:
-    """``exc`` and every exception it carries: causes, contexts, an exception group's members, a soft block's
-    collected failures."""
-    seen: Dict[int, BaseException] = {}
-    todo = [exc]
-    while todo:
-        e = todo.pop()
-        if not isinstance(e, BaseException) or id(e) in seen:
-            continue
-        seen[id(e)] = e
-        todo += [e.__cause__, e.__context__, *getattr(e, "exceptions", ()), *getattr(e, "failures", ())]
-    return list(seen.values())
-
-
-def _reachable(exc: Optional[BaseException]) -> set:
-    """The ids of :func:`_exceptions_in` ``exc``."""
-    return {id(e) for e in _exceptions_in(exc)}
-
-
 def _swallowed_missing(ctx: _context.TestContext, raised: Optional[BaseException]) -> List[str]:
     """Lines for the EvidenceMissing errors a paired test's gates raised that do not reach its outcome: caught
     by ``pytest.raises(Exception)`` or a broad ``except`` around a planted fault, the gate never ran and the
     test would pass (second review of 2026-12-05)."""
-    out = _reachable(raised)
+    out = {id(e) for e in _unhandled.exceptions_in(raised)}
     return [f"a gate could not run, and its EvidenceMissing was caught before it failed the test (a broad "
             f"except or pytest.raises(Exception); a planted fault goes inside expect_gate_failure): "
             f"{(str(e).splitlines() or [''])[0]}" for e in ctx.missing if id(e) not in out]
