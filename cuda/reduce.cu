@@ -320,6 +320,7 @@ struct FastGate {
   HotGate g;
   GateHeld *held;
   unsigned *glob;
+  unsigned k; /* the warp's steps so far (vg_gate_refresh's poll) */
 };
 
 /* The grid's shared thresholds: three words in the workspace (bits of the
@@ -328,10 +329,12 @@ struct FastGate {
  * every warp that derived stronger ones and reset by the last block.  Every
  * published threshold derives from a maximum held by some thread's vgct_acc
  * of this grid, all of which are merged into the result, so any warp may
- * gate its chunks with them (vg_gate_max).  A warp exchanges only when one
- * of its lanes fell back (or at its start): then it needs stronger
- * thresholds, and it may have new ones to give.  Timing changes which path a
- * chunk takes, never a result (VG_CHUNK_MAXIMA folds the same sums). */
+ * gate its chunks with them (vg_gate_max).  A warp publishes and reads when
+ * one of its lanes fell back (then it needs stronger thresholds, and it may
+ * have new ones to give), and only reads at its start and after its steps
+ * 0, 1, 3, 7, 15, ... without a fallback (vg_gate_refresh's poll).  Timing
+ * changes which path a chunk takes, never a result (VG_CHUNK_MAXIMA folds the
+ * same sums). */
 __device__ __forceinline__ unsigned vg_ld_relaxed(const unsigned *p) {
   unsigned v;
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -371,6 +374,7 @@ __device__ __forceinline__ void vg_gate_start(FastGate &fg, GateHeld *warp_held,
     fg.g.r32 = r32;
     fg.held = warp_held;
     fg.glob = glob;
+    fg.k = 0u;
     if ((threadIdx.x & 31u) == 0) *warp_held = none;
     __syncwarp();
     if (glob) vg_gate_exchange(fg.g, glob, false);
@@ -380,12 +384,15 @@ __device__ __forceinline__ void vg_gate_start(FastGate &fg, GateHeld *warp_held,
 /* After each step of RU chunks: when any lane of the warp folded a chunk by
  * the definition (into its vgct_acc), the lanes take the best maxima their
  * vgct_acc hold, lane 0 publishes them, and every lane derives its
- * thresholds (then exchanges them with the grid's).  The loops below are
- * warp-uniform (all 32 lanes run the same number of steps), so the full
- * mask is exact. */
+ * thresholds (then exchanges them with the grid's); otherwise, after steps
+ * 0, 1, 3, 7, 15, ..., the warp reads the grid's thresholds (the poll,
+ * below).  The loops below are warp-uniform (all 32 lanes run the same
+ * number of steps, so fg.k is the same in every lane), so the full mask is
+ * exact. */
 template <int DA, int DE, int SC>
 __device__ __forceinline__ void vg_gate_refresh(FastGate &fg, const vgct_acc *acc, bool slow) {
   if constexpr (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok) {
+    const unsigned k = fg.k++; /* the step just folded: 0, 1, 2, ... */
     if (__any_sync(0xffffffffu, slow)) {
       GateHeld m;
       vg_held_from_acc(m, acc);
@@ -395,6 +402,26 @@ __device__ __forceinline__ void vg_gate_refresh(FastGate &fg, const vgct_acc *ac
       __syncwarp();
       vg_gate_derive(fg.g, m);
       if (fg.glob) vg_gate_exchange(fg.g, fg.glob, true);
+    } else if (fg.glob && (k & (k + 1u)) == 0u) {
+      /* the poll: the grid's thresholds read again without a fallback,
+         after steps 0, 1, 3, 7, 15, ... (k & (k + 1) == 0): a threshold the
+         grid raised is taken at most k + 1 steps after step k.  Warps
+         typically fall back in their first step (no maximum held yet) and
+         publish and read the grid's words at about the same time; a warp
+         whose read came before the few warps holding the largest |d|
+         published keeps a threshold below the grid's, and when no later
+         chunk of its own beats its held maxima, nothing else would raise
+         it: every chunk at that threshold then runs the exact check
+         (vg_fast_chunk's chk_mx / chk_wx).  On bf16 rounding (ties: |d|
+         takes a few values, the second largest in ~2% of the chunks) such
+         warps ran ~35% slower than the others to the kernel's end
+         (docs/performance.md, 2026-12-04 20:50-21:45 UTC).  Read every
+         fourth step instead, the words made float32 pairs at 2^28
+         1.07-1.13x slower (likely: a read stalls its warp for an L2 round
+         trip while the ring streams); these reads are a few a warp.
+         Measured (docs/performance.md, 2026-12-05): bf16 ties at 2^28
+         0.80x, their default p99 0.87x, float32 pairs 0.95x. */
+      vg_gate_exchange(fg.g, fg.glob, false);
     }
   }
 }
@@ -1038,7 +1065,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
  * but one: float32 pairs (two 16-byte vectors an operand) whose inner dimension
  * is strided run RG = 1 (launch_reduce).  With two 8-pair float32 chunks the
  * strided branch's inlined fast path (vg_fold_scalar) spills (ptxas sm_90:
- * 240/220 bytes of spill stores/loads; 8/8 with RG = 1) and mixed layouts ran
+ * 240/220 bytes of spill stores/loads; 4/4 with RG = 1) and mixed layouts ran
  * 13% slower than with 4-pair chunks; contiguous rows keep RU, whose two
  * chunks in flight are worth 8% there (H200, 2^27 pairs: 1.58 ms vs 1.71 ms
  * with RG = 1).  Results do not depend on RG: a thread folds the same chunks

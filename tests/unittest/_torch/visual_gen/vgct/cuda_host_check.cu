@@ -16,7 +16,11 @@
  *     pairs, subnormals, values near FLT_MAX, NaN/Inf, indices out of order),
  *     with 1-4 lanes in two "warps" that each share their held maxima
  *     (vg_held_max) and, in two trials of three, exchange thresholds through
- *     shared "grid" words (vg_gate_max, as vg_gate_exchange does), and both
+ *     shared "grid" words (vg_gate_max, as vg_gate_exchange does; a warp
+ *     that did not fall back also takes them after steps 0, 1, 3, 7, ...,
+ *     as vg_gate_refresh's poll does; a tie of max |d| planted at a high
+ *     index in one warp's first step and at a low index in the other's last
+ *     step must resolve to the low one through the polled threshold), and both
  *     branches taken; each trial also runs with the other gate (shared
  *     thresholds off / on) and must give the same record bit for bit, sums
  *     included (the sums do not depend on the path a chunk takes);
@@ -217,7 +221,17 @@ static int check_fast_chunk(long *n_fast, long *n_slow) {
         /* distinct flat indices (as in a tensor); every 7th chunk from a low
            region, so lower indices also come later (the tie rules) */
         const int64_t k = (int64_t)c * W + l;
-        const int64_t f = (R() % 7 == 0 ? 0 : 1000000) + k * 2 * CH + (sf < 0 ? 2 * CH - 1 : CH);
+        /* a tie planted for the poll (mode 5, two warps, no mismatch): max |d|
+           = 1 in warp 1's first chunk at a high index (with a pair of |d|/|e|
+           ~500 beside it, so the relative-error bound passes any chunk of
+           |e| >= 1) and in warp 0's last chunk at a low index, reached after
+           warp 0 polled the grid's threshold (vg_gate_refresh polls after
+           steps 0, 1, 3, 7, ...): the lower index must win, through the exact
+           check at the threshold's own value */
+        const bool tie = mode == 5 && W > 1 && atol == 10.0 && nstep >= 6 && CH >= 2;
+        const int tie_at = tie && l == split && c == 0 ? 1 : tie && l == 0 && c == nstep - 1 ? 2 : 0;
+        const int64_t f = (tie_at == 2 || (tie_at == 0 && R() % 7 == 0) ? 0 : 1000000) + k * 2 * CH +
+                          (sf < 0 ? 2 * CH - 1 : CH);
         F[k] = f;
         float *a = &A[k * CH], *e = &E[k * CH];
         for (int q = 0; q < CH; ++q) {
@@ -247,6 +261,10 @@ static int check_fast_chunk(long *n_fast, long *n_slow) {
             memcpy(&b, &a[q], 4);
             b &= 0xffff0000u;
             memcpy(&a[q], &b, 4);
+          }
+          if (tie_at != 0) { /* (values exact in bfloat16) */
+            e[q] = q == 1 && tie_at == 1 ? 0x1p-10f : 1.5f;
+            a[q] = q == 0 ? 2.5f : q == 1 && tie_at == 1 ? 0.5f : 1.5f;
           }
           vgct_acc_update(&ref, (double)a[q], (double)e[q], f + q * sf, rtol, atol, 0);
         }
@@ -293,7 +311,13 @@ static int check_fast_chunk(long *n_fast, long *n_slow) {
           }
         }
         for (int wp = 0; wp < 2; ++wp) {
-          if (!slow[wp]) continue;
+          if (!slow[wp]) {
+            /* vg_gate_refresh's poll (after steps 0, 1, 3, 7, ...): the
+               grid's thresholds taken by a warp that did not fall back, its
+               held maxima unchanged */
+            if (shared && (c & (c + 1)) == 0) vg_gate_max(g[wp], glob[0], glob[1], glob[2]);
+            continue;
+          }
           /* vg_gate_refresh: the warp's best held maxima, its thresholds */
           const int l0 = wp == 0 ? 0 : split, l1 = wp == 0 ? split : W;
           vg_held_from_acc(held[wp], &acc[l0]);

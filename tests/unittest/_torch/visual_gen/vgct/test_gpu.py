@@ -434,6 +434,42 @@ def test_shared_thresholds_reset_between_calls(dt, lean_max):
            quantiles=(0.5,))  # the general kernel (rows of 1021: not whole chunks)
 
 
+@pytest.mark.parametrize("dt", ["bfloat16", "float32"])
+def test_polled_thresholds_keep_the_lowest_index_of_a_tied_maximum(dt, lean_max, kernel_last):
+    lean_max.value = 0  # the shared thresholds live in the fast-path kernels only
+    # The ring kernel's warps take the grid's gate thresholds after steps 0, 1, 3, 7, 15, ...
+    # even when none of their chunks fell back (cuda/reduce.cu vg_gate_refresh's poll).
+    # Noise of 1e-3 (bf16: rounding ties) with max |a - e| planted as an exact tie: once in
+    # the first block's pairs (the lowest index, but reached only in the middle of that
+    # block's steps), and early in every other block's pairs, which publish it before.  The
+    # polled threshold must still let the first block's warp fold its tie (the exact check
+    # at a threshold's own value): max_abs_err_index must name the lowest index, bit for bit
+    # the CPU engine's and the oracle's.  No pair mismatches (atol 1) and every planted
+    # chunk (8 pairs) has |e| = 1, so only the max |d| threshold guards the tie.  With the
+    # H200's grid (257 blocks of 8192 chunks) the low tie sits just after block 0's poll
+    # after step 7 (bf16, 16 steps) or 15 (float32, 32 steps); a poll that raised the
+    # threshold two float32 units past the grid's (planted in the kernel) should fail here
+    # (the host check's gate model fails with it: cuda_host_check.cu check 3).
+    n = (1 << 24) + 4096
+    g = _gen(GEN_SEED + 31)
+    e32 = torch.randn(n, generator=g, device=DEV)
+    t = getattr(torch, dt)
+    a = (e32 + 1e-3 * torch.randn(n, generator=g, device=DEV)).to(t)
+    e = e32.to(t)
+    low = 4136 * 8 + 3  # chunk 4136: block 0's step 8 (bf16) or 16 (float32) on an H200
+    step = n // 4096  # 4097 pairs: a tie in every 512 chunks from pair 65557 on
+    ties = [low] + [j * step + 5 for j in range(16, 4096)]  # all above low
+    chunks = torch.tensor(sorted({(i // 8) * 8 + q for i in ties for q in range(8)}), device=DEV)
+    e[chunks] = 1.0
+    a[chunks] = 1.0
+    idx = torch.tensor(ties, device=DEV)
+    a[idx] = 1.5  # |d| 0.5 at every tie; the noise's |d| stays below 0.04
+    s = check3(a, e, rtol=0.0, atol=1.0, quantiles=(0.5,))
+    assert kernel_last.value == 4  # the ring
+    assert s.mismatches == 0
+    assert s.max_abs_err == 0.5 and s.max_abs_err_index == (low,)
+
+
 def test_many_slices_column_and_row_modes():
     # column mode with more slices than one launch holds (65536)
     a, e = pair((70001, 3), torch.float32)
