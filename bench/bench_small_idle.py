@@ -1,3 +1,12 @@
+"""Host wall of one small GPU call by what precedes it: ``vgct_ext.compare`` of a 2^20 bf16 pair
+(bf16(e + 1e-2 N(0, 1)) against bf16(e), e ~ N(0, 1)), without quantiles and with the default p99, timed
+alone (``time.perf_counter`` around the call; it returns after its own wait) when it follows the
+previous call directly ("b2b"), a ``torch.cuda.synchronize()`` ("sync"), or 1 ms of host sleep with the
+device idle ("idle": a test doing host work between compares).  Medians of 300 calls after 20 warm-up
+calls, two rounds, in us (docs/performance.md, 2026-12-05: idle costs ~16 us more than b2b).
+
+    python bench/bench_small_idle.py        # on a machine with a CUDA GPU
+"""
 import statistics, time, torch, vgct_ext
 g = torch.Generator(device="cuda").manual_seed(2)
 e = torch.randn(1 << 20, device="cuda", generator=g)
