@@ -7,19 +7,19 @@ calls, two rounds, in us (docs/performance.md, 2026-12-05: idle costs ~16 us mor
 
     python bench/bench_small_idle.py        # on a machine with a CUDA GPU
 """
-import statistics, time, torch, vgct_ext
-g = torch.Generator(device="cuda").manual_seed(2)
-e = torch.randn(1 << 20, device="cuda", generator=g)
-a = (e + 1e-2 * torch.randn(1 << 20, device="cuda", generator=g)).bfloat16(); e = e.bfloat16()
-def run(mode, q, reps=300):
-    f = lambda: vgct_ext.compare(a, e, quantiles=q)
-    for _ in range(20): f()
-    w = []
-    for _ in range(reps):
-        if mode == "sync": torch.cuda.synchronize()
-        elif mode == "idle": time.sleep(0.001)   # the device idle 1 ms, as between a test's steps
-        t = time.perf_counter(); f(); w.append((time.perf_counter() - t) * 1e6)
-    return statistics.median(w)
+import time
+
+import torch
+
+from bench_gpu import make_pair  # bench/ is sys.path[0]: the issue table's small-call pair (seed 2)
+from gpu_diag import wall_us
+import vgct_ext
+
+a, e = make_pair((1 << 20,), torch.bfloat16, seed=2)
+BEFORE = {"b2b": None, "sync": torch.cuda.synchronize,
+          "idle": lambda: time.sleep(0.001)}  # idle: the device idle 1 ms, as between a test's steps
 for r in range(2):
     for q in (None, (0.99,)):
-        print(f"round {r} q={q}: " + "  ".join(f"{m} {run(m, q):.1f}" for m in ("b2b", "sync", "idle")), flush=True)
+        print(f"round {r} q={q}: " + "  ".join(
+            f"{m} {wall_us(lambda: vgct_ext.compare(a, e, quantiles=q), 300, b):.1f}" for m, b in BEFORE.items()),
+            flush=True)

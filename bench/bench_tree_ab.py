@@ -50,6 +50,8 @@ def child(reps):
     print("JSON" + json.dumps(out))
 
 def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
     if sys.argv[1] == "child":
         child(int(sys.argv[2])); return
     trees = sys.argv[1].split(",")  # tag=path

@@ -25,11 +25,14 @@ from vgct_ext import _C
 from vgct_ext.core import _dlpack
 
 
-def wall_us(fn, reps=200):
+def wall_us(fn, reps=200, before=None):
+    """Median host wall us of fn() after 20 warm-up calls; before(), when given, runs untimed ahead of each."""
     for _ in range(20):
         fn()
     ts = []
     for _ in range(reps):
+        if before is not None:
+            before()
         t = time.perf_counter()
         fn()
         ts.append((time.perf_counter() - t) * 1e6)

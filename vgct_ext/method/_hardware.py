@@ -149,6 +149,19 @@ def describe_device(device: str) -> str:
     return f"{device} (sm_{p['major']}{p['minor']}, {p['name']})"
 
 
+def described_in_stratum(description: str, stratum: str) -> bool:
+    """Whether a :func:`describe_device` string (an evidence entry's ``device``) names a device of ``stratum``:
+    a CUDA device is never of a CPU stratum nor a CPU of a GPU one, and a description in
+    :func:`describe_device`'s format (``"cpu (x86_64, avx512, <model>)"``, ``"cuda:0 (sm_90, NVIDIA H200)"``)
+    must name the stratum's instruction set or architecture.  An empty or free-form description (older entries) is not
+    refused."""
+    dev = str(description or "")
+    token = stratum.split("-", 1)[1] if stratum.startswith("cpu-") else stratum  # "avx512", "sm_90"
+    if (stratum.startswith("sm_") and dev.startswith("cpu")) or (stratum.startswith("cpu") and dev.startswith("cuda")):
+        return False
+    return not (dev.startswith(("cpu (", "cuda")) and "(" in dev and token != "cpu" and token not in dev)
+
+
 def _nvidia_smi() -> List[Dict[str, str]]:
     exe = shutil.which("nvidia-smi")
     if exe is None:

@@ -86,7 +86,7 @@ import numpy as np
 
 from . import _context
 from ._files import atomic_write_text, locked
-from ._hardware import LEGACY_CPU_STRATUM, describe_device, precision_settings, versions
+from ._hardware import LEGACY_CPU_STRATUM, describe_device, described_in_stratum, precision_settings, versions
 
 __all__ = [
     "FORMAT",
@@ -638,9 +638,7 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
     runs = entry.get("runs")
     runs = [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
     dev = str(entry.get("device") or "")
-    token = stratum.split("-", 1)[1] if stratum.startswith("cpu-") else stratum  # "avx512", "sm_90"
-    if (stratum.startswith("sm_") and dev.startswith("cpu")) or (stratum.startswith("cpu") and dev.startswith("cuda")) \
-            or (dev.startswith(("cpu (", "cuda")) and "(" in dev and token != "cpu" and token not in dev):
+    if not described_in_stratum(dev, stratum):
         return (f"{kind} evidence for {key!r} on {stratum} in {path} cannot gate: it was recorded on {dev!r}, "
                 f"not a {stratum} device (an entry copied between strata). {hint}")
     looser = _looser_than_runs(entry, runs, kind)

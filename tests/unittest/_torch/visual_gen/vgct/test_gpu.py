@@ -448,8 +448,9 @@ def test_polled_thresholds_keep_the_lowest_index_of_a_tied_maximum(dt, lean_max,
     # chunk (8 pairs) has |e| = 1, so only the max |d| threshold guards the tie.  With the
     # H200's grid (257 blocks of 8192 chunks) the low tie sits just after block 0's poll
     # after step 7 (bf16, 16 steps) or 15 (float32, 32 steps); a poll that raised the
-    # threshold two float32 units past the grid's (planted in the kernel) should fail here
-    # (the host check's gate model fails with it: cuda_host_check.cu check 3).
+    # threshold two float32 units past the grid's (planted in the kernel) failed here for
+    # both dtypes (H200, 2026-12-05: index (65557,) for (33091,)), as the host check's gate
+    # model does (cuda_host_check.cu check 3).
     n = (1 << 24) + 4096
     g = _gen(GEN_SEED + 31)
     e32 = torch.randn(n, generator=g, device=DEV)
