@@ -1107,6 +1107,8 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
     kind = meta.pop("kind", "t2")
     rerun = {r.get("test") for r in new_runs}
     owners = list({(r.get("test"), r.get("test_module")): r for r in new_runs}.values())
+    # a run is replaced only by its own test's (_same_owner): an equal id under another test_module is
+    # another test sharing the file through evidence= (a same-named test in another folder), whose runs stay
     kept: List[Dict[str, Any]] = []
     replaced: List[Dict[str, Any]] = []
     if old:
@@ -1116,7 +1118,7 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
             if "test" not in r:
                 r["test"] = legacy
             # (the same test from another root directory: its old runs are replaced, not kept as another's)
-            (replaced if r.get("test") in rerun or any(_same_owner(r, n) for n in owners) else kept).append(r)
+            (replaced if any(_same_owner(r, n) for n in owners) else kept).append(r)
         if kept:
             diff = _meta_diff(old, meta)
             if diff:

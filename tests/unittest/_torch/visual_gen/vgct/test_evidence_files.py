@@ -1288,3 +1288,26 @@ def test_recalibrating_one_test_of_an_entry_with_runs_older_than_a_gated_statist
     entry, _ = ev.merge_entry(old, {"meta": dict(meta)}, [run(f"t.py::test[{c}]", s) for c in "ab" for s in range(5)],
                               headroom=0.5, command="pytest", now="x", key="c | f", stratum="cpu", path="p")
     assert "channel_rel_l2" in entry["bars"]  # both recalibrated: written
+
+
+def test_recalibrating_a_same_named_test_of_another_folder_keeps_the_first_tests_runs():
+    # two tests with one id relative to their folders (a/test_x.py::test_f, b/test_x.py::test_f run from
+    # their own folders) sharing one evidence file through evidence=: calibrating b's must not replace a's
+    # runs (their test_module differs: two tests), only add to them; recalibrating a's replaces a's alone
+    def run(module, seed):
+        return {"rel_l2": 0.01 * (1 + 0.1 * seed), "cosine": 1 - 1e-4, "p99": 0.02, "max_abs_err": 0.05,
+                "test": "test_x.py::test_f", "test_module": module, "seed": seed}
+
+    meta = {"kind": "t2", "component": "c", "feature": "f", "case": None, "dtype_actual": "float32",
+            "dtype_expected": "float32", "shape": [4, 8], "dim": None, "device": "cpu"}
+    old = dict(meta, runs=[run("a/test_x.py", s) for s in range(5)], bars={}, headroom=0.5,
+               tests=["test_x.py::test_f"])
+    entry, change = ev.merge_entry(old, {"meta": dict(meta)}, [run("b/test_x.py", s) for s in range(5)],
+                                   headroom=0.5, command="pytest", now="x", key="c | f", stratum="cpu", path="p")
+    assert (change["kept"], change["replaced"], change["added"]) == (5, 0, 5)
+    assert sorted(r["test_module"] for r in entry["runs"]) == ["a/test_x.py"] * 5 + ["b/test_x.py"] * 5
+    entry2, change2 = ev.merge_entry(entry, {"meta": dict(meta)}, [run("a/test_x.py", s) for s in range(5)],
+                                     headroom=0.5, command="pytest", now="y", key="c | f", stratum="cpu",
+                                     path="p")
+    assert (change2["kept"], change2["replaced"]) == (5, 5)
+    assert sorted(r["test_module"] for r in entry2["runs"]) == ["a/test_x.py"] * 5 + ["b/test_x.py"] * 5
