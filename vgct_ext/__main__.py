@@ -17,7 +17,8 @@ versions of the libraries that shape a result. ``--json`` gives either as JSON.
 experiment, runs (seeds, tests), each bar with every digit (``repr``; a cosine also as ``1 - d``), worst, mean
 and spread, the rule and the investigation note. ``evidence annotate FILE KEY --stratum S --investigation
 TEXT`` (or ``--clear``) records the note a cosine bar under 0.99 requires; ``evidence remove FILE KEY
-[--stratum S]`` removes an entry. Both write under the file's lock, atomically. Exit 2 for an unknown file,
+[--stratum S]`` removes an entry, and with ``--test TEST_ID`` only that test's runs, re-deriving the bars from
+the runs left (a renamed test's old id). Both write under the file's lock, atomically. Exit 2 for an unknown file,
 key or stratum, or a malformed file (the message names the field).
 """
 
@@ -257,6 +258,11 @@ def cmd_evidence(args: argparse.Namespace) -> int:
             print(f"{args.file} [{args.key}] {args.stratum}: investigation "
                   + ("cleared" if text is None else f"set to {text!r}"))
             return 0
+        if args.action == "remove" and args.test is not None:
+            for stratum, removed, left in ev.remove_test(args.file, args.key, args.test, args.stratum):
+                print(f"{args.file} [{args.key}] {stratum}: removed {removed} run(s) of {args.test}; "
+                      + (f"{left} left, bars re-derived from them" if left else "no run left: stratum removed"))
+            return 0
         if args.action == "remove":
             gone = ev.remove(args.file, args.key, args.stratum)
             print(f"{args.file} [{args.key}]: removed stratum(s) {', '.join(gone)}")
@@ -306,10 +312,14 @@ def _parser() -> argparse.ArgumentParser:
     g = a.add_mutually_exclusive_group()
     g.add_argument("--investigation", default=None, help="what the investigation of the drift found")
     g.add_argument("--clear", action="store_true", help="remove the note")
-    r = esub.add_parser("remove", help="remove an entry (or one stratum of it), e.g. one listed as unused")
+    r = esub.add_parser("remove", help="remove an entry (or one stratum of it), e.g. one listed as unused; with "
+                                       "--test, only one test's runs (bars re-derived from the rest)")
     r.add_argument("file")
     r.add_argument("key")
     r.add_argument("--stratum", default=None)
+    r.add_argument("--test", default=None, metavar="TEST_ID",
+                   help="remove only this test's runs (its id as `evidence show` lists it, e.g. a renamed test's "
+                        "old id) and re-derive the bars from the runs left")
     e.set_defaults(func=cmd_evidence)
     return p
 

@@ -679,8 +679,8 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
                     f"tests share bars only when each recorded runs into them (calibrate this one; give it its own "
                     f"{label} when it is another experiment; a planted-fault test reads a clean test's evidence inside "
                     f"vgct_ext.expect_gate_failure; a renamed or moved test: recalibrate it, and drop the old "
-                    f"id's runs by removing the entry (python -m vgct_ext evidence remove) and recalibrating every "
-                    f"test it names). {hint}")
+                    f"id's runs, whose drift would stay pooled in the bars: python -m vgct_ext evidence remove "
+                    f"{path} \"{key}\" --test OLD_ID). {hint}")
     return None
 
 
@@ -1340,6 +1340,57 @@ def annotate(path: Union[str, "os.PathLike[str]"], key: str, stratum: str, inves
         strata = _locate(data, path, key, stratum)
         strata[stratum]["investigation"] = investigation
         atomic_write_text(path, dump(data))
+
+
+# the fields of an entry that calibration takes from the gate (record_calibration's meta)
+_META = ("kind", "component", "feature", "case", "dtype_actual", "dtype_expected", "shape", "dim", "device")
+
+
+def remove_test(path: Union[str, "os.PathLike[str]"], key: str, test: str,
+                stratum: Optional[str] = None) -> List[Tuple[str, int, int]]:
+    """Remove the runs of one test (its id exactly as the entry records it: ``evidence show`` lists them) from an
+    entry -- every stratum, or ``stratum`` -- under the file's lock, atomically, and re-derive each touched
+    stratum's bars (T2) or floor (T1 floor) from the runs left, by calibration's own rule (:func:`merge_entry`)
+    at the entry's headroom; a stratum left without runs is removed, an entry without strata too.  The runs of a
+    renamed or deleted test otherwise stay pooled with the new ones, and a run that measured more drift keeps
+    every bar looser than the tests now there give.  Returns ``(stratum, runs removed, runs left)`` for each
+    stratum touched.  Raises ``KeyError`` (unknown key or stratum, no run of ``test`` there, naming the tests
+    recorded), :class:`AmbiguousGate` (the runs left cannot be pooled), ``ValueError`` (a malformed file)."""
+    with locked(path):
+        data = load(path)
+        if not Path(path).exists():
+            raise KeyError(f"{path}: no such evidence file")
+        strata = _locate(data, path, key, stratum)
+        done: List[Tuple[str, int, int]] = []
+        seen: List[str] = []
+        for s in ([stratum] if stratum is not None else sorted(strata)):
+            entry = strata[s]
+            legacy = _legacy_test(entry)
+            runs = [dict(r) for r in entry.get("runs") or []]
+            ids = [r.get("test", legacy) for r in runs]
+            seen += [str(t) for t in ids if str(t) not in seen]
+            left = [r for r, t in zip(runs, ids) if t != test]
+            if len(left) == len(runs):
+                continue
+            done.append((s, len(runs) - len(left), len(left)))
+            if not left:
+                del strata[s]
+                continue
+            meta = {k: entry[k] for k in _META if k in entry}
+            new, _ = merge_entry(None, {"meta": meta}, left, headroom=float(entry.get("headroom", 0.5)),
+                                 command=f"python -m vgct_ext evidence remove --test {test!r} (the runs left: "
+                                         f"{entry.get('command')})",
+                                 now=_now(), key=key, stratum=s, path=str(path))
+            new["investigation"] = entry.get("investigation")
+            strata[s] = new
+        if not done:
+            where = f"stratum {stratum!r}" if stratum is not None else "any stratum"
+            raise KeyError(f"{path} [{key}]: no run of {test!r} in {where} (runs recorded by: "
+                           f"{', '.join(seen) or 'none'})")
+        if not strata:
+            del data["entries"][key]
+        atomic_write_text(path, dump(data))
+    return done
 
 
 def remove(path: Union[str, "os.PathLike[str]"], key: str, stratum: Optional[str] = None) -> List[str]:

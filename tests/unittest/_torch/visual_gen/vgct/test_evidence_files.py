@@ -1311,3 +1311,51 @@ def test_recalibrating_a_same_named_test_of_another_folder_keeps_the_first_tests
                                      path="p")
     assert (change2["kept"], change2["replaced"]) == (5, 5)
     assert sorted(r["test_module"] for r in entry2["runs"]) == ["a/test_x.py"] * 5 + ["b/test_x.py"] * 5
+
+
+def test_remove_test_drops_a_renamed_tests_runs_and_tightens_the_bars(tmp_path, capsys):
+    # a test renamed after calibration: its old id's runs (an older, driftier version of the experiment) stay
+    # pooled with the new id's, and the bars -- derived from every run -- stay as loose as the old runs made
+    # them, so a drift between the two bars passes.  `evidence remove --test OLD` drops only those runs and
+    # re-derives the bars from the rest, as calibrating the new test alone gives them, bit for bit.
+    def run(test, seed, scale):
+        return {"rel_l2": scale * (1 + 0.1 * seed), "cosine": 1 - 1e-4 * scale * (1 + 0.1 * seed),
+                "p99": 2 * scale * (1 + 0.1 * seed), "max_abs_err": 4 * scale * (1 + 0.1 * seed), "test": test,
+                "test_module": "test_x.py",
+                "seed": seed}
+
+    meta = {"kind": "t2", "component": "c", "feature": "f", "case": None, "dtype_actual": "float32",
+            "dtype_expected": "float32", "shape": [64], "dim": None, "device": "cpu"}
+    old_runs = [run("test_x.py::test_old", s, 2e-4) for s in range(5)]  # within the pooling guard
+    new_runs = [run("test_x.py::test_new", s, 1e-4) for s in range(5)]
+    both, _ = ev.merge_entry(None, {"meta": dict(meta)}, old_runs + new_runs, headroom=0.5, command="pytest",
+                             now="x", key="c | f", stratum=STRATUM, path="p")
+    both["investigation"] = "kept across the removal"
+    alone, _ = ev.merge_entry(None, {"meta": dict(meta)}, new_runs, headroom=0.5, command="pytest", now="x",
+                              key="c | f", stratum=STRATUM, path="p")
+    path = tmp_path / "x.vgct-evidence.json"
+    path.write_text(ev.dump({"format": ev.FORMAT, "entries": {"c | f": {STRATUM: both, "sm_90": dict(both)}}}))
+    assert both["bars"]["rel_l2"] > 1.5 * alone["bars"]["rel_l2"]  # the old runs' drift sets the pooled bar
+
+    assert cli(["evidence", "remove", str(path), "c | f", "--test", "test_x.py::test_old",
+                "--stratum", STRATUM]) == 0
+    assert "removed 5 run(s) of test_x.py::test_old; 5 left, bars re-derived" in capsys.readouterr().out
+    data = ev.load(path)
+    got = data["entries"]["c | f"][STRATUM]
+    assert got["bars"] == alone["bars"] and got["runs"] == new_runs and got["tests"] == ["test_x.py::test_new"]
+    assert got["investigation"] == "kept across the removal" and "--test 'test_x.py::test_old'" in got["command"]
+    assert data["entries"]["c | f"]["sm_90"]["bars"] == both["bars"]  # another stratum: untouched
+
+    # an id with no run there: refused, naming the tests recorded, the file unchanged
+    before = path.read_text()
+    assert cli(["evidence", "remove", str(path), "c | f", "--test", "test_x.py::test_old",
+                "--stratum", STRATUM]) == 2
+    assert "no run of 'test_x.py::test_old' in stratum" in capsys.readouterr().err
+    assert path.read_text() == before
+    # the last test's runs: the stratum goes (and the entry with its last stratum)
+    assert cli(["evidence", "remove", str(path), "c | f", "--test", "test_x.py::test_new"]) == 0
+    out = capsys.readouterr().out
+    assert f"{STRATUM}: removed 5 run(s) of test_x.py::test_new; no run left: stratum removed" in out
+    assert "sm_90: removed 5 run(s) of test_x.py::test_new; 5 left" in out
+    assert cli(["evidence", "remove", str(path), "c | f", "--test", "test_x.py::test_old"]) == 0
+    assert ev.load(path)["entries"] == {} and not list(tmp_path.glob("*.tmp"))
