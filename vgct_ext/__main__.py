@@ -258,10 +258,27 @@ def cmd_evidence(args: argparse.Namespace) -> int:
             print(f"{args.file} [{args.key}] {args.stratum}: investigation "
                   + ("cleared" if text is None else f"set to {text!r}"))
             return 0
-        if args.action == "remove" and args.test is not None:
-            for stratum, removed, left in ev.remove_test(args.file, args.key, args.test, args.stratum):
-                print(f"{args.file} [{args.key}] {stratum}: removed {removed} run(s) of {args.test}; "
-                      + (f"{left} left, bars re-derived from them" if left else "no run left: stratum removed"))
+        if args.action == "remove" and (args.test is not None or args.test_module is not None):
+            if args.test is None:
+                print("error: --test-module needs --test", file=sys.stderr)
+                return 2
+            for c in ev.remove_test(args.file, args.key, args.test, args.stratum, args.test_module):
+                what = "floor" if c["kind"] == "t1_floor" else "bars"
+                head = f"{args.file} [{args.key}] {c['stratum']}: removed {c['removed']} run(s) of {args.test}; "
+                if not c["left"]:
+                    print(head + "no run left: stratum removed")
+                    continue
+                print(head + f"{c['left']} left, {what} re-derived from them")
+                for name, old, new in c["bars"]:
+                    mark = "  LOOSER" if name in c["looser"] else ""
+                    print(f"  {name}: {ev.fmt_exact(name, old) if old is not None else '-'} -> "
+                          f"{ev.fmt_exact(name, new) if new is not None else '-'}{mark}")
+                if c["note_dropped"]:
+                    print(f"  the investigation note was dropped: it was written for the old cosine bar, and the "
+                          f"new one is looser and under 0.99; investigate and annotate it again (evidence annotate "
+                          f"... --stratum {c['stratum']} --investigation \"...\") or the gate refuses it")
+                for w in c["warnings"]:
+                    print(f"  warning: {w}")
             return 0
         if args.action == "remove":
             gone = ev.remove(args.file, args.key, args.stratum)
@@ -320,6 +337,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--test", default=None, metavar="TEST_ID",
                    help="remove only this test's runs (its id as `evidence show` lists it, e.g. a renamed test's "
                         "old id) and re-derive the bars from the runs left")
+    r.add_argument("--test-module", default=None, metavar="MODULE",
+                   help="with --test: only the runs recorded from this test module (as `evidence show --json` "
+                        "lists it), when two tests of one id share the file")
     e.set_defaults(func=cmd_evidence)
     return p
 

@@ -57,8 +57,12 @@ def atomic_write_text(path: PathLike, text: str) -> None:
     """Replace ``path`` by ``text`` (UTF-8) atomically: unique temporary file in the same directory, fsync,
     ``os.replace``, fsync of the directory. Keeps the permission bits of an existing file (else 0666 & ~umask).
     Raises ``OSError`` (the old file, if any, is then intact and no temporary file is left). A symbolic link
-    is written through (its target is replaced; the link stays)."""
+    is written through (its target is replaced; the link stays). A file made read-only is not overwritten
+    (``PermissionError``), as :func:`check_writable` promises: ``os.replace`` needs only the directory to be
+    writable, so without this check it would replace it."""
     p = Path(os.path.realpath(path))
+    if p.exists() and not os.access(p, os.W_OK):
+        raise PermissionError(f"{p} exists and is not writable (a read-only file is not overwritten)")
     mode = _mode_for(p)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
     try:

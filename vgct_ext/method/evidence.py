@@ -1346,49 +1346,100 @@ def annotate(path: Union[str, "os.PathLike[str]"], key: str, stratum: str, inves
 _META = ("kind", "component", "feature", "case", "dtype_actual", "dtype_expected", "shape", "dim", "device")
 
 
-def remove_test(path: Union[str, "os.PathLike[str]"], key: str, test: str,
-                stratum: Optional[str] = None) -> List[Tuple[str, int, int]]:
-    """Remove the runs of one test (its id exactly as the entry records it: ``evidence show`` lists them) from an
-    entry -- every stratum, or ``stratum`` -- under the file's lock, atomically, and re-derive each touched
-    stratum's bars (T2) or floor (T1 floor) from the runs left, by calibration's own rule (:func:`merge_entry`)
-    at the entry's headroom; a stratum left without runs is removed, an entry without strata too.  The runs of a
-    renamed or deleted test otherwise stay pooled with the new ones, and a run that measured more drift keeps
-    every bar looser than the tests now there give.  Returns ``(stratum, runs removed, runs left)`` for each
-    stratum touched.  Raises ``KeyError`` (unknown key or stratum, no run of ``test`` there, naming the tests
-    recorded), :class:`AmbiguousGate` (the runs left cannot be pooled), ``ValueError`` (a malformed file)."""
+def remove_test(path: Union[str, "os.PathLike[str]"], key: str, test: str, stratum: Optional[str] = None,
+                test_module: Optional[str] = None) -> List[Dict[str, Any]]:
+    """Remove the runs of one test (its id exactly as the entry records it: ``evidence show`` lists them; with
+    ``test_module``, only its runs recorded from that module, for two tests of one id sharing a file through
+    ``evidence=``) from an entry -- every stratum, or ``stratum`` -- under the file's lock, atomically, and
+    re-derive each touched stratum's bars (T2) or floor (T1 floor) from the runs left, by calibration's own rule
+    (:func:`merge_entry`) at the entry's headroom, keeping its ``command``, ``recorded``, ``versions`` and
+    ``precision`` (no run is measured again).  The runs of a renamed or deleted test otherwise stay pooled with
+    the new ones, and a run that measured more drift keeps every bar looser than the tests now there give.
+    Fewer runs can also give a LOOSER bar (the spread term); each change lists every bar old -> new.  The
+    investigation note is kept unless the cosine bar loosened below 0.99 (the note was about the old bar: the
+    gate then asks for a new one).  A stratum left without runs is removed, an entry without strata too.
+
+    Returns one dict per stratum touched: ``stratum``, ``removed``, ``left`` (runs), ``kind``, ``bars``
+    (``[(name, old, new)]``), ``looser`` (names of bars that loosened), ``note_dropped``, ``warnings``.
+    Raises ``KeyError`` (unknown key or stratum; no run of ``test`` there, naming the tests recorded and any id
+    that differs only by its root path; one id recorded from several modules without ``test_module``; runs
+    without test ids, recorded before runs named their test), :class:`AmbiguousGate` (the runs left cannot be
+    pooled; nothing is written), ``ValueError`` (a malformed file, runs the rule refuses; nothing is written)."""
     with locked(path):
         data = load(path)
         if not Path(path).exists():
             raise KeyError(f"{path}: no such evidence file")
         strata = _locate(data, path, key, stratum)
-        done: List[Tuple[str, int, int]] = []
+        done: List[Dict[str, Any]] = []
         seen: List[str] = []
         for s in ([stratum] if stratum is not None else sorted(strata)):
             entry = strata[s]
             legacy = _legacy_test(entry)
             runs = [dict(r) for r in entry.get("runs") or []]
             ids = [r.get("test", legacy) for r in runs]
-            seen += [str(t) for t in ids if str(t) not in seen]
-            left = [r for r, t in zip(runs, ids) if t != test]
-            if len(left) == len(runs):
+            for t in ids:
+                if isinstance(t, str) and t not in seen:
+                    seen.append(t)
+            hit = [t == test and (test_module is None or r.get("test_module") == test_module)
+                   for r, t in zip(runs, ids)]
+            if not any(hit):
                 continue
-            done.append((s, len(runs) - len(left), len(left)))
+            modules = sorted({str(r.get("test_module")) for r, h in zip(runs, hit) if h})
+            if test_module is None and len(modules) > 1:
+                raise KeyError(f"{path} [{key}] {s}: {test!r} names runs of {len(modules)} tests (their modules: "
+                               f"{', '.join(modules)}); give --test-module to say whose. Nothing was written")
+            left = [r for r, h in zip(runs, hit) if not h]
+            kind = entry.get("kind", "t2")
+            what = "floor" if kind == "t1_floor" else "bars"
+            old_bars = dict(entry.get(what) or {})
+            info: Dict[str, Any] = {"stratum": s, "removed": len(runs) - len(left), "left": len(left), "kind": kind,
+                                    "bars": [], "looser": [], "note_dropped": False, "warnings": []}
+            done.append(info)
             if not left:
                 del strata[s]
                 continue
+            if any(not isinstance(r.get("test"), str) for r in left):
+                raise KeyError(f"{path} [{key}] {s}: the runs left include runs without a test id (recorded before "
+                               f"runs named their test), which would own no test after this: remove the stratum "
+                               f"(evidence remove {path} \"{key}\" --stratum {s}) and recalibrate. Nothing was "
+                               f"written")
             meta = {k: entry[k] for k in _META if k in entry}
-            new, _ = merge_entry(None, {"meta": meta}, left, headroom=float(entry.get("headroom", 0.5)),
-                                 command=f"python -m vgct_ext evidence remove --test {test!r} (the runs left: "
-                                         f"{entry.get('command')})",
-                                 now=_now(), key=key, stratum=s, path=str(path))
-            new["investigation"] = entry.get("investigation")
+            try:
+                new, change = merge_entry(None, {"meta": meta}, left, headroom=float(entry.get("headroom", 0.5)),
+                                          command=str(entry.get("command")), now=_now(), key=key, stratum=s,
+                                          path=str(path))
+            except AmbiguousGate as exc:
+                raise AmbiguousGate(f"{exc} (after removing {test!r}'s runs; nothing was written)") from exc
+            except ValueError as exc:
+                raise ValueError(f"{path} [{key}] {s}: the runs left after removing {test!r}'s cannot give "
+                                 f"{what}: {exc}. Nothing was written") from exc
+            # no new measurement: the runs left keep the record of where and when they were measured
+            for k in ("command", "recorded", "versions", "precision", "investigation"):
+                if k in entry:
+                    new[k] = entry[k]
+            new_bars = dict(new.get(what) or {})
+            for name in sorted(set(old_bars) | set(new_bars)):
+                o, n = old_bars.get(name), new_bars.get(name)
+                info["bars"].append((name, o, n))
+                if o is not None and n is not None and ((n < o) if name == "cosine" else (n > o)):
+                    info["looser"].append(name)
+            cos = new_bars.get("cosine")
+            if kind == "t2" and "cosine" in info["looser"] and cos is not None and cos < 0.99 and \
+                    new.get("investigation"):
+                new["investigation"] = None  # it explained the old bar; the gate asks for a new note
+                info["note_dropped"] = True
+            info["warnings"] = list(change.get("warnings") or [])
             strata[s] = new
         if not done:
             where = f"stratum {stratum!r}" if stratum is not None else "any stratum"
-            raise KeyError(f"{path} [{key}]: no run of {test!r} in {where} (runs recorded by: "
-                           f"{', '.join(seen) or 'none'})")
+            near = [t for t in seen if _nested_ids(t, test)]
+            raise KeyError(f"{path} [{key}]: no run of {test!r}"
+                           + (f" from {test_module!r}" if test_module is not None else "") + f" in {where} "
+                           f"(runs recorded by: {', '.join(seen) or 'no named test'})"
+                           + (f"; did you mean {' or '.join(repr(t) for t in near)}?" if near else ""))
         if not strata:
             del data["entries"][key]
+        data["format"] = FORMAT
         atomic_write_text(path, dump(data))
     return done
 
