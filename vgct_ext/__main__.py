@@ -270,9 +270,8 @@ def cmd_evidence(args: argparse.Namespace) -> int:
                     continue
                 print(head + f"{c['left']} left, {what} re-derived from them")
                 for name, old, new in c["bars"]:
-                    mark = "  LOOSER" if name in c["looser"] else ""
-                    print(f"  {name}: {ev.fmt_exact(name, old) if old is not None else '-'} -> "
-                          f"{ev.fmt_exact(name, new) if new is not None else '-'}{mark}")
+                    o, n = ("-" if v is None else ev.fmt_exact(name, v) for v in (old, new))
+                    print(f"  {name}: {o} -> {n}" + ("  LOOSER" if name in c["looser"] else ""))
                 if c["note_dropped"]:
                     print(f"  the investigation note was dropped: it was written for the old cosine bar, and the "
                           f"new one is looser and under 0.99; investigate and annotate it again (evidence annotate "

@@ -106,6 +106,7 @@ __all__ = [
     "write_calibration",
     "annotate",
     "remove",
+    "remove_test",
     "format_entry",
     "fmt_exact",
 ]
@@ -1406,7 +1407,7 @@ def remove_test(path: Union[str, "os.PathLike[str]"], key: str, test: str, strat
             meta = {k: entry[k] for k in _META if k in entry}
             try:
                 new, change = merge_entry(None, {"meta": meta}, left, headroom=float(entry.get("headroom", 0.5)),
-                                          command=str(entry.get("command")), now=_now(), key=key, stratum=s,
+                                          command=str(entry.get("command", "")), now=_now(), key=key, stratum=s,
                                           path=str(path))
             except AmbiguousGate as exc:
                 raise AmbiguousGate(f"{exc} (after removing {test!r}'s runs; nothing was written)") from exc
