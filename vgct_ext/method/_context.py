@@ -32,7 +32,7 @@ class TestContext:
     #: (evidence file, key) gated in the current run (seed, repetition), see vgct_ext.evidence.claim
     claims: set = dataclasses.field(default_factory=set)
     records: List[Dict[str, Any]] = dataclasses.field(default_factory=list, repr=False)
-    #: the EvidenceMissing errors gates raised in this (paired) test: one that does not fail it was swallowed
+    #: the EvidenceMissing errors gates raised in this test: one that does not fail it was swallowed
     missing: List[BaseException] = dataclasses.field(default_factory=list, repr=False)
 
 

@@ -54,6 +54,7 @@ __all__ = [
     "GateFailure",
     "TransparencyFinding",
     "EvidenceMissing",
+    "expect_evidence_missing",
     "assert_t1",
     "assert_t2",
     "resolve_t1_bars",
@@ -321,15 +322,39 @@ class EvidenceMissing(_GateError):
     :class:`GateFailure` nor an ``AssertionError``: a planted-fault check written as
     ``pytest.raises(GateFailure)`` or ``pytest.raises(AssertionError)`` must not pass when no gate ran (new-user
     trial, 2026-12-01: a module of planted faults without evidence passed all its checks; review of 2026-12-05:
-    the same through ``pytest.raises(AssertionError)``).  In a paired test under the plugin, one that is caught
+    the same through ``pytest.raises(AssertionError)``).  In a test under the plugin, one that is caught
     and does not fail the test (``pytest.raises(Exception)``, a broad ``except``, an ``xfail``) fails it anyway
-    (or the session): the gate never ran."""
+    (or the session): the gate never ran; since 2026-12-05 (review of the plugin) in a plain test too.  To check
+    EvidenceMissing on purpose use :func:`expect_evidence_missing`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._expected = False  # set by expect_evidence_missing's block that caught it (the plugin then skips it)
         t = _context.current_test()
-        if t is not None and t.paired:
+        if t is not None:
             t.missing.append(self)
+
+
+@contextlib.contextmanager
+def expect_evidence_missing(match: Optional[str] = None) -> Iterator[Any]:
+    """Assert that the block raises :class:`EvidenceMissing` -- for a test of the evidence wiring itself (a
+    wrapper's calibration hint, an entry that must not apply), never around a planted fault.
+
+    Under the plugin an EvidenceMissing that a test catches fails the test anyway (a broad ``except`` or
+    ``pytest.raises(Exception)`` around a gate without evidence would otherwise pass: the gate never ran); this
+    block is the one place where catching it is meant.  ``match``: a regular expression searched in the error's
+    message (``re.search``), as ``pytest.raises(match=)``.  Yields pytest's ``ExceptionInfo`` (``.value`` is the
+    error).  Raises pytest's ``Failed`` (an ``OutcomeException``) when the block raises nothing or a message does
+    not match, and lets every other exception through (a GateFailure included).  Needs pytest (imported on call).
+    """
+    __tracebackhide__ = True
+    import pytest
+
+    with pytest.raises(EvidenceMissing, match=match) as info:
+        yield info
+    for e in [info.value, *getattr(info.value, "failures", ())]:  # a soft block's: the one it raised and its own
+        if isinstance(e, EvidenceMissing):
+            e._expected = True
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from oracle import runs_within
 from vgct_ext.method import _context, _hardware
 from vgct_ext import evidence as ev
 from vgct_ext.__main__ import main as cli
-from vgct_ext.gates import EvidenceMissing, GateFailure, Relax, assert_t1, assert_t2
+from vgct_ext.gates import EvidenceMissing, GateFailure, Relax, assert_t1, assert_t2, expect_evidence_missing
 
 STRATUM = _hardware.stratum_of("cpu")
 
@@ -109,7 +109,7 @@ def test_legacy_plain_cpu_evidence_is_refused_with_a_recalibration_hint(tmp_path
     path.write_text(json.dumps({"format": "vgct-evidence/1", "entries": {"c | f": {"cpu": {
         "dtype_actual": "float64", "dtype_expected": "float64", "shape": [16], "dim": None,
         "bars": {"rel_l2": 1.0, "cosine": 0.0, "p99": 1.0, "max_abs_err": 1.0}}}}}))
-    with pytest.raises(EvidenceMissing) as ei:
+    with expect_evidence_missing() as ei:
         assert_t2(e * 1.01, e, component="c", feature="f", evidence=path)
     msg = str(ei.value)
     assert f"no T2 evidence for stratum {STRATUM}" in msg and "plain stratum 'cpu'" in msg
@@ -591,6 +591,65 @@ def test_in_block(vgct):
     assert "FAILED test_x.py::test_in_block - vgct_ext.method.gates.EvidenceMissing" in out
 
 
+def test_a_plain_tests_swallowed_evidence_missing_fails_too_and_expect_evidence_missing_is_the_way_to_check_it(
+        pytester, run, monkeypatch):
+    """Planted (the notes' review list, 2026-12-05): a plain test -- no markers, no ``vgct`` fixture -- that wraps a
+    T2 gate without evidence in ``pytest.raises(Exception)`` (a planted-fault check), a broad ``except``, or an
+    ``xfail``, passed: the swallowed-EvidenceMissing check covered paired tests only.  Now it fails the test (the
+    xfail: the session), as in a paired test.  ``expect_evidence_missing`` is the one block that catches it on
+    purpose, in a plain or a paired test; it fails when nothing, or a non-matching message, is raised."""
+    monkeypatch.setenv("COLUMNS", "250")  # the summary lines whole
+    pytester.makepyfile(test_x=HEADER + """
+from vgct_ext import expect_evidence_missing
+
+def test_plain_broad():
+    with pytest.raises(Exception):
+        assert_t2(E * 1.5, E, component="c", feature="f")
+
+def test_plain_except():
+    try:
+        assert_t2(E * 1.5, E, component="c", feature="f")
+    except Exception:
+        pass
+
+@pytest.mark.xfail(strict=True)
+def test_plain_xfail():
+    assert_t2(E * 1.5, E, component="c", feature="f")
+
+def test_plain_on_purpose():
+    with expect_evidence_missing(match="no T2 evidence for 'c [|] f'") as info:
+        assert_t2(E * 1.5, E, component="c", feature="f")
+    assert "pytest --vgct-calibrate" in str(info.value)
+
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_paired_on_purpose(vgct):
+    with expect_evidence_missing():
+        vgct.assert_t2(E * 1.5, E)
+
+def test_nothing_raised():
+    with expect_evidence_missing():
+        assert_t1(E, E, component="c", feature="t1")
+
+def test_other_message():
+    with expect_evidence_missing(match="no such words"):
+        assert_t2(E * 1.5, E, component="c", feature="f")
+""")
+    result = run()
+    result.assert_outcomes(passed=2, failed=4, xfailed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*test_x.py::test_plain_xfail (xfailed): a gate could not run (EvidenceMissing)*"])
+    failed = {ln.split(" - ", 1)[0].split("::")[-1]: ln for ln in result.stdout.lines if ln.startswith("FAILED ")}
+    assert sorted(failed) == ["test_nothing_raised", "test_other_message", "test_plain_broad", "test_plain_except"]
+    for name in ("test_plain_broad", "test_plain_except"):
+        assert "Failed: vgct: gate failures this test never reported" in failed[name]
+        section = result.stdout.str().split(f"_ {name} _", 1)[1].split("\n___", 1)[0]  # the test's failure
+        assert "its EvidenceMissing was caught before it failed the test" in section
+        assert "check of EvidenceMissing itself inside expect_evidence_missing" in section
+    assert "DID NOT RAISE" in failed["test_nothing_raised"]
+    assert "Regex pattern did not match" in failed["test_other_message"]
+
+
 def test_a_symlinked_folder_is_another_test_and_a_recalibration_from_another_root_replaces_its_runs(pytester, run):
     """Planted (third review of 2026-12-05): (1) fp16/ is a symbolic link to bf16/ and the test picks its precision
     from its path: the two tests' modules resolve to one file, and the fp16 test (never calibrated) took the bf16
@@ -727,7 +786,7 @@ def test_a_planted_fault_check_without_evidence_fails_not_passes(pytester, run):
     now meets EvidenceMissing).  Inside soft_gates, a missing evidence among failed gates also surfaces as
     EvidenceMissing."""
     pytester.makepyfile(test_x=HEADER + """
-from vgct_ext.gates import EvidenceMissing, GateFailure, soft_gates
+from vgct_ext.gates import GateFailure, expect_evidence_missing, soft_gates
 
 @pytest.mark.component("c")
 @pytest.mark.feature("f")
@@ -742,7 +801,7 @@ def test_planted_assertion(vgct):
         vgct.assert_t2(drift(vgct.seed, 50.0), E)
 
 def test_soft():
-    with pytest.raises(EvidenceMissing) as ei:
+    with expect_evidence_missing() as ei:
         with soft_gates():
             assert_t1(E * 1.5, E, component="c", feature="t1")
             assert_t2(drift(0), E, component="c", feature="f", evidence="none.vgct-evidence.json")
@@ -858,7 +917,7 @@ def test_malformed_evidence_names_file_and_field(tmp_path, capsys, text, field):
         ev.load(path)
     assert str(path) in str(ei.value) and field in str(ei.value)
     e = np.linspace(-1, 1, 16)
-    with pytest.raises(EvidenceMissing) as gi:  # the gate fails with the same words, never AttributeError
+    with expect_evidence_missing() as gi:  # the gate fails with the same words, never AttributeError
         assert_t2(e, e, component="c", feature="f", evidence=path)
     assert str(path) in str(gi.value) and field in str(gi.value)
     assert cli(["evidence", "show", str(path)]) == 2 and field in capsys.readouterr().err
@@ -868,7 +927,7 @@ def test_evidence_entry_missing_a_field_names_it(tmp_path):
     path = tmp_path / "x.vgct-evidence.json"
     path.write_text(json.dumps({"format": ev.FORMAT, "entries": {"c | f": {STRATUM: {"bars": GOOD["bars"]}}}}))
     e = np.linspace(-1, 1, 16)
-    with pytest.raises(EvidenceMissing, match="lacks the field.s. dtype_actual, dtype_expected, shape, dim"):
+    with expect_evidence_missing(match="lacks the field.s. dtype_actual, dtype_expected, shape, dim"):
         assert_t2(e, e, component="c", feature="f", evidence=path)
 
 
@@ -1166,7 +1225,7 @@ def test_gate_rereads_an_evidence_file_changed_in_place(tmp_path, cache_now):
     assert_t2(a, e, component="c", feature="f", evidence=path)
     # removed: no evidence, whatever was cached, and the file leaves the cache
     path.unlink()
-    with pytest.raises(EvidenceMissing, match="no T2 evidence"):
+    with expect_evidence_missing(match="no T2 evidence"):
         assert_t2(a, e, component="c", feature="f", evidence=path)
     assert str(path) not in cache_now._GATE_CACHE
 
@@ -1245,7 +1304,7 @@ def test_deeply_nested_entry_is_evidence_missing_not_a_crash(tmp_path):
         deep = [deep]
     data["entries"]["c | f"][STRATUM]["note"] = deep
     path.write_text(json.dumps(data))
-    with pytest.raises(EvidenceMissing, match="nested too deeply"):
+    with expect_evidence_missing(match="nested too deeply"):
         assert_t2(np.ones(32), np.ones(32), component="c", feature="f", evidence=path)
 
 
@@ -1255,7 +1314,7 @@ def test_per_channel_bars_on_an_entry_without_dim_are_refused(tmp_path):
     data = json.loads(path.read_text())
     data["entries"]["c | f"][STRATUM]["bars"]["channel_rel_l2"] = 0.1  # a hand edit: calibration never does this
     path.write_text(json.dumps(data))
-    with pytest.raises(EvidenceMissing, match="per-channel bar.*channel_rel_l2 but no dim"):
+    with expect_evidence_missing(match="per-channel bar.*channel_rel_l2 but no dim"):
         assert_t2(np.ones(32), np.ones(32), component="c", feature="f", evidence=path)
 
 

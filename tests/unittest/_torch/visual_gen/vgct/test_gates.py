@@ -20,12 +20,12 @@ from vgct_ext import evidence as ev
 from vgct_ext.gates import (
     OUTER_BAND,
     T1_DEFAULT,
-    EvidenceMissing,
     GateFailure,
     Relax,
     TransparencyFinding,
     assert_t1,
     assert_t2,
+    expect_evidence_missing,
     fmt_margin,
     fmt_value,
     resolve_t1_bars,
@@ -305,7 +305,7 @@ def _entry(a, e, bars, dim=None, **extra):
 def test_t2_without_evidence_fails_and_says_how_to_record(tmp_path):
     e = _ref()
     path = tmp_path / "x.vgct-evidence.json"
-    with pytest.raises(EvidenceMissing) as ei:
+    with expect_evidence_missing() as ei:
         assert_t2(e * 1.01, e, component="wan.block", feature="fp8 storage", evidence=path)
     msg = str(ei.value)
     assert not isinstance(ei.value, AssertionError)  # (a planted-fault check must not catch it: test_evidence_files)
@@ -318,7 +318,7 @@ def test_t2_evidence_of_another_stratum_does_not_apply(tmp_path):
     e = _ref()
     path = tmp_path / "x.vgct-evidence.json"
     _write_evidence(path, "c | f", "sm_90", _entry(e, e, {"rel_l2": 1.0, "cosine": 0.5}))
-    with pytest.raises(EvidenceMissing, match=r"no T2 evidence for stratum cpu-\w+ under .*recorded strata: sm_90"):
+    with expect_evidence_missing(match=r"no T2 evidence for stratum cpu-\w+ under .*recorded strata: sm_90"):
         assert_t2(e, e, component="c", feature="f", evidence=path)
 
 
@@ -344,7 +344,7 @@ def test_t2_evidence_for_other_dtype_or_shape_is_refused(tmp_path):
     e = _ref()
     path = tmp_path / "x.vgct-evidence.json"
     _write_evidence(path, "c | f", CPU_STRATUM, _entry(e.astype(np.float32), e, {"rel_l2": 1.0}))
-    with pytest.raises(EvidenceMissing, match="different experiment.*dtype_actual"):
+    with expect_evidence_missing(match="different experiment.*dtype_actual"):
         assert_t2(e, e, component="c", feature="f", evidence=path)
 
 
@@ -353,7 +353,7 @@ def test_t2_cosine_bar_under_floor_needs_investigation_note(tmp_path):
     path = tmp_path / "x.vgct-evidence.json"
     bars = {"rel_l2": 0.5, "cosine": 0.98, "p99": 10.0, "max_abs_err": 10.0}
     _write_evidence(path, "c | f", CPU_STRATUM, _entry(e, e, bars))
-    with pytest.raises(EvidenceMissing, match="investigation"):
+    with expect_evidence_missing(match="investigation"):
         assert_t2(e * 1.1, e, component="c", feature="f", evidence=path)
     _write_evidence(path, "c | f", CPU_STRATUM, _entry(e, e, bars, investigation="int4 weights: drift traced to ..."))
     assert_t2(e * 1.1, e, component="c", feature="f", evidence=path)
@@ -386,7 +386,7 @@ def test_t2_failure_names_its_case_first(tmp_path):
     with pytest.raises(GateFailure) as ei:
         assert_t2(e * 1.1, e, component="c", feature="f", case="image", evidence=path)
     assert str(ei.value).startswith("T2 gate failed [image]: relative L2")
-    with pytest.raises(EvidenceMissing) as ei:
+    with expect_evidence_missing() as ei:
         assert_t2(e * 1.1, e, component="c", feature="f", case="text", evidence=path)
     assert str(ei.value).startswith("T2 gate cannot run [text]: no usable calibration evidence")
 
@@ -494,7 +494,7 @@ def test_t2_evidence_missing_a_bar_is_refused_not_skipped(tmp_path, bars, missin
     a = e * 0.5  # cosine 1 but relative L2 0.5: would pass on the max-abs/p99 bars alone
     path = tmp_path / "x.vgct-evidence.json"
     _write_evidence(path, "c | f", CPU_STRATUM, _entry(a, e, bars))
-    with pytest.raises(EvidenceMissing) as ei:
+    with expect_evidence_missing() as ei:
         assert_t2(a, e, component="c", feature="f", evidence=path)
     msg = str(ei.value)
     assert f"no bar for {missing}" in msg and "pytest --vgct-calibrate" in msg and "Recalibrate" in msg
@@ -505,14 +505,14 @@ def test_t2_evidence_missing_channel_bar_with_dim_or_non_finite_bar_is_refused(t
     path = tmp_path / "x.vgct-evidence.json"
     full = {"rel_l2": 1.0, "cosine": 0.99, "p99": 1.0, "max_abs_err": 1.0}
     _write_evidence(path, "c | f", CPU_STRATUM, _entry(e, e, full, dim=1))
-    with pytest.raises(EvidenceMissing, match="no bar for channel_mean_shift, channel_rel_l2"):
+    with expect_evidence_missing(match="no bar for channel_mean_shift, channel_rel_l2"):
         assert_t2(e, e, component="c", feature="f", dim=1, evidence=path)
     # an entry recorded before the per-channel relative L2 was gated is refused, not gated without it
     _write_evidence(path, "c | f", CPU_STRATUM, _entry(e, e, {**full, "channel_mean_shift": 1.0}, dim=1))
-    with pytest.raises(EvidenceMissing, match=r"no bar for channel_rel_l2\. .*Recalibrate"):
+    with expect_evidence_missing(match=r"no bar for channel_rel_l2\. .*Recalibrate"):
         assert_t2(e * 1.5, e, component="c", feature="f", dim=1, evidence=path)
     _write_evidence(path, "c | f", CPU_STRATUM, _entry(e, e, {**full, "rel_l2": None}))
-    with pytest.raises(EvidenceMissing, match=r"bars\.rel_l2: expected a number, got None"):
+    with expect_evidence_missing(match=r"bars\.rel_l2: expected a number, got None"):
         assert_t2(e, e, component="c", feature="f", evidence=path)
 
 
@@ -523,7 +523,7 @@ def test_t2_zero_reference_needs_only_absolute_bars_and_says_so(tmp_path):
     s = assert_t2(np.full(16, 5e-4), e, component="c", feature="f", evidence=path)
     assert s.zero_reference
     _write_evidence(path, "c | f", CPU_STRATUM, _entry(e, e, {"max_abs_err": 1e-3}))  # p99 is still required
-    with pytest.raises(EvidenceMissing, match="no bar for p99.*reference has zero norm"):
+    with expect_evidence_missing(match="no bar for p99.*reference has zero norm"):
         assert_t2(np.full(16, 5e-4), e, component="c", feature="f", evidence=path)
     # with dim: the per-channel mean shift is still required, the per-channel relative L2 is not (undefined)
     e2 = np.zeros((2, 8))

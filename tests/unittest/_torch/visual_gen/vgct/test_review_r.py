@@ -11,7 +11,7 @@ import pytest
 
 from vgct_ext.method import _hardware
 from vgct_ext import evidence as ev
-from vgct_ext.gates import EvidenceMissing, assert_t2
+from vgct_ext.gates import assert_t2, expect_evidence_missing
 
 STRATUM = _hardware.stratum_of("cpu")
 
@@ -78,13 +78,13 @@ def _evidence_file(tmp_path, bars):
 
 def test_a_bar_too_large_for_a_float_is_refused_naming_the_file(tmp_path):
     e, path = _evidence_file(tmp_path, {"rel_l2": 10 ** 400, "cosine": 0.9, "p99": 1.0, "max_abs_err": 1.0})
-    with pytest.raises(EvidenceMissing, match="x.vgct-evidence.json"):
+    with expect_evidence_missing(match="x.vgct-evidence.json"):
         assert_t2(e * 1.01, e, component="c", feature="f", evidence=path)
 
 
 def test_out_of_range_bars_are_refused_as_malformed(tmp_path):
     e, path = _evidence_file(tmp_path, {"rel_l2": -1.0, "cosine": 2.0, "p99": 1.0, "max_abs_err": 1.0})
-    with pytest.raises(EvidenceMissing, match="bars"):
+    with expect_evidence_missing(match="bars"):
         assert_t2(e * 1.0001, e, component="c", feature="f", evidence=path)
 
 
