@@ -535,6 +535,14 @@ def _check_names(component: str, feature: str) -> None:
 # Labels, slack, structured outputs, soft mode
 
 
+def _evidence_gate_called() -> None:
+    """Count a gate that reads recorded evidence (assert_t2, a tightened assert_t1) for the running test, whatever
+    its outcome: the plugin fails a ``t2``-marked test that called none (it checked nothing against evidence)."""
+    t = _context.current_test()
+    if t is not None:
+        t.evidence_gates += 1
+
+
 def _check_label(name: Optional[str]) -> None:
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise TypeError(f"name must be a non-empty string labelling this gate, or None; got {name!r}")
@@ -1253,6 +1261,8 @@ def assert_t1(actual: Any, expected: Any, *, component: str, feature: str,
     __tracebackhide__ = True
     _check_names(component, feature)
     _check_label(name)
+    if tighten is not None:
+        _evidence_gate_called()
     given = {"rel_l2": rel_l2, "cosine": cosine, "rtol": rtol, "atol": atol}
     resolve_t1_bars(relax, **given, component=component, feature=feature)  # refuse early: before any compare
     leaves = paired_leaves(actual, expected, name)
@@ -1329,6 +1339,7 @@ def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
     from vgct_ext import compare
 
     _check_names(component, feature)
+    _evidence_gate_called()
     _check_label(name)
     if is_structure(actual) or is_structure(expected):
         results: Dict[str, Any] = {}

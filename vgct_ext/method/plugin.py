@@ -65,7 +65,8 @@ PAIRED_MARKERS = ("t1", "t2", "component", "feature")
 MARKERS = (
     "gpu: needs a CUDA GPU (vgct: added by requires_gpu/requires_gpus; skipped without one)",
     "t1: vgct T1 gate: a transparent feature against its reference (tolerance bars from the method)",
-    "t2: vgct T2 gate: a lossy feature against bars calibrated from recorded evidence",
+    "t2: vgct T2 gate: a lossy feature against bars calibrated from recorded evidence (a t2 test calling no T2 "
+    "gate fails)",
     "component(name): vgct: the component under test (also a -k keyword)",
     "feature(name): vgct: the feature under test (also a -k keyword)",
     "vgct_requires(kind, **kw): vgct skip policy (written by vgct_ext.requires_*)",
@@ -325,6 +326,11 @@ def pytest_runtest_call(item: pytest.Item):
         _record_properties(item, ctx.records)
     if lost:  # (reached only when the test itself passed)
         pytest.fail("vgct: " + lost_text, pytrace=False)
+    if not ctx.evidence_gates and item.get_closest_marker("t2") is not None:
+        pytest.fail(f"vgct: {item.nodeid} is marked t2 but called no T2 gate (assert_t2, vgct.assert_t2, or a "
+                    f"tightened assert_t1): nothing was checked against recorded evidence -- a loop over an empty "
+                    f"list of outputs, or a gate behind a condition that never held? (a test that gates only on "
+                    f"the method's T1 bands is marked t1)", pytrace=False)
     if n > 1:
         _check_repeats(session, ctx, n)
     return result

@@ -650,6 +650,59 @@ def test_other_message():
     assert "Regex pattern did not match" in failed["test_other_message"]
 
 
+def test_a_t2_test_that_calls_no_t2_gate_fails(pytester, run, monkeypatch):
+    """Planted (the notes' review list): a test marked t2 whose T2 gates never ran -- a loop over the outputs a
+    capture hook never filled, a gate behind a condition that never held -- passed having checked nothing.  Now it
+    fails, naming the test; a T2 gate that ran counts whatever its outcome (calibrating, gating, inside
+    expect_gate_failure while calibrating: nothing recorded there), and so does a tightened T1 gate; a t2 test
+    that skips, and a t1 test without a gate (an index oracle), are left alone."""
+    monkeypatch.setenv("COLUMNS", "250")
+    pytester.makepyfile(test_x=HEADER + """
+from vgct_ext import expect_gate_failure
+
+pytestmark = [pytest.mark.component("c"), pytest.mark.feature("f")]
+
+@pytest.mark.t2
+def test_empty_loop(vgct):
+    for a, e in zip([], []):  # the captured outputs: none
+        vgct.assert_t2(a, e)
+
+@pytest.mark.t2
+def test_gates(vgct):
+    vgct.assert_t2(drift(vgct.seed), E)
+
+@pytest.mark.t2
+def test_fault(vgct):
+    if vgct.calibrating:
+        pytest.skip("gates against the evidence")
+    with expect_gate_failure(any_of=("rel_l2",)):
+        vgct.assert_t2(drift(vgct.seed, 50.0), E, evidence="test_x.vgct-evidence.json")
+
+@pytest.mark.t2
+def test_fault_unskipped(vgct):
+    with expect_gate_failure(any_of=("rel_l2",)):
+        vgct.assert_t2(drift(vgct.seed, 50.0), E, evidence="test_x.vgct-evidence.json")
+
+@pytest.mark.t2
+def test_tightened(vgct):
+    vgct.assert_t1(E, E, name="floor", tighten=10)
+
+@pytest.mark.t1
+def test_index_oracle():
+    assert list(range(3)) == [0, 1, 2]
+""")
+    result = run("--vgct-calibrate", "-k", "not fault_unskipped")
+    result.assert_outcomes(passed=3, failed=1, skipped=1)
+    result.stdout.fnmatch_lines(["FAILED test_x.py::test_empty_loop - Failed: vgct: test_x.py::test_empty_loop is "
+                                 "marked t2 but called no T2 gate (assert_t2, vgct.assert_t2, or a tightened "
+                                 "assert_t1): nothing was checked against recorded evidence*"])
+    result = run("--vgct-calibrate", "-k", "fault_unskipped")  # its block ends quietly at the calibrating gate
+    result.assert_outcomes(passed=1)
+    result = run()
+    result.assert_outcomes(passed=5, failed=1)
+    result.stdout.fnmatch_lines(["FAILED test_x.py::test_empty_loop - Failed: vgct: *marked t2 but called no T2 gate*"])
+
+
 def test_a_symlinked_folder_is_another_test_and_a_recalibration_from_another_root_replaces_its_runs(pytester, run):
     """Planted (third review of 2026-12-05): (1) fp16/ is a symbolic link to bf16/ and the test picks its precision
     from its path: the two tests' modules resolve to one file, and the fp16 test (never calibrated) took the bf16
