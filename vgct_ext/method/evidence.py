@@ -898,7 +898,12 @@ def add_calibration_run(session: Any, path: Path, key: str, stratum: str, stats:
         raise ValueError(f"{what} of {key!r} on {stratum} refused: {why}. No evidence is recorded from this "
                          f"run; fix the experiment and rerun pytest --vgct-calibrate.")
     t = _context.current_test()
-    if t is not None and t.repetition > 0:
+    if not t.paired:  # (new-user trial: a plain test's one run became an entry, its bars 1.5x one sample)
+        raise ValueError(f"{what} of {key!r} on {stratum} refused: {t.nodeid} has no t1/t2/component/feature marker "
+                         f"and does not use the vgct fixture, so --vgct-calibrate runs it once, on one seed: one "
+                         f"run cannot calibrate a bar (at least 3 seeds, --vgct-calibrate-runs). Mark the test and "
+                         f"make its inputs from vgct.seed; nothing is recorded from this run.")
+    if t.repetition > 0:
         return  # --vgct-repeat: a repetition of a seed already recorded (identical, or the test fails anyway)
     slot = session.calibration.setdefault((str(path), key, stratum),
                                           {"kind": kind, "runs": [], "meta": None, "tests": []})
@@ -1098,6 +1103,13 @@ def _floor_of(runs: Sequence[Mapping[str, Any]]) -> Dict[str, float]:
             "max_abs_err": max(float(r["max_abs_err"]) for r in runs)}
 
 
+def _looser_bars(old: Mapping[str, Any], new: Mapping[str, Any]) -> List[str]:
+    """The names of the bars (or floors) in both ``old`` and ``new`` that ``new`` makes looser: a lower cosine
+    bar, a higher bar of any other statistic; sorted."""
+    return sorted(k for k in set(old) & set(new) if old[k] is not None and new[k] is not None and
+                  ((new[k] < old[k]) if k == "cosine" else (new[k] > old[k])))
+
+
 def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_runs: List[Dict[str, Any]],
                 *, headroom: float, command: str, now: str, key: str, stratum: str,
                 path: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
@@ -1175,6 +1187,7 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
         old_vals = dict((old or {}).get("floor") or {})
         change["values"] = [(k, old_vals.get(k), v) for k, v in entry["floor"].items()]
         change["bars"] = entry["floor"]
+        change["looser"] = _looser_bars(old_vals, entry["floor"])
         change["needs_investigation"] = False
     else:
         summ = bar_summary(runs, headroom, meta.get("dim"))
@@ -1185,7 +1198,13 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
         old_vals = dict((old or {}).get("bars") or {})
         change["values"] = [(k, old_vals.get(k), v) for k, v in sorted(summ["bars"].items())]
         change["bars"] = summ["bars"]
+        change["looser"] = _looser_bars(old_vals, summ["bars"])
         cos = summ["bars"].get("cosine")
+        if "cosine" in change["looser"] and cos < 0.99 and entry["investigation"]:
+            # the note explained the old bar, not this looser one (hostile review: a recalibration with more
+            # drift kept the note, and the gate passed a bar nobody investigated): the gate asks for a new note
+            entry["investigation"] = None
+            change["note_dropped"] = True
         change["needs_investigation"] = cos is not None and cos < 0.99 and not entry["investigation"]
         for k in sorted(summ["capped"]):
             warnings.append(f"{k}: the runs spread so widely (a seed measured far less drift than the worst: is "
@@ -1203,8 +1222,18 @@ def dump(data: Mapping[str, Any]) -> str:
     return json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n"
 
 
+def _passed(session: Any, test: Any) -> bool:
+    """Whether the calibration runs of ``test`` may be recorded: it did not fail, and -- where the session knows
+    the tests' outcomes -- it passed: a test that gated and then was xfailed or skipped (hostile review: an
+    xfailed test's drift of 3x became a 1-run entry, its seeds cut short at the first) is not evidence."""
+    if test in session.failed_tests:
+        return False
+    outcomes = getattr(session, "tests", None) or {}
+    return not outcomes or outcomes.get(test, {}).get("outcome") == "passed"
+
+
 def write_calibration(session: Any, command: str) -> List[Dict[str, Any]]:
-    """Merge every queued calibration into its evidence file (runs of failed tests are dropped) under the
+    """Merge every queued calibration into its evidence file (runs of tests that did not pass are dropped) under the
     file's lock, write each file atomically, and return what changed (one dict per entry, see
     :func:`merge_entry`). Entries that cannot be merged (:class:`AmbiguousGate`) and files that cannot be read
     or written are reported in ``session.evidence_errors`` (nothing is written for them). For each touched file,
@@ -1229,7 +1258,7 @@ def write_calibration(session: Any, command: str) -> List[Dict[str, Any]]:
                 data["format"] = FORMAT
                 changes = []
                 for key, stratum, slot in items:
-                    runs = [dict(r) for r in slot["runs"] if r.get("test") not in session.failed_tests]
+                    runs = [dict(r) for r in slot["runs"] if _passed(session, r.get("test"))]
                     if not runs:
                         continue
                     old = data["entries"].get(key, {}).get(stratum)
@@ -1419,11 +1448,9 @@ def remove_test(path: Union[str, "os.PathLike[str]"], key: str, test: str, strat
                 if k in entry:
                     new[k] = entry[k]
             new_bars = dict(new.get(what) or {})
-            for name in sorted(set(old_bars) | set(new_bars)):
-                o, n = old_bars.get(name), new_bars.get(name)
-                info["bars"].append((name, o, n))
-                if o is not None and n is not None and ((n < o) if name == "cosine" else (n > o)):
-                    info["looser"].append(name)
+            info["bars"] += [(name, old_bars.get(name), new_bars.get(name))
+                             for name in sorted(set(old_bars) | set(new_bars))]
+            info["looser"] += _looser_bars(old_bars, new_bars)
             cos = new_bars.get("cosine")
             if kind == "t2" and "cosine" in info["looser"] and cos is not None and cos < 0.99 and \
                     new.get("investigation"):

@@ -32,7 +32,9 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import shlex
+import stat
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -120,6 +122,12 @@ def pytest_configure(config: pytest.Config) -> None:
             _files.check_writable(p)
         except OSError as exc:
             raise pytest.UsageError(f"--vgct-report={report}: cannot write {p}: {exc}") from None
+        why = _not_a_report(p)
+        if why:
+            raise pytest.UsageError(f"--vgct-report={report}: {p} {why}; the report replaces the file it is given, "
+                                    f"so only a missing or empty file or an earlier vgct report is overwritten "
+                                    f"(the path after --vgct-report without '=' is taken as the report's: a test "
+                                    f"module there would be lost). Give another path.")
     strict = bool(config.getoption("--vgct-strict")) or os.environ.get("VGCT_STRICT", "").strip().lower() in (
         "1", "true", "yes", "on")
     session = _context.Session(strict=strict, calibrate=bool(config.getoption("--vgct-calibrate")),
@@ -166,6 +174,32 @@ def _archs(gencode: Optional[str]) -> str:
 
 def _is_xdist_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
+
+
+_REPORT_HEAD = re.compile(rb'\A\s*\{\s*"format"\s*:\s*"vgct-report/')
+
+
+def _not_a_report(p: Path) -> Optional[str]:
+    """Why ``--vgct-report`` must not replace the existing ``p`` (hostile review: ``--vgct-report test_x.py``
+    replaced the test module, an evidence file lost its entries past its lock, a device node became a regular
+    file), or None: ``p`` is missing, empty, or a report this plugin wrote (its first key is ``"format":
+    "vgct-report/..."``)."""
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be examined ({exc})"
+    if not stat.S_ISREG(st.st_mode):
+        return "exists and is not a regular file (a device, a pipe: /dev/stdout, /dev/null)"
+    if st.st_size == 0:
+        return None
+    try:
+        with open(p, "rb") as f:
+            head = f.read(256)
+    except OSError as exc:
+        return f"cannot be read ({exc})"
+    return None if _REPORT_HEAD.match(head) else "exists and is not a vgct report (format vgct-report/1)"
 
 
 def _report_path(config: pytest.Config, path: str) -> Path:
@@ -585,7 +619,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _is_xdist_worker(config):  # the controller writes evidence and report once, for every worker
         config.workeroutput[WORKER_KEY] = _worker_payload(s)  # type: ignore[attr-defined]
         return
-    if s.calibrate and s.calibration:
+    if s.calibrate and s.calibration and session.exitstatus == pytest.ExitCode.INTERRUPTED:
+        # Ctrl-C (or pytest.exit) part-way: a test's seeds cut short would replace its complete runs
+        s.evidence_errors.append("calibration interrupted: no evidence was written (the runs recorded so far may "
+                                 "miss seeds or tests; an entry's runs are replaced by a rerun's). Rerun "
+                                 "pytest --vgct-calibrate to the end.")
+    elif s.calibrate and s.calibration:
         from .evidence import write_calibration
 
         s.evidence_written = write_calibration(s, _command(config))
@@ -604,6 +643,9 @@ def _write_report(session: pytest.Session, s: _context.Session) -> None:
     if path:
         p = _report_path(config, path)
         try:
+            why = _not_a_report(p)  # (checked at startup too: a file put there meanwhile is kept as well)
+            if why:
+                raise FileExistsError(f"{p} {why}")
             report = build_report(config, s, int(session.exitstatus))
             _files.atomic_write_text(p, json.dumps(report, indent=2, default=_json_default) + "\n")
             s.report_path, s.report_error = str(p), None
@@ -844,9 +886,19 @@ def terminal_files(tr: Any, s: _context.Session) -> None:
         tr.write_line(f"vgct evidence written: {w['file']} [{w['key']}] stratum {w['stratum']}: {w['status']}, "
                       f"{w['runs']} run(s): +{w['added']} added{seed_txt}, {w['replaced']} replaced, {w['kept']} "
                       f"kept" + (f" (from {', '.join(w['kept_tests'])})" if w["kept"] else ""))
+        looser = w.get("looser") or ()
         for k, old, new in w.get("values", []):
             change = "(new)" if old is None else ("(unchanged)" if old == new else f"(was {fmt_exact(k, old)})")
-            tr.write_line(f"    {what} {k}: {fmt_exact(k, new)} {change}")
+            tr.write_line(f"    {what} {k}: {fmt_exact(k, new)} {change}" + ("  LOOSER" if k in looser else ""),
+                          yellow=k in looser)
+        if looser:  # a recalibration with a bug present loosens the bars as readily as real drift (new-user trial)
+            tr.write_line(f"vgct WARNING [{w['key']}] {w['stratum']}: {len(looser)} bar(s) looser than before "
+                          f"({', '.join(looser)}): a run measured more drift than the runs it replaced -- a bug "
+                          f"present while calibrating passes every later gate; review the evidence diff before "
+                          f"committing it", yellow=True)
+        if w.get("note_dropped"):
+            tr.write_line(f"vgct: the investigation note of [{w['key']}] {w['stratum']} was dropped: it explained "
+                          f"the old cosine bar, and the new one is looser", yellow=True)
         for warning in w.get("warnings", []):
             tr.write_line(f"vgct WARNING [{w['key']}] {w['stratum']}: {warning}", yellow=True)
         if w.get("needs_investigation"):

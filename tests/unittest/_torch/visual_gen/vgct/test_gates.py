@@ -545,6 +545,7 @@ def _calibrate(a, e, dim=None):
     return session
 
 
+@pytest.mark.component("c")  # a paired test: a plain test's calibration run is refused before these checks
 def test_calibration_refuses_zero_reference_non_finite_and_undefined_runs():
     e = _ref()
     assert len(_calibrate(e * 1.01, e).calibration) == 1  # a good run is queued

@@ -285,7 +285,7 @@ def test_calibrate_then_gate(pytester, run, monkeypatch):
     result = run("--vgct-calibrate", "--vgct-headroom=1.0")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*stratum * updated, 5 run(s): +5 added, seeds 0..4, 5 replaced, 0 kept*",
-                                 "*bars rel_l2: * (was 0.0*)"])
+                                 "*bars rel_l2: * (was 0.0*)  LOOSER"])  # drift 1.6x: the bars loosen, said
     strata = _evidence(pytester)["entries"]["wan.block | fp8 storage"]
     assert strata["sm_90"] == sm90
     assert strata[STRATUM]["investigation"] == "checked by hand" and strata[STRATUM]["headroom"] == 1.0
