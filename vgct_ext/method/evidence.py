@@ -725,12 +725,16 @@ def _looser_than_runs(entry: Mapping[str, Any], runs: Sequence[Mapping[str, Any]
 
 def _test_module(t: Any, evidence: Path) -> Optional[str]:
     """The module of test ``t`` relative to the evidence file's directory (``test_x.py``, ``sub/test_x.py``,
-    ``../wan/test_x.py``; "/" separators), or None when it is not known."""
+    ``../wan/test_x.py``; "/" separators), or None when it is not known.  Both paths as they are named, symbolic
+    links not resolved: an evidence file moved elsewhere and linked back from where it was (or one file shared
+    by several checkouts through links) gives the test the module it had there -- resolved, every run recorded
+    before the move became another test's, kept and pooled with the test's new runs (hostile review of
+    2026-12-05: a recalibration kept 5 stale runs, and a drift 3x the new runs' passed)."""
     p = getattr(t, "path", None)
     if p is None:
         return None
     try:
-        return os.path.relpath(os.path.realpath(p), os.path.dirname(os.path.realpath(evidence))).replace(os.sep, "/")
+        return os.path.relpath(os.path.abspath(p), os.path.dirname(os.path.abspath(evidence))).replace(os.sep, "/")
     except (OSError, ValueError):  # (Windows: another drive)
         return None
 

@@ -816,6 +816,36 @@ def test_lossy(vgct):
     result.stdout.fnmatch_lines(["*EvidenceMissing: T2 gate cannot run*", "*evidence annotate * --investigation*"])
 
 
+def test_an_evidence_file_moved_behind_a_symbolic_link_keeps_its_tests_runs_theirs(pytester, run, monkeypatch):
+    """Planted (hostile review, 2026-12-05): the evidence file moved to a shared folder and linked back from where
+    it was.  The test's module was taken relative to the link's target, so every run recorded before the move
+    became another test's: a recalibration kept the 5 old runs (3x the drift) beside the 5 new ones, and the 3x
+    drift then passed.  Now the module is relative to the path as named: the recalibration replaces them."""
+    pytester.makepyfile(test_x=HEADER + """
+K = float(os.environ.get("K", "1"))
+
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_a(vgct):
+    vgct.assert_t2(drift(vgct.seed, K), E)
+""")
+    monkeypatch.setenv("K", "3")
+    run("--vgct-calibrate").assert_outcomes(passed=1)
+    link = pytester.path / "test_x.vgct-evidence.json"
+    (pytester.path / "shared").mkdir()
+    link.rename(pytester.path / "shared" / "e.json")
+    link.symlink_to(pytester.path / "shared" / "e.json")
+    monkeypatch.setenv("K", "1")
+    result = run("--vgct-calibrate")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*[[]c | f[]] stratum *: updated, 5 run(s): +5 added, seeds 0..4, 5 replaced, 0 kept"])
+    assert link.is_symlink() and len(_evidence(pytester)["entries"]["c | f"][STRATUM]["runs"]) == 5
+    monkeypatch.setenv("K", "3")
+    result = run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*T2 gate failed*"])
+
+
 def test_a_symlinked_folder_is_another_test_and_a_recalibration_from_another_root_replaces_its_runs(pytester, run):
     """Planted (third review of 2026-12-05): (1) fp16/ is a symbolic link to bf16/ and the test picks its precision
     from its path: the two tests' modules resolve to one file, and the fp16 test (never calibrated) took the bf16
