@@ -34,6 +34,8 @@ class TestContext:
     records: List[Dict[str, Any]] = dataclasses.field(default_factory=list, repr=False)
     #: the EvidenceMissing errors gates raised in this test: one that does not fail it was swallowed
     missing: List[BaseException] = dataclasses.field(default_factory=list, repr=False)
+    #: the exceptions other than a verdict that gates raised in this (paired) test: refusals of their arguments
+    refused: List[BaseException] = dataclasses.field(default_factory=list, repr=False)
     #: calls of gates that read recorded evidence (assert_t2, a tightened assert_t1), whatever their outcome
     evidence_gates: int = 0
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import contextlib
+import functools
 import contextvars
 import math
 import os
@@ -533,6 +534,29 @@ def _check_names(component: str, feature: str) -> None:
 
 # --------------------------------------------------------------------------------------------------------------
 # Labels, slack, structured outputs, soft mode
+
+
+def _refusals_tracked(gate: Any) -> Any:
+    """``gate`` (assert_t1, assert_t2) noting on the running paired test each exception it raises that is not a
+    gate's verdict (GateFailure, EvidenceMissing) -- a refusal of its arguments: a TransparencyFinding, an
+    AmbiguousGate, a shape or device mismatch.  The plugin fails a paired test that catches one and passes (a
+    ``pytest.raises(Exception)`` planted-fault check around a gate whose bars exceed the band passed without a
+    fault: new-user trial of 2026-12-05), or whose xfail absorbs it: the gate measured nothing."""
+
+    @functools.wraps(gate)
+    def tracked(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        try:
+            return gate(*args, **kwargs)
+        except (_GateError, PlantedFaultWhileCalibrating):
+            raise
+        except Exception as exc:
+            t = _context.current_test()
+            if t is not None and t.paired and all(e is not exc for e in t.refused):
+                t.refused.append(exc)
+            raise
+
+    return tracked
 
 
 def _evidence_gate_called() -> None:
@@ -1203,6 +1227,7 @@ def _gate_t1_leaf(actual: Any, expected: Any, *, component: str, feature: str, n
     return stats, GateFailure("\n".join(lines), stats, checks, name=name)
 
 
+@_refusals_tracked
 def assert_t1(actual: Any, expected: Any, *, component: str, feature: str,
               relax: Union[Relax, str, None] = None, rel_l2: Optional[float] = None,
               cosine: Optional[float] = None, rtol: Optional[float] = None, atol: Optional[float] = None,
@@ -1285,6 +1310,7 @@ def assert_t1(actual: Any, expected: Any, *, component: str, feature: str,
 # T2
 
 
+@_refusals_tracked
 def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
               evidence: Union[str, "os.PathLike[str]", None] = None, case: Optional[str] = None,
               dim: Optional[int] = None, quantiles: Sequence[float] = (0.99,),

@@ -50,6 +50,7 @@ STATE = pytest.StashKey[_context.Session]()
 SKIPPED_BY_REQUIREMENT = pytest.StashKey[bool]()
 LOST = pytest.StashKey[List[str]]()  # what the test's call lost (gates._test_end), for its report
 LOST_IN_TEARDOWN = pytest.StashKey[List[str]]()  # what an erring teardown lost, for its report's outcome
+CONTEXT = pytest.StashKey[_context.TestContext]()  # the test's context, for its report (the refusals it caught)
 UNHANDLED = pytest.StashKey[Any]()  # undoes the hooks of _unhandled (threads, futures, event loops) when set
 
 
@@ -280,12 +281,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     if call.when == "call" and hasattr(rep, "wasxfail") and call.excinfo is not None:
         from .gates import EvidenceMissing
 
+        ctx = item.stash.get(CONTEXT, None)
+        refused = {id(e) for e in ctx.refused} if ctx is not None else set()
         gone = [e for e in _unhandled.exceptions_in(call.excinfo.value)
-                if isinstance(e, EvidenceMissing) and not e._expected]
+                if (isinstance(e, EvidenceMissing) and not e._expected) or id(e) in refused]
         if gone:  # an xfail cannot expect a gate that never ran: the session fails
+            what = "EvidenceMissing" if isinstance(gone[0], EvidenceMissing) else "a refusal of its arguments"
             item.config.stash[STATE].gate_errors.append(
-                f"{item.nodeid} (xfailed): a gate could not run (EvidenceMissing), which an xfail must not "
-                f"expect: {(str(gone[0]).splitlines() or [''])[0]}")
+                f"{item.nodeid} (xfailed): a gate could not run ({what}), which an xfail must not "
+                f"expect: {_first(gone[0])}")
     if rep.skipped and item.stash.get(SKIPPED_BY_REQUIREMENT, False) and isinstance(rep.longrepr, tuple):
         path, line = item.reportinfo()[:2]
         rep.longrepr = (str(path), (line or 0) + 1, rep.longrepr[2])  # report the test, not this plugin
@@ -331,6 +335,7 @@ def pytest_runtest_call(item: pytest.Item):
                                component=_marker_arg(item, "component"), feature=_marker_arg(item, "feature"),
                                paired=paired)
     session.test_stack.append(ctx)
+    item.stash[CONTEXT] = ctx
     n = session.repeat if paired else 1
     n_seeds = session.calibrate_runs if session.calibrate and paired else 1
     plan = [(session.seed + k, i) for k in range(n_seeds) for i in range(n)]
@@ -379,7 +384,16 @@ def _swallowed_missing(ctx: _context.TestContext, raised: Optional[BaseException
     return [f"a gate could not run, and its EvidenceMissing was caught before it failed the test (a broad "
             f"except or pytest.raises(Exception); a planted fault goes inside expect_gate_failure, a check of "
             f"EvidenceMissing itself inside expect_evidence_missing): {(str(e).splitlines() or [''])[0]}"
-            for e in ctx.missing if id(e) not in out and not getattr(e, "_expected", False)]
+            for e in ctx.missing if id(e) not in out and not getattr(e, "_expected", False)] + [
+        f"a gate refused its arguments and measured nothing, and the test caught the refusal before it failed "
+        f"the test (a broad except or pytest.raises(Exception) around a planted fault passes without any fault "
+        f"so; a test of the gates' own refusals has no vgct markers or fixture): {_first(e)}"
+        for e in ctx.refused if id(e) not in out]
+
+
+def _first(e: BaseException) -> str:
+    """``Type: first line of the message``."""
+    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
 
 
 def _record_properties(item: pytest.Item, records: List[Dict[str, Any]]) -> None:

@@ -1613,3 +1613,60 @@ def test_summary_row_names_a_t2_gate_by_its_case():
              "test": "t.py::test_x", "passed": False} for case in ("image", "text")]
     rows = summary_rows(recs, which="all")
     assert [r[1] for r in rows] == ["image", "text"]
+
+
+def test_a_gates_refusal_caught_by_a_paired_test_fails_it(pytester, run, monkeypatch):
+    """Planted (new-user trial of 2026-12-05): a planted-fault check ``with pytest.raises(Exception):
+    vgct.assert_t1(faulty, ref, rel_l2=1e-1)`` passed with no fault at all -- the bar exceeds the band, so the gate
+    refuses its arguments (TransparencyFinding) whatever the data; so did a shape mismatch, and an
+    xfail(strict=True) absorbed the same.  A refusal is not a verdict: the gate measured nothing.  Now a paired test
+    that catches one fails (an xfail's: the session); a gate's verdict caught (GateFailure) is what a planted-fault
+    check wants and passes; a plain test checking the gates' own refusals is left alone."""
+    monkeypatch.setenv("COLUMNS", "250")
+    pytester.makepyfile(test_x=HEADER + """
+from vgct_ext.gates import GateFailure, TransparencyFinding
+
+pytestmark = [pytest.mark.t1, pytest.mark.component("c"), pytest.mark.feature("f")]
+
+def test_bar_beyond_the_band(vgct):
+    with pytest.raises(Exception):
+        vgct.assert_t1(E, E, rel_l2=1e-1)       # no fault planted at all
+
+def test_shape_mismatch(vgct):
+    try:
+        vgct.assert_t1(E[:-1], E)
+    except Exception:
+        pass
+
+@pytest.mark.xfail(strict=True)
+def test_xfail_refusal(vgct):
+    vgct.assert_t1(E, E, rel_l2=1e-1)
+
+def test_verdict_caught(vgct):
+    with pytest.raises(GateFailure):
+        vgct.assert_t1(E * 1.5, E)
+
+@pytest.mark.xfail(strict=True)
+def test_xfail_verdict(vgct):
+    vgct.assert_t1(E * 1.5, E)
+""")
+    pytester.makepyfile(test_plain="""
+import numpy as np
+import pytest
+from vgct_ext.gates import TransparencyFinding, assert_t1
+
+def test_refusal_checked():
+    with pytest.raises(TransparencyFinding):
+        assert_t1(np.ones(4), np.ones(4), component="c", feature="f", rel_l2=1e-1)
+""")
+    result = run()
+    result.assert_outcomes(passed=2, failed=2, xfailed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    out = result.stdout.str()
+    for name, what in (("test_bar_beyond_the_band", "TransparencyFinding: "), ("test_shape_mismatch", "ValueError: ")):
+        section = out.split(f"_ {name} _", 1)[1].split("\n___", 1)[0]
+        assert "a gate refused its arguments and measured nothing, and the test caught the refusal" in section
+        assert what in section, name
+    result.stdout.fnmatch_lines(["*test_x.py::test_xfail_refusal (xfailed): a gate could not run (a refusal of its "
+                                 "arguments), which an xfail must not expect: TransparencyFinding: *"])
+    assert "test_xfail_verdict (xfailed): a gate could not run" not in out
