@@ -645,7 +645,7 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
     looser = _looser_than_runs(entry, runs, kind)
     if looser:
         return f"{kind} evidence for {key!r} on {stratum} in {path} cannot gate: {looser}. {hint}"
-    if len({str(r.get("test")) for r in runs}) >= 2:
+    if len({_owner(r) for r in runs}) >= 2:
         try:
             why = pooling_problem(runs, kind=kind, headroom=float(entry.get("headroom", 0.5)), dim=entry.get("dim"),
                                   floor_u=_pair_u(entry))
@@ -749,6 +749,15 @@ def _same_owner(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     if isinstance(ma, str) and isinstance(mb, str):  # (equal ids from two root directories differ in module)
         return ma == mb and _nested_ids(ta, tb)
     return ta == tb
+
+
+def _owner(r: Mapping[str, Any]) -> Tuple[Optional[str], str]:
+    """The test a run belongs to, as runs are grouped per test (:func:`pooling_problem`, :func:`_unusable`):
+    its module relative to the evidence file and its id (``(None, id)`` for a run recorded without its module;
+    ``"None"`` for one without an id), as :func:`_same_owner` tells tests apart -- one id recorded from two
+    modules (same-named tests of two folders sharing a file through ``evidence=``) is two tests."""
+    m = r.get("test_module")
+    return (m if isinstance(m, str) else None), str(r.get("test"))
 
 
 def _nested_ids(a: str, b: str) -> bool:
@@ -937,12 +946,19 @@ def pooling_problem(runs: Sequence[Mapping[str, Any]], *, kind: str, headroom: f
     squared; a statistic that is 0 in all of a test's own runs and not in the pool: infinitely looser) is
     refused.  T1 floors are compared as :func:`tighten_t1` uses them: relative L2 and 1 - cosine, each raised to
     the pair's resolution (``floor_u``, the unit roundoff u of the less precise dtype: u and u^2 / 2), so floors
-    below it are equal.  Runs without a test id (written before test ids were recorded) count as one test."""
-    by_test: Dict[str, List[Mapping[str, Any]]] = {}
+    below it are equal.  Runs without a test id (written before test ids were recorded) count as one test; a
+    test is its module and id (:func:`_owner`): one id recorded from two modules is two tests, named with
+    their modules."""
+    by_test: Dict[Tuple[Optional[str], str], List[Mapping[str, Any]]] = {}
     for r in runs:
-        by_test.setdefault(str(r.get("test")), []).append(r)
+        by_test.setdefault(_owner(r), []).append(r)
     if len(by_test) < 2:
         return None
+    ids = collections.Counter(t for _, t in by_test)
+
+    def label(o: Tuple[Optional[str], str]) -> str:  # a test's id, with its module where two share the id
+        return o[1] if ids[o[1]] == 1 or o[0] is None else f"{o[1]} (from {o[0]})"
+
     if kind == "t1_floor":
         def clamp(f: Mapping[str, float]) -> Dict[str, float]:
             return {"rel_l2": max(f["rel_l2"], floor_u), "one_minus_cosine": max(f["one_minus_cosine"],
@@ -957,7 +973,7 @@ def pooling_problem(runs: Sequence[Mapping[str, Any]], *, kind: str, headroom: f
                for t, rs in by_test.items()}
         sq = ("cosine",)
         what = "bar"
-    worst: Optional[Tuple[float, str, str, float, float]] = None
+    worst: Optional[Tuple[float, Tuple[Optional[str], str], str, float, float]] = None
     for t, bars in own.items():
         for k, mine in bars.items():
             pv = pooled.get(k)
@@ -971,10 +987,10 @@ def pooling_problem(runs: Sequence[Mapping[str, Any]], *, kind: str, headroom: f
         return None
     ratio, t, k, mine, pv = worst
     name = "1 - cosine" if k in sq else k
-    others = sorted(x for x in by_test if x != t)
+    others = sorted(label(x) for x in by_test if x != t)
     return (f"the runs of {len(by_test)} tests pool into this entry, and the pooled {what} of {name} "
-            f"({pv:.3g}) is {'infinitely' if math.isinf(ratio) else f'{ratio:.3g}x'} the one {t}'s own runs give "
-            f"({mine:.3g}; at most {POOL_CAP ** 2 if k in sq else POOL_CAP:g}x): pooled with "
+            f"({pv:.3g}) is {'infinitely' if math.isinf(ratio) else f'{ratio:.3g}x'} the one {label(t)}'s own runs "
+            f"give ({mine:.3g}; at most {POOL_CAP ** 2 if k in sq else POOL_CAP:g}x): pooled with "
             f"{', '.join(others)}, its gate would pass drift its own runs never showed"
             f"{' (its own value is exactly 0)' if mine == 0.0 else ''}. Give each test its own "
             + ("name= (e.g. name=<the parametrization>) so that each gets its own floor" if kind == "t1_floor" else

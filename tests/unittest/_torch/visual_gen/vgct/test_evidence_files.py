@@ -1425,6 +1425,83 @@ def test_recalibrating_a_same_named_test_of_another_folder_keeps_the_first_tests
     assert sorted(r["test_module"] for r in entry2["runs"]) == ["a/test_x.py"] * 5 + ["b/test_x.py"] * 5
 
 
+_SAME_NAMED = HEADER + """
+EVIDENCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shared", "e.json")
+FAULT = float(os.environ.get("VGCT_FAULT", "0"))
+
+def test_f(vgct):
+    vgct.assert_t2(drift(vgct.seed, K) * (1 + FAULT), E, component="c", feature="f", evidence=EVIDENCE)
+"""
+
+
+def test_same_named_tests_of_two_folders_sharing_a_file_are_two_tests_to_the_pooling_check(pytester, run):
+    """Planted (hostile review of 2026-12-05): q1/test_q.py::test_f (quiet) and q2/test_q.py::test_f (10x noisier) share
+    one evidence file through evidence=, each calibrated from its own folder (--rootdir: equal node ids).  Runs
+    were grouped per test by id alone, so the pooling check saw one test and wrote q1's bars pooled with q2's
+    drift; a fault in q1 then passed.  Grouped by module and id, the second calibration is refused naming both,
+    and q1 keeps its own bars, which fail the fault."""
+    for q, k in (("q1", 1.0), ("q2", 10.0)):
+        (pytester.path / q).mkdir()
+        (pytester.path / q / "test_q.py").write_text(_SAME_NAMED.replace("FAULT = ", f"K = {k}\nFAULT = "))
+    (pytester.path / "shared").mkdir()
+    run("--vgct-calibrate", "--rootdir=q1", "q1/test_q.py").assert_outcomes(passed=1)
+    path = pytester.path / "shared" / "e.json"
+    own = json.loads(path.read_text())["entries"]["c | f"][STRATUM]
+    result = run("--vgct-calibrate", "--rootdir=q2", "q2/test_q.py")
+    result.stdout.fnmatch_lines(["*vgct ERROR: *[[]c | f[]] *: not written: the runs of 2 tests pool into this entry*"
+                                 "the one test_q.py::test_f (from ../q1/test_q.py)'s own runs give*pooled with "
+                                 "test_q.py::test_f (from ../q2/test_q.py)*"])
+    assert json.loads(path.read_text())["entries"]["c | f"][STRATUM] == own  # q1's runs and bars alone
+    # the oracle: pooling q2's runs would loosen q1's bars past the cap, and a fault between the two passes them
+    from vgct_ext import compare
+
+    e = np.linspace(-1.0, 1.0, 64).reshape(4, 16)  # HEADER's E and drift(seed, k)
+    runs = [ev.t2_statistics(compare(e * (1 + 0.02 * k) + 0.004 * k * np.random.default_rng(s).standard_normal(
+        e.shape), e)) for k in (1.0, 10.0) for s in range(5)]
+    assert ev.bar_summary(runs[:5], 0.5)["bars"] == own["bars"]  # (the oracle reproduces q1's own bars)
+    pooled = ev.bar_summary(runs, 0.5)["bars"]
+    assert pooled["rel_l2"] > 4 * own["bars"]["rel_l2"] * 0.999
+    fault = 2.5 * own["bars"]["rel_l2"]
+    faulty = ev.t2_statistics(compare((e * 1.02 + 0.004 * np.random.default_rng(0).standard_normal(e.shape))
+                                      * (1 + fault), e))  # the gating run: seed 0
+    assert all(faulty[k] <= pooled[k] for k in ("rel_l2", "p99", "max_abs_err")) and \
+        faulty["cosine"] >= pooled["cosine"]  # the pooled bars pass the fault
+    result = _run_faulty(run, repr(fault), "--rootdir=q1", "q1/test_q.py")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*GateFailure: T2 gate failed: relative L2 *"])
+
+
+def test_pooling_and_the_gates_pooling_check_group_runs_by_module_and_id(monkeypatch):
+    """pooling_problem and _unusable group an entry's runs per test by module and id: one id recorded from two
+    modules is two tests (a quiet and a 10x noisier one: refused, naming each with its module); runs without a
+    module are grouped by id alone."""
+    monkeypatch.setattr(ev._context, "current_test", lambda: None)  # a gate outside pytest: no recorder to match
+    monkeypatch.setattr(ev._context, "current_session", lambda: None)
+
+    def runs(module, scale):
+        return [{"test": "test_q.py::test_f", "test_module": module, "seed": s,
+                 **{"rel_l2": r, "cosine": 1 - r * r / 2, "p99": r, "max_abs_err": r}}
+                for s, r in enumerate(scale * g for g in (1.0, 1.1, 1.05, 0.95, 1.02))]
+
+    quiet, noisy = runs("../q1/test_q.py", 1e-3), runs("../q2/test_q.py", 1e-2)
+    # the oracle: q1's own bar and the pooled one by the bar rule, more than POOL_CAP apart
+    assert ev.bar_summary(quiet + noisy, 0.5)["bars"]["rel_l2"] > ev.POOL_CAP * ev.bar_summary(quiet, 0.5)["bars"][
+        "rel_l2"]
+    why = ev.pooling_problem(quiet + noisy, kind="t2", headroom=0.5, dim=None)
+    assert why is not None and "the runs of 2 tests pool" in why
+    assert "test_q.py::test_f (from ../q1/test_q.py)'s own runs" in why and "(from ../q2/test_q.py)" in why
+    # homogeneous runs of the two modules (1.1x apart) still pool; without modules one id is one test
+    assert ev.pooling_problem(quiet + runs("../q2/test_q.py", 1.1e-3), kind="t2", headroom=0.5, dim=None) is None
+    bare = [{k: v for k, v in r.items() if k != "test_module"} for r in quiet + noisy]
+    assert ev.pooling_problem(bare, kind="t2", headroom=0.5, dim=None) is None
+    assert ev.pooling_problem(quiet + noisy, kind="t1_floor", headroom=0.5, dim=None, floor_u=2.0 ** -24) is not None
+    # an entry written before the check (hand-pooled; bars re-derived from all its runs): the gate refuses it
+    entry = {"kind": "t2", "headroom": 0.5, "dim": None, "tests": ["test_q.py::test_f"], "runs": quiet + noisy,
+             "dtype_actual": "float64", "dtype_expected": "float64", "bars": ev.bar_summary(quiet + noisy, 0.5)["bars"]}
+    why = ev._unusable(entry, Path("e.json"), "c | f", STRATUM, "t2")
+    assert why is not None and "cannot gate: the runs of 2 tests pool" in why
+
+
 def test_remove_test_drops_a_renamed_tests_runs_and_tightens_the_bars(tmp_path, capsys):
     # a test renamed after calibration: its old id's runs (an older, driftier version of the experiment) stay
     # pooled with the new id's, and the bars -- derived from every run -- stay as loose as the old runs made
