@@ -627,9 +627,12 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
       feature labels (a test added later, an fp16 variant of a calibrated bf16 test), would gate on bars it
       never recorded -- the pooling check cannot see a test that has no runs (new-user trial of 2026-12-05:
       a 0.4 % scale fault in the fp16 test passed on the bf16 test's bars); a run belongs to a test by
-      :func:`_same_owner` (:func:`_same_test` for runs recorded without their module).  Not inside the calling
-      thread's :func:`vgct_ext.expect_gate_failure` (a planted fault reads the clean test's evidence on
-      purpose), nor for a gate outside a test's call, which owns no evidence."""
+      :func:`_same_owner` (:func:`_same_test` for runs recorded without their module).  An entry without a
+      ``tests`` list is recorded by the tests its runs name (hostile review of 2026-12-05: an empty list let a
+      test never calibrated gate on another's bars); only one whose runs name no test (written before runs
+      named their test) gates any test.  Not inside the calling thread's :func:`vgct_ext.expect_gate_failure`
+      (a planted fault reads the clean test's evidence on purpose), nor for a gate outside a test's call, which
+      owns no evidence."""
     hint = f"Recalibrate. {_calibrate_hint(stratum, key)}"
     if kind == "t2":
         h = entry.get("headroom", 0.5)
@@ -656,6 +659,9 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
     t = _context.current_test()
     tests = entry.get("tests")
     tests = [x for x in tests if isinstance(x, str)] if isinstance(tests, list) else []
+    ids = [r for r in runs if isinstance(r.get("test"), str)]
+    # the tests that recorded it: its tests list, or without one the tests its runs name
+    tests = tests or list(dict.fromkeys(r["test"] for r in ids))
     from .gates import _expecting
 
     if t is None and tests and _context.current_session() is not None:
@@ -666,10 +672,9 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
     # runs recorded with their test's module relative to the evidence file name their tests whatever the root
     # directory; older runs by their test ids alone
     me = {"test": t.nodeid, "test_module": _test_module(t, path)} if t is not None else {}
-    ids = [r for r in runs if isinstance(r.get("test"), str)]
-    owned = t is None or not tests or any(
+    owned = t is None or any(
         _same_owner(r, me) if isinstance(r.get("test_module"), str) else _same_test(r["test"], t.nodeid, t.path)
-        for r in ids) or (not ids and any(_same_test(x, t.nodeid, t.path) for x in tests))
+        for r in ids) or (not ids and (not tests or any(_same_test(x, t.nodeid, t.path) for x in tests)))
     if not owned:
         if not _expecting():  # a planted fault (this thread's block) gates on its clean test's evidence
             fn = t.nodeid.split("[", 1)[0]

@@ -753,6 +753,32 @@ def test_recorded_test_ids_match_across_root_directories(tmp_path):
     assert ev._same_test("b/a/test_x.py::test_f", "a/test_x.py::test_f", mine)  # recorded from a parent root
 
 
+def test_an_entry_without_a_tests_list_is_owned_by_the_tests_its_runs_name(pytester, run):
+    """Planted (hostile review of 2026-12-05): an entry whose ``tests`` field is empty or missing counted as
+    recorded by every test, though each of its runs names test_bf16: test_fp16, never calibrated, gated on its
+    bars and passed a 4 % scale fault.  Without the list the runs' own test ids say who recorded it; only an
+    entry whose runs name no test (written before runs named their test) gates any test."""
+    pytester.makepyfile(test_x=_TWO_TESTS)
+    run("--vgct-calibrate", "-k", "bf16").assert_outcomes(passed=1)
+    path = pytester.path / "test_x.vgct-evidence.json"
+    data = _evidence(pytester)
+    entry = data["entries"]["c | reduced-precision model output"][STRATUM]
+    assert {r["test"] for r in entry["runs"]} == {"test_x.py::test_bf16"}
+    for edit in (lambda e: e.__setitem__("tests", []), lambda e: e.pop("tests")):
+        edit(entry)
+        path.write_text(json.dumps(data))
+        result = _run_faulty(run, "0.04", "-k", "fp16")  # under the bf16 bars (the oracle: the test above)
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines(["*EvidenceMissing*", "*was recorded by test_x.py::test_bf16, not by this test "
+                                     "(test_x.py::test_fp16)*"])
+        run("-k", "bf16 or planted").assert_outcomes(passed=2)  # its recorder gates; a planted fault reads it
+    # runs without test ids (legacy): owned by no test in particular, so by any test, as documented
+    for r in entry["runs"]:
+        del r["test"], r["test_module"]
+    path.write_text(json.dumps(data))
+    run("-k", "fp16").assert_outcomes(passed=1)
+
+
 def test_an_entry_derived_with_an_out_of_range_headroom_does_not_gate(pytester, run):
     """An entry written with --vgct-headroom=1000 before that was refused (bars 1001x the worst run): not used."""
     pytester.makepyfile(test_x=_POOLED.replace('[1.0, 10.0], ids=["quiet", "noisy"]', '[1.0], ids=["quiet"]'))
