@@ -1002,6 +1002,90 @@ def test_malformed_evidence_names_file_and_field(tmp_path, capsys, text, field):
     assert cli(["evidence", "show", str(path)]) == 2 and field in capsys.readouterr().err
 
 
+_BIG = 123456789  # a placeholder, replaced in the file's text by an integer of 5000 digits (see below)
+
+
+@pytest.mark.parametrize("edit, field, want, got", [
+    (lambda e: e["runs"][0].__setitem__("p99", 10 ** 400), ".runs[0].p99", "a finite number (a float64) or null",
+     "an integer of 401 digits"),
+    (lambda e: e["runs"][1].__setitem__("rel_l2", float("nan")), ".runs[1].rel_l2",
+     "a finite number (a float64) or null", "nan"),
+    (lambda e: e["runs"][2].__setitem__("cosine", float("-inf")), ".runs[2].cosine",
+     "a finite number (a float64) or null", "-inf"),
+    (lambda e: e["runs"][0].__setitem__("seed", 10 ** 400), ".runs[0].seed", "a finite number (a float64) or null",
+     "an integer of 401 digits"),
+    (lambda e: e.__setitem__("headroom", 10 ** 400), ".headroom", "a finite number (a float64)",
+     "an integer of 401 digits"),
+    (lambda e: e.__setitem__("shape", [10 ** 400]), ".shape[0]", "a finite number (a float64)",
+     "an integer of 401 digits"),
+    (lambda e: e["precision"].__setitem__("x", [float("inf")]), ".precision.x[0]", "a finite number (a float64)",
+     "inf"),
+    (lambda e: e.__setitem__("headroom", _BIG), None, "a finite number (a float64)", None),
+])
+def test_a_number_that_is_not_a_finite_float64_is_refused_naming_file_and_field(tmp_path, capsys, edit, field,
+                                                                                 want, got):
+    """Planted (hostile review of 2026-12-05): a run's statistic of 401 digits passed validation, then float()
+    raised OverflowError in the bar rule -- pytest crashed at the session's end (no evidence, no report) and
+    `evidence remove --test` died with a traceback; a 5000-digit integer gave Python's own ValueError without the
+    file's name.  Every number must be a finite float64: refused naming the file, the field, what was expected
+    and what was found, by load, the gate and every evidence command (exit 2), the file left as it was."""
+    path, entry = _two_test_entry(tmp_path, [("t.py::test_a", "t.py"), ("t.py::test_b", "t.py")],
+                                  [(1e-4, 0.1), (1.1e-4, 0.1)])
+    data = json.loads(path.read_text())
+    edit(data["entries"]["c | f"][STRATUM])
+    text = json.dumps(data)
+    if field is None:  # json.dumps cannot write it (Python's digit limit): 5000 digits, more than json.loads reads
+        text = text.replace(str(_BIG), "1" + "0" * 4999)
+        expect = [str(path), "not an evidence file: a number in it cannot be read (Exceeds the limit", want]
+    else:
+        expect = [f"{path}: evidence field entries['c | f']['{STRATUM}']{field}: expected {want}, got {got}"]
+    path.write_text(text)
+    with pytest.raises(ValueError) as ei:
+        ev.load(path)
+    assert all(x in str(ei.value) for x in expect), str(ei.value)
+    e = np.linspace(-1, 1, 64)
+    with expect_evidence_missing() as gi:  # the gate fails with the same words
+        assert_t2(e, e, component="c", feature="f", evidence=path)
+    assert all(x in str(gi.value) for x in expect)
+    for argv in (["show", str(path)], ["show", str(path), "--json"], ["remove", str(path), "c | f", "--test",
+                 "t.py::test_a"], ["remove", str(path), "c | f"],
+                 ["annotate", str(path), "c | f", "--stratum", STRATUM, "--investigation", "n"]):
+        assert cli(["evidence", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and all(x in err for x in expect) and "Traceback" not in err, (argv, err)
+    assert path.read_text() == text
+
+
+def test_a_huge_integer_in_one_evidence_file_is_reported_and_the_session_writes_the_others(pytester, run):
+    """Planted (hostile review of 2026-12-05): calibration merging into a file whose run held a 401-digit integer
+    crashed pytest at the session's end (OverflowError in pytest_sessionfinish): no evidence written for any file,
+    no report.  Now that file is refused (an error line naming it and the field; exit status 1, nothing written
+    to it) and the other files and the report are written."""
+    body = HEADER + """
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_f(vgct):
+    vgct.assert_t2(drift(vgct.seed), E)
+"""
+    pytester.makepyfile(test_a=body, test_b=body)
+    run("--vgct-calibrate").assert_outcomes(passed=2)
+    pa, pb = (pytester.path / f"test_{x}.vgct-evidence.json" for x in "ab")
+    data = json.loads(pa.read_text())
+    data["entries"]["c | f"][STRATUM]["runs"][0]["p99"] = 10 ** 400  # (test_a's file is merged first)
+    pa.write_text(json.dumps(data))
+    before = pa.read_text()
+    pb.unlink()
+    result = run("--vgct-calibrate", "--vgct-report=r.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # (not 3, pytest's INTERNAL_ERROR)
+    result.stdout.fnmatch_lines([f"*vgct ERROR: evidence not written to {pa}: {pa}: evidence field entries[[]"
+                                 f"'c | f'[]][[]'{STRATUM}'[]].runs[[]0[]].p99: expected a finite number (a float64) "
+                                 f"or null, got an integer of 401 digits"])
+    assert pa.read_text() == before
+    assert "c | f" in _evidence(pytester, "test_b")["entries"]
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert len(report["evidence_errors"]) == 1 and "runs[0].p99" in report["evidence_errors"][0]
+
+
 def test_evidence_entry_missing_a_field_names_it(tmp_path):
     path = tmp_path / "x.vgct-evidence.json"
     path.write_text(json.dumps({"format": ev.FORMAT, "entries": {"c | f": {STRATUM: {"bars": GOOD["bars"]}}}}))
