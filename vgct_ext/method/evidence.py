@@ -410,6 +410,10 @@ def _finite_numbers(path: Any, where: str, value: Any) -> None:
             raise _bad(path, w, _FINITE, v)
 
 
+#: What a run's test identity fields hold.
+_ID_TEXT = {"test": "a string (a pytest node id)",
+            "test_module": "a string (a module path, relative to the evidence file)"}
+
 #: Statistics whose value may be negative or is bounded: their allowed range in words (all others: >= 0).
 _RANGE_TEXT = {"cosine": "a cosine in [-1, 1]", "mean_diff": "a number", "mean_shift": "a number",
                "one_minus_cosine": "a number in [0, 2]", "seed": "an integer",
@@ -473,8 +477,10 @@ def validate(data: Any, path: Any = "<evidence>") -> Dict[str, Any]:
                         raise _bad(path, f"{w}.runs[{i}]", "an object of statistics", r)
                     for k, v in r.items():
                         if k in ("test", "test_module"):
-                            ok = v is None or isinstance(v, str)
-                        elif _is_num(v) and not _finite_float(v):
+                            if not (v is None or isinstance(v, str)):
+                                raise _bad(path, f"{w}.runs[{i}].{k}", _ID_TEXT[k] + " or null", v)
+                            continue
+                        if _is_num(v) and not _finite_float(v):
                             raise _bad(path, f"{w}.runs[{i}].{k}", _FINITE + " or null", v)
                         elif k == "seed":
                             ok = v is None or _is_int(v)

@@ -966,6 +966,68 @@ def test_evidence_show_prints_every_digit_and_annotate_sets_the_note(tmp_path, c
     assert not list(tmp_path.glob("*.tmp"))
 
 
+def test_evidence_show_of_an_unknown_stratum_is_an_error_naming_the_strata_recorded(tmp_path, capsys):
+    """Planted (hostile review of 2026-12-05): ``show FILE KEY --stratum sm_90`` of an entry without that stratum
+    printed the file's header and exited 0, as if the stratum were recorded and empty; the documented exit is 2."""
+    path = tmp_path / "x.vgct-evidence.json"
+    entry = {"kind": "t2", "dtype_actual": "float32", "dtype_expected": "float32", "shape": [4], "dim": None,
+             "bars": {"cosine": 0.9, "rel_l2": 0.1, "p99": 0.1, "max_abs_err": 0.1}}
+    path.write_text(json.dumps({"format": ev.FORMAT, "entries": {"c | f": {"sm_90": entry, "sm_80": entry},
+                                                                 "c | g": {"sm_90": entry}}}))
+    for argv, err in ((["c | g", "--stratum", "sm_80"], "entry 'c | g' has no stratum 'sm_80' (strata: sm_90)"),
+                      (["--stratum", "sm_100"], "no entry has stratum 'sm_100' (strata: sm_80, sm_90)"),
+                      (["c | g", "--stratum", "sm_80", "--json"],
+                       "entry 'c | g' has no stratum 'sm_80' (strata: sm_90)")):
+        assert cli(["evidence", "show", str(path), *argv]) == 2, argv
+        out, got = capsys.readouterr()
+        assert out == "" and got == f"error: {path}: {err}\n", (argv, got)
+    assert cli(["evidence", "show", str(path), "--stratum", "sm_80"]) == 0
+    out = capsys.readouterr().out
+    assert "[c | f] sm_80 (t2)" in out and "sm_90" not in out
+    assert cli(["evidence", "show", str(path), "--stratum", "sm_80", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"c | f": {"sm_80": entry}}
+
+
+@pytest.mark.parametrize("field, want", [("test", "a string (a pytest node id) or null"),
+                                         ("test_module", "a string (a module path, relative to the evidence file) "
+                                                         "or null")])
+def test_a_runs_test_id_or_module_that_is_not_a_string_is_refused_as_such(tmp_path, field, want):
+    path = tmp_path / "x.vgct-evidence.json"
+    _one_entry_file(path, 0.1)
+    data = json.loads(path.read_text())
+    data["entries"]["c | f"][STRATUM]["runs"][0][field] = 5
+    with pytest.raises(ValueError) as ei:
+        ev.validate(data, path)
+    assert str(ei.value) == f"{path}: evidence field entries['c | f']['{STRATUM}'].runs[0].{field}: expected {want}, " \
+                            f"got 5"
+
+
+def test_an_evidence_command_whose_write_fails_names_the_file_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    """Planted (hostile review of 2026-12-05): a full disk during ``evidence annotate`` printed only "[Errno 28] No
+    space left on device", naming no file.  Each writing command names the file (and entry) and says nothing was
+    written; the file is as it was, no temporary file left."""
+    import errno
+
+    from vgct_ext.method import _files
+
+    path, entry = _two_test_entry(tmp_path, [("t.py::test_a", "t.py"), ("t.py::test_b", "t.py")],
+                                  [(1e-4, 0.1), (1.1e-4, 0.1)])
+    before = path.read_text()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(_files.os, "fsync", full)
+    for argv, where in ((["annotate", str(path), "c | f", "--stratum", STRATUM, "--investigation", "n"],
+                         f"{path} [c | f] {STRATUM}"),
+                        (["remove", str(path), "c | f", "--test", "t.py::test_a"], f"{path} [c | f]"),
+                        (["remove", str(path), "c | f"], f"{path} [c | f]")):
+        assert cli(["evidence", *argv]) == 2, argv
+        assert capsys.readouterr().err == f"error: {where}: [Errno {errno.ENOSPC}] {os.strerror(errno.ENOSPC)}. " \
+                                          f"Nothing was written\n"
+        assert path.read_text() == before and not list(tmp_path.glob(".*.tmp"))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # malformed files
 
