@@ -19,7 +19,8 @@ and spread, the rule and the investigation note. ``evidence annotate FILE KEY --
 TEXT`` (or ``--clear``) records the note a cosine bar under 0.99 requires; ``evidence remove FILE KEY
 [--stratum S]`` removes an entry, and with ``--test TEST_ID`` only that test's runs, re-deriving the bars from
 the runs left (a renamed test's old id). Both write under the file's lock, atomically. Exit 2 for an unknown file,
-key or stratum, or a malformed file (the message names the field).
+key or stratum (``show --stratum`` too, naming the strata recorded), a malformed file (the message names the
+field), or a write that fails (a full disk: the message names the file and says nothing was written).
 """
 
 from __future__ import annotations
@@ -236,8 +237,17 @@ def cmd_evidence(args: argparse.Namespace) -> int:
                 print(f"error: {args.file}: no entry {args.key!r} (entries: "
                       f"{', '.join(repr(k) for k in sorted(entries)) or 'none'})", file=sys.stderr)
                 return 2
+            if args.stratum is not None:  # an unknown stratum is an error, not an empty listing
+                have = sorted({s for k in keys for s in entries[k]})
+                if args.stratum not in have:
+                    what = f"entry {args.key!r} has no" if args.key is not None else "no entry has"
+                    print(f"error: {args.file}: {what} stratum {args.stratum!r} (strata: {', '.join(have) or 'none'})",
+                          file=sys.stderr)
+                    return 2
+                keys = [k for k in keys if args.stratum in entries[k]]
             if args.json:
-                json.dump({k: entries[k] for k in keys}, sys.stdout, indent=2, sort_keys=True)
+                json.dump({k: {s: e for s, e in entries[k].items() if args.stratum in (None, s)} for k in keys},
+                          sys.stdout, indent=2, sort_keys=True)
                 print()
                 return 0
             print(f"{args.file} ({data['format']}): {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}")
@@ -288,7 +298,14 @@ def cmd_evidence(args: argparse.Namespace) -> int:
         return 2
     except BrokenPipeError:
         raise  # the reader closed the pipe: main() ends quietly
-    except (ValueError, OSError) as exc:
+    except OSError as exc:
+        if args.action in ("annotate", "remove"):  # (a full disk: the errno's words alone name no file)
+            where = f"{args.file} [{args.key}]" + (f" {args.stratum}" if args.stratum is not None else "")
+            print(f"error: {where}: {exc}. Nothing was written", file=sys.stderr)
+        else:
+            print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     raise AssertionError(args.action)

@@ -64,7 +64,8 @@ entry recorded before channel_rel_l2 was gated is refused the same way), except 
 channel_rel_l2 are not required when the gated run's reference has zero norm (the gate then uses absolute error).
 Calibration refuses a run with a non-finite pair (``n_finite < n``), a zero-norm reference, or an undefined or
 non-finite statistic, and :func:`derive_bars` never produces a missing or non-finite bar. A malformed file
-(bad JSON, a field of the wrong type) raises ``ValueError`` naming the file and the field.
+(bad JSON, a field of the wrong type, a number that is not a finite float64) raises ``ValueError`` naming the file
+and the field.
 """
 
 from __future__ import annotations
@@ -225,7 +226,7 @@ def required_bars(dim: Optional[int], zero_reference: bool = False) -> Tuple[str
 
 
 def _finite_number(v: Any) -> bool:
-    return (not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(float(v)))
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and _finite_float(v)
 
 
 def check_calibration_run(stats: Any, observed: Mapping[str, Any], dim: Optional[int]) -> Optional[str]:
@@ -344,7 +345,13 @@ def derive_bars(runs: Sequence[Mapping[str, Any]], headroom: float,
 
 
 def _bad(path: Any, field: str, want: str, got: Any) -> ValueError:
-    g = repr(got)
+    if _is_int(got) and not _finite_float(got):  # (beyond float: its digits say more than its first 77)
+        try:
+            g = f"an integer of {len(str(abs(got)))} digits"
+        except ValueError:  # beyond Python's digit limit for conversion to a string
+            g = f"an integer of {got.bit_length()} bits"
+    else:
+        g = repr(got)
     if len(g) > 80:
         g = g[:77] + "..."
     return ValueError(f"{path}: evidence field {field}: expected {want}, got {g}")
@@ -383,6 +390,30 @@ def _finite_float(v: Any) -> bool:
         return False
 
 
+#: What validate expects of every number in an evidence document.
+_FINITE = "a finite number (a float64)"
+
+
+def _finite_numbers(path: Any, where: str, value: Any) -> None:
+    """Raise ``ValueError`` (:func:`_bad`) naming the first number under ``value`` (``where`` its field) that is
+    not a finite float64: NaN, an infinity, or an integer beyond float (a 401-digit one made ``float()`` raise
+    OverflowError in the bar rule and crashed pytest's session end; hostile review of 2026-12-05).  Iterative: a deeply
+    nested value is no recursion here."""
+    stack = [(where, value)]
+    while stack:
+        w, v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend((f"{w}.{k}", x) for k, x in reversed(list(v.items())))
+        elif isinstance(v, list):
+            stack.extend((f"{w}[{i}]", x) for i, x in reversed(list(enumerate(v))))
+        elif _is_num(v) and not _finite_float(v):
+            raise _bad(path, w, _FINITE, v)
+
+
+#: What a run's test identity fields hold.
+_ID_TEXT = {"test": "a string (a pytest node id)",
+            "test_module": "a string (a module path, relative to the evidence file)"}
+
 #: Statistics whose value may be negative or is bounded: their allowed range in words (all others: >= 0).
 _RANGE_TEXT = {"cosine": "a cosine in [-1, 1]", "mean_diff": "a number", "mean_shift": "a number",
                "one_minus_cosine": "a number in [0, 2]", "seed": "an integer",
@@ -403,7 +434,9 @@ def _in_range(k: str, v: Any) -> bool:
 
 def validate(data: Any, path: Any = "<evidence>") -> Dict[str, Any]:
     """Check the structure and field types of an evidence document; return it. Raises ``ValueError`` naming
-    ``path`` and the first bad field (e.g. ``entries["c | f"]["cpu-avx512"].bars.rel_l2``)."""
+    ``path`` and the first bad field (e.g. ``entries["c | f"]["cpu-avx512"].bars.rel_l2``). Every number in it
+    must be a finite float64 (no NaN, infinity, or integer beyond float): nothing downstream converts one that
+    is not."""
     if not isinstance(data, dict):
         raise _bad(path, "(top level)", "a JSON object", type(data).__name__)
     if data.get("format") not in READ_FORMATS:
@@ -444,16 +477,24 @@ def validate(data: Any, path: Any = "<evidence>") -> Dict[str, Any]:
                         raise _bad(path, f"{w}.runs[{i}]", "an object of statistics", r)
                     for k, v in r.items():
                         if k in ("test", "test_module"):
-                            ok = v is None or isinstance(v, str)
+                            if not (v is None or isinstance(v, str)):
+                                raise _bad(path, f"{w}.runs[{i}].{k}", _ID_TEXT[k] + " or null", v)
+                            continue
+                        if _is_num(v) and not _finite_float(v):
+                            raise _bad(path, f"{w}.runs[{i}].{k}", _FINITE + " or null", v)
                         elif k == "seed":
                             ok = v is None or _is_int(v)
                         elif k in ("channel_mean_shift_index", "channel_rel_l2_index"):
                             ok = v is None or (_is_int(v) and v >= 0)
                         else:
-                            ok = v is None or (_is_num(v) and (not _finite_float(v) or _in_range(k, v)))
+                            ok = v is None or (_is_num(v) and _in_range(k, v))
                         if not ok:
                             raise _bad(path, f"{w}.runs[{i}].{k}", _RANGE_TEXT.get(k, "a number >= 0") + " (or null)",
                                        v)
+            _finite_numbers(path, w, entry)  # (headroom, shape, dim, a field no check above names)
+    for name, v in data.items():
+        if name != "entries":
+            _finite_numbers(path, name, v)
     return data
 
 
@@ -478,6 +519,9 @@ def _parse(raw: bytes, p: Path) -> Dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{p}: not valid JSON ({exc})") from exc
+    except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise ValueError(f"{p}: not an evidence file: a number in it cannot be read ({exc}); expected "
+                         f"{_FINITE} for every number") from exc
     except RecursionError as exc:  # nesting deeper than the parser's stack: no evidence file is built so
         raise ValueError(f"{p}: not an evidence file (JSON nested too deeply)") from exc
     return validate(data, p)
@@ -627,9 +671,12 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
       feature labels (a test added later, an fp16 variant of a calibrated bf16 test), would gate on bars it
       never recorded -- the pooling check cannot see a test that has no runs (new-user trial of 2026-12-05:
       a 0.4 % scale fault in the fp16 test passed on the bf16 test's bars); a run belongs to a test by
-      :func:`_same_owner` (:func:`_same_test` for runs recorded without their module).  Not inside the calling
-      thread's :func:`vgct_ext.expect_gate_failure` (a planted fault reads the clean test's evidence on
-      purpose), nor for a gate outside a test's call, which owns no evidence."""
+      :func:`_same_owner` (:func:`_same_test` for runs recorded without their module).  An entry without a
+      ``tests`` list is recorded by the tests its runs name (hostile review of 2026-12-05: an empty list let a
+      test never calibrated gate on another's bars); only one whose runs name no test (written before runs
+      named their test) gates any test.  Not inside the calling thread's :func:`vgct_ext.expect_gate_failure`
+      (a planted fault reads the clean test's evidence on purpose), nor for a gate outside a test's call, which
+      owns no evidence."""
     hint = f"Recalibrate. {_calibrate_hint(stratum, key)}"
     if kind == "t2":
         h = entry.get("headroom", 0.5)
@@ -645,7 +692,7 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
     looser = _looser_than_runs(entry, runs, kind)
     if looser:
         return f"{kind} evidence for {key!r} on {stratum} in {path} cannot gate: {looser}. {hint}"
-    if len({str(r.get("test")) for r in runs}) >= 2:
+    if len({_owner(r) for r in runs}) >= 2:
         try:
             why = pooling_problem(runs, kind=kind, headroom=float(entry.get("headroom", 0.5)), dim=entry.get("dim"),
                                   floor_u=_pair_u(entry))
@@ -656,6 +703,9 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
     t = _context.current_test()
     tests = entry.get("tests")
     tests = [x for x in tests if isinstance(x, str)] if isinstance(tests, list) else []
+    ids = [r for r in runs if isinstance(r.get("test"), str)]
+    # the tests that recorded it: its tests list, or without one the tests its runs name
+    tests = tests or list(dict.fromkeys(r["test"] for r in ids))
     from .gates import _expecting
 
     if t is None and tests and _context.current_session() is not None:
@@ -666,10 +716,9 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
     # runs recorded with their test's module relative to the evidence file name their tests whatever the root
     # directory; older runs by their test ids alone
     me = {"test": t.nodeid, "test_module": _test_module(t, path)} if t is not None else {}
-    ids = [r for r in runs if isinstance(r.get("test"), str)]
-    owned = t is None or not tests or any(
+    owned = t is None or any(
         _same_owner(r, me) if isinstance(r.get("test_module"), str) else _same_test(r["test"], t.nodeid, t.path)
-        for r in ids) or (not ids and any(_same_test(x, t.nodeid, t.path) for x in tests))
+        for r in ids) or (not ids and (not tests or any(_same_test(x, t.nodeid, t.path) for x in tests)))
     if not owned:
         if not _expecting():  # a planted fault (this thread's block) gates on its clean test's evidence
             fn = t.nodeid.split("[", 1)[0]
@@ -753,6 +802,15 @@ def _same_owner(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     if isinstance(ma, str) and isinstance(mb, str):  # (equal ids from two root directories differ in module)
         return ma == mb and _nested_ids(ta, tb)
     return ta == tb
+
+
+def _owner(r: Mapping[str, Any]) -> Tuple[Optional[str], str]:
+    """The test a run belongs to, as runs are grouped per test (:func:`pooling_problem`, :func:`_unusable`):
+    its module relative to the evidence file and its id (``(None, id)`` for a run recorded without its module;
+    ``"None"`` for one without an id), as :func:`_same_owner` tells tests apart -- one id recorded from two
+    modules (same-named tests of two folders sharing a file through ``evidence=``) is two tests."""
+    m = r.get("test_module")
+    return (m if isinstance(m, str) else None), str(r.get("test"))
 
 
 def _nested_ids(a: str, b: str) -> bool:
@@ -946,12 +1004,19 @@ def pooling_problem(runs: Sequence[Mapping[str, Any]], *, kind: str, headroom: f
     squared; a statistic that is 0 in all of a test's own runs and not in the pool: infinitely looser) is
     refused.  T1 floors are compared as :func:`tighten_t1` uses them: relative L2 and 1 - cosine, each raised to
     the pair's resolution (``floor_u``, the unit roundoff u of the less precise dtype: u and u^2 / 2), so floors
-    below it are equal.  Runs without a test id (written before test ids were recorded) count as one test."""
-    by_test: Dict[str, List[Mapping[str, Any]]] = {}
+    below it are equal.  Runs without a test id (written before test ids were recorded) count as one test; a
+    test is its module and id (:func:`_owner`): one id recorded from two modules is two tests, named with
+    their modules."""
+    by_test: Dict[Tuple[Optional[str], str], List[Mapping[str, Any]]] = {}
     for r in runs:
-        by_test.setdefault(str(r.get("test")), []).append(r)
+        by_test.setdefault(_owner(r), []).append(r)
     if len(by_test) < 2:
         return None
+    ids = collections.Counter(t for _, t in by_test)
+
+    def label(o: Tuple[Optional[str], str]) -> str:  # a test's id, with its module where two share the id
+        return o[1] if ids[o[1]] == 1 or o[0] is None else f"{o[1]} (from {o[0]})"
+
     if kind == "t1_floor":
         def clamp(f: Mapping[str, float]) -> Dict[str, float]:
             return {"rel_l2": max(f["rel_l2"], floor_u), "one_minus_cosine": max(f["one_minus_cosine"],
@@ -966,7 +1031,7 @@ def pooling_problem(runs: Sequence[Mapping[str, Any]], *, kind: str, headroom: f
                for t, rs in by_test.items()}
         sq = ("cosine",)
         what = "bar"
-    worst: Optional[Tuple[float, str, str, float, float]] = None
+    worst: Optional[Tuple[float, Tuple[Optional[str], str], str, float, float]] = None
     for t, bars in own.items():
         for k, mine in bars.items():
             pv = pooled.get(k)
@@ -980,10 +1045,10 @@ def pooling_problem(runs: Sequence[Mapping[str, Any]], *, kind: str, headroom: f
         return None
     ratio, t, k, mine, pv = worst
     name = "1 - cosine" if k in sq else k
-    others = sorted(x for x in by_test if x != t)
+    others = sorted(label(x) for x in by_test if x != t)
     return (f"the runs of {len(by_test)} tests pool into this entry, and the pooled {what} of {name} "
-            f"({pv:.3g}) is {'infinitely' if math.isinf(ratio) else f'{ratio:.3g}x'} the one {t}'s own runs give "
-            f"({mine:.3g}; at most {POOL_CAP ** 2 if k in sq else POOL_CAP:g}x): pooled with "
+            f"({pv:.3g}) is {'infinitely' if math.isinf(ratio) else f'{ratio:.3g}x'} the one {label(t)}'s own runs "
+            f"give ({mine:.3g}; at most {POOL_CAP ** 2 if k in sq else POOL_CAP:g}x): pooled with "
             f"{', '.join(others)}, its gate would pass drift its own runs never showed"
             f"{' (its own value is exactly 0)' if mine == 0.0 else ''}. Give each test its own "
             + ("name= (e.g. name=<the parametrization>) so that each gets its own floor" if kind == "t1_floor" else

@@ -896,6 +896,32 @@ def test_recorded_test_ids_match_across_root_directories(tmp_path):
     assert ev._same_test("b/a/test_x.py::test_f", "a/test_x.py::test_f", mine)  # recorded from a parent root
 
 
+def test_an_entry_without_a_tests_list_is_owned_by_the_tests_its_runs_name(pytester, run):
+    """Planted (hostile review of 2026-12-05): an entry whose ``tests`` field is empty or missing counted as
+    recorded by every test, though each of its runs names test_bf16: test_fp16, never calibrated, gated on its
+    bars and passed a 4 % scale fault.  Without the list the runs' own test ids say who recorded it; only an
+    entry whose runs name no test (written before runs named their test) gates any test."""
+    pytester.makepyfile(test_x=_TWO_TESTS)
+    run("--vgct-calibrate", "-k", "bf16").assert_outcomes(passed=1)
+    path = pytester.path / "test_x.vgct-evidence.json"
+    data = _evidence(pytester)
+    entry = data["entries"]["c | reduced-precision model output"][STRATUM]
+    assert {r["test"] for r in entry["runs"]} == {"test_x.py::test_bf16"}
+    for edit in (lambda e: e.__setitem__("tests", []), lambda e: e.pop("tests")):
+        edit(entry)
+        path.write_text(json.dumps(data))
+        result = _run_faulty(run, "0.04", "-k", "fp16")  # under the bf16 bars (the oracle: the test above)
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines(["*EvidenceMissing*", "*was recorded by test_x.py::test_bf16, not by this test "
+                                     "(test_x.py::test_fp16)*"])
+        run("-k", "bf16 or planted").assert_outcomes(passed=2)  # its recorder gates; a planted fault reads it
+    # runs without test ids (legacy): owned by no test in particular, so by any test, as documented
+    for r in entry["runs"]:
+        del r["test"], r["test_module"]
+    path.write_text(json.dumps(data))
+    run("-k", "fp16").assert_outcomes(passed=1)
+
+
 def test_an_entry_derived_with_an_out_of_range_headroom_does_not_gate(pytester, run):
     """An entry written with --vgct-headroom=1000 before that was refused (bars 1001x the worst run): not used."""
     pytester.makepyfile(test_x=_POOLED.replace('[1.0, 10.0], ids=["quiet", "noisy"]', '[1.0], ids=["quiet"]'))
@@ -1083,6 +1109,68 @@ def test_evidence_show_prints_every_digit_and_annotate_sets_the_note(tmp_path, c
     assert not list(tmp_path.glob("*.tmp"))
 
 
+def test_evidence_show_of_an_unknown_stratum_is_an_error_naming_the_strata_recorded(tmp_path, capsys):
+    """Planted (hostile review of 2026-12-05): ``show FILE KEY --stratum sm_90`` of an entry without that stratum
+    printed the file's header and exited 0, as if the stratum were recorded and empty; the documented exit is 2."""
+    path = tmp_path / "x.vgct-evidence.json"
+    entry = {"kind": "t2", "dtype_actual": "float32", "dtype_expected": "float32", "shape": [4], "dim": None,
+             "bars": {"cosine": 0.9, "rel_l2": 0.1, "p99": 0.1, "max_abs_err": 0.1}}
+    path.write_text(json.dumps({"format": ev.FORMAT, "entries": {"c | f": {"sm_90": entry, "sm_80": entry},
+                                                                 "c | g": {"sm_90": entry}}}))
+    for argv, err in ((["c | g", "--stratum", "sm_80"], "entry 'c | g' has no stratum 'sm_80' (strata: sm_90)"),
+                      (["--stratum", "sm_100"], "no entry has stratum 'sm_100' (strata: sm_80, sm_90)"),
+                      (["c | g", "--stratum", "sm_80", "--json"],
+                       "entry 'c | g' has no stratum 'sm_80' (strata: sm_90)")):
+        assert cli(["evidence", "show", str(path), *argv]) == 2, argv
+        out, got = capsys.readouterr()
+        assert out == "" and got == f"error: {path}: {err}\n", (argv, got)
+    assert cli(["evidence", "show", str(path), "--stratum", "sm_80"]) == 0
+    out = capsys.readouterr().out
+    assert "[c | f] sm_80 (t2)" in out and "sm_90" not in out
+    assert cli(["evidence", "show", str(path), "--stratum", "sm_80", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"c | f": {"sm_80": entry}}
+
+
+@pytest.mark.parametrize("field, want", [("test", "a string (a pytest node id) or null"),
+                                         ("test_module", "a string (a module path, relative to the evidence file) "
+                                                         "or null")])
+def test_a_runs_test_id_or_module_that_is_not_a_string_is_refused_as_such(tmp_path, field, want):
+    path = tmp_path / "x.vgct-evidence.json"
+    _one_entry_file(path, 0.1)
+    data = json.loads(path.read_text())
+    data["entries"]["c | f"][STRATUM]["runs"][0][field] = 5
+    with pytest.raises(ValueError) as ei:
+        ev.validate(data, path)
+    assert str(ei.value) == f"{path}: evidence field entries['c | f']['{STRATUM}'].runs[0].{field}: expected {want}, " \
+                            f"got 5"
+
+
+def test_an_evidence_command_whose_write_fails_names_the_file_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    """Planted (hostile review of 2026-12-05): a full disk during ``evidence annotate`` printed only "[Errno 28] No
+    space left on device", naming no file.  Each writing command names the file (and entry) and says nothing was
+    written; the file is as it was, no temporary file left."""
+    import errno
+
+    from vgct_ext.method import _files
+
+    path, entry = _two_test_entry(tmp_path, [("t.py::test_a", "t.py"), ("t.py::test_b", "t.py")],
+                                  [(1e-4, 0.1), (1.1e-4, 0.1)])
+    before = path.read_text()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(_files.os, "fsync", full)
+    for argv, where in ((["annotate", str(path), "c | f", "--stratum", STRATUM, "--investigation", "n"],
+                         f"{path} [c | f] {STRATUM}"),
+                        (["remove", str(path), "c | f", "--test", "t.py::test_a"], f"{path} [c | f]"),
+                        (["remove", str(path), "c | f"], f"{path} [c | f]")):
+        assert cli(["evidence", *argv]) == 2, argv
+        assert capsys.readouterr().err == f"error: {where}: [Errno {errno.ENOSPC}] {os.strerror(errno.ENOSPC)}. " \
+                                          f"Nothing was written\n"
+        assert path.read_text() == before and not list(tmp_path.glob(".*.tmp"))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # malformed files
 
@@ -1117,6 +1205,90 @@ def test_malformed_evidence_names_file_and_field(tmp_path, capsys, text, field):
         assert_t2(e, e, component="c", feature="f", evidence=path)
     assert str(path) in str(gi.value) and field in str(gi.value)
     assert cli(["evidence", "show", str(path)]) == 2 and field in capsys.readouterr().err
+
+
+_BIG = 123456789  # a placeholder, replaced in the file's text by an integer of 5000 digits (see below)
+
+
+@pytest.mark.parametrize("edit, field, want, got", [
+    (lambda e: e["runs"][0].__setitem__("p99", 10 ** 400), ".runs[0].p99", "a finite number (a float64) or null",
+     "an integer of 401 digits"),
+    (lambda e: e["runs"][1].__setitem__("rel_l2", float("nan")), ".runs[1].rel_l2",
+     "a finite number (a float64) or null", "nan"),
+    (lambda e: e["runs"][2].__setitem__("cosine", float("-inf")), ".runs[2].cosine",
+     "a finite number (a float64) or null", "-inf"),
+    (lambda e: e["runs"][0].__setitem__("seed", 10 ** 400), ".runs[0].seed", "a finite number (a float64) or null",
+     "an integer of 401 digits"),
+    (lambda e: e.__setitem__("headroom", 10 ** 400), ".headroom", "a finite number (a float64)",
+     "an integer of 401 digits"),
+    (lambda e: e.__setitem__("shape", [10 ** 400]), ".shape[0]", "a finite number (a float64)",
+     "an integer of 401 digits"),
+    (lambda e: e["precision"].__setitem__("x", [float("inf")]), ".precision.x[0]", "a finite number (a float64)",
+     "inf"),
+    (lambda e: e.__setitem__("headroom", _BIG), None, "a finite number (a float64)", None),
+])
+def test_a_number_that_is_not_a_finite_float64_is_refused_naming_file_and_field(tmp_path, capsys, edit, field,
+                                                                                 want, got):
+    """Planted (hostile review of 2026-12-05): a run's statistic of 401 digits passed validation, then float()
+    raised OverflowError in the bar rule -- pytest crashed at the session's end (no evidence, no report) and
+    `evidence remove --test` died with a traceback; a 5000-digit integer gave Python's own ValueError without the
+    file's name.  Every number must be a finite float64: refused naming the file, the field, what was expected
+    and what was found, by load, the gate and every evidence command (exit 2), the file left as it was."""
+    path, entry = _two_test_entry(tmp_path, [("t.py::test_a", "t.py"), ("t.py::test_b", "t.py")],
+                                  [(1e-4, 0.1), (1.1e-4, 0.1)])
+    data = json.loads(path.read_text())
+    edit(data["entries"]["c | f"][STRATUM])
+    text = json.dumps(data)
+    if field is None:  # json.dumps cannot write it (Python's digit limit): 5000 digits, more than json.loads reads
+        text = text.replace(str(_BIG), "1" + "0" * 4999)
+        expect = [str(path), "not an evidence file: a number in it cannot be read (Exceeds the limit", want]
+    else:
+        expect = [f"{path}: evidence field entries['c | f']['{STRATUM}']{field}: expected {want}, got {got}"]
+    path.write_text(text)
+    with pytest.raises(ValueError) as ei:
+        ev.load(path)
+    assert all(x in str(ei.value) for x in expect), str(ei.value)
+    e = np.linspace(-1, 1, 64)
+    with expect_evidence_missing() as gi:  # the gate fails with the same words
+        assert_t2(e, e, component="c", feature="f", evidence=path)
+    assert all(x in str(gi.value) for x in expect)
+    for argv in (["show", str(path)], ["show", str(path), "--json"], ["remove", str(path), "c | f", "--test",
+                 "t.py::test_a"], ["remove", str(path), "c | f"],
+                 ["annotate", str(path), "c | f", "--stratum", STRATUM, "--investigation", "n"]):
+        assert cli(["evidence", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and all(x in err for x in expect) and "Traceback" not in err, (argv, err)
+    assert path.read_text() == text
+
+
+def test_a_huge_integer_in_one_evidence_file_is_reported_and_the_session_writes_the_others(pytester, run):
+    """Planted (hostile review of 2026-12-05): calibration merging into a file whose run held a 401-digit integer
+    crashed pytest at the session's end (OverflowError in pytest_sessionfinish): no evidence written for any file,
+    no report.  Now that file is refused (an error line naming it and the field; exit status 1, nothing written
+    to it) and the other files and the report are written."""
+    body = HEADER + """
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_f(vgct):
+    vgct.assert_t2(drift(vgct.seed), E)
+"""
+    pytester.makepyfile(test_a=body, test_b=body)
+    run("--vgct-calibrate").assert_outcomes(passed=2)
+    pa, pb = (pytester.path / f"test_{x}.vgct-evidence.json" for x in "ab")
+    data = json.loads(pa.read_text())
+    data["entries"]["c | f"][STRATUM]["runs"][0]["p99"] = 10 ** 400  # (test_a's file is merged first)
+    pa.write_text(json.dumps(data))
+    before = pa.read_text()
+    pb.unlink()
+    result = run("--vgct-calibrate", "--vgct-report=r.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # (not 3, pytest's INTERNAL_ERROR)
+    result.stdout.fnmatch_lines([f"*vgct ERROR: evidence not written to {pa}: {pa}: evidence field entries[[]"
+                                 f"'c | f'[]][[]'{STRATUM}'[]].runs[[]0[]].p99: expected a finite number (a float64) "
+                                 f"or null, got an integer of 401 digits"])
+    assert pa.read_text() == before
+    assert "c | f" in _evidence(pytester, "test_b")["entries"]
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert len(report["evidence_errors"]) == 1 and "runs[0].p99" in report["evidence_errors"][0]
 
 
 def test_evidence_entry_missing_a_field_names_it(tmp_path):
@@ -1567,6 +1739,83 @@ def test_recalibrating_a_same_named_test_of_another_folder_keeps_the_first_tests
                                      path="p")
     assert (change2["kept"], change2["replaced"]) == (5, 5)
     assert sorted(r["test_module"] for r in entry2["runs"]) == ["a/test_x.py"] * 5 + ["b/test_x.py"] * 5
+
+
+_SAME_NAMED = HEADER + """
+EVIDENCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shared", "e.json")
+FAULT = float(os.environ.get("VGCT_FAULT", "0"))
+
+def test_f(vgct):
+    vgct.assert_t2(drift(vgct.seed, K) * (1 + FAULT), E, component="c", feature="f", evidence=EVIDENCE)
+"""
+
+
+def test_same_named_tests_of_two_folders_sharing_a_file_are_two_tests_to_the_pooling_check(pytester, run):
+    """Planted (hostile review of 2026-12-05): q1/test_q.py::test_f (quiet) and q2/test_q.py::test_f (10x noisier) share
+    one evidence file through evidence=, each calibrated from its own folder (--rootdir: equal node ids).  Runs
+    were grouped per test by id alone, so the pooling check saw one test and wrote q1's bars pooled with q2's
+    drift; a fault in q1 then passed.  Grouped by module and id, the second calibration is refused naming both,
+    and q1 keeps its own bars, which fail the fault."""
+    for q, k in (("q1", 1.0), ("q2", 10.0)):
+        (pytester.path / q).mkdir()
+        (pytester.path / q / "test_q.py").write_text(_SAME_NAMED.replace("FAULT = ", f"K = {k}\nFAULT = "))
+    (pytester.path / "shared").mkdir()
+    run("--vgct-calibrate", "--rootdir=q1", "q1/test_q.py").assert_outcomes(passed=1)
+    path = pytester.path / "shared" / "e.json"
+    own = json.loads(path.read_text())["entries"]["c | f"][STRATUM]
+    result = run("--vgct-calibrate", "--rootdir=q2", "q2/test_q.py")
+    result.stdout.fnmatch_lines(["*vgct ERROR: *[[]c | f[]] *: not written: the runs of 2 tests pool into this entry*"
+                                 "the one test_q.py::test_f (from ../q1/test_q.py)'s own runs give*pooled with "
+                                 "test_q.py::test_f (from ../q2/test_q.py)*"])
+    assert json.loads(path.read_text())["entries"]["c | f"][STRATUM] == own  # q1's runs and bars alone
+    # the oracle: pooling q2's runs would loosen q1's bars past the cap, and a fault between the two passes them
+    from vgct_ext import compare
+
+    e = np.linspace(-1.0, 1.0, 64).reshape(4, 16)  # HEADER's E and drift(seed, k)
+    runs = [ev.t2_statistics(compare(e * (1 + 0.02 * k) + 0.004 * k * np.random.default_rng(s).standard_normal(
+        e.shape), e)) for k in (1.0, 10.0) for s in range(5)]
+    assert ev.bar_summary(runs[:5], 0.5)["bars"] == own["bars"]  # (the oracle reproduces q1's own bars)
+    pooled = ev.bar_summary(runs, 0.5)["bars"]
+    assert pooled["rel_l2"] > 4 * own["bars"]["rel_l2"] * 0.999
+    fault = 2.5 * own["bars"]["rel_l2"]
+    faulty = ev.t2_statistics(compare((e * 1.02 + 0.004 * np.random.default_rng(0).standard_normal(e.shape))
+                                      * (1 + fault), e))  # the gating run: seed 0
+    assert all(faulty[k] <= pooled[k] for k in ("rel_l2", "p99", "max_abs_err")) and \
+        faulty["cosine"] >= pooled["cosine"]  # the pooled bars pass the fault
+    result = _run_faulty(run, repr(fault), "--rootdir=q1", "q1/test_q.py")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*GateFailure: T2 gate failed: relative L2 *"])
+
+
+def test_pooling_and_the_gates_pooling_check_group_runs_by_module_and_id(monkeypatch):
+    """pooling_problem and _unusable group an entry's runs per test by module and id: one id recorded from two
+    modules is two tests (a quiet and a 10x noisier one: refused, naming each with its module); runs without a
+    module are grouped by id alone."""
+    monkeypatch.setattr(ev._context, "current_test", lambda: None)  # a gate outside pytest: no recorder to match
+    monkeypatch.setattr(ev._context, "current_session", lambda: None)
+
+    def runs(module, scale):
+        return [{"test": "test_q.py::test_f", "test_module": module, "seed": s,
+                 **{"rel_l2": r, "cosine": 1 - r * r / 2, "p99": r, "max_abs_err": r}}
+                for s, r in enumerate(scale * g for g in (1.0, 1.1, 1.05, 0.95, 1.02))]
+
+    quiet, noisy = runs("../q1/test_q.py", 1e-3), runs("../q2/test_q.py", 1e-2)
+    # the oracle: q1's own bar and the pooled one by the bar rule, more than POOL_CAP apart
+    assert ev.bar_summary(quiet + noisy, 0.5)["bars"]["rel_l2"] > ev.POOL_CAP * ev.bar_summary(quiet, 0.5)["bars"][
+        "rel_l2"]
+    why = ev.pooling_problem(quiet + noisy, kind="t2", headroom=0.5, dim=None)
+    assert why is not None and "the runs of 2 tests pool" in why
+    assert "test_q.py::test_f (from ../q1/test_q.py)'s own runs" in why and "(from ../q2/test_q.py)" in why
+    # homogeneous runs of the two modules (1.1x apart) still pool; without modules one id is one test
+    assert ev.pooling_problem(quiet + runs("../q2/test_q.py", 1.1e-3), kind="t2", headroom=0.5, dim=None) is None
+    bare = [{k: v for k, v in r.items() if k != "test_module"} for r in quiet + noisy]
+    assert ev.pooling_problem(bare, kind="t2", headroom=0.5, dim=None) is None
+    assert ev.pooling_problem(quiet + noisy, kind="t1_floor", headroom=0.5, dim=None, floor_u=2.0 ** -24) is not None
+    # an entry written before the check (hand-pooled; bars re-derived from all its runs): the gate refuses it
+    entry = {"kind": "t2", "headroom": 0.5, "dim": None, "tests": ["test_q.py::test_f"], "runs": quiet + noisy,
+             "dtype_actual": "float64", "dtype_expected": "float64", "bars": ev.bar_summary(quiet + noisy, 0.5)["bars"]}
+    why = ev._unusable(entry, Path("e.json"), "c | f", STRATUM, "t2")
+    assert why is not None and "cannot gate: the runs of 2 tests pool" in why
 
 
 def test_remove_test_drops_a_renamed_tests_runs_and_tightens_the_bars(tmp_path, capsys):
