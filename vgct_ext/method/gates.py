@@ -179,6 +179,14 @@ class DtypeClass:
     mixed: bool
     dtypes: Tuple[str, str]
 
+    @property
+    def coarse_reference(self) -> bool:
+        """Whether the reference (``expected``) is coarser than the output under test: the bars are then the
+        reference's, up to 2^16 times the output's own resolution (a float32 output against a bfloat16 copy of
+        its reference passed a 0.5 % scale error: new-user trial of 2026-12-05)."""
+        ua, ue = (UNIT_ROUNDOFF.get("float64" if n in _EXACT_DTYPES else n) for n in self.dtypes)
+        return ua is not None and ue is not None and ue > ua
+
     def describe(self) -> str:
         pair = self.dtypes[0] if not self.mixed else f"{self.dtypes[0]} vs {self.dtypes[1]}"
         tf = " (TF32 matmuls allowed)" if self.name == "tfloat32" else ""
@@ -1207,7 +1215,7 @@ def _gate_t1_leaf(actual: Any, expected: Any, *, component: str, feature: str, n
     _record("t1", component, feature, stats, checks,
             extra={"gate": "T1", "relax": cause.value if cause else None, "bars": dataclasses.asdict(bars),
                    "name": name, "slack": slack(checks), "dtype_class": cls.name, "unit_roundoff": cls.u,
-                   "mixed_dtypes": cls.mixed, **tight})
+                   "mixed_dtypes": cls.mixed, "coarse_reference": cls.coarse_reference, **tight})
     if passed:
         return stats, None
     relax_txt = f" (relax: {cause.value}; bars for {cls.describe()})" if cause else f" (bars for {cls.describe()})"

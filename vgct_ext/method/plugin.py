@@ -771,6 +771,35 @@ def slack_warnings(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
             and r.get("slack") is not None and r["slack"] > SLACK_WARNING]
 
 
+def exact_under_relaxation(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The passing T1 gate records that claim a relaxation (``relax=``) and measured the two outputs bitwise equal
+    (max abs error 0): a feature that reorders a reduction, swaps a kernel or fuses under compile almost never
+    gives the reference's bits, so the feature likely did not run (new-user trial of 2026-12-05: the feature not
+    applied, a relaxed gate compared the reference with itself and passed silently).  Each gate once."""
+    return [r for r in records if r.get("kind") == "t1" and r.get("passed") and r.get("relax")
+            and not r.get("expected_failure") and not r.get("repetition")
+            and (r.get("statistics") or {}).get("max_abs_err") == 0.0]
+
+
+def _name_gates(tr: Any, records: List[Dict[str, Any]], what: str, detail: Any) -> None:
+    """``vgct: N <what>`` and a line per gate (test [label]: component / feature: ``detail(record)``), in
+    yellow; nothing for no records."""
+    if not records:
+        return
+    tr.write_line(f"vgct: {len(records)} {what}", yellow=True)
+    for r in records:
+        label = f" [{r['name']}]" if r.get("name") else ""
+        tr.write_line(f"  {r.get('test')}{label}: {r['component']} / {r['feature']}: {detail(r)}", yellow=True)
+
+
+def coarse_references(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The passing T1 gate records whose reference is coarser than the output under test (``expected``
+    bfloat16, ``actual`` float32): judged at the reference's resolution, a bug below it passes.  Each gate
+    once."""
+    return [r for r in records if r.get("kind") == "t1" and r.get("passed") and r.get("coarse_reference")
+            and not r.get("expected_failure") and not r.get("repetition")]
+
+
 def summary_rows(records: List[Dict[str, Any]], *, which: str = "all",
                  failed_tests: Optional[set] = None) -> List[tuple]:
     """Rows in :data:`SUMMARY_HEADER` order (test, name, component, feature, gate, dtype, shape, statistic, value,
@@ -882,6 +911,16 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
                     label = f" [{r['name']}]" if r.get("name") else ""
                     terminalreporter.write_line(f"  {r.get('test')}{label}: {r['component']} / {r['feature']}: "
                                                 f"slack {r['slack']:.3g}x", yellow=True)
+        _name_gates(terminalreporter, exact_under_relaxation(s.records),
+                    "passing T1 gate(s) claim a relaxation (relax=) but measured the outputs bitwise equal: is the "
+                    "feature active? (a reordered reduction, a swapped kernel or a compiled fusion almost never gives "
+                    "the reference's bits; a feature-active probe proves it ran -- or drop relax=)",
+                    lambda r: f"relax {r['relax']!r}, max abs error 0")
+        _name_gates(terminalreporter, coarse_references(s.records),
+                    "passing T1 gate(s) compared an output against a reference coarser than it: the bars are the "
+                    "reference's dtype's, a bug below its resolution passes (keep the reference at least as precise "
+                    "as the output under test)",
+                    lambda r: f"actual {r.get('dtype_actual')} vs expected {r.get('dtype_expected')}")
     for n in s.nondeterminism:
         terminalreporter.write_line(f"vgct NONDETERMINISM in {n['test']} (--vgct-repeat={n['repeat']}): "
                                     f"{len(n['differences'])} difference(s)", red=True)

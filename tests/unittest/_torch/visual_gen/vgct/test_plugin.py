@@ -1670,3 +1670,57 @@ def test_refusal_checked():
     result.stdout.fnmatch_lines(["*test_x.py::test_xfail_refusal (xfailed): a gate could not run (a refusal of its "
                                  "arguments), which an xfail must not expect: TransparencyFinding: *"])
     assert "test_xfail_verdict (xfailed): a gate could not run" not in out
+
+
+def test_a_relaxed_t1_gate_that_measured_bitwise_equal_outputs_is_named(pytester, run, monkeypatch):
+    """Planted (new-user trial of 2026-12-05): the feature silently not applied, a T1 gate claiming a relaxation
+    (relax=REDUCTION_REORDERING) compared the reference with itself and passed; the summary said nothing (no
+    slack: a zero measurement has no ratio).  Now such gates are named under the summary, whatever --vgct-summary
+    (but none); a relaxed gate that measured a difference, and an unrelaxed exact one, are not."""
+    monkeypatch.setenv("COLUMNS", "250")
+    pytester.makepyfile(test_x=HEADER + """
+pytestmark = [pytest.mark.t1, pytest.mark.component("c"), pytest.mark.feature("f")]
+
+def test_not_applied(vgct):
+    vgct.assert_t1(E, E, relax=Relax.REDUCTION_REORDERING, name="out")
+
+def test_applied(vgct):
+    vgct.assert_t1(E + np.spacing(E), E, relax=Relax.REDUCTION_REORDERING)  # one ulp: a reordered sum
+
+def test_exact_feature(vgct):
+    vgct.assert_t1(E, E)
+""")
+    result = run()
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["vgct: 1 passing T1 gate(s) claim a relaxation (relax=) but measured the outputs "
+                                 "bitwise equal: is the feature active?*",
+                                 "  test_x.py::test_not_applied [[]out[]]: c / f: relax 'reduction reordering', max "
+                                 "abs error 0"])
+    assert "test_applied" not in result.stdout.str() and "test_exact_feature" not in result.stdout.str()
+    assert "claim a relaxation" not in run("--vgct-summary=none").stdout.str()
+
+
+def test_a_t1_gate_against_a_reference_coarser_than_its_output_is_named(pytester, run, monkeypatch):
+    """Planted (new-user trial of 2026-12-05): ``expected.to(torch.bfloat16)`` against a float32 output made the
+    T1 bars the bfloat16 ones (rel L2 5e-2 instead of 3.8e-6) and a 0.5 % scale bug passed, silently.  Now such
+    a gate is named under the summary; a finer reference (bf16 output, fp32 reference) is not."""
+    monkeypatch.setenv("COLUMNS", "250")
+    pytester.makepyfile(test_x=HEADER + """
+import ml_dtypes
+
+pytestmark = [pytest.mark.t1, pytest.mark.component("c"), pytest.mark.feature("f")]
+BF16 = ml_dtypes.bfloat16
+
+def test_coarse_reference(vgct):
+    out = (E * 1.005).astype(np.float32)                       # a 0.5 % scale bug
+    vgct.assert_t1(out, E.astype(np.float32).astype(BF16), relax=Relax.REDUCTION_REORDERING)  # bf16 bars: passes
+
+def test_fine_reference(vgct):
+    vgct.assert_t1(E.astype(BF16), E.astype(np.float32), relax=Relax.REDUCTION_REORDERING)
+""")
+    result = run()
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["vgct: 1 passing T1 gate(s) compared an output against a reference coarser than "
+                                 "it: the bars are the reference's dtype's*",
+                                 "  test_x.py::test_coarse_reference: c / f: actual float32 vs expected bfloat16"])
+    assert "test_fine_reference" not in result.stdout.str()
