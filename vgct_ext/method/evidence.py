@@ -774,16 +774,19 @@ def _looser_than_runs(entry: Mapping[str, Any], runs: Sequence[Mapping[str, Any]
 
 def _test_module(t: Any, evidence: Path) -> Optional[str]:
     """The module of test ``t`` relative to the evidence file's directory (``test_x.py``, ``sub/test_x.py``,
-    ``../wan/test_x.py``; "/" separators), or None when it is not known.  Both paths as they are named, symbolic
-    links not resolved: an evidence file moved elsewhere and linked back from where it was (or one file shared
-    by several checkouts through links) gives the test the module it had there -- resolved, every run recorded
-    before the move became another test's, kept and pooled with the test's new runs (hostile review of
-    2026-12-05: a recalibration kept 5 stale runs, and a drift 3x the new runs' passed)."""
+    ``../wan/test_x.py``; "/" separators), or None when it is not known.  The test's path and the directory the
+    evidence file is named in are resolved (a checkout reached through a link, an IDE's absolute path, a physical
+    working directory: one test whatever the naming), the evidence file itself is not: one moved elsewhere and
+    linked back from where it was (or shared by several checkouts through links) gives the test the module it
+    had there -- taken from the link's target, every run recorded before the move became another test's, kept
+    and pooled with the test's new runs (hostile review of 2026-12-05: a recalibration kept 5 stale runs, and a
+    drift 3x the new runs' passed)."""
     p = getattr(t, "path", None)
     if p is None:
         return None
     try:
-        return os.path.relpath(os.path.abspath(p), os.path.dirname(os.path.abspath(evidence))).replace(os.sep, "/")
+        return os.path.relpath(os.path.realpath(p),
+                               os.path.realpath(os.path.dirname(os.path.abspath(evidence)))).replace(os.sep, "/")
     except (OSError, ValueError):  # (Windows: another drive)
         return None
 
@@ -1293,12 +1296,17 @@ def dump(data: Mapping[str, Any]) -> str:
 
 def _passed(session: Any, test: Any) -> bool:
     """Whether the calibration runs of ``test`` may be recorded: it did not fail, and -- where the session knows
-    the tests' outcomes -- it passed: a test that gated and then was xfailed or skipped (hostile review: an
-    xfailed test's drift of 3x became a 1-run entry, its seeds cut short at the first) is not evidence."""
+    the tests' outcomes -- its call completed and passed, at the first attempt: a test that gated and then was
+    xfailed or skipped (hostile review: an xfailed test's drift of 3x became a 1-run entry, its seeds cut short at
+    the first), one whose call never reported (stopped by pytest.exit), and one a rerun plugin ran again (the
+    failed attempt's runs are queued beside the passing one's: 8 runs, a bar 78x looser) are not evidence."""
     if test in session.failed_tests:
         return False
     outcomes = getattr(session, "tests", None) or {}
-    return not outcomes or outcomes.get(test, {}).get("outcome") == "passed"
+    if not outcomes:
+        return True
+    t = outcomes.get(test, {})
+    return t.get("outcome") == "passed" and t.get("call") == "passed" and not t.get("rerun")
 
 
 def write_calibration(session: Any, command: str) -> List[Dict[str, Any]]:

@@ -200,7 +200,16 @@ def _not_a_report(p: Path) -> Optional[str]:
             head = f.read(256)
     except OSError as exc:
         return f"cannot be read ({exc})"
-    return None if _REPORT_HEAD.match(head) else "exists and is not a vgct report (format vgct-report/1)"
+    if _REPORT_HEAD.match(head):
+        return None
+    try:  # (a report reformatted with sorted keys: "format" is not its first key)
+        with open(p, "rb") as f:
+            doc = json.loads(f.read(64 << 20))
+        if isinstance(doc, dict) and str(doc.get("format", "")).startswith("vgct-report/"):
+            return None
+    except (OSError, ValueError):
+        pass
+    return "exists and is not a vgct report (format vgct-report/1)"
 
 
 def _report_path(config: pytest.Config, path: str) -> Path:
@@ -366,10 +375,11 @@ def pytest_runtest_call(item: pytest.Item):
     if lost:  # (reached only when the test itself passed)
         pytest.fail("vgct: " + lost_text, pytrace=False)
     if not ctx.evidence_gates and item.get_closest_marker("t2") is not None:
-        pytest.fail(f"vgct: {item.nodeid} is marked t2 but called no T2 gate (assert_t2, vgct.assert_t2, or a "
-                    f"tightened assert_t1): nothing was checked against recorded evidence -- a loop over an empty "
-                    f"list of outputs, or a gate behind a condition that never held? (a test that gates only on "
-                    f"the method's T1 bands is marked t1)", pytrace=False)
+        why = ("marked t2 but called no T2 gate (assert_t2, vgct.assert_t2, or a tightened assert_t1): nothing was "
+               "checked against recorded evidence -- a loop over an empty list of outputs, or a gate behind a "
+               "condition that never held? (a test that gates only on the method's T1 bands is marked t1)")
+        item.stash[LOST] = [why]  # (an xfail that absorbs the failure below fails the session: makereport)
+        pytest.fail(f"vgct: {item.nodeid} is {why}", pytrace=False)
     if n > 1:
         _check_repeats(session, ctx, n)
     return result
@@ -380,7 +390,8 @@ def _swallowed_missing(ctx: _context.TestContext, raised: Optional[BaseException
     ``pytest.raises(Exception)`` or a broad ``except`` around a planted fault, the gate never ran and the test
     would pass (second review of 2026-12-05; a plain test's too since a later review) -- but for
     those an :func:`~vgct_ext.gates.expect_evidence_missing` block caught on purpose."""
-    out = {id(e) for e in _unhandled.exceptions_in(raised)}
+    # (a skip does not fail the test: one raised while handling the gate's error hides it -- hostile review)
+    out = set() if isinstance(raised, pytest.skip.Exception) else {id(e) for e in _unhandled.exceptions_in(raised)}
     return [f"a gate could not run, and its EvidenceMissing was caught before it failed the test (a broad "
             f"except or pytest.raises(Exception); a planted fault goes inside expect_gate_failure, a check of "
             f"EvidenceMissing itself inside expect_evidence_missing): {(str(e).splitlines() or [''])[0]}"
@@ -475,9 +486,16 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         return
     t = s.tests.setdefault(report.nodeid, {"nodeid": report.nodeid, "outcome": "passed", "duration": 0.0})
     t["duration"] += float(getattr(report, "duration", 0.0))
+    subtest = hasattr(report, "context")  # (pytest's subtests: a SubtestReport; the test's own report follows)
+    if report.when == "call" and not subtest:
+        t["call"] = report.outcome  # (calibration records a test whose call completed and passed)
+    if report.outcome == "rerun":  # (a rerun plugin: a failed attempt's runs are in the calibration queue)
+        t["rerun"] = True
     if report.failed:
         t["outcome"] = "failed" if report.when == "call" else "error"
         s.failed_tests.add(report.nodeid)
+    elif report.skipped and subtest:
+        pass  # a skipped subtest (no CUDA here, say) does not skip the test
     elif report.skipped and t["outcome"] == "passed":
         t["outcome"] = "skipped"
         lr = report.longrepr
@@ -504,8 +522,12 @@ class VgctFixture:
             if kw.get(n) is None:
                 v = getattr(self, n)
                 if v is None:
-                    raise TypeError(f"{self.nodeid}: no {n} named: mark the test with @pytest.mark.{n}(\"...\") "
+                    exc = TypeError(f"{self.nodeid}: no {n} named: mark the test with @pytest.mark.{n}(\"...\") "
                                     f"or pass {n}=")
+                    t = _context.current_test()
+                    if t is not None and t.paired:  # a refusal like the gates' (gates._refusals_tracked)
+                        t.refused.append(exc)
+                    raise exc
                 kw[n] = v
         return kw
 
@@ -615,12 +637,27 @@ def merge_worker_payload(s: _context.Session, text: str, worker: str = "worker")
 
 
 @pytest.hookimpl(optionalhook=True)
+def pytest_keyboard_interrupt(excinfo: Any) -> None:
+    """Ctrl-C or ``pytest.exit()`` (whatever its returncode: the session's status is then that code, not
+    INTERRUPTED): the calibration runs so far are not written (hostile review of 2026-12-05)."""
+    s = _context.current_session()
+    if s is not None:
+        s.interrupted = True
+
+
 def pytest_testnodedown(node: Any, error: Any) -> None:
-    """pytest-xdist (controller): a worker finished; merge what it recorded."""
+    """pytest-xdist (controller): a worker finished; merge what it recorded.  A worker that went down without
+    handing it over (a crash: ``error`` set, or no payload) lost the calibration runs of every test it ran -- said
+    as an evidence error, not left to "recorded no evidence" (hostile review of 2026-12-05)."""
     s = node.config.stash.get(STATE, None)
     text = getattr(node, "workeroutput", {}).get(WORKER_KEY)
+    worker = str(getattr(node, "gateway", None) and node.gateway.id)
     if s is not None and text:
-        merge_worker_payload(s, text, worker=str(getattr(node, "gateway", None) and node.gateway.id))
+        merge_worker_payload(s, text, worker=worker)
+    elif s is not None and s.calibrate:
+        s.evidence_errors.append(f"xdist worker {worker} went down without handing over its records "
+                                 f"({error or 'no payload'}): the calibration runs of the tests it ran are lost "
+                                 f"(their entries are not written); rerun pytest --vgct-calibrate for them")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -633,13 +670,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _is_xdist_worker(config):  # the controller writes evidence and report once, for every worker
         config.workeroutput[WORKER_KEY] = _worker_payload(s)  # type: ignore[attr-defined]
         return
-    if s.calibrate and s.calibration and session.exitstatus == pytest.ExitCode.INTERRUPTED:
+    if s.calibrate and s.calibration and (s.interrupted or session.exitstatus == pytest.ExitCode.INTERRUPTED):
         # Ctrl-C (or pytest.exit) part-way: a test's seeds cut short would replace its complete runs
         s.evidence_errors.append("calibration interrupted: no evidence was written (the runs recorded so far may "
                                  "miss seeds or tests; an entry's runs are replaced by a rerun's). Rerun "
                                  "pytest --vgct-calibrate to the end.")
     elif s.calibrate and s.calibration:
         from .evidence import write_calibration
+
+        queued = {r.get("test") for slot in s.calibration.values() for r in slot["runs"]}
+        s.evidence_errors += [f"{t} ran again after a failed attempt (a rerun plugin): its calibration runs are not "
+                              f"recorded (the failed attempt's are queued beside the passing one's); calibrate "
+                              f"without reruns" for t, o in sorted(s.tests.items()) if o.get("rerun") and t in queued]
 
         s.evidence_written = write_calibration(s, _command(config))
     if s.gate_errors and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
@@ -776,9 +818,18 @@ def exact_under_relaxation(records: List[Dict[str, Any]]) -> List[Dict[str, Any]
     (max abs error 0): a feature that reorders a reduction, swaps a kernel or fuses under compile almost never
     gives the reference's bits, so the feature likely did not run (new-user trial of 2026-12-05: the feature not
     applied, a relaxed gate compared the reference with itself and passed silently).  Each gate once."""
-    return [r for r in records if r.get("kind") == "t1" and r.get("passed") and r.get("relax")
-            and not r.get("expected_failure") and not r.get("repetition")
-            and (r.get("statistics") or {}).get("max_abs_err") == 0.0]
+    return _each_gate_once([r for r in records if r.get("kind") == "t1" and r.get("passed") and r.get("relax")
+                            and not r.get("expected_failure") and not r.get("repetition")
+                            and (r.get("statistics") or {}).get("max_abs_err") == 0.0])
+
+
+def _each_gate_once(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The first record of each gate (test, label, component, feature): a gate runs once per seed under
+    ``--vgct-calibrate``."""
+    seen: Dict[tuple, Dict[str, Any]] = {}
+    for r in records:
+        seen.setdefault((r.get("test"), r.get("name"), r.get("component"), r.get("feature")), r)
+    return list(seen.values())
 
 
 def _name_gates(tr: Any, records: List[Dict[str, Any]], what: str, detail: Any) -> None:
@@ -796,8 +847,9 @@ def coarse_references(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """The passing T1 gate records whose reference is coarser than the output under test (``expected``
     bfloat16, ``actual`` float32): judged at the reference's resolution, a bug below it passes.  Each gate
     once."""
-    return [r for r in records if r.get("kind") == "t1" and r.get("passed") and r.get("coarse_reference")
-            and not r.get("expected_failure") and not r.get("repetition")]
+    return _each_gate_once([r for r in records if r.get("kind") == "t1" and r.get("passed")
+                            and r.get("coarse_reference") and not r.get("expected_failure")
+                            and not r.get("repetition")])
 
 
 def summary_rows(records: List[Dict[str, Any]], *, which: str = "all",
