@@ -1379,17 +1379,25 @@ def test_concurrent_writers_keep_every_entry(tmp_path, writers):
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".shared*"))
 
 
-def test_xdist_calibration_keeps_every_key_and_writes_one_report(pytester):
-    pytest.importorskip("xdist")
-    pytester.makepyfile(test_x=HEADER + """
+#: a parametrized test of keys k0..k{N-1}, each with its own drift (the xdist calibration tests)
+_KEYS = HEADER + """
 @pytest.mark.component("c")
 @pytest.mark.feature("f")
-@pytest.mark.parametrize("i", range(20))
+@pytest.mark.parametrize("i", range({n}))
 def test_key(vgct, i):
-    vgct.assert_t2(drift(vgct.seed, 1 + i / 10), E, case=f"k{i}")
-""")
-    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "--vgct-calibrate",
-                                           "--vgct-calibrate-runs=3", "--vgct-report=r.json")
+    vgct.assert_t2(drift(vgct.seed, 1 + i / 10), E, case=f"k{{i}}")
+"""
+
+
+def _xdist_calibrate(pytester, *args):
+    return pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "--vgct-calibrate",
+                                         "--vgct-calibrate-runs=3", *args)
+
+
+def test_xdist_calibration_keeps_every_key_and_writes_one_report(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_x=_KEYS.replace("{n}", "20").replace("{{i}}", "{i}"))
+    result = _xdist_calibrate(pytester, "--vgct-report=r.json")
     result.assert_outcomes(passed=20)
     data = _evidence(pytester)
     assert set(data["entries"]) == {f"c | f | k{i}" for i in range(20)}
@@ -1949,18 +1957,11 @@ def test_xdist_calibration_says_when_a_worker_lost_its_runs(pytester):
     passed on it, silently -- the summary said "recorded no evidence (no passing assert_t2 ... ran)".  Now an
     evidence error names the worker and what was lost; the other worker's tests are written."""
     pytest.importorskip("xdist")
-    pytester.makepyfile(test_x=HEADER + """
-@pytest.mark.component("c")
-@pytest.mark.feature("f")
-@pytest.mark.parametrize("i", range(4))
-def test_key(vgct, i):
-    vgct.assert_t2(drift(vgct.seed, 1 + i / 10), E, case=f"k{i}")
-
+    pytester.makepyfile(test_x=_KEYS.replace("{n}", "4").replace("{{i}}", "{i}") + """
 def test_crash():
     os._exit(1)  # the worker dies with the runs of the tests it ran
 """)
-    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "--vgct-calibrate",
-                                           "--vgct-calibrate-runs=3")
+    result = _xdist_calibrate(pytester)
     assert result.ret != pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["*vgct ERROR: xdist worker gw* went down without handing over its records*the "
                                  "calibration runs of the tests it ran are lost*"])
