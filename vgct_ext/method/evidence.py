@@ -774,19 +774,30 @@ def _looser_than_runs(entry: Mapping[str, Any], runs: Sequence[Mapping[str, Any]
 
 def _test_module(t: Any, evidence: Path) -> Optional[str]:
     """The module of test ``t`` relative to the evidence file's directory (``test_x.py``, ``sub/test_x.py``,
-    ``../wan/test_x.py``; "/" separators), or None when it is not known.  The test's path and the directory the
-    evidence file is named in are resolved (a checkout reached through a link, an IDE's absolute path, a physical
-    working directory: one test whatever the naming), the evidence file itself is not: one moved elsewhere and
-    linked back from where it was (or shared by several checkouts through links) gives the test the module it
-    had there -- taken from the link's target, every run recorded before the move became another test's, kept
-    and pooled with the test's new runs (hostile review of 2026-12-05: a recalibration kept 5 stale runs, and a
-    drift 3x the new runs' passed)."""
+    ``../wan/test_x.py``; "/" separators), or None when it is not known.
+
+    One test must get one module however the paths are named, and the links between the evidence file and the
+    test must count as named.  So the test's path is resolved, and of the evidence file's directory (as named)
+    the deepest ancestor that resolves into the test's tree is resolved; what lies below it is kept as named:
+    a checkout reached through a link (an IDE's absolute path, ``Path(__file__).resolve()``) is one checkout; an
+    evidence file, or an evidence folder, that is a link into a shared place (moved there and linked back, or
+    shared by several checkouts) gives each checkout's test the module it has beside the link.  Resolving the
+    whole evidence path made every run recorded before such a move another test's, kept and pooled with the
+    test's new runs; resolving none made the same test two through a checkout link (hostile reviews of
+    2026-12-05: a 3x, and a 1.5x, drift passed on the pooled bars)."""
     p = getattr(t, "path", None)
     if p is None:
         return None
     try:
-        return os.path.relpath(os.path.realpath(p),
-                               os.path.realpath(os.path.dirname(os.path.abspath(evidence)))).replace(os.sep, "/")
+        test = os.path.realpath(p)
+        anchor, below = os.path.dirname(os.path.abspath(evidence)), []
+        while True:
+            real = os.path.realpath(anchor)
+            if os.path.commonpath([test, real]) == real:  # (the root at the latest)
+                break
+            below.append(os.path.basename(anchor))
+            anchor = os.path.dirname(anchor)
+        return os.path.relpath(test, os.path.join(real, *reversed(below))).replace(os.sep, "/")
     except (OSError, ValueError):  # (Windows: another drive)
         return None
 

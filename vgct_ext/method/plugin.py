@@ -636,15 +636,20 @@ def merge_worker_payload(s: _context.Session, text: str, worker: str = "worker")
         mine["tests"].extend(t for t in slot["tests"] if t not in mine["tests"])
 
 
-@pytest.hookimpl(optionalhook=True)
 def pytest_keyboard_interrupt(excinfo: Any) -> None:
     """Ctrl-C or ``pytest.exit()`` (whatever its returncode: the session's status is then that code, not
-    INTERRUPTED): the calibration runs so far are not written (hostile review of 2026-12-05)."""
+    INTERRUPTED): the calibration runs so far are not written (hostile review of 2026-12-05).  Not pytest-xdist's
+    own stop after ``-x``/``--maxfail`` (its ``Interrupted``): the tests whose call completed are complete, and a
+    test cut short has no passing call report, so it is not recorded anyway."""
     s = _context.current_session()
+    e = getattr(excinfo, "value", None)
+    if e is not None and type(e).__name__ == "Interrupted" and type(e).__module__.startswith("xdist"):
+        return
     if s is not None:
         s.interrupted = True
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     """pytest-xdist (controller): a worker finished; merge what it recorded.  A worker that went down without
     handing it over (a crash: ``error`` set, or no payload) lost the calibration runs of every test it ran -- said
@@ -670,7 +675,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _is_xdist_worker(config):  # the controller writes evidence and report once, for every worker
         config.workeroutput[WORKER_KEY] = _worker_payload(s)  # type: ignore[attr-defined]
         return
-    if s.calibrate and s.calibration and (s.interrupted or session.exitstatus == pytest.ExitCode.INTERRUPTED):
+    if s.calibrate and s.calibration and s.interrupted:  # (pytest_keyboard_interrupt: not xdist's -x stop)
         # Ctrl-C (or pytest.exit) part-way: a test's seeds cut short would replace its complete runs
         s.evidence_errors.append("calibration interrupted: no evidence was written (the runs recorded so far may "
                                  "miss seeds or tests; an entry's runs are replaced by a rerun's). Rerun "
