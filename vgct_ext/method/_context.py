@@ -54,6 +54,8 @@ class Session:
     # (evidence path, key, stratum) -> {"runs": [...], "meta": {...}, "tests": set()}
     calibration: Dict[tuple, Dict[str, Any]] = dataclasses.field(default_factory=dict)
     failed_tests: set = dataclasses.field(default_factory=set)
+    #: an xdist worker's versions and precision switches (the first to report): the tests ran there
+    worker_env: Optional[Dict[str, Any]] = None
     interrupted: bool = False  # Ctrl-C or pytest.exit() during the session (pytest_keyboard_interrupt)
     nondeterminism: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
     evidence_written: List[Dict[str, Any]] = dataclasses.field(default_factory=list)

@@ -981,8 +981,11 @@ def add_calibration_run(session: Any, path: Path, key: str, stratum: str, stats:
                          f"make its inputs from vgct.seed; nothing is recorded from this run.")
     if t.repetition > 0:
         return  # --vgct-repeat: a repetition of a seed already recorded (identical, or the test fails anyway)
+    # the test process's versions and precision switches (under xdist the controller writes the file, and runs
+    # no test: its torch may not even be imported -- new-user trial, 2026-12-05: "precision" became {})
     slot = session.calibration.setdefault((str(path), key, stratum),
-                                          {"kind": kind, "runs": [], "meta": None, "tests": []})
+                                          {"kind": kind, "runs": [], "meta": None, "tests": [],
+                                           "versions": versions(), "precision": precision_settings()})
     run = {k: v for k, v in observed.items()}
     run["test"] = t.nodeid if t is not None else None
     module = _test_module(t, path)
@@ -1243,8 +1246,9 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
     for r in runs:
         if r.get("test") and r["test"] not in tests:
             tests.append(r["test"])
-    entry.update({"recorded": now, "command": command, "tests": tests, "versions": versions(),
-                  "precision": precision_settings(), "runs": runs,
+    entry.update({"recorded": now, "command": command, "tests": tests,
+                  "versions": slot["versions"] if "versions" in slot else versions(),
+                  "precision": slot["precision"] if "precision" in slot else precision_settings(), "runs": runs,
                   "investigation": (old or {}).get("investigation")})
     warnings: List[str] = []
     if _runs_identical(new_runs):

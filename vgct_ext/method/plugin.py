@@ -609,6 +609,7 @@ WORKER_KEY = "vgct"
 def _worker_payload(s: _context.Session) -> str:
     """What an xdist worker hands the controller (JSON text: execnet carries only plain types)."""
     return json.dumps({"records": s.records, "nondeterminism": s.nondeterminism, "gate_errors": s.gate_errors,
+                       "software": versions(), "precision": precision_settings(),
                        "calibration": [[p, k, st, slot] for (p, k, st), slot in s.calibration.items()]},
                       default=_json_default)
 
@@ -619,6 +620,8 @@ def merge_worker_payload(s: _context.Session, text: str, worker: str = "worker")
     from .evidence import _meta_diff
 
     data = json.loads(text)
+    if s.worker_env is None and "software" in data:  # (the tests ran there: the report's software and precision)
+        s.worker_env = {"software": data["software"], "precision": data.get("precision", {})}
     s.records.extend(data.get("records", []))
     s.nondeterminism.extend(data.get("nondeterminism", []))
     s.gate_errors.extend(f"{e} (on {worker})" for e in data.get("gate_errors", []))
@@ -759,8 +762,8 @@ def build_report(config: pytest.Config, s: _context.Session, exitstatus: int) ->
         "finished": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
         "exitstatus": exitstatus,
         "hardware": hardware_info(),
-        "software": versions(),
-        "precision": {"torch": precision_settings(),
+        "software": s.worker_env["software"] if s.worker_env else versions(),
+        "precision": {"torch": s.worker_env["precision"] if s.worker_env else precision_settings(),
                       "dtypes": sorted({f"{r['dtype_actual']} vs {r['dtype_expected']}" for r in s.records
                                         if "dtype_actual" in r})},
         "options": {"strict": s.strict, "calibrate": s.calibrate, "headroom": s.headroom, "repeat": s.repeat,

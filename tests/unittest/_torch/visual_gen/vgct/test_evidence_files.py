@@ -2229,3 +2229,30 @@ def test_more(vgct, i):
     assert "calibration interrupted" not in result.stdout.str()
     written = set(_evidence(pytester)["entries"])
     assert "c | g | 1" not in written and written  # the passing tests' runs, not the failed one's
+
+
+def test_xdist_calibration_records_the_test_processes_versions_and_precision(pytester):
+    """New-user trial (2026-12-05, second round): under -n 2 the controller writes the evidence and the report,
+    and runs no test -- its torch was not even imported, so a recalibration replaced the entry's "precision"
+    block by {} (and the report's precision and software lost torch).  Now both come from the processes that ran
+    the tests."""
+    pytest.importorskip("xdist")
+    torch = pytest.importorskip("torch")
+    pytester.makepyfile(test_x=HEADER + """
+import torch
+
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_t(vgct):
+    g = torch.Generator().manual_seed(vgct.seed)
+    e = torch.randn(4, 16, generator=g, dtype=torch.float64)
+    vgct.assert_t2(e * 1.01 + 0.004 * torch.randn(4, 16, generator=g, dtype=torch.float64), e)
+""")
+    result = _xdist_calibrate(pytester, "--vgct-report=r.json")
+    result.assert_outcomes(passed=1)
+    entry = _evidence(pytester)["entries"]["c | f"][STRATUM]
+    want = torch.get_float32_matmul_precision()
+    assert entry["precision"].get("float32_matmul_precision") == want and entry["versions"]["torch"]
+    rep = json.loads((pytester.path / "r.json").read_text())
+    assert rep["precision"]["torch"].get("float32_matmul_precision") == want
+    assert rep["software"]["torch"] == torch.__version__
