@@ -960,7 +960,8 @@ def add_calibration_run(session: Any, path: Path, key: str, stratum: str, stats:
     if _planted_open():  # never a silent skip: a bar built from fewer runs than claimed
         raise PlantedFaultWhileCalibrating(_planted_message("calibration run", component, feature))
     what = "calibration" if kind == "t2" else "T1 floor calibration"
-    if _context.current_test() is None:  # (a fixture's gate, a collection-time one: a run of no test)
+    t = _context.current_test()
+    if t is None:  # (a fixture's gate, a collection-time one: a run of no test)
         raise ValueError(f"{what} of {key!r} on {stratum} refused: the gate runs outside a test's call (in a "
                          f"fixture, at import), so its run would belong to no test and any test could gate on it. "
                          f"Gate in the test's body; nothing is recorded from this run.")
@@ -973,7 +974,6 @@ def add_calibration_run(session: Any, path: Path, key: str, stratum: str, stats:
     if why is not None:
         raise ValueError(f"{what} of {key!r} on {stratum} refused: {why}. No evidence is recorded from this "
                          f"run; fix the experiment and rerun pytest --vgct-calibrate.")
-    t = _context.current_test()
     if not t.paired:  # (new-user trial: a plain test's one run became an entry, its bars 1.5x one sample)
         raise ValueError(f"{what} of {key!r} on {stratum} refused: {t.nodeid} has no t1/t2/component/feature marker "
                          f"and does not use the vgct fixture, so --vgct-calibrate runs it once, on one seed: one "
@@ -981,17 +981,19 @@ def add_calibration_run(session: Any, path: Path, key: str, stratum: str, stats:
                          f"make its inputs from vgct.seed; nothing is recorded from this run.")
     if t.repetition > 0:
         return  # --vgct-repeat: a repetition of a seed already recorded (identical, or the test fails anyway)
-    # the test process's versions and precision switches (under xdist the controller writes the file, and runs
-    # no test: its torch may not even be imported -- new-user trial, 2026-12-05: "precision" became {})
-    slot = session.calibration.setdefault((str(path), key, stratum),
-                                          {"kind": kind, "runs": [], "meta": None, "tests": [],
-                                           "versions": versions(), "precision": precision_settings()})
+    slot = session.calibration.get((str(path), key, stratum))
+    if slot is None:  # with the test process's versions and precision switches (under xdist the controller
+        # writes the file, and runs no test: its torch may not even be imported -- new-user trial, 2026-12-05:
+        # "precision" became {})
+        slot = session.calibration[(str(path), key, stratum)] = {
+            "kind": kind, "runs": [], "meta": None, "tests": [], "versions": versions(),
+            "precision": precision_settings()}
     run = {k: v for k, v in observed.items()}
-    run["test"] = t.nodeid if t is not None else None
+    run["test"] = t.nodeid
     module = _test_module(t, path)
     if module is not None:  # (the test's module from the evidence file: an id no root directory changes)
         run["test_module"] = module
-    run["seed"] = int(getattr(t, "seed", 0)) if t is not None else 0
+    run["seed"] = int(t.seed)
     meta = {"kind": kind, "component": component, "feature": feature, "case": case,
             "dtype_actual": stats.dtype_actual, "dtype_expected": stats.dtype_expected, "shape": list(stats.shape),
             "dim": dim, "device": describe_device(stats.device)}
@@ -1003,7 +1005,7 @@ def add_calibration_run(session: Any, path: Path, key: str, stratum: str, stats:
             raise AmbiguousGate(f"{what} of {key!r} on {stratum}: runs disagree on the experiment ({diff}); one key "
                                 f"names one experiment: give each its own case= (or name=)")
     slot["runs"].append(run)
-    if run["test"] is not None and run["test"] not in slot["tests"]:
+    if run["test"] not in slot["tests"]:
         slot["tests"].append(run["test"])
 
 
@@ -1527,7 +1529,9 @@ def remove_test(path: Union[str, "os.PathLike[str]"], key: str, test: str, strat
                                f"written")
             meta = {k: entry[k] for k in _META if k in entry}
             try:
-                new, change = merge_entry(None, {"meta": meta}, left, headroom=float(entry.get("headroom", 0.5)),
+                # (the entry without runs as the old one: its bars and note are what the runs left are compared to)
+                new, change = merge_entry({**entry, "runs": []}, {"meta": meta}, left,
+                                          headroom=float(entry.get("headroom", 0.5)),
                                           command=str(entry.get("command", "")), now=_now(), key=key, stratum=s,
                                           path=str(path))
             except AmbiguousGate as exc:
@@ -1536,19 +1540,15 @@ def remove_test(path: Union[str, "os.PathLike[str]"], key: str, test: str, strat
                 raise ValueError(f"{path} [{key}] {s}: the runs left after removing {test!r}'s cannot give "
                                  f"{what}: {exc}. Nothing was written") from exc
             # no new measurement: the runs left keep the record of where and when they were measured
-            for k in ("command", "recorded", "versions", "precision", "investigation"):
+            for k in ("command", "recorded", "versions", "precision"):
                 if k in entry:
                     new[k] = entry[k]
             new_bars = dict(new.get(what) or {})
             info["bars"] += [(name, old_bars.get(name), new_bars.get(name))
                              for name in sorted(set(old_bars) | set(new_bars))]
-            info["looser"] += _looser_bars(old_bars, new_bars)
-            cos = new_bars.get("cosine")
-            if kind == "t2" and "cosine" in info["looser"] and cos is not None and cos < 0.99 and \
-                    new.get("investigation"):
-                new["investigation"] = None  # it explained the old bar; the gate asks for a new note
-                info["note_dropped"] = True
-            info["warnings"] = list(change.get("warnings") or [])
+            # (merge_entry's rule: a note that explained a cosine bar now looser and under 0.99 is dropped)
+            info.update(looser=change["looser"], note_dropped=bool(change.get("note_dropped")),
+                        warnings=list(change.get("warnings") or []))
             strata[s] = new
         if not done:
             where = f"stratum {stratum!r}" if stratum is not None else "any stratum"

@@ -198,17 +198,15 @@ def _not_a_report(p: Path) -> Optional[str]:
     try:
         with open(p, "rb") as f:
             head = f.read(256)
+            if _REPORT_HEAD.match(head):
+                return None
+            doc = json.loads(head + f.read(64 << 20))  # (a report reformatted with sorted keys: "format" later)
     except OSError as exc:
         return f"cannot be read ({exc})"
-    if _REPORT_HEAD.match(head):
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and str(doc.get("format", "")).startswith("vgct-report/"):
         return None
-    try:  # (a report reformatted with sorted keys: "format" is not its first key)
-        with open(p, "rb") as f:
-            doc = json.loads(f.read(64 << 20))
-        if isinstance(doc, dict) and str(doc.get("format", "")).startswith("vgct-report/"):
-            return None
-    except (OSError, ValueError):
-        pass
     return "exists and is not a vgct report (format vgct-report/1)"
 
 
@@ -522,11 +520,11 @@ class VgctFixture:
             if kw.get(n) is None:
                 v = getattr(self, n)
                 if v is None:
+                    from .gates import _note_refusal
+
                     exc = TypeError(f"{self.nodeid}: no {n} named: mark the test with @pytest.mark.{n}(\"...\") "
                                     f"or pass {n}=")
-                    t = _context.current_test()
-                    if t is not None and t.paired:  # a refusal like the gates' (gates._refusals_tracked)
-                        t.refused.append(exc)
+                    _note_refusal(exc)  # a refusal like the gates'
                     raise exc
                 kw[n] = v
         return kw
@@ -826,17 +824,17 @@ def exact_under_relaxation(records: List[Dict[str, Any]]) -> List[Dict[str, Any]
     (max abs error 0): a feature that reorders a reduction, swaps a kernel or fuses under compile almost never
     gives the reference's bits, so the feature likely did not run (new-user trial of 2026-12-05: the feature not
     applied, a relaxed gate compared the reference with itself and passed silently).  Each gate once."""
-    return _each_gate_once([r for r in records if r.get("kind") == "t1" and r.get("passed") and r.get("relax")
-                            and not r.get("expected_failure") and not r.get("repetition")
-                            and (r.get("statistics") or {}).get("max_abs_err") == 0.0])
+    return _passing_t1(records, lambda r: r.get("relax") and (r.get("statistics") or {}).get("max_abs_err") == 0.0)
 
 
-def _each_gate_once(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The first record of each gate (test, label, component, feature): a gate runs once per seed under
-    ``--vgct-calibrate``."""
+def _passing_t1(records: List[Dict[str, Any]], which: Any) -> List[Dict[str, Any]]:
+    """The first record of each passing T1 gate (test, label, component, feature; a gate runs once per seed under
+    ``--vgct-calibrate``) for which ``which(record)`` holds -- not an expected failure, not a repetition."""
     seen: Dict[tuple, Dict[str, Any]] = {}
     for r in records:
-        seen.setdefault((r.get("test"), r.get("name"), r.get("component"), r.get("feature")), r)
+        if r.get("kind") == "t1" and r.get("passed") and not r.get("expected_failure") and not r.get("repetition") \
+                and which(r):
+            seen.setdefault((r.get("test"), r.get("name"), r.get("component"), r.get("feature")), r)
     return list(seen.values())
 
 
@@ -855,9 +853,7 @@ def coarse_references(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """The passing T1 gate records whose reference is coarser than the output under test (``expected``
     bfloat16, ``actual`` float32): judged at the reference's resolution, a bug below it passes.  Each gate
     once."""
-    return _each_gate_once([r for r in records if r.get("kind") == "t1" and r.get("passed")
-                            and r.get("coarse_reference") and not r.get("expected_failure")
-                            and not r.get("repetition")])
+    return _passing_t1(records, lambda r: r.get("coarse_reference"))
 
 
 def summary_rows(records: List[Dict[str, Any]], *, which: str = "all",
