@@ -597,6 +597,18 @@ def _load_for_gate(path: Path) -> Dict[str, Any]:
     return data
 
 
+def _no_file(path: Path) -> str:
+    """``": no such file (<absolute path>)"`` when ``path`` does not exist -- with the working directory a
+    relative path was resolved against (an ``evidence=`` given relative to the test's folder, run from elsewhere)
+    -- else ``""``."""
+    full = os.path.abspath(path)
+    if os.path.lexists(full):
+        return ""
+    rel = "" if Path(path).is_absolute() else f"; a relative evidence path is resolved against the working " \
+                                               f"directory, {os.getcwd()}"
+    return f": no such file ({full}{rel})"
+
+
 def _find_entry(path: Path, key: str, stratum: str, what: str) -> Tuple[Optional[dict], Optional[str]]:
     try:
         data = _load_for_gate(path)
@@ -604,8 +616,8 @@ def _find_entry(path: Path, key: str, stratum: str, what: str) -> Tuple[Optional
         return None, f"evidence file unreadable: {exc}. {_calibrate_hint(stratum, key)}"
     strata = data["entries"].get(key)
     if not strata:
-        return None, (f"no {what} evidence for {key!r} in {path}. {what} bars come only from recorded calibration "
-                      f"evidence, never from a default. {_calibrate_hint(stratum, key)}")
+        return None, (f"no {what} evidence for {key!r} in {path}{_no_file(path)}. {what} bars come only from "
+                      f"recorded calibration evidence, never from a default. {_calibrate_hint(stratum, key)}")
     entry = strata.get(stratum)
     if entry is None:
         if stratum.startswith("cpu-") and LEGACY_CPU_STRATUM in strata:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from pathlib import Path
 
@@ -312,6 +313,27 @@ def test_t2_without_evidence_fails_and_says_how_to_record(tmp_path):
     assert "no T2 evidence for 'wan.block | fp8 storage'" in msg and "pytest --vgct-calibrate" in msg
     assert "stratum cpu" in msg and "never from a default" in msg
     assert fmt_value("rel_l2", 0.01) in _row(msg, "relative L2")  # the measurement is still shown
+
+
+def test_t2_without_an_evidence_file_names_the_path_it_looked_at(tmp_path, monkeypatch):
+    """A relative ``evidence=`` path (written relative to the test's folder, run from the repository root) is
+    resolved against the working directory: the message names the absolute path looked at and the directory, so
+    that "no evidence" is not read as "not calibrated"; an existing file without the key says neither."""
+    e = _ref()
+    (tmp_path / "run_here").mkdir()
+    monkeypatch.chdir(tmp_path / "run_here")
+    with expect_evidence_missing(match="no T2 evidence for 'c [|] f'") as ei:
+        assert_t2(e, e, component="c", feature="f", evidence="ev/x.vgct-evidence.json")
+    want = os.path.join(str(tmp_path), "run_here", "ev", "x.vgct-evidence.json")
+    assert f": no such file ({want}; a relative evidence path is resolved against the working directory, " \
+           f"{tmp_path / 'run_here'})" in str(ei.value)
+    with expect_evidence_missing() as ei:
+        assert_t2(e, e, component="c", feature="f", evidence=tmp_path / "abs.vgct-evidence.json")
+    assert f": no such file ({tmp_path / 'abs.vgct-evidence.json'})." in str(ei.value)
+    _write_evidence(tmp_path / "other.vgct-evidence.json", "c | g", "sm_90", _entry(e, e, {"rel_l2": 1.0}))
+    with expect_evidence_missing() as ei:
+        assert_t2(e, e, component="c", feature="f", evidence=tmp_path / "other.vgct-evidence.json")
+    assert "no such file" not in str(ei.value) and "working directory" not in str(ei.value)
 
 
 def test_t2_evidence_of_another_stratum_does_not_apply(tmp_path):

@@ -1700,6 +1700,53 @@ def test_exact_feature(vgct):
     assert "claim a relaxation" not in run("--vgct-summary=none").stdout.str()
 
 
+def test_a_gate_failing_inside_an_xfailed_test_is_named(pytester, run, monkeypatch):
+    """Planted: a component marked xfail (strict or not) whose T1 gate fails on a real 1.5x scale bug -- the run
+    is green and the default summary (failed tests' gates) leaves it out: its divergence was silent.  Now each
+    such gate is named under the summary with its first missed bar; a planted fault caught by
+    expect_gate_failure, a passing gate in an xfailed test and a failing test's gate are not (the table shows
+    the last); --vgct-summary=none prints nothing."""
+    monkeypatch.setenv("COLUMNS", "250")
+    pytester.makepyfile(test_x=HEADER + """
+from vgct_ext import expect_gate_failure
+
+pytestmark = [pytest.mark.t1, pytest.mark.component("c"), pytest.mark.feature("f")]
+
+@pytest.mark.xfail(reason="flaky kernel")
+def test_hidden(vgct):
+    vgct.assert_t1(E * 1.5, E, name="out")
+
+@pytest.mark.xfail(strict=True, reason="known")
+def test_hidden_strict(vgct):
+    vgct.assert_t1(E * 1.5, E)
+
+@pytest.mark.xfail(reason="something else")
+def test_gate_passed(vgct):
+    vgct.assert_t1(E, E)
+    raise RuntimeError("not the gate")
+
+def test_planted(vgct):
+    with expect_gate_failure():
+        vgct.assert_t1(E * 1.5, E)
+
+def test_plain_failure(vgct):
+    vgct.assert_t1(E * 1.5, E)
+""")
+    result = run()
+    result.assert_outcomes(passed=1, failed=1, xfailed=3)
+    result.stdout.fnmatch_lines(["vgct: 2 gate(s) failed inside xfailed tests: the xfail mark turned their "
+                                 "divergence into an expected failure*",
+                                 "  test_x.py::test_hidden [[]out[]]: c / f: rel_l2 * (bar <= *)",
+                                 "  test_x.py::test_hidden_strict: c / f: rel_l2 * (bar <= *)"])
+    notice = result.stdout.str().split("failed inside xfailed tests", 1)[1].split("\n=", 1)[0]
+    for name in ("test_gate_passed", "test_planted", "test_plain_failure"):
+        assert name not in notice, name
+    assert "inside xfailed tests" not in run("--vgct-summary=none").stdout.str()
+    # under pytest-xdist the controller names them (the workers' records and outcomes)
+    xd = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
+    xd.stdout.fnmatch_lines(["vgct: 2 gate(s) failed inside xfailed tests*"])
+
+
 def test_a_t1_gate_against_a_reference_coarser_than_its_output_is_named(pytester, run, monkeypatch):
     """Planted (new-user trial of 2026-12-05): ``expected.to(torch.bfloat16)`` against a float32 output made the
     T1 bars the bfloat16 ones (rel L2 5e-2 instead of 3.8e-6) and a 0.5 % scale bug passed, silently.  Now such
