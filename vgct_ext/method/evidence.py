@@ -180,8 +180,8 @@ def _caller_file() -> Optional[Path]:
 def evidence_path(explicit: Union[str, "os.PathLike[str]", None] = None) -> Path:
     """The evidence file: ``explicit``, else ``<module stem>.vgct-evidence.json`` next to the running test's
     module (from the pytest plugin), else next to the calling file. Raises ``RuntimeError`` if none is known."""
-    if explicit is not None:
-        return Path(explicit)
+    if explicit is not None:  # (absolute now: the calibration writes at the session's end, in another directory)
+        return Path(os.path.abspath(explicit))
     t = _context.current_test()
     module = t.path if t is not None and t.path is not None else _caller_file()
     if module is None:
@@ -597,26 +597,33 @@ def _load_for_gate(path: Path) -> Dict[str, Any]:
     return data
 
 
-def _no_file(path: Path) -> str:
-    """``": no such file (<absolute path>)"`` when ``path`` does not exist -- with the working directory a
-    relative path was resolved against (an ``evidence=`` given relative to the test's folder, run from elsewhere)
-    -- else ``""``."""
+def _no_file(path: Path, given: Union[str, "os.PathLike[str]", None] = None) -> str:
+    """``": no such file (<path>)"`` when ``path`` does not exist (``": a broken symbolic link (<path> -> <target>)"``
+    for a link to nothing) -- with the working directory a relative ``given`` (the gate's ``evidence=``) was
+    resolved against, e.g. one written relative to the test's folder and run from elsewhere -- else ``""``."""
     full = os.path.abspath(path)
-    if os.path.lexists(full):
+    if os.path.exists(full):
         return ""
-    rel = "" if Path(path).is_absolute() else f"; a relative evidence path is resolved against the working " \
-                                               f"directory, {os.getcwd()}"
+    rel = "" if given is None or Path(given).is_absolute() else \
+        f"; the relative evidence={os.fspath(given)!r} was resolved against the working directory, {os.getcwd()} " \
+        f"-- Path(__file__).with_name(...) ties a file to the test"
+    if os.path.islink(full):
+        try:
+            return f": a broken symbolic link ({full} -> {os.readlink(full)}{rel})"
+        except OSError:
+            pass
     return f": no such file ({full}{rel})"
 
 
-def _find_entry(path: Path, key: str, stratum: str, what: str) -> Tuple[Optional[dict], Optional[str]]:
+def _find_entry(path: Path, key: str, stratum: str, what: str,
+                given: Union[str, "os.PathLike[str]", None] = None) -> Tuple[Optional[dict], Optional[str]]:
     try:
         data = _load_for_gate(path)
     except (OSError, ValueError) as exc:
         return None, f"evidence file unreadable: {exc}. {_calibrate_hint(stratum, key)}"
     strata = data["entries"].get(key)
     if not strata:
-        return None, (f"no {what} evidence for {key!r} in {path}{_no_file(path)}. {what} bars come only from "
+        return None, (f"no {what} evidence for {key!r} in {path}{_no_file(path, given)}. {what} bars come only from "
                       f"recorded calibration evidence, never from a default. {_calibrate_hint(stratum, key)}")
     entry = strata.get(stratum)
     if entry is None:
@@ -876,11 +883,12 @@ def _with_tests(entry: Mapping[str, Any]) -> str:
     return " every test whose runs it holds, together (" + ", ".join(tests) + ")"
 
 
-def lookup(path: Path, key: str, stratum: str, stats: Any, dim: Optional[int]) -> Tuple[Optional[dict], Optional[str]]:
+def lookup(path: Path, key: str, stratum: str, stats: Any, dim: Optional[int],
+           given: Union[str, "os.PathLike[str]", None] = None) -> Tuple[Optional[dict], Optional[str]]:
     """``(entry, None)`` when usable T2 evidence exists for ``key`` on ``stratum``, else ``(None, why)`` (also for
     an entry :func:`_unusable` refuses: pooled runs of several tests, a headroom out of range, another case's
     evidence)."""
-    entry, why = _find_entry(path, key, stratum, "T2")
+    entry, why = _find_entry(path, key, stratum, "T2", given)
     if entry is None:
         return None, why
     if entry.get("kind", "t2") != "t2":
@@ -1143,7 +1151,7 @@ def tighten_t1(bars: Any, tighten: Optional[float], stats: Any, *, component: st
                             feature=feature, case=label, dim=None, kind="t1_floor")
         extra["calibrating"] = True
         return bars, extra
-    entry, why = _find_entry(path, key, stratum, "T1 floor")
+    entry, why = _find_entry(path, key, stratum, "T1 floor", evidence)
     if entry is not None:
         if entry.get("kind") != "t1_floor" or not isinstance(entry.get("floor"), dict):
             entry, why = None, f"evidence {key!r} on {stratum} in {path} is not a T1 floor entry. Recalibrate."

@@ -1033,6 +1033,13 @@ def _hard_gates(expecting: bool = False) -> Iterator["_Raise"]:
         yield entry
 
 
+def _of_record(exc: "GateFailure", rec: Dict[str, Any]) -> "GateFailure":
+    """``exc`` tied to the gate's record (the session's dict): the pytest plugin marks the record of a verdict an
+    xfail absorbed (``rec["xfailed"]``, named under the summary)."""
+    exc._vgct_record = rec
+    return exc
+
+
 def _record(kind: str, component: str, feature: str, stats: Any, checks: Sequence[Check], *,
             extra: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     try:
@@ -1239,7 +1246,7 @@ def _gate_t1_leaf(actual: Any, expected: Any, *, component: str, feature: str, n
                              evidence=evidence)
     checks = t1_checks(stats, bars)
     passed = all(c.passed for c in checks)
-    _record("t1", component, feature, stats, checks,
+    rec = _record("t1", component, feature, stats, checks,
             extra={"gate": "T1", "relax": cause.value if cause else None, "bars": dataclasses.asdict(bars),
                    "name": name, "slack": slack(checks), "dtype_class": cls.name, "unit_roundoff": cls.u,
                    "mixed_dtypes": cls.mixed, "coarse_reference": cls.coarse_reference, **tight})
@@ -1259,7 +1266,7 @@ def _gate_t1_leaf(actual: Any, expected: Any, *, component: str, feature: str, n
                      f"(u = {used['unit_roundoff']:.4g}; u^2/2 for 1 - cosine) where it was below it")
     lines += check_table(checks)
     lines += diagnostics(stats)
-    return stats, GateFailure("\n".join(lines), stats, checks, name=name)
+    return stats, _of_record(GateFailure("\n".join(lines), stats, checks, name=name), rec)
 
 
 @_refusals_tracked
@@ -1435,7 +1442,7 @@ def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
         _record("t2", component, feature, stats, checks, extra={**base_extra, "calibrating": True})
         return stats
 
-    entry, problem = ev.lookup(path, key, stratum, stats, dim)
+    entry, problem = ev.lookup(path, key, stratum, stats, dim, evidence)
     if problem is not None:
         checks = _t2_report_checks(stats, observed)
         _record("t2", component, feature, stats, checks, extra={**base_extra, "passed": False, "problem": problem})
@@ -1453,14 +1460,15 @@ def assert_t2(actual: Any, expected: Any, *, component: str, feature: str,
 
     checks = t2_checks(stats, observed, entry["bars"])
     passed = all(c.passed for c in checks)
-    _record("t2", component, feature, stats, checks, extra={**base_extra, "bars": dict(entry["bars"])})
+    rec = _record("t2", component, feature, stats, checks, extra={**base_extra, "bars": dict(entry["bars"])})
     if not passed:
         where = f" (stratum {stratum}, evidence {os.path.basename(str(path))} [{key}])"
         lines = header("T2 gate failed", component, feature, stats, where, name=name)
         lines[0] = first_line("T2 gate failed", checks, component, feature, label, where)  # case= or name= first
         lines += check_table(checks)
         lines += diagnostics(stats, mismatch=False)
-        _raise_or_collect([GateFailure("\n".join(lines), stats, checks, name=name)], "T2", component, feature)
+        _raise_or_collect([_of_record(GateFailure("\n".join(lines), stats, checks, name=name), rec)], "T2", component,
+                          feature)
     return stats
 
 

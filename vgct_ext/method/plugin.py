@@ -286,7 +286,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
                "{x} (in or after the teardown of {test}, whose error was {how})")
         item.config.stash[STATE].gate_errors.extend(fmt.format(test=item.nodeid, how=how, x=x) for x in lost)
     if call.when == "call" and hasattr(rep, "wasxfail") and call.excinfo is not None:
-        from .gates import EvidenceMissing
+        from .gates import EvidenceMissing, GateFailure
+
+        for e in _unhandled.exceptions_in(call.excinfo.value):  # verdicts the xfail absorbed: named in the summary
+            rec = getattr(e, "_vgct_record", None) if isinstance(e, GateFailure) else None
+            if isinstance(rec, dict) and not rec.get("expected_failure"):
+                rec["xfailed"] = True
 
         ctx = item.stash.get(CONTEXT, None)
         refused = {id(e) for e in ctx.refused} if ctx is not None else set()
@@ -849,16 +854,16 @@ def _name_gates(tr: Any, records: List[Dict[str, Any]], what: str, detail: Any) 
         tr.write_line(f"  {r.get('test')}{label}: {r['component']} / {r['feature']}: {detail(r)}", yellow=True)
 
 
-def xfailed_verdicts(records: List[Dict[str, Any]], tests: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The failing T1/T2 gate records of tests that xfailed (``tests``: node id -> the session's test entry, its
-    ``outcome``), each gate once: an xfail mark -- strict or not -- turns a gate's verdict into an expected
-    failure, so a real divergence in a component marked xfail leaves the run green and, under the default
-    ``--vgct-summary=failures``, out of the table too (which lists the failed tests' gates).  Not an expected
-    failure (``expect_gate_failure``'s caught planted fault), not a repetition."""
+def xfailed_verdicts(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The failing T1/T2 gate records whose GateFailure an xfail absorbed (the plugin's makereport marks them,
+    ``xfailed``: the failure is among the exceptions of the xfailed call -- raised into an xfail marker, or
+    ``pytest.xfail()`` called while handling it; not one the test caught, nor one lost in a thread, which fails
+    the session), each gate once (the first failing run: a ``--vgct-repeat`` repetition too).  An xfail mark --
+    strict or not -- turns a verdict into an expected failure, so a real divergence in a component marked xfail
+    leaves the run green and, under the default ``--vgct-summary=failures``, out of the table too."""
     seen: Dict[tuple, Dict[str, Any]] = {}
     for r in records:
-        if r.get("kind") in ("t1", "t2") and _is_failure(r) and not r.get("repetition") \
-                and (tests.get(r.get("test") or "") or {}).get("outcome") == "xfailed":
+        if r.get("kind") in ("t1", "t2") and r.get("xfailed") and _is_failure(r):
             seen.setdefault((r.get("test"), r.get("name"), r.get("component"), r.get("feature")), r)
     return list(seen.values())
 
@@ -999,10 +1004,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
                     "reference's dtype's, a bug below its resolution passes (keep the reference at least as precise "
                     "as the output under test)",
                     lambda r: f"actual {r.get('dtype_actual')} vs expected {r.get('dtype_expected')}")
-        _name_gates(terminalreporter, xfailed_verdicts(s.records, s.tests),
-                    "gate(s) failed inside xfailed tests: the xfail mark turned their divergence into an expected "
-                    "failure and the run stays green (a known bug: keep the mark and its reason; otherwise drop the "
-                    "mark -- a strict xfail only fails once the gate passes)",
+        _name_gates(terminalreporter, xfailed_verdicts(s.records),
+                    "gate(s) failed inside xfailed tests: the xfail turned their divergence into an expected failure "
+                    "and does not fail the run. If this is a known bug, keep the mark with its reason; otherwise "
+                    "remove it (a strict xfail fails the run only once the gate passes)",
                     _first_miss)
     for n in s.nondeterminism:
         terminalreporter.write_line(f"vgct NONDETERMINISM in {n['test']} (--vgct-repeat={n['repeat']}): "

@@ -166,6 +166,26 @@ def test_lossy(vgct):
     assert res.ret == pytest.ExitCode.USAGE_ERROR
 
 
+def test_a_relative_evidence_path_is_written_where_the_gate_reads_it(pytester, run):
+    """A relative ``evidence=`` is resolved at the gate, against the working directory of that moment: the
+    calibration writes there, not against the session's directory at its end (review of 2026-12-05: a test
+    that changed directory calibrated into the session's folder, then its gating run found no file where it
+    looked and asked for the same calibration again)."""
+    (pytester.path / "other").mkdir()
+    pytester.makepyfile(test_x=HEADER + """
+@pytest.mark.t2
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+def test_rel(vgct, monkeypatch):
+    monkeypatch.chdir(os.path.join(os.path.dirname(__file__), "other"))
+    vgct.assert_t2(drift(vgct.seed), E, evidence="rel.vgct-evidence.json")
+""")
+    run("--vgct-calibrate").assert_outcomes(passed=1)
+    assert (pytester.path / "other" / "rel.vgct-evidence.json").is_file()
+    assert not (pytester.path / "rel.vgct-evidence.json").exists()
+    run("--vgct-seed=7").assert_outcomes(passed=1)
+
+
 def test_two_outputs_without_labels_are_refused_with_labels_each_get_a_bar(pytester, run):
     pytester.makepyfile(test_x=HEADER + """
 @pytest.mark.t2

@@ -317,19 +317,26 @@ def test_t2_without_evidence_fails_and_says_how_to_record(tmp_path):
 
 def test_t2_without_an_evidence_file_names_the_path_it_looked_at(tmp_path, monkeypatch):
     """A relative ``evidence=`` path (written relative to the test's folder, run from the repository root) is
-    resolved against the working directory: the message names the absolute path looked at and the directory, so
-    that "no evidence" is not read as "not calibrated"; an existing file without the key says neither."""
+    resolved against the working directory at the gate: the message names the absolute path looked at and the
+    directory, so that "no evidence" is not read as "not calibrated"; a link to nothing says so; an existing
+    file without the key says neither."""
     e = _ref()
     (tmp_path / "run_here").mkdir()
     monkeypatch.chdir(tmp_path / "run_here")
     with expect_evidence_missing(match="no T2 evidence for 'c [|] f'") as ei:
         assert_t2(e, e, component="c", feature="f", evidence="ev/x.vgct-evidence.json")
     want = os.path.join(str(tmp_path), "run_here", "ev", "x.vgct-evidence.json")
-    assert f": no such file ({want}; a relative evidence path is resolved against the working directory, " \
-           f"{tmp_path / 'run_here'})" in str(ei.value)
+    assert (f": no such file ({want}; the relative evidence='ev/x.vgct-evidence.json' was resolved against the "
+            f"working directory, {tmp_path / 'run_here'} -- Path(__file__).with_name(...) ties a file to the "
+            f"test)") in str(ei.value)
     with expect_evidence_missing() as ei:
         assert_t2(e, e, component="c", feature="f", evidence=tmp_path / "abs.vgct-evidence.json")
     assert f": no such file ({tmp_path / 'abs.vgct-evidence.json'})." in str(ei.value)
+    (tmp_path / "dangling.vgct-evidence.json").symlink_to(tmp_path / "gone.json")
+    with expect_evidence_missing() as ei:
+        assert_t2(e, e, component="c", feature="f", evidence=str(tmp_path / "dangling.vgct-evidence.json"))
+    assert (f": a broken symbolic link ({tmp_path / 'dangling.vgct-evidence.json'} -> {tmp_path / 'gone.json'})."
+            in str(ei.value))
     _write_evidence(tmp_path / "other.vgct-evidence.json", "c | g", "sm_90", _entry(e, e, {"rel_l2": 1.0}))
     with expect_evidence_missing() as ei:
         assert_t2(e, e, component="c", feature="f", evidence=tmp_path / "other.vgct-evidence.json")
