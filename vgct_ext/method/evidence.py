@@ -178,9 +178,11 @@ def _caller_file() -> Optional[Path]:
 
 
 def evidence_path(explicit: Union[str, "os.PathLike[str]", None] = None) -> Path:
-    """The evidence file: ``explicit``, else ``<module stem>.vgct-evidence.json`` next to the running test's
-    module (from the pytest plugin), else next to the calling file. Raises ``RuntimeError`` if none is known."""
-    if explicit is not None:  # (absolute now: the calibration writes at the session's end, in another directory)
+    """The evidence file: ``explicit`` made absolute against the working directory of this call (a calibration
+    writes it at the session's end, when the directory may be another), else ``<module stem>.vgct-evidence.json``
+    next to the running test's module (from the pytest plugin), else next to the calling file. Raises
+    ``RuntimeError`` if none is known."""
+    if explicit is not None:
         return Path(os.path.abspath(explicit))
     t = _context.current_test()
     module = t.path if t is not None and t.path is not None else _caller_file()

@@ -288,15 +288,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     if call.when == "call" and hasattr(rep, "wasxfail") and call.excinfo is not None:
         from .gates import EvidenceMissing, GateFailure
 
-        for e in _unhandled.exceptions_in(call.excinfo.value):  # verdicts the xfail absorbed: named in the summary
+        raised = _unhandled.exceptions_in(call.excinfo.value)
+        for e in raised:  # the verdicts the xfail absorbed: named under the summary (xfailed_verdicts)
             rec = getattr(e, "_vgct_record", None) if isinstance(e, GateFailure) else None
-            if isinstance(rec, dict) and not rec.get("expected_failure"):
+            if isinstance(rec, dict):
                 rec["xfailed"] = True
 
         ctx = item.stash.get(CONTEXT, None)
         refused = {id(e) for e in ctx.refused} if ctx is not None else set()
-        gone = [e for e in _unhandled.exceptions_in(call.excinfo.value)
-                if (isinstance(e, EvidenceMissing) and not e._expected) or id(e) in refused]
+        gone = [e for e in raised if (isinstance(e, EvidenceMissing) and not e._expected) or id(e) in refused]
         if gone:  # an xfail cannot expect a gate that never ran: the session fails
             what = "EvidenceMissing" if isinstance(gone[0], EvidenceMissing) else "a refusal of its arguments"
             item.config.stash[STATE].gate_errors.append(
@@ -832,15 +832,21 @@ def exact_under_relaxation(records: List[Dict[str, Any]]) -> List[Dict[str, Any]
     return _passing_t1(records, lambda r: r.get("relax") and (r.get("statistics") or {}).get("max_abs_err") == 0.0)
 
 
-def _passing_t1(records: List[Dict[str, Any]], which: Any) -> List[Dict[str, Any]]:
-    """The first record of each passing T1 gate (test, label, component, feature; a gate runs once per seed under
-    ``--vgct-calibrate``) for which ``which(record)`` holds -- not an expected failure, not a repetition."""
+def _first_per_gate(records: List[Dict[str, Any]], which: Any) -> List[Dict[str, Any]]:
+    """The first record of each gate (test, label, component, feature; a gate runs once per seed under
+    ``--vgct-calibrate``, once per repetition under ``--vgct-repeat``) for which ``which(record)`` holds."""
     seen: Dict[tuple, Dict[str, Any]] = {}
     for r in records:
-        if r.get("kind") == "t1" and r.get("passed") and not r.get("expected_failure") and not r.get("repetition") \
-                and which(r):
+        if which(r):
             seen.setdefault((r.get("test"), r.get("name"), r.get("component"), r.get("feature")), r)
     return list(seen.values())
+
+
+def _passing_t1(records: List[Dict[str, Any]], which: Any) -> List[Dict[str, Any]]:
+    """The first record of each passing T1 gate for which ``which(record)`` holds -- not an expected failure, not
+    a repetition."""
+    return _first_per_gate(records, lambda r: r.get("kind") == "t1" and r.get("passed") and not
+                           r.get("expected_failure") and not r.get("repetition") and which(r))
 
 
 def _name_gates(tr: Any, records: List[Dict[str, Any]], what: str, detail: Any) -> None:
@@ -858,14 +864,11 @@ def xfailed_verdicts(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """The failing T1/T2 gate records whose GateFailure an xfail absorbed (the plugin's makereport marks them,
     ``xfailed``: the failure is among the exceptions of the xfailed call -- raised into an xfail marker, or
     ``pytest.xfail()`` called while handling it; not one the test caught, nor one lost in a thread, which fails
-    the session), each gate once (the first failing run: a ``--vgct-repeat`` repetition too).  An xfail mark --
+    the session; ``_is_failure``: not a planted fault expect_gate_failure caught), each gate once (the first
+    failing run: a ``--vgct-repeat`` repetition too).  An xfail mark --
     strict or not -- turns a verdict into an expected failure, so a real divergence in a component marked xfail
     leaves the run green and, under the default ``--vgct-summary=failures``, out of the table too."""
-    seen: Dict[tuple, Dict[str, Any]] = {}
-    for r in records:
-        if r.get("kind") in ("t1", "t2") and r.get("xfailed") and _is_failure(r):
-            seen.setdefault((r.get("test"), r.get("name"), r.get("component"), r.get("feature")), r)
-    return list(seen.values())
+    return _first_per_gate(records, lambda r: r.get("kind") in ("t1", "t2") and r.get("xfailed") and _is_failure(r))
 
 
 def _first_miss(r: Dict[str, Any]) -> str:
