@@ -38,10 +38,10 @@
  *                  warp steps -- a transposed matrix, rows apart in memory,
  *                  the slices of row mode (per-channel statistics) -- each
  *                  chunk's flat index made from its row (vg_ring_index).
- *                  Each warp streams its own runs of chunks through a ring of VG_BP
- *                  shared-memory stages filled by the copy engine
+ *                  Each warp streams its own runs of chunks through a ring of 2
+ *                  or 3 shared-memory stages filled by the copy engine
  *                  (cp.async.bulk + mbarrier; while a warp folds one stage,
- *                  the copies of the next two are in flight; before lane 0
+ *                  the copies of the next are in flight; vg_bulk; before lane 0
  *                  refills a stage every lane fences its reads of it against
  *                  the copy's async-proxy writes, vg_stage_release).  Trade-off:
  *                  fastest (no registers for the bytes in flight), only for
@@ -49,8 +49,8 @@
  *                  per-thread records (vg_bulk::SMEM, ~94-106 KiB a block).
  *                  WIN = 1 or 2 (float16/bfloat16/float32 pairs): it also counts
  *                  the exact quantiles' key window (select.cu's window plan,
- *                  "the fused key window" below): one chunk a lane and
- *                  step; +3 KiB of stages.
+ *                  "the fused key window" below): two chunks a lane and
+ *                  step for 16-bit pairs; +3 KiB of stages.
  *   k_reduce_flat  the same layout otherwise (a misaligned base such as
  *                  bf16 x[1:], or a generic dtype pair): scalar loads, or
  *                  16-byte vector loads into registers, RU chunks in flight
@@ -805,25 +805,48 @@ __device__ __forceinline__ void vg_win_end(const VgWinFuse &wf, VgWinSh *sh, con
   }
 }
 
-/* Geometry of k_reduce_bulk's shared-memory ring for a dtype pair (and its
- * WIN).  RB: two chunks a lane and step for 16-bit pairs (one 16-byte vector
- * an operand), one otherwise -- and one with a fused window (WIN 1 or 2),
- * whose counters and candidates would not fit the registers beside two
- * chunks of 16-bit pairs (ptxas sm_90, bfloat16 pairs: WIN 2 spilled 144
- * bytes with two, 8 with one -- the 2^28 bf16 p99 of ties 1.06-1.09 -> 0.96
- * ms: docs/performance.md, 2026-12-01 22:25-23:38 UTC, call 5; WIN 1's
- * candidates 68 with two, none with one).  So a call with a fused window
- * folds bfloat16/float16 pairs in another order than one without (one chunk
- * a lane and step instead of two): its sums may differ within rounding. */
-#define VG_BP 3 /* stages per warp: while one is folded, VG_BP - 1 are being filled */
-template <int DA, int DE, int WIN = 0> struct vg_bulk {
+/* Geometry of k_reduce_bulk's shared-memory ring for a dtype pair, its WIN
+ * and its RL.  RB chunks a lane and step, BP stages a warp, chosen so that
+ * the ring of 16-bit pairs is 48 KiB a block in every variant (RB * BP = 6
+ * warp steps of 32 chunks of 32 bytes) beside the 58 KiB of per-thread
+ * records, two blocks an SM.  A step's fixed cost (the mbarrier wait, the refill's two
+ * bulk copies, the loop's bookkeeping: ~150 warp instructions, ~1/5 of a
+ * bfloat16 step's; ncu, docs/performance.md, 2026-12-03 12:55 UTC) is
+ * spread over its RB chunks:
+ *   RB 3, BP 2  16-bit pairs (one 16-byte vector an operand), the flat run
+ *               without a window (RL 0, WIN 0): while one stage is folded
+ *               the other is in flight -- a step (48 pairs a lane) lasts
+ *               several microseconds, far beyond a copy's latency;
+ *   RB 2, BP 3  16-bit pairs with a fused window (WIN 1, 2), whose counters
+ *               leave no registers for more, and rows (RL 1), whose length
+ *               must hold whole warp steps (ring_layout: CW a power of two,
+ *               so that the power-of-two rows of a transposed matrix or a
+ *               latent qualify);
+ *   RB 1, BP 3  pairs of wider elements (two vectors an operand or more).
+ * With RB > 1 each chunk is read from its stage just before its fold (one
+ * chunk's words in registers, not RB: the fused window's two chunks did not
+ * fit beside its counters when read together -- ptxas sm_90, bfloat16 WIN 2
+ * spilled 144 bytes; docs/performance.md, 2026-12-01 22:25-23:38 UTC), so
+ * the stage is released after the step's folds; with RB 1 it is read first
+ * and refilled before the fold.  Measured (docs/performance.md, 2026-12-05
+ * 12:20 UTC, an H200 and an H100): 2^28 bfloat16 pairs 6-9% faster without
+ * quantiles (RB 3 against 2), 1-6% with the default p99 (RB 2 against 1;
+ * RB 3 with the window was slower on noise, the sparse way, which reads its
+ * stage again after the fold).  The element -> thread assignment
+ * follows RB, so the sums of the same pair may differ within rounding
+ * between variants (a call with quantiles against one without, a row
+ * layout against a flat one): each is bitwise repeatable. */
+#define VG_BP 3 /* stages a warp (RB 1 and 2): while one is folded, two are being filled */
+template <int DA, int DE, int WIN = 0, int RL = 0> struct vg_bulk {
   typedef vg_chunk<DA, DE> G;
-  static constexpr int RB = (G::NVA + G::NVE > 2 || WIN != 0) ? 1 : 2; /* chunks a lane a step */
+  static constexpr int RB = G::NVA + G::NVE > 2 ? 1 : (WIN != 0 || RL != 0) ? 2 : 3;
+  static constexpr int BP = RB == 3 ? 2 : VG_BP;
   static constexpr int CW = 32 * RB;                        /* chunks per warp step     */
   static constexpr int BA = CW * 16 * G::NVA;               /* bytes of `actual`        */
   static constexpr int BE = CW * 16 * G::NVE;               /* bytes of `expected`      */
   static constexpr int STAGE = BA + BE;
-  static constexpr int SMEM = (int)(RT * sizeof(VAcc)) + (RT / 32) * VG_BP * STAGE;
+  static_assert(RB == 1 || BP * STAGE == 6 * 1024, "the 16-bit rings: 6 KiB a warp whatever RB");
+  static constexpr int SMEM = (int)(RT * sizeof(VAcc)) + (RT / 32) * BP * STAGE;
   static constexpr int SMEM_W = SMEM + (int)sizeof(VgWinSh); /* with the fused window */
 };
 
@@ -871,7 +894,7 @@ __device__ __forceinline__ int64_t vg_ring_index(const RArgs &A, int64_t jf, int
 template <int DA, int DE, int SC, int WIN = 0, int RL = 0>
 __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ RArgs A) {
   typedef vg_chunk<DA, DE> G;
-  typedef vg_bulk<DA, DE, WIN> B;
+  typedef vg_bulk<DA, DE, WIN, RL> B;
   static_assert(!(WIN && RL), "the fused window reads one whole-tensor run");
   static_assert(!WIN || (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok), "fused window: fast pairs");
   static_assert(WIN >= 0 && WIN <= 2, "WIN: 0 none, 1 the sparse way, 2 every pair classified");
@@ -881,13 +904,13 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
      the host round trip that chose before, ~20-40 us) */
   if (A.wsel != nullptr && __ldg(A.wsel) != WIN) return;
   extern __shared__ __align__(16) VAcc vsm[]; /* 16: the ring's bulk copies */
-  __shared__ uint64_t bar[RT / 32][VG_BP];
+  __shared__ uint64_t bar[RT / 32][B::BP];
   const IterSpec &it = A.it;
   const int w = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31u);
-  char *ring = reinterpret_cast<char *>(vsm + RT) + (size_t)w * VG_BP * B::STAGE;
+  char *ring = reinterpret_cast<char *>(vsm + RT) + (size_t)w * B::BP * B::STAGE;
   /* the fused window's stages after the ring (SMEM_W) */
   VgWinSh *wsh = reinterpret_cast<VgWinSh *>(reinterpret_cast<char *>(vsm + RT) +
-                                             (size_t)(RT / 32) * VG_BP * B::STAGE);
+                                             (size_t)(RT / 32) * B::BP * B::STAGE);
   VgWinCnt wc; /* the fused window's bounds and this thread's counts */
   VgLook lk;   /* WIN 1: the pair test's threshold, the chunk's candidates */
   lk.t32 = 0.0f;
@@ -895,7 +918,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
   if constexpr (WIN) vg_win_begin(A.wf, wsh, wc, w, lane);
   if constexpr (WIN == 1) lk.t32 = vg_win_t32(A.wf.w);
   if (lane == 0) {
-    for (int p = 0; p < VG_BP; ++p) vg_mbar_init(&bar[w][p], 1);
+    for (int p = 0; p < B::BP; ++p) vg_mbar_init(&bar[w][p], 1);
     vg_mbar_init_fence();
   }
   __syncwarp();
@@ -928,14 +951,14 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
   const int64_t cfull = min(c1, m / G::CH); /* chunks below it are whole */
   constexpr int CSTEP = RT * B::RB; /* chunks of the block per step */
   /* step k of warp w: chunks [cb, cb + CW) with cb = c0 + k*RT*RB + w*CW; lane l
-     folds chunks cb + l + 32u.  Lane 0 arms stage k % VG_BP with the bytes of
+     folds chunks cb + l + 32u.  Lane 0 arms stage k % BP with the bytes of
      the whole chunks and starts their copies (none: the phase completes on the
      arrival alone).  The loop carries cb, rem = cfull - cb (the whole chunks
-     from cb on: the step's are rem clamped to [0, CW]), the stage p = k % VG_BP
-     and its mbarrier phase (k / VG_BP) & 1 instead of dividing k each step.
+     from cb on: the step's are rem clamped to [0, CW]), the stage p = k % BP
+     and its mbarrier phase (k / BP) & 1 instead of dividing k each step.
      The step counters are 32-bit: 0 <= cfull - c0 <= c1 - c0 <= A.cpb < 2^30
      (a block's first chunk is below m / CH + 1; the host's VG_RING_CPB), so
-     nstep CSTEP < 2^30 + CSTEP, and rem and rem - VG_BP CSTEP stay within
+     nstep CSTEP < 2^30 + CSTEP, and rem and rem - BP CSTEP stay within
      (-2^31, 2^30). */
   const int nstep = (int)((c1 - c0 + CSTEP - 1) / CSTEP);
   auto whole = [](int rem) { return min(max(rem, 0), B::CW); };
@@ -954,7 +977,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
   int64_t cb = c0 + (int64_t)w * B::CW;
   int rem = (int)(cfull - cb);
   if (lane == 0)
-    for (int k = 0; k < VG_BP && k < nstep; ++k) issue(cb + k * CSTEP, rem - k * CSTEP, k);
+    for (int k = 0; k < B::BP && k < nstep; ++k) issue(cb + k * CSTEP, rem - k * CSTEP, k);
   int p = 0;
   unsigned phase = 0;
 #ifdef VGCT_PHASE_TRACE
@@ -966,40 +989,43 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
     vg_mbar_wait(&bar[w][p], phase);
     const uint4 *sa = reinterpret_cast<const uint4 *>(ring + p * B::STAGE);
     const uint4 *se = reinterpret_cast<const uint4 *>(ring + p * B::STAGE + B::BA);
-    VChunk<DA, DE> ch[B::RB];
+    /* the chunk being folded, read from the stage: with RB > 1 just before
+       its fold (vg_bulk), with RB 1 here, before the stage is refilled */
+    constexpr bool LAZY = B::RB > 1;
+    VChunk<DA, DE> ch;
+    auto read = [&](int j) {
 #pragma unroll
-    for (int u = 0; u < B::RB; ++u) {
-      const int j = lane + 32 * u;
-      if (j < nf) {
+      for (int i = 0; i < G::NVA; ++i) ch.va[i] = sa[j * G::NVA + i];
 #pragma unroll
-        for (int i = 0; i < G::NVA; ++i) ch[u].va[i] = sa[j * G::NVA + i];
-#pragma unroll
-        for (int i = 0; i < G::NVE; ++i) ch[u].ve[i] = se[j * G::NVE + i];
-      }
-    }
+      for (int i = 0; i < G::NVE; ++i) ch.ve[i] = se[j * G::NVE + i];
+    };
+    if constexpr (!LAZY)
+      if (lane < nf) read(lane);
     const int pc = p; /* this step's stage */
-    if constexpr (WIN != 1) { /* (the sparse way reads the stage again after the fold) */
+    if constexpr (WIN != 1 && !LAZY) { /* RB 1: refilled before the fold (the sparse
+                                           way reads the stage again after it) */
       vg_stage_release(); /* the reads before the refill's async writes (write after read) */
       __syncwarp();       /* every lane has read stage p: lane 0 may refill it */
-      if (lane == 0 && k + VG_BP < nstep) issue(cb + VG_BP * CSTEP, rem - VG_BP * CSTEP, pc);
+      if (lane == 0 && k + B::BP < nstep) issue(cb + B::BP * CSTEP, rem - B::BP * CSTEP, pc);
     }
-    if (++p == VG_BP) { p = 0; phase ^= 1u; }
+    if (++p == B::BP) { p = 0; phase ^= 1u; }
     bool slow = false;
 #pragma unroll
     for (int u = 0; u < B::RB; ++u) {
       const int j = lane + 32 * u;
       const int64_t cc = cb + j, i0 = cc * G::CH;
       if (j < nf) {
+        if constexpr (LAZY) read(j);
         const int64_t fi = vg_ring_index<G::CH, FLAT>(A, jf, cc, i0);
         if constexpr (WIN == 1) {
-          slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], fi, sf, A.rtol, A.atol, &lk);
+          slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch, fi, sf, A.rtol, A.atol, &lk);
           vg_win_cand<DA, DE>(sa + j * G::NVA, se + j * G::NVE, lk, wc, A.wf, wsh, w); /* per lane */
         } else if constexpr (WIN == 2) {
-          slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], fi, sf, A.rtol, A.atol, nullptr,
+          slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch, fi, sf, A.rtol, A.atol, nullptr,
                                           &wc);
-          if (wc.in) vg_win_chunk<DA, DE>(ch[u], wc.in, A.wf, wsh, w); /* rare, per lane */
+          if (wc.in) vg_win_chunk<DA, DE>(ch, wc.in, A.wf, wsh, w); /* rare, per lane */
         } else {
-          slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch[u], fi, sf, A.rtol, A.atol);
+          slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch, fi, sf, A.rtol, A.atol);
         }
       } else if (cc < c1) { /* the last chunk, partial: the definition (a whole-tensor
                                run only: the host gives the ring rows or slices only when
@@ -1019,12 +1045,15 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
         }
       }
     }
-    if constexpr (WIN == 1) vg_stage_release(); /* (before vg_win_flush's __syncwarp) */
+    /* stage pc read after the folds (RB > 1, and the sparse way's second
+       read): released and refilled now */
+    if constexpr (WIN == 1 || LAZY) vg_stage_release(); /* (before the __syncwarp below) */
     if constexpr (WIN) vg_win_flush(A.wf, wsh, w, lane, VG_WFLUSH); /* warp-uniform; its
                                                                        first __syncwarp: every
                                                                        lane is done with stage pc */
-    if constexpr (WIN == 1)
-      if (lane == 0 && k + VG_BP < nstep) issue(cb + VG_BP * CSTEP, rem - VG_BP * CSTEP, pc);
+    else if constexpr (LAZY) __syncwarp(); /* every lane is done with stage pc */
+    if constexpr (WIN == 1 || LAZY)
+      if (lane == 0 && k + B::BP < nstep) issue(cb + B::BP * CSTEP, rem - B::BP * CSTEP, pc);
 #ifdef VGCT_PHASE_TRACE
     pt_slow += __any_sync(0xffffffffu, slow) ? 1 : 0;
 #endif
@@ -1326,7 +1355,7 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_kernel_last = 0;
  * ways) launched with its dynamic shared memory opted in (done: its flags). */
 template <int DA, int DE, int SC, int WIN, int RL = 0>
 static cudaError_t launch_bulk(int grid, const RArgs &A, cudaStream_t s, int *done) {
-  const int bytes = WIN ? vg_bulk<DA, DE, WIN>::SMEM_W : vg_bulk<DA, DE>::SMEM;
+  const int bytes = WIN ? vg_bulk<DA, DE, WIN>::SMEM_W : vg_bulk<DA, DE, 0, RL>::SMEM;
   cudaError_t e = vg_smem_optin(k_reduce_bulk<DA, DE, SC, WIN, RL>, done, bytes);
   if (e != cudaSuccess) return e;
   vgct_cuda_test_kernel_last = 4;
@@ -1450,7 +1479,8 @@ static cudaError_t dispatch_reduce(int da, int de, int scaled, int lean, int kin
 /* k_reduce_bulk's dynamic shared memory for a typed pair; 0 for the others
  * (they have no ring). */
 static int bulk_smem(int da, int de) {
-#define VG_CASE(X, Y) if (da == X && de == Y) return vg_bulk<X, Y>::SMEM;
+#define VG_CASE(X, Y) \
+  if (da == X && de == Y) return max(vg_bulk<X, Y>::SMEM, vg_bulk<X, Y, 0, 1>::SMEM);
   VG_TYPED_PAIRS(VG_CASE)
 #undef VG_CASE
   return 0;
@@ -1487,7 +1517,7 @@ static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 /* Chunks a warp step of k_reduce_bulk (no fused window) for a typed pair. */
 static int bulk_cw(int da, int de) {
-#define VG_CASE(X, Y) if (da == X && de == Y) return vg_bulk<X, Y>::CW;
+#define VG_CASE(X, Y) if (da == X && de == Y) return vg_bulk<X, Y, 0, 1>::CW;
   VG_TYPED_PAIRS(VG_CASE)
 #undef VG_CASE
   return 0;

@@ -1491,7 +1491,7 @@ def test_fused_window_equals_the_window_pass(kind, sel_hooks, lean_max, fuse_hoo
         assert fuse_hooks[1].value == last
         l1 = sel_hooks.last()
         # bitwise, sums included: only bf16_rounding folds in another order here (the fused
-        # kernel's one chunk a lane and step against two), and its bf16 terms and partial sums
+        # kernel's two chunks a lane and step against three), and its bf16 terms and partial sums
         # are exact in float64 -- the documented guarantee is within rounding (cuda/reduce.cu,
         # vg_bulk)
         assert_same_stats(g1, g0, tol=0.0)
