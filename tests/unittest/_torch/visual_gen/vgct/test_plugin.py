@@ -1700,6 +1700,45 @@ def test_exact_feature(vgct):
     assert "claim a relaxation" not in run("--vgct-summary=none").stdout.str()
 
 
+def test_a_relaxed_exact_gate_whose_probe_passed_is_named_as_not_needing_the_relaxation(pytester, run, monkeypatch):
+    """GPU run of 2026-12-05: a float32 attention-backend swap whose feature-active probe counted the backend's
+    calls measured the outputs bitwise equal under relax=; the notice asked "is the feature active?" although the
+    probe had proved it.  Such a gate is now named apart: the feature ran, the relaxation is not needed there.  A
+    probe of another feature, or a failed probe caught by the test, leaves the gate under the first notice."""
+    monkeypatch.setenv("COLUMNS", "250")
+    pytester.makepyfile(test_x=HEADER + """
+from vgct_ext.probes import FeatureInactive, assert_feature_active
+
+pytestmark = [pytest.mark.t1, pytest.mark.component("c"), pytest.mark.feature("f")]
+
+def test_ran_exact(vgct):
+    assert_feature_active(component="c", feature="f", flag=True)
+    vgct.assert_t1(E, E, relax=Relax.BACKEND_SWAP, name="ran")
+
+def test_other_feature_probed(vgct):
+    assert_feature_active(component="c", feature="g", flag=True)
+    vgct.assert_t1(E, E, relax=Relax.BACKEND_SWAP, name="other")
+
+def test_probe_failed(vgct):
+    with pytest.raises(FeatureInactive):
+        assert_feature_active(component="c", feature="f", flag=False)
+    vgct.assert_t1(E, E, relax=Relax.BACKEND_SWAP, name="failed")
+""")
+    result = run()
+    result.assert_outcomes(passed=3)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(["vgct: 2 passing T1 gate(s) claim a relaxation (relax=) but measured the outputs "
+                                 "bitwise equal: is the feature active?*",
+                                 "vgct: 1 passing T1 gate(s) claim a relaxation (relax=) and measured the outputs "
+                                 "bitwise equal while a feature-active probe of the same test passed: the feature "
+                                 "ran*",
+                                 "  test_x.py::test_ran_exact [[]ran[]]: c / f: relax 'backend or kernel swap', max "
+                                 "abs error 0, probe passed"])
+    first = out.split("is the feature active?", 1)[1].split("vgct: 1 passing", 1)[0]
+    assert "test_other_feature_probed [other]" in first and "test_probe_failed [failed]" in first
+    assert "test_ran_exact" not in first
+
+
 def test_a_gate_failing_inside_an_xfailed_test_is_named(pytester, run, monkeypatch):
     """Planted: a component marked xfail (strict or not) whose T1 gate fails on a real 1.5x scale bug -- the run
     is green and the default summary (failed tests' gates) leaves it out: its divergence was silent.  Now each
