@@ -26,6 +26,7 @@ field), or a write that fails (a full disk: the message names the file and says 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -37,8 +38,7 @@ def _load(path: str) -> Dict[str, Any]:
     from safetensors import safe_open
 
     try:
-        import torch  # noqa: F401
-
+        importlib.import_module("torch")  # (imported for safetensors' "pt" framework, not used here)
         framework = "pt"
     except ImportError:
         framework = "numpy"
@@ -167,7 +167,7 @@ def _tensor_heading(head: Sequence[str]) -> List[str]:
 
 def cmd_info(args: argparse.Namespace) -> int:
     try:  # a GPU described through torch when it is installed; info must work without it
-        import torch  # noqa: F401
+        importlib.import_module("torch")
     except ImportError:
         pass
     import vgct_ext
