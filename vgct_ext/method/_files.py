@@ -18,6 +18,7 @@ link by a regular file left every other checkout gating on the stale target (hos
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -37,11 +38,25 @@ def locked(path: PathLike, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     the ``with`` block.
 
     Raises ``TimeoutError`` naming the lock file when another process holds it for more than ``timeout``
-    seconds (``filelock.Timeout`` is a ``TimeoutError``)."""
+    seconds (``filelock.Timeout`` is a ``TimeoutError``); ``OSError`` (``ELOOP``) naming it when the lock file
+    itself is a symbolic link, which ``filelock`` does not follow (``O_NOFOLLOW``; the bare
+    "Too many levels of symbolic links" said neither what nor why)."""
     from filelock import FileLock
 
-    with FileLock(os.path.realpath(path) + LOCK_SUFFIX, timeout=timeout):  # (a link: its target's lock)
+    lock = os.path.realpath(path) + LOCK_SUFFIX  # (a link: its target's lock)
+    try:
+        acquired = FileLock(lock, timeout=timeout)
+        acquired.acquire()
+    except OSError as e:
+        if e.errno == errno.ELOOP and os.path.islink(lock):
+            raise OSError(errno.ELOOP, f"the lock file {lock} is a symbolic link (to {os.readlink(lock)}), which the "
+                          f"evidence lock does not follow; remove the link (a lock file holds no data: the "
+                          f"next writer creates it again)", lock) from e
+        raise
+    try:
         yield
+    finally:
+        acquired.release()
 
 
 def _mode_for(path: Path) -> int:

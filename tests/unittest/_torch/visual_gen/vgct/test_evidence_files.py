@@ -4,6 +4,7 @@ reference metadata, bounded records, ``assert_t1(tighten=)`` and the ``evidence`
 
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing
 import os
@@ -1108,6 +1109,30 @@ def test_a_symlinked_evidence_file_is_written_through_its_link(tmp_path):
     with _files.locked(links[1]):  # the same lock through either link: the target's
         assert (target.parent / ("x.vgct-evidence.json" + _files.LOCK_SUFFIX)).exists()
         assert not (links[1].parent / ("x.vgct-evidence.json" + _files.LOCK_SUFFIX)).exists()
+
+
+def test_a_symlinked_lock_file_is_named_as_one(tmp_path):
+    """Carried note: a lock file that is itself a symbolic link (dangling, or to another file) made every write
+    fail with a bare "[Errno 40] Too many levels of symbolic links" (filelock opens it with O_NOFOLLOW: safe,
+    but cryptic).  Now the error names the lock file, its link target and what to do; nothing is written through
+    the link, and once it is removed the lock works again."""
+    from vgct_ext.method import _files
+
+    path = tmp_path / "x.vgct-evidence.json"
+    path.write_text("{}")
+    lock = tmp_path / ("x.vgct-evidence.json" + _files.LOCK_SUFFIX)
+    elsewhere = tmp_path / "elsewhere"
+    lock.symlink_to(elsewhere)
+    with pytest.raises(OSError) as info:
+        with _files.locked(path):
+            pass
+    assert info.value.errno == errno.ELOOP
+    msg = str(info.value)
+    assert f"the lock file {lock} is a symbolic link (to {elsewhere})" in msg and "remove the link" in msg
+    assert not elsewhere.exists()
+    lock.unlink()
+    with _files.locked(path):
+        assert lock.exists() and not lock.is_symlink()
 
 
 def test_evidence_show_prints_every_digit_and_annotate_sets_the_note(tmp_path, capsys):
