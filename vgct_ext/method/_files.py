@@ -44,14 +44,24 @@ def locked(path: PathLike, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     from filelock import FileLock
 
     lock = os.path.realpath(path) + LOCK_SUFFIX  # (a link: its target's lock)
+
+    def linked() -> OSError:  # (checked here too: a filelock that followed links would lock the link's target)
+        try:
+            to = f" (to {os.readlink(lock)})"
+        except OSError:  # (removed meanwhile)
+            to = ""
+        return OSError(errno.ELOOP, f"the lock file {lock} is a symbolic link{to}, which the "
+                       f"evidence lock does not follow; remove the link (a lock file holds no data: the next "
+                       f"writer creates it again)", lock)
+
+    if os.path.islink(lock):
+        raise linked()
     try:
         acquired = FileLock(lock, timeout=timeout)
         acquired.acquire()
     except OSError as e:
-        if e.errno == errno.ELOOP and os.path.islink(lock):
-            raise OSError(errno.ELOOP, f"the lock file {lock} is a symbolic link (to {os.readlink(lock)}), which the "
-                          f"evidence lock does not follow; remove the link (a lock file holds no data: the "
-                          f"next writer creates it again)", lock) from e
+        if e.errno == errno.ELOOP and os.path.islink(lock):  # (a link made after the check above)
+            raise linked() from e
         raise
     try:
         yield
