@@ -76,6 +76,24 @@ MARKERS = (
 )
 
 
+#: The plugin's names: the ``pytest11`` entry point's (pyproject.toml) and its modules' (``-p vgct_ext.plugin``,
+#: ``pytest_plugins = ["vgct_ext.plugin"]``).
+PLUGIN_NAMES = ("vgct", "vgct_ext.plugin", "vgct_ext.method.plugin")
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Called as this module is registered (under any of :data:`PLUGIN_NAMES`): its other names are blocked, so
+    that a second registration -- the entry point after ``-p vgct_ext.plugin`` where the package is installed, or
+    ``pytest_plugins = ["vgct_ext.plugin"]`` after the entry point -- is skipped instead of failing the whole run
+    with pluggy's "Plugin already registered under a different name" (docs/method.md says ``-p vgct_ext.plugin``
+    loads the plugin where the package is not installed: the same command failed where it is).  A name blocked
+    by the user (``-p no:vgct``) stays blocked."""
+    name = pluginmanager.get_name(sys.modules[__name__])
+    for other in PLUGIN_NAMES:
+        if other != name and pluginmanager.get_plugin(other) is None and not pluginmanager.is_blocked(other):
+            pluginmanager.set_blocked(other)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("vgct", "vgct_ext component-test method")
     g.addoption("--vgct-report", metavar="FILE.json", default=None,
