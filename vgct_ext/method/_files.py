@@ -10,6 +10,11 @@
   temporary file.
 * :func:`check_writable` -- whether a file can be created at a path (used at startup for ``--vgct-report``).
 
+A writer killed between creating its temporary file and the rename (SIGKILL, a power cut) leaves that file
+behind (``.<name>.XXXXXXXX.tmp``, git-ignored); whoever next takes the lock of ``<name>`` removes those older
+than :data:`ORPHAN_AGE_S` (every writer of an evidence file holds its lock while its temporary file exists, so
+such a file under the lock is an orphan; the age spares a writer that does not lock, such as the report's).
+
 A path that is a symbolic link (an evidence file shared by several checkouts) is written through: the lock and
 the temporary file are the link target's, and the rename replaces the target, not the link -- replacing the
 link by a regular file left every other checkout gating on the stale target (hostile review of 2026-12-05).
@@ -20,7 +25,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
+import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator, Union
 
@@ -28,6 +36,9 @@ __all__ = ["LOCK_SUFFIX", "LOCK_TIMEOUT_S", "locked", "atomic_write_text", "chec
 
 LOCK_SUFFIX = ".lock"
 LOCK_TIMEOUT_S = 300.0
+#: A temporary file of a locked file older than this (seconds) is an orphan (the module docstring).
+ORPHAN_AGE_S = 60.0
+_MKSTEMP_NAME = re.compile(r"[a-z0-9_]{8}\.(tmp|probe)")  # (tempfile's names: 8 characters of this set)
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -64,9 +75,29 @@ def locked(path: PathLike, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
             raise linked() from e
         raise
     try:
+        _remove_orphans(os.path.realpath(path))
         yield
     finally:
         acquired.release()
+
+
+def _remove_orphans(target: str) -> None:
+    """Remove the temporary files of ``target`` (``.<name>.XXXXXXXX.tmp`` / ``.probe``: :func:`atomic_write_text`,
+    :func:`check_writable`) last modified more than :data:`ORPHAN_AGE_S` ago; best effort (errors ignored)."""
+    folder, name = os.path.split(target)
+    prefix = f".{name}."
+    now = time.time()
+    try:
+        entries = list(os.scandir(folder or "."))
+    except OSError:
+        return
+    for e in entries:
+        if not (e.name.startswith(prefix) and _MKSTEMP_NAME.fullmatch(e.name[len(prefix):])):
+            continue
+        with contextlib.suppress(OSError):
+            st = e.stat(follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and now - st.st_mtime > ORPHAN_AGE_S:
+                os.unlink(e.path)
 
 
 def _mode_for(path: Path) -> int:

@@ -8,6 +8,7 @@ import errno
 import json
 import multiprocessing
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -1133,6 +1134,31 @@ def test_a_symlinked_lock_file_is_named_as_one(tmp_path):
     lock.unlink()
     with _files.locked(path):
         assert lock.exists() and not lock.is_symlink()
+
+
+def test_a_killed_writers_temporary_file_is_removed_by_the_next_lock(tmp_path):
+    """Carried note: a writer killed between its temporary file and the rename left ``.<name>.XXXXXXXX.tmp``
+    beside the evidence file for good (git-ignored, never cleaned).  Now whoever next takes the file's lock
+    removes such files older than ORPHAN_AGE_S; a fresh one (a live writer that does not lock), another file's,
+    and a name tempfile does not make are kept."""
+    from vgct_ext.method import _files
+
+    path = tmp_path / "x.vgct-evidence.json"
+    path.write_text("{}")
+    old = time.time() - 2 * _files.ORPHAN_AGE_S
+    orphan, probe = tmp_path / ".x.vgct-evidence.json.k3_9ab2q.tmp", tmp_path / ".x.vgct-evidence.json.zz8_1abc.probe"
+    fresh = tmp_path / ".x.vgct-evidence.json.a1b2c3d4.tmp"
+    other = tmp_path / ".y.vgct-evidence.json.k3_9ab2q.tmp"
+    user = tmp_path / ".x.vgct-evidence.json.my-notes.tmp"
+    for f in (orphan, probe, fresh, other, user):
+        f.write_text("partial")
+        if f is not fresh:
+            os.utime(f, (old, old))
+    with _files.locked(path):
+        pass
+    assert not orphan.exists() and not probe.exists()
+    assert fresh.exists() and other.exists() and user.exists()
+    assert path.read_text() == "{}"
 
 
 def test_evidence_show_prints_every_digit_and_annotate_sets_the_note(tmp_path, capsys):
