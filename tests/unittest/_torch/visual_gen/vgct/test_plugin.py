@@ -1878,3 +1878,35 @@ def test_scale_bug(vgct):
     assert "already registered" not in result.stdout.str() + result.stderr.str()
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*vgct comparisons*", "*test_scale_bug*"])
+
+
+def test_a_gate_failing_inside_an_xfailed_subtest_is_named(pytester, run, monkeypatch):
+    """The last notes' open case: a gate failing inside a subtest (pytest's ``subtests``) absorbed as an expected
+    failure -- the test marked xfail (the subtest SUBXFAILs, the test XPASSes) or ``pytest.xfail()`` in the subtest
+    -- is named under the summary like an xfailed test's; a subtest whose gate passes is not."""
+    monkeypatch.setenv("COLUMNS", "250")
+    pytester.makepyfile(test_x=HEADER + """
+pytestmark = [pytest.mark.t1, pytest.mark.component("c"), pytest.mark.feature("f")]
+
+@pytest.mark.xfail(reason="known")
+def test_marked(vgct, subtests):
+    with subtests.test("a"):
+        vgct.assert_t1(1.5 * E, E, name="marked")
+
+def test_xfail_call(vgct, subtests):
+    with subtests.test("b"):
+        try:
+            vgct.assert_t1(1.5 * E, E, name="called")
+        except AssertionError:
+            pytest.xfail("known")
+
+def test_clean(vgct, subtests):
+    with subtests.test("c"):
+        vgct.assert_t1(E, E, name="clean")
+""")
+    out = run().stdout.str()
+    assert "vgct: 2 gate(s) failed inside xfailed tests" in out, out
+    named = out.split("vgct: 2 gate(s) failed inside xfailed tests", 1)[1].split("\n=", 1)[0]
+    assert "test_x.py::test_marked [marked]: c / f: rel_l2 5.0000e-01" in named
+    assert "test_x.py::test_xfail_call [called]: c / f: rel_l2 5.0000e-01" in named
+    assert "test_clean" not in named
