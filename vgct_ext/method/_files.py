@@ -50,35 +50,19 @@ def locked(path: PathLike, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
 
     Raises ``TimeoutError`` naming the lock file when another process holds it for more than ``timeout``
     seconds (``filelock.Timeout`` is a ``TimeoutError``); ``OSError`` (``ELOOP``) naming it when the lock file
-    itself is a symbolic link, which ``filelock`` does not follow (``O_NOFOLLOW``; the bare
-    "Too many levels of symbolic links" said neither what nor why)."""
+    itself is a symbolic link, which the lock does not follow (filelock's ``O_NOFOLLOW`` gave a bare "Too many
+    levels of symbolic links" that said neither what nor why)."""
     from filelock import FileLock
 
-    lock = os.path.realpath(path) + LOCK_SUFFIX  # (a link: its target's lock)
-
-    def linked() -> OSError:  # (checked here too: a filelock that followed links would lock the link's target)
-        try:
-            to = f" (to {os.readlink(lock)})"
-        except OSError:  # (removed meanwhile)
-            to = ""
-        return OSError(errno.ELOOP, f"the lock file {lock} is a symbolic link{to}, which the "
-                       f"evidence lock does not follow; remove the link (a lock file holds no data: the next "
-                       f"writer creates it again)", lock)
-
-    if os.path.islink(lock):
-        raise linked()
-    try:
-        acquired = FileLock(lock, timeout=timeout)
-        acquired.acquire()
-    except OSError as e:
-        if e.errno == errno.ELOOP and os.path.islink(lock):  # (a link made after the check above)
-            raise linked() from e
-        raise
-    try:
-        _remove_orphans(os.path.realpath(path))
+    target = os.path.realpath(path)  # (a link: its target's lock)
+    lock = target + LOCK_SUFFIX
+    if os.path.islink(lock):  # (refused here, whatever the filelock: one that followed it would lock its target)
+        raise OSError(errno.ELOOP, f"the lock file {lock} is a symbolic link (to {os.readlink(lock)}), which the "
+                      f"evidence lock does not follow; remove the link (a lock file holds no data: the next writer "
+                      f"creates it again)", lock)
+    with FileLock(lock, timeout=timeout):
+        _remove_orphans(target)
         yield
-    finally:
-        acquired.release()
 
 
 def _remove_orphans(target: str) -> None:

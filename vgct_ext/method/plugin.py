@@ -850,10 +850,9 @@ def exact_under_relaxation(records: List[Dict[str, Any]]) -> List[Dict[str, Any]
     return _passing_t1(records, lambda r: r.get("relax") and (r.get("statistics") or {}).get("max_abs_err") == 0.0)
 
 
-def _probed(records: List[Dict[str, Any]]) -> set:
-    """(test, component, feature) of every passing feature-active probe (``assert_feature_active``)."""
-    return {(r.get("test"), r.get("component"), r.get("feature")) for r in records
-            if r.get("kind") == "probe" and r.get("passed")}
+def _test_feature(r: Dict[str, Any]) -> tuple:
+    """A record's (test, component, feature)."""
+    return r.get("test"), r.get("component"), r.get("feature")
 
 
 def exact_under_relaxation_split(records: List[Dict[str, Any]]) -> Tuple[List[Dict[str, Any]],
@@ -862,10 +861,10 @@ def exact_under_relaxation_split(records: List[Dict[str, Any]]) -> Tuple[List[Di
     the same component and feature (did the feature run?), and those whose probe passed (it ran -- a call count,
     a flag -- and gave the reference's bits: the relaxation is not needed there; GPU run of 2026-12-05, a float32
     attention-backend swap whose backend was called twice).  The summary says each its own way."""
-    probed = _probed(records)
+    probed = {_test_feature(r) for r in records if r.get("kind") == "probe" and r.get("passed")}
     exact = exact_under_relaxation(records)
-    key = lambda r: (r.get("test"), r.get("component"), r.get("feature"))  # noqa: E731
-    return [r for r in exact if key(r) not in probed], [r for r in exact if key(r) in probed]
+    return ([r for r in exact if _test_feature(r) not in probed],
+            [r for r in exact if _test_feature(r) in probed])
 
 
 def _first_per_gate(records: List[Dict[str, Any]], which: Any) -> List[Dict[str, Any]]:
