@@ -658,7 +658,8 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_flat(const __grid_constant__ R
  *   (ties at lo, a constant offset): in vg_fast_chunk's own loop
  *   (VgWinCnt, vgct_cuda_internal.cuh), four float64 comparisons of the |d|
  *   the sums already compute with the bounds as doubles, counts in three
- *   registers a thread: ~10 instructions a pair whatever the data.  What a
+ *   registers a thread by predicated adds (vg_win_mark): ~8 instructions a
+ *   pair whatever the data (12.5 with the counts as selects; 2026-12-05).  What a
  *   chunk leaves to its lane (vg_win_chunk): the keys strictly inside, to the
  *   warp's stage, and a chunk with a non-finite pair, keyed pair by pair.
  * Both: the last, partial chunk of the input is keyed by its own lane
@@ -814,14 +815,15 @@ __device__ __forceinline__ void vg_win_end(const VgWinFuse &wf, VgWinSh *sh, con
  * bfloat16 step's; ncu, docs/performance.md, 2026-12-03 12:55 UTC) is
  * spread over its RB chunks:
  *   RB 3, BP 2  16-bit pairs (one 16-byte vector an operand), the flat run
- *               without a window (RL 0, WIN 0): while one stage is folded
- *               the other is in flight -- a step (48 pairs a lane) lasts
- *               several microseconds, far beyond a copy's latency;
- *   RB 2, BP 3  16-bit pairs with a fused window (WIN 1, 2), whose counters
- *               leave no registers for more, and rows (RL 1), whose length
- *               must hold whole warp steps (ring_layout: CW a power of two,
- *               so that the power-of-two rows of a transposed matrix or a
- *               latent qualify);
+ *               without a window (RL 0, WIN 0) or with the every-pair window
+ *               (WIN 2): while one stage is folded the other is in flight --
+ *               a step (48 pairs a lane) lasts several microseconds, far
+ *               beyond a copy's latency;
+ *   RB 2, BP 3  16-bit pairs with the sparse window (WIN 1, which reads its
+ *               stage again after the folds: RB 3 measured slower), and rows
+ *               (RL 1), whose length must hold whole warp steps (ring_layout:
+ *               CW a power of two, so that the power-of-two rows of a
+ *               transposed matrix or a latent qualify);
  *   RB 1, BP 3  pairs of wider elements (two vectors an operand or more).
  * With RB > 1 each chunk is read from its stage just before its fold (one
  * chunk's words in registers, not RB: the fused window's two chunks did not
@@ -832,14 +834,16 @@ __device__ __forceinline__ void vg_win_end(const VgWinFuse &wf, VgWinSh *sh, con
  * 12:20 UTC, an H200 and an H100): 2^28 bfloat16 pairs 6-9% faster without
  * quantiles (RB 3 against 2), 1-6% with the default p99 (RB 2 against 1;
  * RB 3 with the window was slower on noise, the sparse way, which reads its
- * stage again after the fold).  The element -> thread assignment
+ * stage again after the fold).  WIN 2 at RB 3 (2026-12-05 14:10 UTC, an
+ * H100): the every-pair way's bf16 ties p99 within noise of RB 2 alone
+ * (0.98-1.03x), 0.93x with vg_win_mark.  The element -> thread assignment
  * follows RB, so the sums of the same pair may differ within rounding
  * between variants (a call with quantiles against one without, a row
  * layout against a flat one): each is bitwise repeatable. */
 #define VG_BP 3 /* stages a warp (RB 1 and 2): while one is folded, two are being filled */
 template <int DA, int DE, int WIN = 0, int RL = 0> struct vg_bulk {
   typedef vg_chunk<DA, DE> G;
-  static constexpr int RB = G::NVA + G::NVE > 2 ? 1 : (WIN != 0 || RL != 0) ? 2 : 3;
+  static constexpr int RB = G::NVA + G::NVE > 2 ? 1 : (WIN == 1 || RL != 0) ? 2 : 3;
   static constexpr int BP = RB == 3 ? 2 : VG_BP;
   static constexpr int CW = 32 * RB;                        /* chunks per warp step     */
   static constexpr int BA = CW * 16 * G::NVA;               /* bytes of `actual`        */

@@ -633,6 +633,43 @@ __host__ __device__ __forceinline__ bool vg_win_class(double ad, double lo, doub
   return ad > lo && ad < hi;
 }
 
+/* vg_win_class in vg_fast_chunk's loop (WIN 2, every pair), in the form that
+ * compiles to four float64 comparisons and four predicated instructions a
+ * pair: counts keys > lo (gt; ge = gt + el, added once a chunk), == lo (el)
+ * and == hi (eh), and sets `bit` in `in` when lo < key < hi.  The plain C
+ * form (vg_win_class) compiled to five comparisons a pair, each count to
+ * an add and a select (ptxas sm_90: VIADD + IMAD.MOV after the DSETP) and
+ * the inside bit to a select and a share of a LOP3: ~12.5 instructions a
+ * pair against 8 here (`@P VIADD`, `@P LOP3`).  The same order relations,
+ * so the same counts.  Tests: the host check runs the C form
+ * below through vg_fast_chunk against the keys themselves
+ * (check_win_classify); on the GPU, test_gpu.py's fused-window tests compare
+ * the counts with the window pass's -- a `ge` for the `gt` (ties at lo
+ * counted twice) failed 67 of them, an `le` for the `lt` (keys == hi stored
+ * as inside) 5 (docs/performance.md, 2026-12-05 14:10 UTC). */
+__host__ __device__ __forceinline__ void vg_win_mark(double ad, double lo, double hi, unsigned &gt,
+                                                     unsigned &el, unsigned &eh, unsigned &in,
+                                                     unsigned bit) {
+#ifdef __CUDA_ARCH__
+  asm("{\n\t.reg .pred p, q;\n\t"
+      "setp.gt.f64 p, %4, %5;\n\t"
+      "@p add.u32 %0, %0, 1;\n\t"
+      "setp.lt.and.f64 q, %4, %6, p;\n\t"
+      "@q or.b32 %3, %3, %7;\n\t"
+      "setp.eq.f64 p, %4, %5;\n\t"
+      "@p add.u32 %1, %1, 1;\n\t"
+      "setp.eq.f64 p, %4, %6;\n\t"
+      "@p add.u32 %2, %2, 1;\n\t}"
+      : "+r"(gt), "+r"(el), "+r"(eh), "+r"(in)
+      : "d"(ad), "d"(lo), "d"(hi), "r"(bit));
+#else
+  gt += ad > lo ? 1u : 0u;
+  el += ad == lo ? 1u : 0u;
+  eh += ad == hi ? 1u : 0u;
+  if (ad > lo && ad < hi) in |= bit;
+#endif
+}
+
 /* The fused window's sparse way (cuda/reduce.cu, k_reduce_bulk<..., WIN = 1>),
  * in vg_fast_chunk's own loop: t32 = vg_win_t32_of(lo) (in); out, for the
  * last chunk: cand, bit q when |d32_q| is not below t32 and d32_q != 0 -- the
@@ -761,7 +798,7 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
        can differ, and the sum it reaches, h.s_d from +0, reads +0 either way) */
     t_d = q == 0 ? d : t_d + d;
     if (wc) /* the fused window (VgWinCnt): the key compared through |d| */
-      win |= (vg_win_class(fabs(d), wc->lo, wc->hi, wge, wel, weh) ? 1u : 0u) << q;
+      vg_win_mark(fabs(d), wc->lo, wc->hi, wge, wel, weh, win, 1u << q);
   }
   if constexpr (NZW) {
     if (!lk) { /* bit q (half h = q & 1 of word q >> 1 at bit 16 h + (q >> 1)): a != e */
@@ -785,7 +822,7 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
     if (define) {
       wc->in = VG_WIN_DEFINE;
     } else {
-      wc->ge += wge; wc->el += wel; wc->eh += weh;
+      wc->ge += wge + wel; wc->el += wel; wc->eh += weh; /* (wge: keys > lo) */
       wc->in = win;
     }
   }

@@ -1490,8 +1490,8 @@ def test_fused_window_equals_the_window_pass(kind, sel_hooks, lean_max, fuse_hoo
         g1 = vgct_ext.compare(a, e, quantiles=qs)
         assert fuse_hooks[1].value == last
         l1 = sel_hooks.last()
-        # bitwise, sums included: only bf16_rounding folds in another order here (the fused
-        # kernel's two chunks a lane and step against three), and its bf16 terms and partial sums
+        # bitwise, sums included: only bf16_rounding folds in another order here (the sparse
+        # way's two chunks a lane and step against three), and its bf16 terms and partial sums
         # are exact in float64 -- the documented guarantee is within rounding (cuda/reduce.cu,
         # vg_bulk)
         assert_same_stats(g1, g0, tol=0.0)
