@@ -1,7 +1,8 @@
 """The exact p99 with its key window counted by the reduction (fused) against the window plan's
 own pass over the inputs, on the data shapes of issue #13, on one GPU.
 
-For each shape of ``bench_gpu.p99_shapes`` (2^28 pairs unless ``--log2n``) it prints the median
+For bench_gpu.py's own pair (``make_pair``, its "exact p99" row) and each shape of
+``bench_gpu.p99_shapes`` (2^28 pairs unless ``--log2n``) it prints the median
 of CUDA-event timings of four calls in one process:
 
 * ``compare(a, e, quantiles=None)`` -- the reduction alone;
@@ -21,7 +22,7 @@ copy bandwidth, as ``bench_gpu.py``), and the p99 values of the four ways, which
 (it exits with status 1 when they are not; with ``--auto-only`` there is one way and nothing
 to compare).  Not a test; a table for docs/performance.md.
 
-    python bench/bench_fused_window.py [--log2n K] [--reps N] [--auto-only]
+    python bench/bench_fused_window.py [--log2n K] [--reps N] [--auto-only] [--no-pass]
 
 ``--auto-only`` times the reduction and the default call alone (an A/B of two builds: run it
 from each build in turn, alternating, e.g. ``PYTHONPATH=/tmp/base python bench/...``).
@@ -35,7 +36,16 @@ import sys
 import torch
 
 import vgct_ext
-from bench_gpu import copy_bandwidth, cuda_time, p99_shapes  # bench/ is sys.path[0]
+from bench_gpu import copy_bandwidth, cuda_time, make_pair, p99_shapes  # bench/ is sys.path[0]
+
+
+def shapes(n):
+    """bench_gpu.py's "2^28 bf16, exact p99" pair (make_pair: bf16 e + 1e-2 noise against bf16 e,
+    ~80% of the pairs mismatching at the default tolerances), then the p99 shapes."""
+    a, e = make_pair((n,), torch.bfloat16)
+    yield "bench pair: bf16 e+1e-2 noise vs bf16 e", a, e
+    del a, e
+    yield from p99_shapes(n)
 
 
 def main():
@@ -44,11 +54,13 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--auto-only", action="store_true",
                     help="only the reduction and the default p99 call (no forced ways)")
+    ap.add_argument("--no-pass", action="store_true",
+                    help="leave out the window pass's column (hook 1): the fused ways only")
     ap.add_argument("--auto-hook", type=int, default=0, choices=(0, 5),
                     help="the hook value of the 'auto' column: 5 = the automatic choice also "
                          "below WIN_FUSE_MIN (2^25 pairs): what lowering it would give")
     args = ap.parse_args()
-    modes = (0,) if args.auto_only else (0, 3, 4, 1)
+    modes = (0,) if args.auto_only else (0, 3, 4) if args.no_pass else (0, 3, 4, 1)
     lib = ctypes.CDLL(vgct_ext._C.__file__)
     off = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fuse")
     last = ctypes.c_longlong.in_dll(lib, "vgct_cuda_test_fuse_last")
@@ -62,7 +74,7 @@ def main():
             + "".join(f" {way[k]:>7s} {'x floor':>7s}" for k in modes[1:]))
     print(head)
     bad = 0
-    for name, a, e in p99_shapes(1 << args.log2n):
+    for name, a, e in shapes(1 << args.log2n):
         floor = (a.numel() * a.element_size() + e.numel() * e.element_size()) / bw * 1e3
         noq = cuda_time(lambda: vgct_ext.compare(a, e, quantiles=None), args.reps)[0]
         ms, val, path = {}, {}, "?"
