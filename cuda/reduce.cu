@@ -49,8 +49,9 @@
  *                  per-thread records (vg_bulk::SMEM, ~94-106 KiB a block).
  *                  WIN = 1 or 2 (float16/bfloat16/float32 pairs): it also counts
  *                  the exact quantiles' key window (select.cu's window plan,
- *                  "the fused key window" below): two chunks a lane and
- *                  step for 16-bit pairs; +3 KiB of stages.
+ *                  "the fused key window" below): two (WIN 1) or three
+ *                  (WIN 2) chunks a lane and step for 16-bit pairs; +3 KiB
+ *                  of stages.
  *   k_reduce_flat  the same layout otherwise (a misaligned base such as
  *                  bf16 x[1:], or a generic dtype pair): scalar loads, or
  *                  16-byte vector loads into registers, RU chunks in flight
@@ -835,8 +836,8 @@ __device__ __forceinline__ void vg_win_end(const VgWinFuse &wf, VgWinSh *sh, con
  * quantiles (RB 3 against 2), 1-6% with the default p99 (RB 2 against 1;
  * RB 3 with the window was slower on noise, the sparse way, which reads its
  * stage again after the fold).  WIN 2 at RB 3 (2026-12-05 14:10 UTC, an
- * H100): the every-pair way's bf16 ties p99 within noise of RB 2 alone
- * (0.98-1.03x), 0.93x with vg_win_mark.  The element -> thread assignment
+ * H100): the every-pair way's bf16 ties p99 1.03x RB 2 alone, within the
+ * noise of that A/B's unchanged rows (1.02-1.03x); 0.93x with vg_win_mark.  The element -> thread assignment
  * follows RB, so the sums of the same pair may differ within rounding
  * between variants (a call with quantiles against one without, a row
  * layout against a flat one): each is bitwise repeatable. */

@@ -2779,13 +2779,15 @@ static void win_plan(DevWS *ws, const KArgs &B, int64_t nf, const int64_t *ub, i
  * cheap while such keys are few (a p99 window: ~1% of the keys), dearer as
  * they grow (the warp's rounds are the most candidates one lane has); every
  * pair classified in the fold (VG_WIN_EVERY) costs the same whatever the data,
- * ~10 instructions a pair, far less than the sparse way or the own pass where
+ * ~8 instructions a pair (vg_win_mark), far less than the sparse way or the own pass where
  * keys >= lo are many (bf16 ties: 3% of the keys at lo; a constant offset:
  * 27%).  WIN_FUSE_GE was set (2026-12-01, 22:25-23:38 UTC in
  * docs/performance.md) against the warp-wide look the sparse way replaced,
  * whose cost rose faster with the keys >= lo; the new crossover is not
  * measured yet, and 2% errs towards every pair (speed only: both ways give
- * the same counts).
+ * the same counts).  Both ways forced on the p99 shapes of issue #13
+ * (docs/performance.md, 2026-12-05 14:10 UTC, after e155deb): the choice
+ * made here is the faster way on each.
  * k_win_count counts the sample's finite keys >= lo (sge) and its last block
  * picks every pair classified when they are more than WIN_FUSE_GE of the
  * sample's finite keys, else the sparse way (WinState::mode, which the

@@ -624,7 +624,8 @@ struct VgWinCnt {
 /* The fused window's classification of one finite pair's key, through its
  * |d| as a double (VgWinCnt above: why that compares the keys exactly):
  * counts keys >= lo, == lo and == hi; true when lo < key < hi (to be stored).
- * Both ways use it: vg_fast_chunk's loop (WIN 2) and vg_win_cand_keys (WIN 1). */
+ * The sparse way's keys use it (vg_win_cand_keys, WIN 1); vg_fast_chunk's loop
+ * (WIN 2) uses vg_win_mark, the same relations as predicated PTX. */
 __host__ __device__ __forceinline__ bool vg_win_class(double ad, double lo, double hi,
                                                       unsigned &ge, unsigned &el, unsigned &eh) {
   ge += ad >= lo ? 1u : 0u;
@@ -640,7 +641,9 @@ __host__ __device__ __forceinline__ bool vg_win_class(double ad, double lo, doub
  * form (vg_win_class) compiled to five comparisons a pair, each count to
  * an add and a select (ptxas sm_90: VIADD + IMAD.MOV after the DSETP) and
  * the inside bit to a select and a share of a LOP3: ~12.5 instructions a
- * pair against 8 here (`@P VIADD`, `@P LOP3`).  The same order relations,
+ * pair against 8 here (ptxas writes the four predicated instructions as
+ * `@P VIADD`, the inside bit's `or` included: the bits do not overlap).  The
+ * same order relations,
  * so the same counts.  Tests: the host check runs the C form
  * below through vg_fast_chunk against the keys themselves
  * (check_win_classify); on the GPU, test_gpu.py's fused-window tests compare

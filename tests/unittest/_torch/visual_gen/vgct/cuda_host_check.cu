@@ -575,7 +575,7 @@ static void random_window(const unsigned long long (&keys)[8], bool tiny, unsign
 }
 
 /* The fused window's classification in vg_fast_chunk (VgWinCnt, cuda/reduce.cu k_reduce_bulk<...,
- * WIN = 1>) against the keys themselves: for chunks of 8 binary32 pairs of every kind (float32 and
+ * WIN = 2>; the host branch of vg_win_mark) against the keys themselves: for chunks of 8 binary32 pairs of every kind (float32 and
  * bfloat16 values, ties, zeros, subnormals, near FLT_MAX, a few NaN/Inf), windows [lo, hi] whose
  * bounds are keys of the chunk (ties at lo and hi), the doubles next to them, 0, INF_KEY and
  * WIN_SENT (no window), hi == lo among them: ge, el, eh and the inside bits equal what
