@@ -699,11 +699,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _is_xdist_worker(config):  # the controller writes evidence and report once, for every worker
         config.workeroutput[WORKER_KEY] = _worker_payload(s)  # type: ignore[attr-defined]
         return
-    if s.calibrate and s.calibration and s.interrupted:  # (pytest_keyboard_interrupt: not xdist's -x stop)
-        # Ctrl-C (or pytest.exit) part-way: a test's seeds cut short would replace its complete runs
-        s.evidence_errors.append("calibration interrupted: no evidence was written (the runs recorded so far may "
-                                 "miss seeds or tests; an entry's runs are replaced by a rerun's). Rerun "
-                                 "pytest --vgct-calibrate to the end.")
+    if s.calibrate and s.interrupted:  # (pytest_keyboard_interrupt: not xdist's -x stop)
+        # Ctrl-C (or pytest.exit) part-way: a test's seeds cut short would replace its complete runs; before any
+        # run was recorded it is still the interruption that wrote nothing, not an absence of gates
+        s.evidence_errors.append("calibration interrupted: no evidence was written " + (
+            "(the runs recorded so far may miss seeds or tests; an entry's runs are replaced by a rerun's)"
+            if s.calibration else "(no gate had recorded a run yet)") + ". Rerun pytest --vgct-calibrate to the end.")
     elif s.calibrate and s.calibration:
         from .evidence import write_calibration
 

@@ -728,8 +728,10 @@ def test_calibration_records_only_tests_that_passed_and_nothing_when_interrupted
     """Planted (hostile review, 2026-12-05): (1) a test that gated and then was xfailed (or skipped) had its runs
     recorded -- an xfailed test's 3x drift became a 1-run entry (its seeds cut short at the first), and with the
     xfail removed the test then passed its 3x scale fault; (2) Ctrl-C part-way through --vgct-calibrate still
-    wrote the runs so far: a complete 5-run entry was replaced by a 1-run one.  Now only the runs of tests that
-    passed are recorded, and an interrupted calibration writes nothing, saying so."""
+    wrote the runs so far: a complete 5-run entry was replaced by a 1-run one; (3, carried note) Ctrl-C before any
+    gate had recorded a run said "recorded no evidence (no passing assert_t2 or tighten= T1 gate ran)", as if the
+    tests had no gates.  Now only the runs of tests that passed are recorded, and an interrupted calibration writes
+    nothing, saying so (also when nothing was recorded yet)."""
     monkeypatch.setenv("COLUMNS", "250")
     pytester.makepyfile(test_x=HEADER + """
 STOP = os.environ.get("STOP")
@@ -750,6 +752,8 @@ def test_skipped(vgct):
 
 @pytest.mark.feature("f")
 def test_lossy(vgct):
+    if STOP == "ctrl-c-first":  # before any gate recorded a run
+        raise KeyboardInterrupt
     vgct.assert_t2(drift(vgct.seed, K), E)
     if STOP and STOP.startswith("exit") and vgct.seed == 1:  # exit, exit0, exit1: pytest.exit's return codes
         pytest.exit("stopped by the user", returncode=int(STOP[4:]) if STOP[4:] else None)
@@ -764,14 +768,16 @@ def test_lossy(vgct):
     plugin = [] if request.config.pluginmanager.has_plugin("vgct") else ["-p", "vgct_ext.plugin"]
     # (review 2 of 2026-12-05: pytest.exit(returncode=0 or 1) ends with that status, not INTERRUPTED, and wrote)
     for stop, status in (("exit", pytest.ExitCode.INTERRUPTED), ("exit0", 1), ("exit1", 1),  # (0: the error fails it)
-                         ("ctrl-c", pytest.ExitCode.INTERRUPTED)):
+                         ("ctrl-c", pytest.ExitCode.INTERRUPTED), ("ctrl-c-first", pytest.ExitCode.INTERRUPTED)):
         monkeypatch.setenv("STOP", stop)
         monkeypatch.setenv("K", "3")
         args = ("-p", "no:cacheprovider", "--vgct-calibrate", "-k", "lossy")
         # (a KeyboardInterrupt in an in-process run is raised again by pytester: a process of its own)
-        result = run(*args[2:]) if stop != "ctrl-c" else pytester.runpytest_subprocess(*plugin, *args)
+        result = run(*args[2:]) if not stop.startswith("ctrl-c") else pytester.runpytest_subprocess(*plugin, *args)
         assert result.ret == status, stop
         result.stdout.fnmatch_lines(["*vgct ERROR: calibration interrupted: no evidence was written*"])
+        # (before any run: the interruption named, not "recorded no evidence (no passing ... gate ran)")
+        assert "recorded no evidence" not in result.stdout.str(), stop
         assert (pytester.path / "test_x.vgct-evidence.json").read_text() == before
     monkeypatch.delenv("STOP")
     result = run("-k", "lossy")  # K=3: the complete 5-run bars of K=1 catch the 3x drift
