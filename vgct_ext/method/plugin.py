@@ -65,9 +65,12 @@ def _pending_gate_errors(session_end: bool = False, last: bool = False) -> List[
 
 
 PAIRED_MARKERS = ("t1", "t2", "component", "feature")
+#: the kinds of gate records that satisfy a t1 marker (whatever the verdict: a planted fault's gate counts)
+GATE_KINDS = ("t1", "t2")
 MARKERS = (
     "gpu: needs a CUDA GPU (vgct: added by requires_gpu/requires_gpus; skipped without one)",
-    "t1: vgct T1 gate: a transparent feature against its reference (tolerance bars from the method)",
+    "t1: vgct T1 gate: a transparent feature against its reference (tolerance bars from the method); the test must "
+    "call one",
     "t2: vgct T2 gate: a lossy feature against bars calibrated from recorded evidence (a t2 test calling no T2 "
     "gate fails)",
     "component(name): vgct: the component under test (also a -k keyword)",
@@ -400,6 +403,13 @@ def pytest_runtest_call(item: pytest.Item):
                "checked against recorded evidence -- a loop over an empty list of outputs, or a gate behind a "
                "condition that never held? (a test that gates only on the method's T1 bands is marked t1)")
         item.stash[LOST] = [why]  # (an xfail that absorbs the failure below fails the session: makereport)
+        pytest.fail(f"vgct: {item.nodeid} is {why}", pytrace=False)
+    if item.get_closest_marker("t1") is not None and not any(r.get("kind") in GATE_KINDS for r in ctx.records):
+        why = ("marked t1 but called no gate (assert_t1, vgct.assert_t1, or a T2 gate): nothing was checked "
+               "against the method's bars -- a loop over an empty list of outputs, or a gate behind a condition "
+               "that never held? (an exact check that needs no bars, such as an index oracle, is not marked t1: "
+               "its component and feature markers keep it a paired test)")
+        item.stash[LOST] = [why]
         pytest.fail(f"vgct: {item.nodeid} is {why}", pytrace=False)
     if n > 1:
         _check_repeats(session, ctx, n)

@@ -14,7 +14,8 @@ import _components as C
 from vgct_ext import compare
 from vgct_ext.gates import GateFailure
 
-pytestmark = [pytest.mark.t1]
+# t1 on each test that calls a T1 gate; the index-oracle tests check exactly (no bars): not t1, their
+# component/feature markers keep them paired
 
 AXES = tuple(C.FLUX_CONFIG["axes_dims_rope"])  # (8, 12, 12): text/index axis, row, column
 
@@ -57,6 +58,7 @@ def _pos_embed(theta=C.FLUX_THETA):
     return FluxPosEmbed(theta=theta, axes_dim=list(AXES))
 
 
+@pytest.mark.t1
 @pytest.mark.component("flux.pos_embed")
 @pytest.mark.feature("RoPE table vs float64 formula")
 def test_flux_rope_table_matches_float64_formula(vgct):
@@ -66,6 +68,7 @@ def test_flux_rope_table_matches_float64_formula(vgct):
     _check_pos_embed(_pos_embed(), vgct)
 
 
+@pytest.mark.t1
 @pytest.mark.component("flux.apply_rotary_emb")
 @pytest.mark.feature("RoPE application vs float64 complex rotation")
 def test_flux_apply_rotary_emb_matches_float64_rotation(vgct):
@@ -97,6 +100,7 @@ def _check_norm(norm, x, ref_norm, vgct):
     vgct.assert_t1(got, rms_norm_f64(x, ref_norm.weight.detach(), ref_norm.eps), dim=2)
 
 
+@pytest.mark.t1
 @pytest.mark.component("flux.attn.norm_q")
 @pytest.mark.feature("QK RMSNorm per head vs float64")
 def test_flux_qk_rmsnorm_per_head_matches_float64(vgct):
@@ -160,6 +164,7 @@ def test_flux_pack_unpack_matches_index_oracle_and_round_trips():
 # planted faults
 
 
+@pytest.mark.t1
 @pytest.mark.component("flux.pos_embed")
 @pytest.mark.feature("RoPE table vs float64 formula")
 def test_planted_fault_wrong_rope_theta_is_caught(vgct):
@@ -170,6 +175,7 @@ def test_planted_fault_wrong_rope_theta_is_caught(vgct):
     C.assert_fault_caught(e, "flux.pos_embed", statistics=("rel_l2", "cosine", "mismatches"))
 
 
+@pytest.mark.t1
 @pytest.mark.component("flux.attn.norm_q")
 @pytest.mark.feature("QK RMSNorm per head vs float64")
 def test_planted_fault_skipped_qk_norm_is_caught(vgct):

@@ -675,7 +675,7 @@ def test_a_t2_test_that_calls_no_t2_gate_fails(pytester, run, monkeypatch):
     capture hook never filled, a gate behind a condition that never held -- passed having checked nothing.  Now it
     fails, naming the test; a T2 gate that ran counts whatever its outcome (calibrating, gating, inside
     expect_gate_failure while calibrating: nothing recorded there), and so does a tightened T1 gate; a t2 test
-    that skips, and a t1 test without a gate (an index oracle), are left alone."""
+    that skips, and an exact check not marked t1 (an index oracle), are left alone."""
     monkeypatch.setenv("COLUMNS", "250")
     pytester.makepyfile(test_x=HEADER + """
 from vgct_ext import expect_gate_failure
@@ -707,8 +707,7 @@ def test_fault_unskipped(vgct):
 def test_tightened(vgct):
     vgct.assert_t1(E, E, name="floor", tighten=10)
 
-@pytest.mark.t1
-def test_index_oracle():
+def test_index_oracle():  # (paired by the module's markers, not t1: an exact check calls no gate)
     assert list(range(3)) == [0, 1, 2]
 """)
     result = run("--vgct-calibrate", "-k", "not fault_unskipped")
@@ -721,6 +720,68 @@ def test_index_oracle():
     result = run()
     result.assert_outcomes(passed=5, failed=1)
     result.stdout.fnmatch_lines(["FAILED test_x.py::test_empty_loop - Failed: vgct: *marked t2 but called no T2 gate*"])
+
+
+def test_a_t1_test_that_calls_no_gate_fails(pytester, run, monkeypatch):
+    """Planted (carried note): a test marked t1 whose gate never ran -- a loop over captured outputs that stayed
+    empty, a gate behind a condition that never held -- passed having checked nothing, as a t2 test did before
+    its rule.  Now it fails naming the test and what to do; a T1 gate counts whatever its verdict (one a
+    planted-fault block expects to fail, one pytest.raises catches), so does a T2 gate; a t1 test that skips, and
+    an exact check with only component/feature markers (an index oracle), are left alone; an xfail that absorbs
+    the failure fails the session instead.  Without the rule the empty loop passes."""
+    monkeypatch.setenv("COLUMNS", "250")
+    pytester.makepyfile(test_x=HEADER + """
+from vgct_ext import expect_gate_failure
+from vgct_ext.gates import GateFailure
+
+pytestmark = [pytest.mark.component("c"), pytest.mark.feature("f")]
+
+@pytest.mark.t1
+def test_empty_loop(vgct):
+    for a, e in zip([], []):  # the captured outputs: none
+        vgct.assert_t1(a, e)
+
+@pytest.mark.t1
+def test_never_held():
+    if os.environ.get("NEVER"):
+        assert_t1(E, E, component="c", feature="f")
+
+@pytest.mark.t1
+def test_gates(vgct):
+    vgct.assert_t1(E.copy(), E)
+
+@pytest.mark.t1
+def test_planted(vgct):
+    with expect_gate_failure(any_of=("rel_l2",)):
+        vgct.assert_t1(E * 1.5, E)
+
+@pytest.mark.t1
+def test_raises(vgct):
+    with pytest.raises(GateFailure):
+        vgct.assert_t1(E * 1.5, E)
+
+@pytest.mark.t1
+def test_skips(vgct):
+    pytest.skip("no reference here")
+
+def test_index_oracle():  # paired by the module's markers; an exact check, not t1
+    assert list(range(3)) == [0, 1, 2]
+
+@pytest.mark.t1
+@pytest.mark.xfail(strict=True)
+def test_xfail_empty(vgct):
+    for a in []:
+        vgct.assert_t1(a, E)
+""")
+    result = run()
+    result.assert_outcomes(passed=4, failed=2, skipped=1, xfailed=1)
+    why = ("marked t1 but called no gate (assert_t1, vgct.assert_t1, or a T2 gate): nothing was checked against "
+           "the method's bars")
+    for name in ("test_empty_loop", "test_never_held"):
+        result.stdout.fnmatch_lines([f"FAILED test_x.py::{name} - Failed: vgct: test_x.py::{name} is {why}*"])
+    assert f"vgct ERROR (no test failed with it; the session fails): test_x.py::test_xfail_empty (xfailed): " \
+           f"{why}" in result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
 def test_calibration_records_only_tests_that_passed_and_nothing_when_interrupted(pytester, run, monkeypatch,

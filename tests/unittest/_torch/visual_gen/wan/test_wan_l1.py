@@ -18,7 +18,8 @@ from vgct_ext import compare
 from vgct_ext.gates import GateFailure
 from vgct_ext.experiment import capture
 
-pytestmark = [pytest.mark.t1]
+# t1 on each test that calls a T1 gate; the index-oracle tests check exactly (no bars): not t1, their
+# component/feature markers keep them paired
 
 THETA = 10000.0  # WanRotaryPosEmbed's default, what WanTransformer3DModel builds
 
@@ -97,6 +98,7 @@ def _check_rope_table(rope, vgct):
     vgct.assert_t1(sin, exp_sin, feature="RoPE sin table vs float64 formula", dim=1)
 
 
+@pytest.mark.t1
 @pytest.mark.component("wan.rope")
 @pytest.mark.feature("RoPE table vs float64 formula")
 def test_wan_rope_table_matches_float64_formula(vgct):
@@ -153,6 +155,7 @@ def _check_rope_applied(block, inputs, vgct, feature):
     vgct.assert_t1(k_got, out["key"], feature=feature + " (key)", dim=1)
 
 
+@pytest.mark.t1
 @pytest.mark.component("wan.attn1")
 @pytest.mark.feature("RoPE applied to query/key vs float64 rotation")
 def test_wan_rope_applied_matches_float64_rotation(vgct):
@@ -175,6 +178,7 @@ def _check_qk_norm(norm_q, x, weight, eps, vgct):
     vgct.assert_t1(got, rms_norm_f64(x, weight, eps), dim=-1)
 
 
+@pytest.mark.t1
 @pytest.mark.component("wan.attn.norm_q")
 @pytest.mark.feature("QK RMSNorm across heads vs float64")
 def test_wan_qk_rmsnorm_matches_float64(vgct):
@@ -296,6 +300,7 @@ def test_wan_unpatchify_matches_index_oracle_and_round_trips():
 # planted faults: the same gates must fail, naming the component and the statistic that moved
 
 
+@pytest.mark.t1
 @pytest.mark.component("wan.rope")
 @pytest.mark.feature("RoPE table vs float64 formula")
 def test_planted_fault_wrong_rope_theta_is_caught(vgct):
@@ -306,6 +311,7 @@ def test_planted_fault_wrong_rope_theta_is_caught(vgct):
     C.assert_fault_caught(e, "wan.rope", statistics=("rel_l2", "cosine", "mismatches"))
 
 
+@pytest.mark.t1
 @pytest.mark.component("wan.attn.norm_q")
 @pytest.mark.feature("QK RMSNorm across heads vs float64")
 def test_planted_fault_skipped_qk_norm_is_caught(vgct):
@@ -319,6 +325,7 @@ def test_planted_fault_skipped_qk_norm_is_caught(vgct):
     assert {"rel_l2", "cosine"} <= set(failed), failed
 
 
+@pytest.mark.t1
 @pytest.mark.component("wan.attn1")
 @pytest.mark.feature("RoPE applied to query/key vs float64 rotation")
 def test_planted_fault_rope_applied_with_wrong_theta_is_caught(vgct):
