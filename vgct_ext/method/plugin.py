@@ -389,7 +389,7 @@ def pytest_runtest_call(item: pytest.Item):
         raised = exc
         raise
     finally:
-        lost = gates._test_end(soft) + _unhandled.take() + _swallowed_missing(ctx, raised)
+        lost = _once_each(gates._test_end(soft) + _unhandled.take() + _swallowed_missing(ctx, raised))
         item.stash[LOST] = lost  # (pytest_runtest_makereport: the session fails if the test does not)
         if lost:  # shown with the test's failure, whatever failed it
             lost_text = "gate failures this test never reported, or blocks it left open:\n  " + "\n  ".join(lost)
@@ -414,6 +414,15 @@ def pytest_runtest_call(item: pytest.Item):
     if n > 1:
         _check_repeats(session, ctx, n)
     return result
+
+
+def _once_each(lines: List[str]) -> List[str]:
+    """``lines`` with repeats merged, in first-seen order, a merged line ending in how many times it came: the same
+    refusal caught once per seed of a --vgct-calibrate or --vgct-repeat run is one line, not five."""
+    count: Dict[str, int] = {}
+    for ln in lines:
+        count[ln] = count.get(ln, 0) + 1
+    return [ln if n == 1 else f"{ln} ({n} times: once per seed or repetition)" for ln, n in count.items()]
 
 
 def _swallowed_missing(ctx: _context.TestContext, raised: Optional[BaseException]) -> List[str]:

@@ -1670,6 +1670,13 @@ def test_refusal_checked():
     result.stdout.fnmatch_lines(["*test_x.py::test_xfail_refusal (xfailed): a gate could not run (a refusal of its "
                                  "arguments), which an xfail must not expect: TransparencyFinding: *"])
     assert "test_xfail_verdict (xfailed): a gate could not run" not in out
+    # (carried note: a refusal caught once per repetition or calibration seed was listed that many times, one
+    # identical line each; now one line that says how many)
+    for args, n in ((("--vgct-repeat=3",), 3), (("--vgct-calibrate", "--vgct-calibrate-runs=4"), 4)):
+        out = run(*args, "-k", "shape_mismatch").stdout.str()
+        section = out.split("_ test_shape_mismatch _", 1)[1].split("\n___", 1)[0]
+        assert section.count("a gate refused its arguments") == 2, (args, section)  # the failure, the vgct section
+        assert f"({n} times: once per seed or repetition)" in section, args
 
 
 def test_a_relaxed_t1_gate_that_measured_bitwise_equal_outputs_is_named(pytester, run, monkeypatch):
