@@ -733,11 +733,41 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                               f"without reruns" for t, o in sorted(s.tests.items()) if o.get("rerun") and t in queued]
 
         s.evidence_written = write_calibration(s, _command(config))
+    s.gate_errors += _verdicts_across_reruns(s)
     if s.gate_errors and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a gate failed where no test could report it
     if s.evidence_errors and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # calibration refused (not pytest's INTERNAL_ERROR, 3)
     _write_report(session, s)
+
+
+def _verdicts_across_reruns(s: _context.Session) -> List[str]:
+    """Lines for the tests a rerun plugin (pytest-rerunfailures' ``--reruns``) passed after a failed attempt in which
+    one of their gates failed that passed in another attempt: the same paired experiment gave two verdicts -- a
+    nondeterministic component or test, or a real failure retried away -- and the session fails with them (the
+    method runs a paired test twice to detect nondeterminism: ``--vgct-repeat``).  A gate is told apart by kind,
+    component, feature, name and case; records a planted-fault block expected to fail, and calibrating ones, are
+    left out."""
+    verdicts: Dict[str, Dict[tuple, set]] = {}
+    for r in s.records:
+        t = s.tests.get(r.get("test") or "")
+        if (t is None or not t.get("rerun") or t.get("outcome") != "passed" or r.get("kind") not in GATE_KINDS
+                or r.get("expected_failure") or r.get("calibrating")):
+            continue
+        key = (r.get("kind"), r.get("component"), r.get("feature"), r.get("name"), r.get("case"))
+        verdicts.setdefault(t["nodeid"], {}).setdefault(key, set()).add(bool(r.get("passed")))
+    out = []
+    for nodeid, gates_of in sorted(verdicts.items()):
+        both = [k for k, v in gates_of.items() if len(v) == 2]
+        if both:
+            kind, component, feature, name, case = both[0]
+            label = f"{component!r} | {feature!r}" + (f" [{name}]" if name else "") + (f" ({case})" if case else "")
+            out.append(f"{nodeid} passed on a rerun after a failed attempt, and its {str(kind).upper()} gate of "
+                       f"{label}{f' and {len(both) - 1} more' if len(both) > 1 else ''} failed in one attempt and "
+                       f"passed in another: the same experiment gave two verdicts -- nondeterminism, or a real "
+                       f"failure retried away; find out which (pytest --vgct-repeat=2 runs it twice and names what "
+                       f"differs) instead of rerunning it")
+    return out
 
 
 def _write_report(session: pytest.Session, s: _context.Session) -> None:

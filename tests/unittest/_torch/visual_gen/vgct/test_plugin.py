@@ -1679,6 +1679,59 @@ def test_refusal_checked():
         assert f"({n} times: once per seed or repetition)" in section, args
 
 
+def test_a_gate_verdict_retried_away_by_a_rerun_plugin_fails_the_session(pytester, run, monkeypatch):
+    """Planted (carried note: pytest-rerunfailures untried): with ``--reruns 1`` a T1 gate that failed on the first
+    attempt and passed on the second passed the session without a word -- one paired experiment, two verdicts
+    (nondeterminism, or a real failure retried away).  Now the session fails, naming the test and the gate; a test
+    rerun for another reason (its gates passed both times), and a planted fault's expected failure beside a clean
+    gate of the same name, are left alone; so is a gate that failed in every attempt (the test fails).  Without the
+    check the flaky gate's session passes."""
+    pytest.importorskip("pytest_rerunfailures", reason="pytest-rerunfailures (scripts/test.sh installs it)")
+    monkeypatch.setenv("COLUMNS", "250")
+    pytester.makepyfile(test_x=HEADER + """
+from vgct_ext import expect_gate_failure
+
+pytestmark = [pytest.mark.t1, pytest.mark.component("c"), pytest.mark.feature("f")]
+
+def first(name):  # True on a test's first attempt only (a file beside the test module marks the later ones)
+    flag = os.path.join(os.path.dirname(__file__), name + ".ran")
+    seen = os.path.exists(flag)
+    open(flag, "a").close()
+    return not seen
+
+def test_flaky_gate(vgct):
+    vgct.assert_t1(E * (1.5 if first("flaky") else 1.0), E)
+
+def test_flaky_infrastructure(vgct):
+    vgct.assert_t1(E.copy(), E)
+    if first("infra"):
+        raise OSError("the checkpoint server timed out")
+
+def test_planted_then_clean(vgct):
+    with expect_gate_failure(any_of=("rel_l2",)):
+        vgct.assert_t1(E * 1.5, E)
+    vgct.assert_t1(E.copy(), E)
+    if first("planted"):
+        raise OSError("flaky")
+
+def test_always_fails(vgct):
+    vgct.assert_t1(E * 1.5, E)
+""")
+    result = run("--reruns", "1")
+    outcomes = result.parseoutcomes()
+    assert (outcomes.get("passed"), outcomes.get("failed"), outcomes.get("rerun")) == (3, 1, 4), outcomes
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    errors = [ln for ln in result.stdout.lines if ln.startswith("vgct ERROR")]
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("vgct ERROR (no test failed with it; the session fails): test_x.py::test_flaky_gate "
+                                "passed on a rerun after a failed attempt, and its T1 gate of 'c' | 'f' failed in one "
+                                "attempt and passed in another: the same experiment gave two verdicts"), errors
+    for f in pytester.path.glob("*.ran"):
+        f.unlink()
+    result = run("--reruns", "1", "-k", "flaky_gate")  # alone: the only thing that fails the session
+    assert result.ret == pytest.ExitCode.TESTS_FAILED and result.parseoutcomes().get("passed") == 1
+
+
 def test_a_relaxed_t1_gate_that_measured_bitwise_equal_outputs_is_named(pytester, run, monkeypatch):
     """Planted (new-user trial of 2026-12-05): the feature silently not applied, a T1 gate claiming a relaxation
     (relax=REDUCTION_REORDERING) compared the reference with itself and passed; the summary said nothing (no
