@@ -30,6 +30,7 @@ nondeterminism; report exact commands, hardware, precision, observed statistics,
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 import os
 import re
@@ -51,6 +52,7 @@ SKIPPED_BY_REQUIREMENT = pytest.StashKey[bool]()
 LOST = pytest.StashKey[List[str]]()  # what the test's call lost (gates._test_end), for its report
 LOST_IN_TEARDOWN = pytest.StashKey[List[str]]()  # what an erring teardown lost, for its report's outcome
 CONTEXT = pytest.StashKey[_context.TestContext]()  # the test's context, for its report (the refusals it caught)
+SETUP_RECORDS = pytest.StashKey[int]()  # the session's record count when the test's setup began (the t1 rule)
 UNHANDLED = pytest.StashKey[Any]()  # undoes the hooks of _unhandled (threads, futures, event loops) when set
 
 
@@ -284,6 +286,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    s = item.config.stash.get(STATE, None)
+    if s is not None:  # (a gate in a fixture's setup runs before the test's context exists: the t1 rule counts it)
+        item.stash[SETUP_RECORDS] = len(s.records)
     unmet = skips.unmet_requirement(item)
     if unmet is None:
         return
@@ -404,11 +409,14 @@ def pytest_runtest_call(item: pytest.Item):
                "condition that never held? (a test that gates only on the method's T1 bands is marked t1)")
         item.stash[LOST] = [why]  # (an xfail that absorbs the failure below fails the session: makereport)
         pytest.fail(f"vgct: {item.nodeid} is {why}", pytrace=False)
-    if item.get_closest_marker("t1") is not None and not any(r.get("kind") in GATE_KINDS for r in ctx.records):
+    since_setup = session.records[item.stash.get(SETUP_RECORDS, len(session.records)):]
+    if item.get_closest_marker("t1") is not None and not any(r.get("kind") in GATE_KINDS
+                                                             for r in itertools.chain(ctx.records, since_setup)):
         why = ("marked t1 but called no gate (assert_t1, vgct.assert_t1, or a T2 gate): nothing was checked "
                "against the method's bars -- a loop over an empty list of outputs, or a gate behind a condition "
                "that never held? (an exact check that needs no bars, such as an index oracle, is not marked t1: "
-               "its component and feature markers keep it a paired test)")
+               "its component and feature markers keep it a paired test; a gate in a fixture counts from its "
+               "setup, not from its teardown, which runs after this check)")
         item.stash[LOST] = [why]
         pytest.fail(f"vgct: {item.nodeid} is {why}", pytrace=False)
     if n > 1:

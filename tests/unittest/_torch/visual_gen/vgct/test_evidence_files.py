@@ -726,9 +726,10 @@ def test_a_t1_test_that_calls_no_gate_fails(pytester, run, monkeypatch):
     """Planted (carried note): a test marked t1 whose gate never ran -- a loop over captured outputs that stayed
     empty, a gate behind a condition that never held -- passed having checked nothing, as a t2 test did before
     its rule.  Now it fails naming the test and what to do; a T1 gate counts whatever its verdict (one a
-    planted-fault block expects to fail, one pytest.raises catches), so does a T2 gate; a t1 test that skips, and
-    an exact check with only component/feature markers (an index oracle), are left alone; an xfail that absorbs
-    the failure fails the session instead.  Without the rule the empty loop passes."""
+    planted-fault block expects to fail, one pytest.raises catches, one a fixture's setup runs), so does a T2 gate;
+    a t1 test that skips, and an exact check with only component/feature markers (an index oracle), are left
+    alone; an xfail that absorbs the failure fails the session instead.  Without the rule the empty loop passes;
+    counting only the test's own calls fails the fixture's case."""
     monkeypatch.setenv("COLUMNS", "250")
     pytester.makepyfile(test_x=HEADER + """
 from vgct_ext import expect_gate_failure
@@ -764,6 +765,14 @@ def test_raises(vgct):
 def test_skips(vgct):
     pytest.skip("no reference here")
 
+@pytest.fixture
+def gated_in_setup():
+    assert_t1(E.copy(), E, component="c", feature="f")
+
+@pytest.mark.t1
+def test_gate_in_a_fixture(gated_in_setup):
+    pass
+
 def test_index_oracle():  # paired by the module's markers; an exact check, not t1
     assert list(range(3)) == [0, 1, 2]
 
@@ -774,7 +783,7 @@ def test_xfail_empty(vgct):
         vgct.assert_t1(a, E)
 """)
     result = run()
-    result.assert_outcomes(passed=4, failed=2, skipped=1, xfailed=1)
+    result.assert_outcomes(passed=5, failed=2, skipped=1, xfailed=1)
     why = ("marked t1 but called no gate (assert_t1, vgct.assert_t1, or a T2 gate): nothing was checked against "
            "the method's bars")
     for name in ("test_empty_loop", "test_never_held"):
