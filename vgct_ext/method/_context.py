@@ -115,6 +115,8 @@ def record(rec: Dict[str, Any]) -> Dict[str, Any]:
     rec.setdefault("seed", t.seed if t is not None else 0)
     s = current_session()
     if s is not None:
+        # the test's attempt (0, or n after n "rerun" reports of a rerun plugin: the verdicts across attempts)
+        rec.setdefault("attempt", s.tests.get(rec["test"], {}).get("reruns", 0) if rec["test"] else 0)
         s.records.append(rec)
     if t is not None:
         t.records.append(rec)

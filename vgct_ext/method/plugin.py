@@ -403,20 +403,21 @@ def pytest_runtest_call(item: pytest.Item):
         _record_properties(item, ctx.records)
     if lost:  # (reached only when the test itself passed)
         pytest.fail("vgct: " + lost_text, pytrace=False)
-    if not ctx.evidence_gates and item.get_closest_marker("t2") is not None:
+    if not ctx.evidence_gates and item.get_closest_marker("t2") is not None and not getattr(item, "_excinfo", None):
         why = ("marked t2 but called no T2 gate (assert_t2, vgct.assert_t2, or a tightened assert_t1): nothing was "
                "checked against recorded evidence -- a loop over an empty list of outputs, or a gate behind a "
                "condition that never held? (a test that gates only on the method's T1 bands is marked t1)")
         item.stash[LOST] = [why]  # (an xfail that absorbs the failure below fails the session: makereport)
         pytest.fail(f"vgct: {item.nodeid} is {why}", pytrace=False)
     since_setup = session.records[item.stash.get(SETUP_RECORDS, len(session.records)):]
-    if item.get_closest_marker("t1") is not None and not any(r.get("kind") in GATE_KINDS
-                                                             for r in itertools.chain(ctx.records, since_setup)):
+    if (item.get_closest_marker("t1") is not None and not getattr(item, "_excinfo", None) and not ctx.evidence_gates
+            and not any(r.get("kind") in GATE_KINDS for r in itertools.chain(ctx.records, since_setup))):
+        # (unittest's skips and expected failures do not raise here: pytest keeps them in item._excinfo)
         why = ("marked t1 but called no gate (assert_t1, vgct.assert_t1, or a T2 gate): nothing was checked "
                "against the method's bars -- a loop over an empty list of outputs, or a gate behind a condition "
                "that never held? (an exact check that needs no bars, such as an index oracle, is not marked t1: "
-               "its component and feature markers keep it a paired test; a gate in a fixture counts from its "
-               "setup, not from its teardown, which runs after this check)")
+               "its component and feature markers keep it a paired test; a gate in a function-scoped fixture counts "
+               "from its setup, not from its teardown, which runs after this check)")
         item.stash[LOST] = [why]
         pytest.fail(f"vgct: {item.nodeid} is {why}", pytrace=False)
     if n > 1:
@@ -430,7 +431,7 @@ def _once_each(lines: List[str]) -> List[str]:
     count: Dict[str, int] = {}
     for ln in lines:
         count[ln] = count.get(ln, 0) + 1
-    return [ln if n == 1 else f"{ln} ({n} times: once per seed or repetition)" for ln, n in count.items()]
+    return [ln if n == 1 else f"{ln} ({n} times)" for ln, n in count.items()]
 
 
 def _swallowed_missing(ctx: _context.TestContext, raised: Optional[BaseException]) -> List[str]:
@@ -539,6 +540,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         t["call"] = report.outcome  # (calibration records a test whose call completed and passed)
     if report.outcome == "rerun":  # (a rerun plugin: a failed attempt's runs are in the calibration queue)
         t["rerun"] = True
+        t["reruns"] = t.get("reruns", 0) + 1  # (records stamp their attempt with it: _context.record)
+        t["outcome"] = "passed"  # the next attempt's outcome is the test's (a failed subtest of this one set it)
+        return
     if report.failed:
         t["outcome"] = "failed" if report.when == "call" else "error"
         s.failed_tests.add(report.nodeid)
@@ -657,6 +661,7 @@ WORKER_KEY = "vgct"
 def _worker_payload(s: _context.Session) -> str:
     """What an xdist worker hands the controller (JSON text: execnet carries only plain types)."""
     return json.dumps({"records": s.records, "nondeterminism": s.nondeterminism, "gate_errors": s.gate_errors,
+                       "interrupted": bool(s.interrupted),
                        "software": versions(), "precision": precision_settings(),
                        "calibration": [[p, k, st, slot] for (p, k, st), slot in s.calibration.items()]},
                       default=_json_default)
@@ -672,6 +677,8 @@ def merge_worker_payload(s: _context.Session, text: str, worker: str = "worker")
         s.worker_env = {"software": data["software"], "precision": data.get("precision", {})}
     s.records.extend(data.get("records", []))
     s.nondeterminism.extend(data.get("nondeterminism", []))
+    if data.get("interrupted"):  # (Ctrl-C or pytest.exit in that worker: the calibration is cut short there)
+        s.interrupted = True
     s.gate_errors.extend(f"{e} (on {worker})" for e in data.get("gate_errors", []))
     for path, key, stratum, slot in data.get("calibration", []):
         mine = s.calibration.get((path, key, stratum))
@@ -731,7 +738,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         # run was recorded it is still the interruption that wrote nothing, not an absence of gates
         s.evidence_errors.append("calibration interrupted: no evidence was written " + (
             "(the runs recorded so far may miss seeds or tests; an entry's runs are replaced by a rerun's)"
-            if s.calibration else "(no gate had recorded a run yet)") + ". Rerun pytest --vgct-calibrate to the end.")
+            if s.calibration else "(no calibrating gate -- assert_t2, a tightened assert_t1 -- had recorded a run "
+            "yet)") + ". Rerun pytest --vgct-calibrate to the end.")
     elif s.calibrate and s.calibration:
         from .evidence import write_calibration
 
@@ -750,31 +758,42 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def _verdicts_across_reruns(s: _context.Session) -> List[str]:
-    """Lines for the tests a rerun plugin (pytest-rerunfailures' ``--reruns``) passed after a failed attempt in which
-    one of their gates failed that passed in another attempt: the same paired experiment gave two verdicts -- a
-    nondeterministic component or test, or a real failure retried away -- and the session fails with them (the
-    method runs a paired test twice to detect nondeterminism: ``--vgct-repeat``).  A gate is told apart by kind,
-    component, feature, name and case; records a planted-fault block expected to fail, and calibrating ones, are
-    left out."""
-    verdicts: Dict[str, Dict[tuple, set]] = {}
-    for r in s.records:
-        t = s.tests.get(r.get("test") or "")
-        if (t is None or not t.get("rerun") or t.get("outcome") != "passed" or r.get("kind") not in GATE_KINDS
-                or r.get("expected_failure") or r.get("calibrating")):
-            continue
-        key = (r.get("kind"), r.get("component"), r.get("feature"), r.get("name"), r.get("case"))
-        verdicts.setdefault(t["nodeid"], {}).setdefault(key, set()).add(bool(r.get("passed")))
+    """Lines for the tests a rerun plugin (pytest-rerunfailures' ``--reruns``) ran again after a failed attempt
+    whose last attempt passed or skipped while an earlier one saw a gate verdict the last did not -- a gate that
+    failed there and passed (or did not run) later: one paired experiment, two verdicts, nondeterminism or a real
+    failure retried away -- or a ``--vgct-repeat`` nondeterminism finding; the session fails with them (the method
+    runs a paired test twice to detect nondeterminism: ``--vgct-repeat``).  Attempts are told apart by the records'
+    ``attempt`` stamp; a gate by kind, component, feature, name and case, its verdicts in one attempt as a set (a
+    planted fault caught by ``pytest.raises`` beside a clean gate of one name gives the same set each time).
+    Records a planted-fault block expected to fail, and calibrating ones, are left out."""
     out = []
-    for nodeid, gates_of in sorted(verdicts.items()):
-        both = [k for k, v in gates_of.items() if len(v) == 2]
-        if both:
-            kind, component, feature, name, case = both[0]
+    for nodeid, t in sorted(s.tests.items()):
+        if not t.get("reruns") or t.get("outcome") not in ("passed", "skipped"):
+            continue
+        last = t["reruns"]
+        seen: Dict[int, Dict[tuple, set]] = {}
+        for r in s.records:
+            if (r.get("test") != nodeid or r.get("kind") not in GATE_KINDS or r.get("expected_failure")
+                    or r.get("calibrating")):
+                continue
+            key = (r.get("kind"), r.get("component"), r.get("feature"), r.get("name"), r.get("case"))
+            seen.setdefault(int(r.get("attempt", 0)), {}).setdefault(key, set()).add(bool(r.get("passed")))
+        final = seen.get(last, {})
+        flips = [k for a, gates_of in seen.items() if a != last for k, v in gates_of.items()
+                 if False in v and final.get(k) != v]
+        nondet = [n for n in s.nondeterminism if n.get("test") == nodeid]
+        if flips:
+            kind, component, feature, name, case = flips[0]
             label = f"{component!r} | {feature!r}" + (f" [{name}]" if name else "") + (f" ({case})" if case else "")
-            out.append(f"{nodeid} passed on a rerun after a failed attempt, and its {str(kind).upper()} gate of "
-                       f"{label}{f' and {len(both) - 1} more' if len(both) > 1 else ''} failed in one attempt and "
-                       f"passed in another: the same experiment gave two verdicts -- nondeterminism, or a real "
-                       f"failure retried away; find out which (pytest --vgct-repeat=2 runs it twice and names what "
-                       f"differs) instead of rerunning it")
+            later = "passed in the last" if final.get(flips[0]) else f"did not run in the last ({t['outcome']})"
+            out.append(f"{nodeid} {t['outcome']} on a rerun after a failed attempt, and its {str(kind).upper()} gate "
+                       f"of {label}{f' and {len(set(flips)) - 1} more' if len(set(flips)) > 1 else ''} failed in an "
+                       f"earlier attempt and {later}: the same experiment gave two verdicts -- nondeterminism, or a "
+                       f"real failure retried away; find out which (pytest --vgct-repeat=2 runs it twice and names "
+                       f"what differs) instead of rerunning it")
+        elif nondet:
+            out.append(f"{nodeid} {t['outcome']} on a rerun after an attempt whose --vgct-repeat repetitions differed "
+                       f"(vgct NONDETERMINISM above): the rerun retried the finding away; fix the nondeterminism")
     return out
 
 

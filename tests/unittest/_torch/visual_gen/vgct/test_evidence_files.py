@@ -709,8 +709,15 @@ def test_tightened(vgct):
 
 def test_index_oracle():  # (paired by the module's markers, not t1: an exact check calls no gate)
     assert list(range(3)) == [0, 1, 2]
+
+import unittest
+
+@pytest.mark.t2
+class TestUnit(unittest.TestCase):  # a unittest skip does not raise in pytest's call (hostile review)
+    def test_skips(self):
+        self.skipTest("needs a CUDA GPU")
 """)
-    result = run("--vgct-calibrate", "-k", "not fault_unskipped")
+    result = run("--vgct-calibrate", "-k", "not fault_unskipped and not TestUnit")
     result.assert_outcomes(passed=3, failed=1, skipped=1)
     result.stdout.fnmatch_lines(["FAILED test_x.py::test_empty_loop - Failed: vgct: test_x.py::test_empty_loop is "
                                  "marked t2 but called no T2 gate (assert_t2, vgct.assert_t2, or a tightened "
@@ -718,7 +725,8 @@ def test_index_oracle():  # (paired by the module's markers, not t1: an exact ch
     result = run("--vgct-calibrate", "-k", "fault_unskipped")  # its block ends quietly at the calibrating gate
     result.assert_outcomes(passed=1)
     result = run()
-    result.assert_outcomes(passed=5, failed=1)
+    result.assert_outcomes(passed=5, failed=1, skipped=1)
+    assert "vgct ERROR" not in result.stdout.str()
     result.stdout.fnmatch_lines(["FAILED test_x.py::test_empty_loop - Failed: vgct: *marked t2 but called no T2 gate*"])
 
 
@@ -727,8 +735,9 @@ def test_a_t1_test_that_calls_no_gate_fails(pytester, run, monkeypatch):
     empty, a gate behind a condition that never held -- passed having checked nothing, as a t2 test did before
     its rule.  Now it fails naming the test and what to do; a T1 gate counts whatever its verdict (one a
     planted-fault block expects to fail, one pytest.raises catches, one a fixture's setup runs), so does a T2 gate;
-    a t1 test that skips, and an exact check with only component/feature markers (an index oracle), are left
-    alone; an xfail that absorbs the failure fails the session instead.  Without the rule the empty loop passes;
+    a t1 test that skips (unittest's SkipTest and expectedFailure too, hostile review), a tightened gate without
+    a floor (EvidenceMissing: called, as for t2), and an exact check with only component/feature markers (an index
+    oracle), are left alone; an xfail that absorbs the failure fails the session instead.  Without the rule the empty loop passes;
     counting only the test's own calls fails the fixture's case."""
     monkeypatch.setenv("COLUMNS", "250")
     pytester.makepyfile(test_x=HEADER + """
@@ -773,6 +782,23 @@ def gated_in_setup():
 def test_gate_in_a_fixture(gated_in_setup):
     pass
 
+@pytest.mark.t1
+def test_tightened_without_a_floor():  # a gate that could not run is a gate called (as for t2)
+    from vgct_ext.gates import expect_evidence_missing
+    with expect_evidence_missing():
+        assert_t1(E, E, component="c", feature="f", tighten=10)
+
+import unittest
+
+@pytest.mark.t1
+class TestUnit(unittest.TestCase):  # unittest's skips and expected failures do not raise in pytest's call
+    def test_skiptest(self):
+        raise unittest.SkipTest("no reference here")
+
+    @unittest.expectedFailure
+    def test_expected_failure(self):
+        assert False
+
 def test_index_oracle():  # paired by the module's markers; an exact check, not t1
     assert list(range(3)) == [0, 1, 2]
 
@@ -783,13 +809,14 @@ def test_xfail_empty(vgct):
         vgct.assert_t1(a, E)
 """)
     result = run()
-    result.assert_outcomes(passed=5, failed=2, skipped=1, xfailed=1)
+    result.assert_outcomes(passed=6, failed=2, skipped=2, xfailed=2)
     why = ("marked t1 but called no gate (assert_t1, vgct.assert_t1, or a T2 gate): nothing was checked against "
            "the method's bars")
     for name in ("test_empty_loop", "test_never_held"):
         result.stdout.fnmatch_lines([f"FAILED test_x.py::{name} - Failed: vgct: test_x.py::{name} is {why}*"])
     assert f"vgct ERROR (no test failed with it; the session fails): test_x.py::test_xfail_empty (xfailed): " \
            f"{why}" in result.stdout.str()
+    assert len([ln for ln in result.stdout.lines if ln.startswith("vgct ERROR")]) == 1  # (not the unittest skips)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
