@@ -643,9 +643,8 @@ __host__ __device__ __forceinline__ bool vg_win_class(double ad, double lo, doub
  * the inside bit to a select and a share of a LOP3: ~12.5 instructions a
  * pair against 8 here (ptxas writes the four predicated instructions as
  * `@P VIADD`, the inside bit's `or` included: the bits do not overlap).  The
- * same order relations,
- * so the same counts.  Tests: the host check runs the C form
- * below through vg_fast_chunk against the keys themselves
+ * same order relations, so the same counts.  Tests: the host check runs the
+ * C form below through vg_fast_chunk against the keys themselves
  * (check_win_classify); on the GPU, test_gpu.py's fused-window tests compare
  * the counts with the window pass's -- a `ge` for the `gt` (ties at lo
  * counted twice) failed 67 of them, an `le` for the `lt` (keys == hi stored

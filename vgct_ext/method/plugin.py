@@ -30,7 +30,6 @@ nondeterminism; report exact commands, hardware, precision, observed statistics,
 from __future__ import annotations
 
 import datetime
-import itertools
 import json
 import os
 import re
@@ -403,26 +402,38 @@ def pytest_runtest_call(item: pytest.Item):
         _record_properties(item, ctx.records)
     if lost:  # (reached only when the test itself passed)
         pytest.fail("vgct: " + lost_text, pytrace=False)
-    if not ctx.evidence_gates and item.get_closest_marker("t2") is not None and not getattr(item, "_excinfo", None):
-        why = ("marked t2 but called no T2 gate (assert_t2, vgct.assert_t2, or a tightened assert_t1): nothing was "
-               "checked against recorded evidence -- a loop over an empty list of outputs, or a gate behind a "
-               "condition that never held? (a test that gates only on the method's T1 bands is marked t1)")
+    why = _unchecked(item, session, ctx)
+    if why:
         item.stash[LOST] = [why]  # (an xfail that absorbs the failure below fails the session: makereport)
-        pytest.fail(f"vgct: {item.nodeid} is {why}", pytrace=False)
-    since_setup = session.records[item.stash.get(SETUP_RECORDS, len(session.records)):]
-    if (item.get_closest_marker("t1") is not None and not getattr(item, "_excinfo", None) and not ctx.evidence_gates
-            and not any(r.get("kind") in GATE_KINDS for r in itertools.chain(ctx.records, since_setup))):
-        # (unittest's skips and expected failures do not raise here: pytest keeps them in item._excinfo)
-        why = ("marked t1 but called no gate (assert_t1, vgct.assert_t1, or a T2 gate): nothing was checked "
-               "against the method's bars -- a loop over an empty list of outputs, or a gate behind a condition "
-               "that never held? (an exact check that needs no bars, such as an index oracle, is not marked t1: "
-               "its component and feature markers keep it a paired test; a gate in a function-scoped fixture counts "
-               "from its setup, not from its teardown, which runs after this check)")
-        item.stash[LOST] = [why]
         pytest.fail(f"vgct: {item.nodeid} is {why}", pytrace=False)
     if n > 1:
         _check_repeats(session, ctx, n)
     return result
+
+
+def _unchecked(item: pytest.Item, session: _context.Session, ctx: _context.TestContext) -> Optional[str]:
+    """Why a test marked t2 or t1 that completed checked nothing: a t2 test that called no T2 gate, a t1 test that
+    called no gate at all (a loop over an empty list of outputs, a gate behind a condition that never held); None
+    when it did, or when its call ended in a unittest skip or expected failure (pytest keeps those in
+    ``item._excinfo`` instead of raising them here).  A gate that ran counts whatever its verdict, and so does one
+    that could not run for want of evidence (``ctx.evidence_gates``); for t1, so do the records a function-scoped
+    fixture's setup made (before the test's context existed)."""
+    if getattr(item, "_excinfo", None) or ctx.evidence_gates:
+        return None
+    if item.get_closest_marker("t2") is not None:
+        return ("marked t2 but called no T2 gate (assert_t2, vgct.assert_t2, or a tightened assert_t1): nothing was "
+                "checked against recorded evidence -- a loop over an empty list of outputs, or a gate behind a "
+                "condition that never held? (a test that gates only on the method's T1 bands is marked t1)")
+    if item.get_closest_marker("t1") is None:
+        return None
+    records = session.records[item.stash[SETUP_RECORDS]:] if SETUP_RECORDS in item.stash else ctx.records
+    if not any(r.get("kind") in GATE_KINDS for r in records):
+        return ("marked t1 but called no gate (assert_t1, vgct.assert_t1, or a T2 gate): nothing was checked "
+                "against the method's bars -- a loop over an empty list of outputs, or a gate behind a condition "
+                "that never held? (an exact check that needs no bars, such as an index oracle, is not marked t1: "
+                "its component and feature markers keep it a paired test; a gate in a function-scoped fixture "
+                "counts from its setup, not from its teardown, which runs after this check)")
+    return None
 
 
 def _once_each(lines: List[str]) -> List[str]:
