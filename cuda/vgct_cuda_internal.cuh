@@ -634,6 +634,43 @@ __host__ __device__ __forceinline__ bool vg_win_class(double ad, double lo, doub
   return ad > lo && ad < hi;
 }
 
+/* n += 1 when x > y (IEEE 754: never with a NaN), as one predicated add on the
+ * device: the C form `n += x > y` compiles to a select and an add, and the
+ * bit-mask form `m |= (x > y) << q` counted later by a popcount to a select
+ * and a share of a LOP3 (ptxas sm_90).  vg_fast_chunk counts its mismatches
+ * this way. */
+__host__ __device__ __forceinline__ void vg_count_gt(unsigned &n, double x, double y) {
+#ifdef __CUDA_ARCH__
+  asm("{\n\t.reg .pred p;\n\tsetp.gt.f64 p, %1, %2;\n\t@p add.u32 %0, %0, 1;\n\t}"
+      : "+r"(n) : "d"(x), "d"(y));
+#else
+  n += x > y ? 1u : 0u;
+#endif
+}
+
+/* m |= bit when x != 0 (IEEE 754 unordered: a NaN is != 0), and m |= bit
+ * when !(x < y) (a NaN on either side sets it): one predicated or each on
+ * the device (vg_count_gt: why).  The C forms they replace in vg_fast_chunk,
+ * stated with the same NaN rule; there a NaN x comes only from a non-finite
+ * pair, whose chunk is defined pair by pair (VG_CHUNK_DEFINE) and these bits
+ * unread: the NaN rule states the C forms exactly; no result depends on it. */
+__host__ __device__ __forceinline__ void vg_mark_ne0(unsigned &m, float x, unsigned bit) {
+#ifdef __CUDA_ARCH__
+  asm("{\n\t.reg .pred p;\n\tsetp.neu.f32 p, %1, 0f00000000;\n\t@p or.b32 %0, %0, %2;\n\t}"
+      : "+r"(m) : "f"(x), "r"(bit));
+#else
+  if (x != 0.0f) m |= bit;
+#endif
+}
+__host__ __device__ __forceinline__ void vg_mark_not_lt(unsigned &m, float x, float y, unsigned bit) {
+#ifdef __CUDA_ARCH__
+  asm("{\n\t.reg .pred p;\n\tsetp.geu.f32 p, %1, %2;\n\t@p or.b32 %0, %0, %3;\n\t}"
+      : "+r"(m) : "f"(x), "f"(y), "r"(bit));
+#else
+  if (!(x < y)) m |= bit;
+#endif
+}
+
 /* vg_win_class in vg_fast_chunk's loop (WIN 2, every pair), in the form that
  * compiles to four float64 comparisons and four predicated instructions a
  * pair: counts keys > lo (gt; ge = gt + el, added once a chunk), == lo (el)
@@ -790,8 +827,8 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
       mnb = eb < mnb ? eb : mnb;
     }
     X = fmaxf(X, fmaf(-g.r32, ae32, ad32));
-    if (!NZW || lk) nz |= (d32 != 0.0f ? 1u : 0u) << q;
-    if (lk) cand |= (ad32 < lk->t32 ? 0u : 1u) << q; /* (a NaN |d32|: a candidate) */
+    if (!NZW || lk) vg_mark_ne0(nz, d32, 1u << q);
+    if (lk) vg_mark_not_lt(cand, ad32, lk->t32, 1u << q); /* (a NaN |d32|: a candidate) */
     const double a64 = a[q], e64 = e[q];
     const double d = a64 - e64;
     t_aa += a64 * a64; t_ee += e64 * e64; t_ae += a64 * e64;
@@ -837,15 +874,15 @@ __host__ __device__ __forceinline__ int vg_fast_chunk(HotAcc &h, const HotGate &
      negative no pair mismatches, and the exact count is skipped */
   double ub = (double)X - atol;
   ub += fabs(ub) * 0x1p-50 + (double)mxd * 0x1p-19 + 0x1p-140;
-  uint32_t mm = 0; /* bit q: pair q mismatches (the definition's test, exact) */
+  unsigned nmm = 0; /* the mismatches (the definition's test, exact) */
   if (!(ub < 0.0)) {
 #pragma unroll
     for (int q = 0; q < CH; ++q) {
       const double e64 = e[q], d = (double)a[q] - e64;
-      mm |= (fabs(d) > vgct_tol(rtol, atol, fabs(e64)) ? 1u : 0u) << q;
+      vg_count_gt(nmm, fabs(d), vgct_tol(rtol, atol, fabs(e64)));
     }
   }
-  const int neq = vg_popc(nz), nmm = vg_popc(mm);
+  const int neq = vg_popc(nz);
   h.s_aa += t_aa; h.s_ee += t_ee; h.s_ae += t_ae; h.s_dd += t_dd; h.s_d += t_d;
   h.n += CH; h.neq += neq; h.nmm += nmm;
   h.ref32 = maxe;
