@@ -207,7 +207,8 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--no-torch", action="store_true", help="skip torch's side")
-    ap.add_argument("--only", default=None, help="run only the cases whose name contains this")
+    ap.add_argument("--only", default=None,
+                    help="run only the cases whose name contains this (alternatives split by |)")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                     help="cpu: a dry run on the CPU, wall-clock timing")
     args = ap.parse_args()
@@ -236,7 +237,7 @@ def main():
     def case(name, a, e, goal, goal_kind, quantiles=None, dim=None, torch_fn=None, torch_reps=3,
              torch_what="composite"):
         """Time one row; an error (OOM, a refusal) is printed in the row, the run goes on."""
-        if args.only and args.only not in name:
+        if args.only and not any(o in name for o in args.only.split("|")):
             return None
         row = dict(case=name, torch_what=torch_what, error=None, torch_ms=None, torch_wall_ms=None)
         try:

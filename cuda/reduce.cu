@@ -30,14 +30,16 @@
  *
  * Kernels (one template over (dtype_a, dtype_e, scaled); dtypes as
  * compile-time constants so vgct_load folds to one conversion):
- *   k_reduce_bulk  a typed pair whose warp steps are each one memory run, on
- *                  a device of compute capability 9+: both inputs unit-stride
- *                  after the host's reordering (contiguous, or reversed), both
- *                  bases 16-byte aligned (RL = 0); or (RL = 1, ring_layout)
- *                  two inner axes whose rows, 16-byte aligned, hold whole
- *                  warp steps -- a transposed matrix, rows apart in memory,
- *                  the slices of row mode (per-channel statistics) -- each
- *                  chunk's flat index made from its row (vg_ring_index).
+ *   k_reduce_bulk  a typed pair whose rows are memory runs, on a device of
+ *                  compute capability 9+: both inputs unit-stride after the
+ *                  host's reordering (contiguous, or reversed), both bases
+ *                  16-byte aligned (RL = 0); or (RL = 1, ring_layout) two
+ *                  inner axes whose rows, 16-byte aligned, hold a multiple of
+ *                  64 chunks (32 for wider pairs) -- a transposed matrix, rows
+ *                  apart in memory, the slices of row mode (per-channel
+ *                  statistics) -- a warp step copied one bulk copy a row it
+ *                  touches (vg_ring_load), each chunk's flat index made from
+ *                  its row (vg_ring_index).
  *                  Each warp streams its own runs of chunks through a ring of 2
  *                  or 3 shared-memory stages filled by the copy engine
  *                  (cp.async.bulk + mbarrier; while a warp folds one stage,
@@ -817,14 +819,13 @@ __device__ __forceinline__ void vg_win_end(const VgWinFuse &wf, VgWinSh *sh, con
  * spread over its RB chunks:
  *   RB 3, BP 2  16-bit pairs (one 16-byte vector an operand), the flat run
  *               without a window (RL 0, WIN 0) or with the every-pair window
- *               (WIN 2): while one stage is folded the other is in flight --
- *               a step (48 pairs a lane) lasts several microseconds, far
- *               beyond a copy's latency;
+ *               (WIN 2), and rows (RL 1: a step of 96 chunks may cross row
+ *               ends, one bulk copy an operand and row -- vg_ring_load): while
+ *               one stage is folded the other is in flight -- a step (48
+ *               pairs a lane) lasts several microseconds, far beyond a copy's
+ *               latency;
  *   RB 2, BP 3  16-bit pairs with the sparse window (WIN 1, which reads its
- *               stage again after the folds: RB 3 measured slower), and rows
- *               (RL 1), whose length must hold whole warp steps (ring_layout:
- *               CW a power of two, so that the power-of-two rows of a
- *               transposed matrix or a latent qualify);
+ *               stage again after the folds: RB 3 measured slower);
  *   RB 1, BP 3  pairs of wider elements (two vectors an operand or more).
  * With RB > 1 each chunk is read from its stage just before its fold (one
  * chunk's words in registers, not RB: the fused window's two chunks did not
@@ -844,9 +845,12 @@ __device__ __forceinline__ void vg_win_end(const VgWinFuse &wf, VgWinSh *sh, con
 #define VG_BP 3 /* stages a warp (RB 1 and 2): while one is folded, two are being filled */
 template <int DA, int DE, int WIN = 0, int RL = 0> struct vg_bulk {
   typedef vg_chunk<DA, DE> G;
-  static constexpr int RB = G::NVA + G::NVE > 2 ? 1 : (WIN == 1 || RL != 0) ? 2 : 3;
+  static constexpr int RB = G::NVA + G::NVE > 2 ? 1 : WIN == 1 ? 2 : 3;
   static constexpr int BP = RB == 3 ? 2 : VG_BP;
   static constexpr int CW = 32 * RB;                        /* chunks per warp step     */
+  /* RL 1: the rows ring_layout admits hold a multiple of ROWC chunks -- the
+     rows the 64-chunk steps of RB 2 read whole before RB 3 came to rows */
+  static constexpr int ROWC = RB == 1 ? 32 : 64;
   static constexpr int BA = CW * 16 * G::NVA;               /* bytes of `actual`        */
   static constexpr int BE = CW * 16 * G::NVE;               /* bytes of `expected`      */
   static constexpr int STAGE = BA + BE;
@@ -857,13 +861,17 @@ template <int DA, int DE, int WIN = 0, int RL = 0> struct vg_bulk {
 
 /* Where the ring's chunks are (the host's ring_layout): a slice's inner
  * space (the whole tensor, or slice j of a row-mode reduction) of unit inner
- * stride, read a warp step -- CW chunks -- at a time by one bulk copy an
- * operand.  FLAT (RL 0, and the fused window's variants: vg_reduce_can_fuse):
- * one whole-tensor run.  Otherwise (RL 1) exactly what ring_layout admits:
- * two inner axes (it.k == 2), rows of L elements that hold whole warp steps
- * (A.cpr chunks a row, a multiple of CW: a step never leaves its row), so a
- * step's chunks are one memory run.
- *   vg_ring_src    the addresses of chunk cb's first elements (a step's);
+ * stride, read a warp step -- CW chunks -- at a time into a stage.  FLAT (RL
+ * 0, and the fused window's variants: vg_reduce_can_fuse): one whole-tensor
+ * run, one bulk copy an operand a step.  Otherwise (RL 1) exactly what
+ * ring_layout admits: two inner axes (it.k == 2), rows of L elements, A.cpr
+ * whole chunks a row (vg_bulk::ROWC divides it, so a row is at least that
+ * long) -- a step's chunks are one memory run a row they touch: at most
+ * 1 + ceil((CW - 1) / ROWC) copies an operand (three for 96-chunk steps
+ * over rows of 64 chunks, two over rows of 96 or more).
+ *   vg_ring_load   start the copies of chunks [cb, cb + nf) into a stage,
+ *                  chunk i at byte 16 NV i of the operand's part, whatever
+ *                  row it is in;
  *   vg_ring_index  the flat logical index of chunk cc's first pair (i0 =
  *                  cc * CH): FLAT, f0 + i0 * sf; else the row's flat offset
  *                  plus the chunk's column times the inner axis's flat stride.
@@ -872,19 +880,27 @@ template <int DA, int DE, int WIN = 0, int RL = 0> struct vg_bulk {
  *                  docs/performance.md, 2026-12-03 10:50-11:50 UTC.)
  * The row code is compiled out of FLAT (compiled in, it cost the fused
  * variants 8-byte spills, ptxas sm_90, and the flat run's bf16 row ~5%). */
-template <int CH, int ISA, int ISE, bool FLAT>
-__device__ __forceinline__ void vg_ring_src(const RArgs &A, const char *pa, const char *pe,
-                                            int64_t cb, const char *&qa, const char *&qe) {
+template <int CH, int ISA, int ISE, int NVA, int NVE, int BA, bool FLAT>
+__device__ __forceinline__ void vg_ring_load(const RArgs &A, const char *pa, const char *pe,
+                                             int64_t cb, int nf, char *st, uint64_t *b) {
+  /* nf > 0 (the caller's test) */
   const IterSpec &it = A.it;
-  if (FLAT) { /* (the parameter's own pointers: the flat kernel's code unchanged) */
-    qa = it.pa + cb * CH * ISA;
-    qe = it.pe + cb * CH * ISE;
-    return;
+  if constexpr (FLAT) { /* one copy an operand, from the parameter's own pointers */
+    const char *qa = it.pa + cb * CH * ISA, *qe = it.pe + cb * CH * ISE;
+    vg_bulk_load(st, qa, (unsigned)(nf * 16 * NVA), b);
+    vg_bulk_load(st + BA, qe, (unsigned)(nf * 16 * NVE), b);
+  } else {
+    int64_t row = (int64_t)vg_div((uint64_t)cb, A.cprd);
+    int64_t col = cb - row * A.cpr; /* the chunk's column in its row */
+    for (int i = 0; i < nf; ++row, col = 0) { /* one copy an operand a row touched */
+      const int n = (int)min((int64_t)(nf - i), A.cpr - col);
+      vg_bulk_load(st + i * 16 * NVA, pa + (row * it.sa[0] + col * CH) * ISA,
+                   (unsigned)(n * 16 * NVA), b);
+      vg_bulk_load(st + BA + i * 16 * NVE, pe + (row * it.se[0] + col * CH) * ISE,
+                   (unsigned)(n * 16 * NVE), b);
+      i += n;
+    }
   }
-  const int64_t row = (int64_t)vg_div((uint64_t)cb, A.cprd);
-  const int64_t col0 = (cb - row * A.cpr) * CH;
-  qa = pa + (row * it.sa[0] + col0) * ISA;
-  qe = pe + (row * it.se[0] + col0) * ISE;
 }
 
 template <int CH, bool FLAT>
@@ -972,12 +988,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
     char *st = ring + p * B::STAGE;
     uint64_t *b = &bar[w][p];
     vg_mbar_arrive_tx(b, (unsigned)(nf * 16 * (G::NVA + G::NVE)));
-    if (nf > 0) {
-      const char *qa, *qe;
-      vg_ring_src<G::CH, G::ISA, G::ISE, FLAT>(A, pa, pe, cb, qa, qe);
-      vg_bulk_load(st, qa, (unsigned)(nf * 16 * G::NVA), b);
-      vg_bulk_load(st + B::BA, qe, (unsigned)(nf * 16 * G::NVE), b);
-    }
+    if (nf > 0) vg_ring_load<G::CH, G::ISA, G::ISE, G::NVA, G::NVE, B::BA, FLAT>(A, pa, pe, cb, nf, st, b);
   };
   int64_t cb = c0 + (int64_t)w * B::CW;
   int rem = (int)(cfull - cb);
@@ -1520,9 +1531,9 @@ static int64_t vg_lean_max(void) {
 }
 static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
-/* Chunks a warp step of k_reduce_bulk (no fused window) for a typed pair. */
-static int bulk_cw(int da, int de) {
-#define VG_CASE(X, Y) if (da == X && de == Y) return vg_bulk<X, Y, 0, 1>::CW;
+/* The row unit of k_reduce_bulk's rows (RL 1, vg_bulk::ROWC) for a typed pair. */
+static int bulk_rowc(int da, int de) {
+#define VG_CASE(X, Y) if (da == X && de == Y) return vg_bulk<X, Y, 0, 1>::ROWC;
   VG_TYPED_PAIRS(VG_CASE)
 #undef VG_CASE
   return 0;
@@ -1530,15 +1541,17 @@ static int bulk_cw(int da, int de) {
 
 /* Whether k_reduce_bulk can read the general iteration of `it` (a whole
  * tensor of two inner axes, or the slices of row mode; cpr chunks of ch
- * pairs a row) -- vg_ring_src's layout: a typed pair whose ring this device
+ * pairs a row) -- vg_ring_load's layout: a typed pair whose ring this device
  * runs, exactly two inner axes, a unit-stride inner axis whose rows hold
- * whole warp steps (cpr % CW == 0: no step leaves its row), every row's and
- * slice's first element 16-byte aligned (the bulk copies' alignment).  Not
+ * whole chunks, a multiple of vg_bulk::ROWC of them (64 for 16-bit pairs,
+ * 32 wider: a step crosses at most two row ends), every row's and slice's
+ * first element 16-byte aligned (the bulk copies' alignment).  Not
  * (k_reduce_gen keeps them): three or more inner axes (an NCHW tensor read as
  * NHWC), where the ring measured slower for float32 (+7-11%) and no faster
  * for bfloat16 (docs/performance.md, 2026-12-03 08:00 UTC); one inner axis
- * in row mode, and rows that are one memory run but not of whole steps.
- * The kernel's RL 1 code (vg_ring_src, vg_ring_index) assumes exactly this
+ * in row mode, and rows that are one memory run but not of ROWC's multiple
+ * (a transposed 1024 x 1000 bf16 matrix: 125 chunks a row).
+ * The kernel's RL 1 code (vg_ring_load, vg_ring_index) assumes exactly this
  * layout: widen it here only together with that code. */
 static bool ring_layout(const DevWS *ws, const IterSpec &it, int64_t cpr, int64_t ch) {
   const int bs = bulk_smem(it.da, it.de);
@@ -1550,7 +1563,7 @@ static bool ring_layout(const DevWS *ws, const IterSpec &it, int64_t cpr, int64_
   for (int d = 0; d < K - 1; ++d)
     if ((it.sa[d] * it.isa) % 16 != 0 || (it.se[d] * it.ise) % 16 != 0) return false;
   if (it.S > 1 && ((it.ssa * it.isa) % 16 != 0 || (it.sse * it.ise) % 16 != 0)) return false;
-  return cpr % bulk_cw(it.da, it.de) == 0;
+  return cpr % bulk_rowc(it.da, it.de) == 0;
 }
 
 /* Test/bench hooks (not an API; ctypes on vgct_ext._C, like the others):
@@ -1796,10 +1809,10 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
       A.cpb = round_up(ceil_div(A.nchunk, bpj), RT);
       A.bpj = ceil_div(A.nchunk, A.cpb);
       grid = Sc * A.bpj;
-      /* the ring where the layout lets each warp step's chunks be one bulk
-         copy an operand (ring_layout, vg_ring_src): a transposed matrix,
-         rows apart in memory, the slices of row mode, two inner axes with
-         rows of whole steps; the grid above is the general kernel's, which
+      /* the ring where the layout lets each warp step's chunks be a bulk
+         copy an operand and row (ring_layout, vg_ring_load): a transposed
+         matrix, rows apart in memory, the slices of row mode, two inner axes
+         with rows of whole chunks, a multiple of ROWC; the grid above is the general kernel's, which
          the ring folds the same way (docs/performance.md 2026-12-03 08:00
          UTC: the transposed and latent rows) */
       if (!lean && A.cpb < VG_RING_CPB && ring_layout(ws, it, A.cpr, CH)) lk = 3;

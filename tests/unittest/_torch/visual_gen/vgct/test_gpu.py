@@ -249,11 +249,15 @@ RUN_LAYOUTS = {  # name: (base shape, view of the base, dim, the kernel: 4 the r
     "nchw_as_nhwc": ((2, 16, 32, 64), lambda x: x.permute(0, 2, 3, 1), None, 2),  # k = 3: (2, 16, 2048)
     "transposed_outer": ((8, 24, 256), lambda x: x.transpose(0, 1), None, 2),  # k = 3, inner axis in order
     "transposed_batch": ((2, 1024, 1024), lambda x: x[1].t(), None, 4),  # k = 2, a base 2 MiB in
-    "rows_of_whole_steps": ((1000, 1536), lambda x: x[:, 256:1280], None, 4),  # rows apart in memory
+    "rows_apart": ((1000, 1536), lambda x: x[:, 256:1280], None, 4),  # rows apart in memory
+    # rows of 512 elements (64 chunks of 16-bit pairs, the shortest row the ring takes): a 96-chunk
+    # step crosses up to two row ends -- three bulk copies an operand (vg_ring_load)
+    "rows_of_64_chunks": ((1000, 512), lambda x: x.t(), None, 4),
     "latent_channels": ((2, 16, 64, 256), lambda x: x, 1, 4),  # row mode: 16 slices of 2 rows apart
     "channels_of_nhwc": ((2, 16, 32, 64), lambda x: x.permute(0, 2, 3, 1), 3, 4),  # row mode, k = 2 a slice
-    # not (yet) given to the ring -- ring_layout: two inner axes, rows of whole warp steps
-    "steps_across_rows": ((1024, 1000), lambda x: x.t(), None, 2),  # one run, cpr 125 (float64 500)
+    # not (yet) given to the ring -- ring_layout: two inner axes, rows of a multiple of 64 chunks
+    # (16-bit pairs; 32 wider)
+    "rows_of_125_chunks": ((1024, 1000), lambda x: x.t(), None, 2),  # one run, cpr 125 (float64 500)
     "slices_of_one_axis": ((16, 8192), lambda x: x, 0, 2),  # row mode, k = 1 a slice
     "rows_not_whole_chunks": ((1000, 1021), lambda x: x.t(), None, 2),  # 1021 % CH != 0 for every CH
     # rows of 4290 (2 a slice, apart): not whole chunks (CH 8), for float64 (CH 2) not whole steps
@@ -269,11 +273,12 @@ RUN_LAYOUTS = {  # name: (base shape, view of the base, dim, the kernel: 4 the r
 @pytest.mark.parametrize("layout", list(RUN_LAYOUTS))
 def test_ring_reads_rows_slices_and_runs_in_another_order(layout, dt_a, dt_e, lean_max, kernel_last):
     """The ring kernel (k_reduce_bulk) reads more than a flat run (cuda/reduce.cu ring_layout,
-    vg_ring_src, vg_ring_index): a transposed matrix whose memory is one run in another logical
-    order, rows apart in memory that each hold whole warp steps, and the slices of row mode
-    (per-channel statistics, dim=) -- each chunk's flat index made from its row. Rows that do not
-    hold whole warp steps, a misaligned run, one inner axis in row mode, or three inner axes keep
-    the general kernel. The
+    vg_ring_load, vg_ring_index): a transposed matrix whose memory is one run in another logical
+    order, rows apart in memory, and the slices of row mode (per-channel statistics, dim=) -- a
+    warp step's chunks copied one bulk copy a row they touch (16-bit pairs: 96-chunk steps over
+    rows of 64, 128, 2048 chunks), each chunk's flat index made from its row. Rows that are not a
+    multiple of 64 chunks (16-bit pairs; 32 wider), a misaligned run, one inner axis in row mode,
+    or three inner axes keep the general kernel. The
     fast path forced (lean off). Planted where memory order and logical order disagree: an exact
     tie of max |a - e| and of the worst mismatch (|a - e| = 64, the same |e|) at two elements, the
     one later in memory having the lower flat index (it must win); the largest |a - e| / |e|; a
