@@ -13,6 +13,7 @@ kernel's misread as a regression test, through gpu_repeat_check.py --fresh."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -45,17 +46,38 @@ TESTS = textwrap.dedent("""
 """)
 
 
-def _run(tmp_path, *args, fail_every=0, sleep=0.0):
+def _scratch(tmp_path, fail_every=0, sleep=0.0):
+    """The scratch test directory t/ under tmp_path, an empty run log, and the environment of a
+    gpu_stress.sh run over it."""
     (tmp_path / "t").mkdir(exist_ok=True)
     (tmp_path / "t" / "test_scratch.py").write_text(TESTS)
     ran = tmp_path / "ran.txt"
     ran.write_text("")
-    env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "STRESS_RAN": str(ran),
-           "STRESS_FAIL_EVERY": str(fail_every), "STRESS_SLEEP": str(sleep),
-           "STRESS_DIR": str(tmp_path / "logs"), "TMPDIR": str(tmp_path)}
+    return ran, {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "STRESS_RAN": str(ran),
+                 "STRESS_FAIL_EVERY": str(fail_every), "STRESS_SLEEP": str(sleep),
+                 "STRESS_DIR": str(tmp_path / "logs"), "TMPDIR": str(tmp_path)}
+
+
+def _run(tmp_path, *args, fail_every=0, sleep=0.0):
+    ran, env = _scratch(tmp_path, fail_every, sleep)
     p = subprocess.run(["bash", str(SCRIPT), *args], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=120)
+                       text=True, timeout=600)
     return p, ran.read_text().splitlines()
+
+
+def _window(tmp_path, jobs):
+    """gpu_stress.sh's SECONDS for `jobs` processes to complete a run each on this machine as
+    loaded now (pytest-xdist workers beside it, a busy CI host): four times one run's time
+    alone, times the processes per CPU, and at least 4 s.  (A fixed 4 s completed no run in a
+    process of 3 on a loaded 2-CPU machine.)  The run log is emptied after."""
+    ran, env = _scratch(tmp_path)
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "t"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    one = time.monotonic() - t0
+    assert p.returncode == 0, p.stdout + p.stderr
+    ran.write_text("")
+    return str(max(4, math.ceil(4 * one * max(1.0, jobs / (os.cpu_count() or 1)))))
 
 
 def _summary(out):
@@ -65,7 +87,7 @@ def _summary(out):
 
 
 def test_every_process_reruns_the_selection(tmp_path):
-    p, ran = _run(tmp_path, "3", "4", "t")
+    p, ran = _run(tmp_path, "3", _window(tmp_path, 3), "t")
     assert p.returncode == 0, p.stdout + p.stderr
     runs, failed = _summary(p.stdout)
     assert failed == 0 and runs >= 3
@@ -78,7 +100,7 @@ def test_every_process_reruns_the_selection(tmp_path):
 
 
 def test_a_failing_run_is_counted_and_its_log_kept(tmp_path):
-    p, ran = _run(tmp_path, "2", "4", "t", fail_every=2)
+    p, ran = _run(tmp_path, "2", _window(tmp_path, 2), "t", fail_every=2)
     assert p.returncode == 1, p.stdout
     runs, failed = _summary(p.stdout)
     logs = sorted((tmp_path / "logs").glob("fail_p*_*.log"))
