@@ -1,7 +1,9 @@
 """A/B of two (or more) builds of vgct_ext on the GPU by data shape: the device time of
 ``compare(a, e, quantiles=None)`` (rows ending in "p99": ``quantiles=(0.99,)``) on pairs of
 2^22..2^28 elements, ``e ~ N(0, 1)``: bf16 "ties" (bf16(e + 1e-3 N) against bf16(e): |d| takes a few
-values, as bf16 rounding noise does), bf16 "noise" (1e-2), bf16 "identical", fp32 "noise" (1e-3).
+values, as bf16 rounding noise does), bf16 "noise" (1e-2), bf16 "identical", fp32 "noise" (1e-3); and
+bf16 noise read as bench_gpu.py's transposed matrix (2^14 x 2^14 ``.t()``) and its latent with ``dim=1``
+((2, 16, 256, 128, 256): the ring kernel over rows).
 Each build runs in its own child process (the extension is imported once a process), the builds
 alternated round by round (reversed order in odd rounds), so clock drift does not favour one.
 Times: medians of 15 CUDA-event intervals around one call (compare returns after its own
@@ -9,12 +11,13 @@ synchronisation); the table prints each round's median and the ratio of the medi
 
     AB_ROWS="2^28 bf16 ties,2^28 fp32 noise" python bench/bench_tree_ab.py base=/tmp/base,new=$PWD [ROUNDS]
 
-(each ``tag=path`` a source tree built in place; AB_ROWS picks rows by name, default all twelve).
+(each ``tag=path`` a source tree built in place; AB_ROWS picks rows by name, default all fourteen).
 """
 import json, os, statistics, subprocess, sys
 ROWS = [(26, "bf16 ties"), (26, "bf16 noise"), (26, "bf16 identical"), (26, "fp32 noise"),
         (28, "bf16 ties"), (28, "bf16 noise"), (28, "bf16 identical"), (28, "fp32 noise"),
-        (28, "bf16 ties p99"), (28, "bf16 noise p99"), (22, "bf16 ties"), (24, "bf16 ties")]
+        (28, "bf16 ties p99"), (28, "bf16 noise p99"), (22, "bf16 ties"), (24, "bf16 ties"),
+        (28, "bf16 noise transposed"), (28, "bf16 noise latent dim=1")]
 if os.environ.get("AB_ROWS"):
     ROWS = [r for r in ROWS if f"2^{r[0]} {r[1]}" in os.environ["AB_ROWS"].split(",")]
 
@@ -36,14 +39,21 @@ def child(reps):
             e = e32.to(torch.bfloat16)
             a = {"ties": (e32 + 1e-3 * z).to(torch.bfloat16), "noise": (e32 + 1e-2 * z).to(torch.bfloat16),
                  "identical": e.clone()}[name.split()[1]]
+        dim = None
+        if name.endswith("transposed"):  # bench_gpu.py's: a square matrix read through .t()
+            side = 1 << (lg // 2)
+            a, e = a.view(side, -1).t(), e.view(side, -1).t()
+        elif name.endswith("latent dim=1"):  # bench_gpu.py's latent, per-channel statistics
+            shape = (2, 16, 256, 128, 256) if lg == 28 else (2, 16, 1 << (lg - 13), 16, 16)
+            a, e, dim = a.view(shape), e.view(shape), 1
         q = (0.99,) if name.endswith("p99") else None
         for _ in range(3):
-            vgct_ext.compare(a, e, quantiles=q)
+            vgct_ext.compare(a, e, quantiles=q, dim=dim)
         torch.cuda.synchronize()
         ev = []
         for _ in range(reps):
             s, t = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record(); vgct_ext.compare(a, e, quantiles=q); t.record(); t.synchronize()
+            s.record(); vgct_ext.compare(a, e, quantiles=q, dim=dim); t.record(); t.synchronize()
             ev.append(s.elapsed_time(t) * 1e3)
         out[f"2^{lg} {name}"] = statistics.median(ev)
         del a, e
