@@ -415,10 +415,15 @@ def _unchecked(item: pytest.Item, session: _context.Session, ctx: _context.TestC
     """Why a test marked t2 or t1 that completed checked nothing: a t2 test that called no T2 gate, a t1 test that
     called no gate at all (a loop over an empty list of outputs, a gate behind a condition that never held); None
     when it did, or when its call ended in a unittest skip or expected failure (pytest keeps those in
-    ``item._excinfo`` instead of raising them here).  A gate that ran counts whatever its verdict, and so does one
+    ``item._excinfo`` instead of raising them here), or when every subtest it opened (pytest's ``subtests``)
+    skipped -- a test whose checks all skip here (no CUDA, say) skipped in effect, though pytest reports it passed.
+    A gate that ran counts whatever its verdict, and so does one
     that could not run for want of evidence (``ctx.evidence_gates``); for t1, so do the records a function-scoped
     fixture's setup made (before the test's context existed)."""
     if getattr(item, "_excinfo", None) or ctx.evidence_gates:
+        return None
+    sub = session.tests.get(item.nodeid, {}).get("subtests")
+    if sub and sub["skipped"] and not sub["ran"]:
         return None
     if item.get_closest_marker("t2") is not None:
         return ("marked t2 but called no T2 gate (assert_t2, vgct.assert_t2, or a tightened assert_t1): nothing was "
@@ -553,7 +558,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         t["rerun"] = True
         t["reruns"] = t.get("reruns", 0) + 1  # (records stamp their attempt with it: _context.record)
         t["outcome"] = "passed"  # the next attempt's outcome is the test's (a failed subtest of this one set it)
+        t.pop("subtests", None)  # (the next attempt's subtests: _unchecked)
         return
+    if subtest and report.when == "call":  # this attempt's subtests, skipped or run (_unchecked)
+        sub = t.setdefault("subtests", {"skipped": 0, "ran": 0})
+        sub["skipped" if report.skipped else "ran"] += 1
     if report.failed:
         t["outcome"] = "failed" if report.when == "call" else "error"
         s.failed_tests.add(report.nodeid)

@@ -820,6 +820,53 @@ def test_xfail_empty(vgct):
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
+def test_a_t1_or_t2_test_whose_subtests_all_skip_is_left_alone(pytester, run, monkeypatch):
+    """Planted (carried note of 2026-12-05): a t1 (or t2) test whose checks run in subtests (pytest's
+    ``subtests``) that all skip -- no CUDA on a laptop, say -- checked nothing, and pytest reports it passed; the
+    t1 and t2 rules failed it as "called no gate".  Now such a test is left alone; one whose subtests ran but
+    called no gate (one skipped, one ran) still fails, and so does one with no subtest and no gate.  Without the
+    subtest count both all-skipped tests fail."""
+    monkeypatch.setenv("COLUMNS", "250")
+    pytester.makepyfile(test_x=HEADER + """
+pytestmark = [pytest.mark.component("c"), pytest.mark.feature("f")]
+
+@pytest.mark.t1
+def test_t1_all_skip(vgct, subtests):
+    for dev in ("cuda:0", "cuda:1"):
+        with subtests.test(dev):
+            pytest.skip(f"no {dev} here")
+            vgct.assert_t1(E.copy(), E)
+
+@pytest.mark.t2
+def test_t2_all_skip(vgct, subtests):
+    with subtests.test("cuda"):
+        pytest.skip("no CUDA here")
+        vgct.assert_t2(E.copy(), E)
+
+@pytest.mark.t1
+def test_t1_one_ran_without_a_gate(vgct, subtests):
+    with subtests.test("cuda"):
+        pytest.skip("no CUDA here")
+    with subtests.test("cpu"):
+        for a in []:  # the captured outputs: none
+            vgct.assert_t1(a, E)
+
+@pytest.mark.t1
+def test_t1_gated_in_a_subtest(vgct, subtests):
+    with subtests.test("cpu"):
+        vgct.assert_t1(E.copy(), E)
+""")
+    result = run("-rA")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    out = result.stdout.str()
+    for name in ("test_t1_all_skip", "test_t2_all_skip", "test_t1_gated_in_a_subtest"):
+        assert f"FAILED test_x.py::{name}" not in out, out
+        result.stdout.fnmatch_lines([f"PASSED test_x.py::{name}*"])
+    result.stdout.fnmatch_lines(["FAILED test_x.py::test_t1_one_ran_without_a_gate - Failed: vgct: "
+                                 "test_x.py::test_t1_one_ran_without_a_gate is marked t1 but called no gate*"])
+    assert "vgct ERROR" not in out
+
+
 def test_calibration_records_only_tests_that_passed_and_nothing_when_interrupted(pytester, run, monkeypatch,
                                                                                  request):
     """Planted (hostile review, 2026-12-05): (1) a test that gated and then was xfailed (or skipped) had its runs
