@@ -866,9 +866,11 @@ template <int DA, int DE, int WIN = 0, int RL = 0> struct vg_bulk {
  * run, one bulk copy an operand a step.  Otherwise (RL 1) exactly what
  * ring_layout admits: two inner axes (it.k == 2), rows of L elements, A.cpr
  * whole chunks a row (vg_bulk::ROWC divides it, so a row is at least that
- * long) -- a step's chunks are one memory run a row they touch: at most
- * 1 + ceil((CW - 1) / ROWC) copies an operand (three for 96-chunk steps
- * over rows of 64 chunks, two over rows of 96 or more).
+ * long) -- a step's chunks are one memory run a row they touch.  A step
+ * starts at a multiple of 32 chunks (a block's first chunk is a multiple of
+ * RT: the host's A.cpb), so a 96-chunk step over rows of a multiple of 64
+ * crosses at most one row end: two copies an operand (the loop takes any
+ * number; a helper's simulation of every start, 2026-12-05: never three).
  *   vg_ring_load   start the copies of chunks [cb, cb + nf) into a stage,
  *                  chunk i at byte 16 NV i of the operand's part, whatever
  *                  row it is in;
@@ -1544,7 +1546,7 @@ static int bulk_rowc(int da, int de) {
  * pairs a row) -- vg_ring_load's layout: a typed pair whose ring this device
  * runs, exactly two inner axes, a unit-stride inner axis whose rows hold
  * whole chunks, a multiple of vg_bulk::ROWC of them (64 for 16-bit pairs,
- * 32 wider: a step crosses at most two row ends), every row's and slice's
+ * 32 wider: a step crosses at most one row end), every row's and slice's
  * first element 16-byte aligned (the bulk copies' alignment).  Not
  * (k_reduce_gen keeps them): three or more inner axes (an NCHW tensor read as
  * NHWC), where the ring measured slower for float32 (+7-11%) and no faster

@@ -251,7 +251,7 @@ RUN_LAYOUTS = {  # name: (base shape, view of the base, dim, the kernel: 4 the r
     "transposed_batch": ((2, 1024, 1024), lambda x: x[1].t(), None, 4),  # k = 2, a base 2 MiB in
     "rows_apart": ((1000, 1536), lambda x: x[:, 256:1280], None, 4),  # rows apart in memory
     # rows of 512 elements (64 chunks of 16-bit pairs, the shortest row the ring takes): a 96-chunk
-    # step crosses up to two row ends -- three bulk copies an operand (vg_ring_load)
+    # step crosses a row end at its 32nd or 64th chunk -- two bulk copies an operand (vg_ring_load)
     "rows_of_64_chunks": ((1000, 512), lambda x: x.t(), None, 4),
     "latent_channels": ((2, 16, 64, 256), lambda x: x, 1, 4),  # row mode: 16 slices of 2 rows apart
     "channels_of_nhwc": ((2, 16, 32, 64), lambda x: x.permute(0, 2, 3, 1), 3, 4),  # row mode, k = 2 a slice
