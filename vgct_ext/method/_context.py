@@ -67,6 +67,9 @@ class Session:
     evidence_errors: List[str] = dataclasses.field(default_factory=list)
     gate_errors: List[str] = dataclasses.field(default_factory=list)  # gate failures no test reported
     evidence_unused: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: the test whose setup or teardown is running: a gate in a fixture (no test context yet, or none left)
+    #: is recorded as that test's (record)
+    phase_test: Optional[str] = None
 
     def __repr__(self) -> str:  # short: a traceback showing this object must not dump every record
         return (f"<vgct Session calibrate={self.calibrate} repeat={self.repeat} strict={self.strict} "
@@ -108,12 +111,13 @@ def current_test() -> Optional[TestContext]:
 
 
 def record(rec: Dict[str, Any]) -> Dict[str, Any]:
-    """Stamp ``rec`` with the current test and repetition and append it to the session and the test."""
+    """Stamp ``rec`` with the current test and repetition and append it to the session and the test (a gate in a
+    fixture's setup or teardown: the test whose setup or teardown runs it, ``Session.phase_test``)."""
     t = current_test()
-    rec.setdefault("test", t.nodeid if t is not None else None)
+    s = current_session()
+    rec.setdefault("test", t.nodeid if t is not None else s.phase_test if s is not None else None)
     rec.setdefault("repetition", t.repetition if t is not None else 0)
     rec.setdefault("seed", t.seed if t is not None else 0)
-    s = current_session()
     if s is not None:
         # the test's attempt (0, or n after n "rerun" reports of a rerun plugin: the verdicts across attempts)
         rec.setdefault("attempt", s.tests.get(rec["test"], {}).get("reruns", 0) if rec["test"] else 0)

@@ -288,6 +288,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     s = item.config.stash.get(STATE, None)
     if s is not None:  # (a gate in a fixture's setup runs before the test's context exists: the t1 rule counts it)
         item.stash[SETUP_RECORDS] = len(s.records)
+        s.phase_test = item.nodeid  # (its records are this test's: _context.record; cleared after the teardown)
     unmet = skips.unmet_requirement(item)
     if unmet is None:
         return
@@ -348,13 +349,17 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) 
     report does not fail after all (an xfail-marked test's teardown error is an xfail): then
     pytest_runtest_makereport fails the session with them."""
     erred = False
+    s = item.config.stash.get(STATE, None)
+    if s is not None:
+        s.phase_test = item.nodeid  # a fixture's gate in the teardown: this test's (_context.record)
     try:
         return (yield)
     except Exception:
         erred = True
         raise
     finally:
-        s = item.config.stash.get(STATE, None)
+        if s is not None:
+            s.phase_test = None
         late = _pending_gate_errors()
         if late and erred:
             item.add_report_section("teardown", "vgct", "gate failures lost during this teardown:\n  " +

@@ -3,6 +3,7 @@ calibrate-then-gate, --vgct-repeat catching planted nondeterminism, and strict m
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -1758,6 +1759,71 @@ def test_skip_on_rerun(vgct):
         f.unlink()
     result = run("--reruns", "1", "-k", "flaky_gate")  # alone: the only thing that fails the session
     assert result.ret == pytest.ExitCode.TESTS_FAILED and result.parseoutcomes().get("passed") == 1
+
+
+_FIRST_ATTEMPT = """
+def first(name):  # True on a test's first attempt only (a file beside the test module marks the later ones)
+    flag = os.path.join(os.path.dirname(__file__), name + ".ran")
+    seen = os.path.exists(flag)
+    open(flag, "a").close()
+    return not seen
+"""
+
+
+def test_a_fixtures_gates_are_the_tests_that_run_its_setup_and_teardown(pytester, run, monkeypatch):
+    """Planted (carried note of 2026-12-05): a gate in a fixture's setup or teardown ran outside any test's
+    context and was recorded with no test id -- the report's comparisons said "-" and the rerun check, which
+    compares a test's own records attempt by attempt, never saw it: a fixture's gate that failed on the first
+    attempt and passed on the rerun passed the session.  Now such a gate is the test's whose setup or teardown
+    runs it (a module-scoped fixture's: the first test's setup, the last test's teardown).  Without the
+    attribution the report's test ids are None and the flaky fixture gate's session passes."""
+    monkeypatch.setenv("COLUMNS", "250")
+    pytester.makepyfile(test_x=HEADER + """
+pytestmark = [pytest.mark.t1, pytest.mark.component("c"), pytest.mark.feature("f")]
+
+@pytest.fixture
+def gated():
+    assert_t1(E.copy(), E, component="c", feature="f", name="setup")
+    yield
+    assert_t1(E.copy(), E, component="c", feature="f", name="teardown")
+
+@pytest.fixture(scope="module")
+def module_gated():
+    assert_t1(E.copy(), E, component="c", feature="f", name="module setup")
+    yield
+    assert_t1(E.copy(), E, component="c", feature="f", name="module teardown")
+
+def test_a(gated, module_gated):
+    pass
+
+def test_b(module_gated):
+    assert_t1(E.copy(), E, component="c", feature="f", name="body")
+""")
+    result = run("--vgct-report=report.json")
+    result.assert_outcomes(passed=2)
+    rep = json.loads((pytester.path / "report.json").read_text())
+    owner = {c["name"]: c["test"] for c in rep["comparisons"]}
+    assert owner == {"setup": "test_x.py::test_a", "teardown": "test_x.py::test_a",
+                     "module setup": "test_x.py::test_a", "module teardown": "test_x.py::test_b",
+                     "body": "test_x.py::test_b"}, owner
+    if importlib.util.find_spec("pytest_rerunfailures") is None:
+        pytest.skip("pytest-rerunfailures not installed (scripts/test.sh installs it): the rerun half")
+    pytester.makepyfile(test_y=HEADER + _FIRST_ATTEMPT + """
+pytestmark = [pytest.mark.t1, pytest.mark.component("c"), pytest.mark.feature("f")]
+
+@pytest.fixture
+def flaky_setup():
+    assert_t1(E * (1.5 if first("setup") else 1.0), E, component="c", feature="f", name="fixture")
+
+def test_flaky_fixture_gate(flaky_setup, vgct):
+    vgct.assert_t1(E.copy(), E)
+""")
+    result = run("--reruns", "1", "test_y.py")
+    assert result.parseoutcomes().get("passed") == 1 and result.parseoutcomes().get("rerun") == 1, result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    assert ("vgct ERROR (no test failed with it; the session fails): test_y.py::test_flaky_fixture_gate passed on a "
+            "rerun after a failed attempt, and its T1 gate of 'c' | 'f' [fixture] failed in an earlier attempt and "
+            "passed in the last") in result.stdout.str()
 
 
 def test_a_relaxed_t1_gate_that_measured_bitwise_equal_outputs_is_named(pytester, run, monkeypatch):
