@@ -892,16 +892,14 @@ __device__ __forceinline__ void vg_ring_load(const RArgs &A, const char *pa, con
     vg_bulk_load(st, qa, (unsigned)(nf * 16 * NVA), b);
     vg_bulk_load(st + BA, qe, (unsigned)(nf * 16 * NVE), b);
   } else {
-    int64_t row = (int64_t)vg_div((uint64_t)cb, A.cprd);
-    int64_t col = cb - row * A.cpr; /* the chunk's column in its row */
-    for (int i = 0; i < nf; ++row, col = 0) { /* one copy an operand a row touched */
-      const int n = (int)min((int64_t)(nf - i), A.cpr - col);
-      vg_bulk_load(st + i * 16 * NVA, pa + (row * it.sa[0] + col * CH) * ISA,
-                   (unsigned)(n * 16 * NVA), b);
-      vg_bulk_load(st + BA + i * 16 * NVE, pe + (row * it.se[0] + col * CH) * ISE,
-                   (unsigned)(n * 16 * NVE), b);
-      i += n;
-    }
+    const int64_t row = (int64_t)vg_div((uint64_t)cb, A.cprd);
+    vg_ring_segments(row, cb - row * A.cpr, nf, A.cpr, /* one copy an operand a row touched */
+                     [&](int i, int64_t r, int64_t col, int n) {
+                       vg_bulk_load(st + i * 16 * NVA, pa + (r * it.sa[0] + col * CH) * ISA,
+                                    (unsigned)(n * 16 * NVA), b);
+                       vg_bulk_load(st + BA + i * 16 * NVE, pe + (r * it.se[0] + col * CH) * ISE,
+                                    (unsigned)(n * 16 * NVE), b);
+                     });
   }
 }
 

@@ -69,6 +69,24 @@ __host__ __device__ __forceinline__ uint64_t vg_div(uint64_t n, const FastDiv &f
 
 FastDiv vg_make_div(uint64_t d); /* d >= 1 (runtime.cu) */
 
+/* The copies of one ring step over rows (cuda/reduce.cu vg_ring_load, RL 1):
+ * the nf chunks from column col of row `row`, rows of cpr chunks, split at
+ * each row end -- f(i, row, col, n) once a row they touch, for the n chunks
+ * from that row's column col, which are the step's chunks i .. i + n - 1 (the
+ * first row from col, every later one from column 0; n >= 1, col + n <= cpr).
+ * Requires nf >= 0, cpr >= 1, 0 <= col < cpr.  The host check (16) runs it
+ * on every start and row length the ring can meet. */
+#pragma nv_exec_check_disable /* f: a device lambda in the kernel, a host one in the host check */
+template <class F>
+__host__ __device__ __forceinline__ void vg_ring_segments(int64_t row, int64_t col, int nf,
+                                                          int64_t cpr, F &&f) {
+  for (int i = 0; i < nf; ++row, col = 0) {
+    const int n = (int)min((int64_t)(nf - i), cpr - col);
+    f(i, row, col, n);
+    i += n;
+  }
+}
+
 /* ---- the prepared iteration space ------------------------------------- */
 struct IterSpec {
   const char *pa, *pe;   /* element (0,...,0) of slice 0, after flips      */

@@ -69,6 +69,16 @@
  *     by their bits: +0 != -0) must differ, each often enough on its own
  *     (teeth).  (vg_ne16_mask's device form, an HSET2, is checked on the GPU:
  *     test_gpu.py.)
+ * 16. the ring's copies over rows (vg_ring_segments, which cuda/reduce.cu's
+ *     vg_ring_load runs for a step of the ring kernel over rows): for every
+ *     row length of 32 .. 1024 chunks (multiples of 32), every start chunk of
+ *     the first three rows and beyond and every step of 0 .. 96 chunks, the
+ *     copies take the step's chunks in order, each exactly once, each from its
+ *     own row and column, none past a row's end; a step that starts at a
+ *     multiple of 32 chunks, as the kernel's do, takes at most two copies over
+ *     rows of a multiple of 64 chunks (96-chunk steps, 16-bit pairs) and one
+ *     when it is at most 32 chunks (wider pairs); a planted split that does
+ *     not reset the column at a row end must fail (teeth).
  * Prints "N passed, M failed" last; exit status 1 on any failure.
  */
 #include <math.h>
@@ -1128,6 +1138,55 @@ static int check_words16(long *n_keys, long *n_chunks, long *teeth_key, long *te
   return bad;
 }
 
+/* 16: one split of ring steps (seg: vg_ring_segments or a planted copy) against
+ * the chunks it must copy; the failures, the steps tried and the two-copy
+ * steps among the kernel's starts. */
+template <class Seg>
+static long ring_split_failures(Seg seg, long *n_steps, long *n_two) {
+  long bad = 0;
+  for (int64_t cpr = 32; cpr <= 1024; cpr += 32)
+    for (int64_t cb = 0; cb < 3 * cpr + 97; ++cb)
+      for (int nf = 0; nf <= 96; ++nf) {
+        const int64_t row0 = cb / cpr, col0 = cb % cpr;
+        int64_t next = 0;
+        int segs = 0;
+        bool ok = true;
+        seg(row0, col0, nf, cpr, [&](int i, int64_t r, int64_t col, int n) {
+          ok = ok && i == next && n >= 1 && col >= 0 && col + n <= cpr && r * cpr + col == cb + i &&
+               (segs == 0 ? r == row0 && col == col0 : col == 0);
+          next += n;
+          ++segs;
+        });
+        ok = ok && next == nf;
+        if (cb % 32 == 0) { /* the kernel's starts */
+          if (cpr % 64 == 0) ok = ok && segs <= 2;
+          if (nf <= 32) ok = ok && segs <= 1;
+          *n_two += segs == 2;
+        }
+        bad += !ok;
+        ++*n_steps;
+      }
+  return bad;
+}
+
+static int check_ring_segments(long *n_steps, long *n_two, long *teeth) {
+  const long bad = ring_split_failures(
+      [](int64_t row, int64_t col, int nf, int64_t cpr, auto &&f) { vg_ring_segments(row, col, nf, cpr, f); },
+      n_steps, n_two);
+  long ns = 0, n2 = 0;
+  *teeth = ring_split_failures( /* planted: the next row read from the same column */
+      [](int64_t row, int64_t col, int nf, int64_t cpr, auto &&f) {
+        for (int i = 0; i < nf; ++row) {
+          const int n = (int)std::min((int64_t)(nf - i), cpr - col);
+          f(i, row, col, n);
+          i += n;
+        }
+      },
+      &ns, &n2);
+  if (bad) printf("ring segments: %ld steps split wrong\n", bad);
+  return bad != 0;
+}
+
 int main() {
   int passed = 0, failed = 0;
   long nc = 0;
@@ -1151,7 +1210,11 @@ int main() {
           (n16tk < 1000) + (n16tz < 1000);
   printf("16-bit words: %ld keys, %ld chunks; planted faults caught: %ld keys without the sign mask, "
          "%ld chunks counting +0 != -0\n", n16k, n16c, n16tk, n16tz);
-  const char *names[15] = {"register accumulator == vgct_acc_update (bitwise)",
+  long nrs = 0, nr2 = 0, nrt = 0;
+  const int r16 = check_ring_segments(&nrs, &nr2, &nrt) + (nr2 < 5000) + (nrt < 100000);
+  printf("ring segments: %ld steps, %ld of the kernel's starts take two copies; the planted split "
+         "fails %ld\n", nrs, nr2, nrt);
+  const char *names[16] = {"register accumulator == vgct_acc_update (bitwise)",
                           "periodic flushes: maxima/counters exact, sums 1e-13",
                           "FastDiv == '/'",
                           "narrow-dtype chunk fast path: maxima/counters exact, sums 1e-13",
@@ -1165,10 +1228,12 @@ int main() {
                           "lean loop: float32 finiteness and the fresh last flush == vg_pair + vg_hot_flush (bitwise)",
                           "vgct_bf16_of_word == bfloat16's decoded fields (every pattern, both halves)",
                           "the fast kernels' flush (vg_hot_flush_sums) == vg_hot_flush (bitwise)",
-                          "16-bit words: vg_min16_key and vg_fast_chunk<P16> == the float32 loop (bitwise)"};
-  for (int i = 0; i < 15; ++i) {
-    printf("%s: %s\n", names[i], r[i] ? "FAIL" : "ok");
-    r[i] ? ++failed : ++passed;
+                          "16-bit words: vg_min16_key and vg_fast_chunk<P16> == the float32 loop (bitwise)",
+                          "ring steps over rows: vg_ring_segments copies each chunk once, from its row"};
+  for (int i = 0; i < 16; ++i) {
+    const int ri = i < 15 ? r[i] : r16;
+    printf("%s: %s\n", names[i], ri ? "FAIL" : "ok");
+    ri ? ++failed : ++passed;
   }
   printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
