@@ -391,9 +391,13 @@ def pytest_runtest_call(item: pytest.Item):
             ctx.seed, ctx.repetition = seed, i
             ctx.claims.clear()
             item.runtest()
+            if getattr(item, "_excinfo", None):  # a unittest TestCase's skip, expected failure or failure
+                break  # (kept, not raised: its outcome is decided; the last run below reports it)
         ctx.seed, ctx.repetition = plan[-1]
         ctx.claims.clear()
         result = yield
+        if len(getattr(item, "_excinfo", None) or ()) > 1:  # one outcome a test: pytest reports the first in
+            del item._excinfo[1:]  # the call and would report a second in the teardown (a skip counted twice)
     except BaseException as exc:
         raised = exc
         raise

@@ -1826,6 +1826,36 @@ def test_flaky_fixture_gate(flaky_setup, vgct):
             "passed in the last") in result.stdout.str()
 
 
+@pytest.mark.parametrize("option", ["--vgct-calibrate", "--vgct-repeat=2"])
+def test_a_unittest_testcase_outcome_is_reported_once_under_seeds_and_repeats(pytester, run, option):
+    """Planted (carried note of 2026-12-05): a unittest TestCase marked as a paired test runs once per seed
+    (--vgct-calibrate) or repetition (--vgct-repeat); unittest keeps each run's skip, expected failure or failure
+    in the item instead of raising it, and pytest reports the first in the call and the next in the teardown --
+    "2 skipped, 2 xfailed" for one test each, and a failing test's second failure as an error.  Now the seeds
+    stop at the first such outcome and one is reported a test.  Without the fix: 2 skipped, 2 xfailed, 1 error."""
+    pytester.makepyfile(test_u="""
+import unittest
+import pytest
+
+@pytest.mark.t1
+@pytest.mark.component("c")
+@pytest.mark.feature("f")
+class TestUnit(unittest.TestCase):
+    def test_skips(self):
+        raise unittest.SkipTest("no reference here")
+
+    def test_fails(self):
+        assert False, "planted"
+
+    @unittest.expectedFailure
+    def test_expected_failure(self):
+        assert False
+""")
+    result = run(option)
+    result.assert_outcomes(failed=1, skipped=1, xfailed=1)
+    result.stdout.fnmatch_lines(["FAILED test_u.py::TestUnit::test_fails - AssertionError: planted*"])
+
+
 def test_a_relaxed_t1_gate_that_measured_bitwise_equal_outputs_is_named(pytester, run, monkeypatch):
     """Planted (new-user trial of 2026-12-05): the feature silently not applied, a T1 gate claiming a relaxation
     (relax=REDUCTION_REORDERING) compared the reference with itself and passed; the summary said nothing (no
