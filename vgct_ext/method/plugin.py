@@ -47,7 +47,7 @@ from ._hardware import hardware_info, precision_settings, versions
 __all__ = ["VgctFixture"]
 
 STATE = pytest.StashKey[_context.Session]()
-SKIPPED_BY_REQUIREMENT = pytest.StashKey[bool]()
+SKIPPED_HERE = pytest.StashKey[bool]()  # skipped by this plugin: the report names the test's line
 LOST = pytest.StashKey[List[str]]()  # what the test's call lost (gates._test_end), for its report
 LOST_IN_TEARDOWN = pytest.StashKey[List[str]]()  # what an erring teardown lost, for its report's outcome
 CONTEXT = pytest.StashKey[_context.TestContext]()  # the test's context, for its report (the refusals it caught)
@@ -296,7 +296,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if hard:
         pytest.fail(f"vgct strict mode: {reason} (a missing checkpoint or reference must not turn a parity test "
                     f"into a smoke test; run without --vgct-strict/VGCT_STRICT=1 to skip)", pytrace=False)
-    item.stash[SKIPPED_BY_REQUIREMENT] = True
+    item.stash[SKIPPED_HERE] = True
     pytest.skip(reason)
 
 
@@ -311,7 +311,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
         fmt = ("{test} ({how}): {x}" if call.when == "call" else
                "{x} (in or after the teardown of {test}, whose error was {how})")
         item.config.stash[STATE].gate_errors.extend(fmt.format(test=item.nodeid, how=how, x=x) for x in lost)
-    if call.when == "call" and hasattr(rep, "wasxfail") and call.excinfo is not None:
+    if hasattr(rep, "wasxfail") and call.excinfo is not None:  # (a fixture's gate in the setup or teardown too)
         from .gates import EvidenceMissing, GateFailure
 
         raised = _unhandled.exceptions_in(call.excinfo.value)
@@ -328,7 +328,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
             item.config.stash[STATE].gate_errors.append(
                 f"{item.nodeid} (xfailed): a gate could not run ({what}), which an xfail must not "
                 f"expect: {_first(gone[0])}")
-    if rep.skipped and item.stash.get(SKIPPED_BY_REQUIREMENT, False) and isinstance(rep.longrepr, tuple):
+    if rep.skipped and item.stash.get(SKIPPED_HERE, False) and isinstance(rep.longrepr, tuple):
         path, line = item.reportinfo()[:2]
         rep.longrepr = (str(path), (line or 0) + 1, rep.longrepr[2])  # report the test, not this plugin
     return rep
@@ -372,6 +372,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
     session = item.config.stash[STATE]
+    session.phase_test = None  # the setup is over (its teardown sets it again: a fixture's gates there)
     paired = _is_paired(item)
     ctx = _context.TestContext(nodeid=item.nodeid, path=Path(str(item.path)),
                                component=_marker_arg(item, "component"), feature=_marker_arg(item, "feature"),
@@ -412,6 +413,11 @@ def pytest_runtest_call(item: pytest.Item):
     if lost:  # (reached only when the test itself passed)
         pytest.fail("vgct: " + lost_text, pytrace=False)
     why = _unchecked(item, session, ctx)
+    sub = session.tests.get(item.nodeid, {}).get("subtests")
+    if why and sub and sub["skipped"] and not sub["ran"]:  # its checks all skipped here: skipped, not passed
+        item.stash[SKIPPED_HERE] = True
+        pytest.skip(f"vgct: every subtest skipped ({sub['reason']}) and no gate ran outside them: nothing was "
+                    f"checked")
     if why:
         item.stash[LOST] = [why]  # (an xfail that absorbs the failure below fails the session: makereport)
         pytest.fail(f"vgct: {item.nodeid} is {why}", pytrace=False)
@@ -424,15 +430,12 @@ def _unchecked(item: pytest.Item, session: _context.Session, ctx: _context.TestC
     """Why a test marked t2 or t1 that completed checked nothing: a t2 test that called no T2 gate, a t1 test that
     called no gate at all (a loop over an empty list of outputs, a gate behind a condition that never held); None
     when it did, or when its call ended in a unittest skip or expected failure (pytest keeps those in
-    ``item._excinfo`` instead of raising them here), or when every subtest it opened (pytest's ``subtests``)
-    skipped -- a test whose checks all skip here (no CUDA, say) skipped in effect, though pytest reports it passed.
-    A gate that ran counts whatever its verdict, and so does one
+    ``item._excinfo`` instead of raising them here).  (When every subtest it opened -- pytest's ``subtests`` --
+    skipped, the caller skips the test with their reason instead of failing it: its checks all skip here, no CUDA
+    say, and pytest would report it passed.)  A gate that ran counts whatever its verdict, and so does one
     that could not run for want of evidence (``ctx.evidence_gates``); for t1, so do the records a function-scoped
     fixture's setup made (before the test's context existed)."""
     if getattr(item, "_excinfo", None) or ctx.evidence_gates:
-        return None
-    sub = session.tests.get(item.nodeid, {}).get("subtests")
-    if sub and sub["skipped"] and not sub["ran"]:
         return None
     if item.get_closest_marker("t2") is not None:
         return ("marked t2 but called no T2 gate (assert_t2, vgct.assert_t2, or a tightened assert_t1): nothing was "
@@ -569,9 +572,13 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         t["outcome"] = "passed"  # the next attempt's outcome is the test's (a failed subtest of this one set it)
         t.pop("subtests", None)  # (the next attempt's subtests: _unchecked)
         return
-    if subtest and report.when == "call":  # this attempt's subtests, skipped or run (_unchecked)
-        sub = t.setdefault("subtests", {"skipped": 0, "ran": 0})
+    if subtest and report.when == "call":  # this attempt's subtests, skipped or run (the t1 and t2 rules)
+        sub = t.setdefault("subtests", {"skipped": 0, "ran": 0, "reason": ""})
         sub["skipped" if report.skipped else "ran"] += 1
+        if report.skipped and not sub["reason"]:
+            lr = report.longrepr
+            why = str(lr[2]) if isinstance(lr, tuple) and len(lr) == 3 else str(getattr(report, "wasxfail", "") or lr)
+            sub["reason"] = why[len("Skipped: "):] if why.startswith("Skipped: ") else why
     if report.failed:
         t["outcome"] = "failed" if report.when == "call" else "error"
         s.failed_tests.add(report.nodeid)
@@ -648,7 +655,8 @@ class VgctFixture:
 
     @property
     def records(self) -> List[Dict[str, Any]]:
-        """Everything recorded so far by this test (gates, probes, run_twice)."""
+        """Everything recorded so far by this test (gates, probes, run_twice), the gates of the fixtures its setup
+        ran included -- a module- or session-scoped fixture's belong to the test whose setup ran it first."""
         return [r for r in self._session.records if r.get("test") == self.nodeid]
 
     @property
@@ -758,6 +766,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     s = config.stash.get(STATE, None)
     if s is None:
         return
+    s.phase_test = None  # (a test interrupted in its call -- pytest.exit, Ctrl-C -- never reached its teardown)
     s.gate_errors.extend(_pending_gate_errors(session_end=True))
     if _is_xdist_worker(config):  # the controller writes evidence and report once, for every worker
         config.workeroutput[WORKER_KEY] = _worker_payload(s)  # type: ignore[attr-defined]

@@ -820,12 +820,14 @@ def test_xfail_empty(vgct):
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
-def test_a_t1_or_t2_test_whose_subtests_all_skip_is_left_alone(pytester, run, monkeypatch):
+def test_a_t1_or_t2_test_whose_subtests_all_skip_is_skipped(pytester, run, monkeypatch):
     """Planted (carried note of 2026-12-05): a t1 (or t2) test whose checks run in subtests (pytest's
     ``subtests``) that all skip -- no CUDA on a laptop, say -- checked nothing, and pytest reports it passed; the
-    t1 and t2 rules failed it as "called no gate".  Now such a test is left alone; one whose subtests ran but
-    called no gate (one skipped, one ran) still fails, and so does one with no subtest and no gate.  Without the
-    subtest count both all-skipped tests fail."""
+    t1 and t2 rules failed it as "called no gate".  Now such a test is skipped with its subtests' reason (the
+    report lists it among the skips, not the passes -- a hostile review found the first fix passing it, with an
+    empty gate loop outside the subtests passing too); one whose subtests ran but called no gate (one skipped,
+    one ran) still fails, and one with a gate passes.  Without the subtest count both all-skipped tests fail;
+    without the skip they pass."""
     monkeypatch.setenv("COLUMNS", "250")
     pytester.makepyfile(test_x=HEADER + """
 pytestmark = [pytest.mark.component("c"), pytest.mark.feature("f")]
@@ -844,6 +846,13 @@ def test_t2_all_skip(vgct, subtests):
         vgct.assert_t2(E.copy(), E)
 
 @pytest.mark.t1
+def test_t1_all_skip_and_an_empty_loop(vgct, subtests):
+    with subtests.test("cuda"):
+        pytest.skip("no CUDA here")
+    for a in []:  # the CPU half's captured outputs: none
+        vgct.assert_t1(a, E)
+
+@pytest.mark.t1
 def test_t1_one_ran_without_a_gate(vgct, subtests):
     with subtests.test("cuda"):
         pytest.skip("no CUDA here")
@@ -856,12 +865,16 @@ def test_t1_gated_in_a_subtest(vgct, subtests):
     with subtests.test("cpu"):
         vgct.assert_t1(E.copy(), E)
 """)
-    result = run("-rA")
+    result = run("-rA", "--vgct-report=report.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     out = result.stdout.str()
-    for name in ("test_t1_all_skip", "test_t2_all_skip", "test_t1_gated_in_a_subtest"):
-        assert f"FAILED test_x.py::{name}" not in out, out
-        result.stdout.fnmatch_lines([f"PASSED test_x.py::{name}*"])
+    outcome = {t["nodeid"].split("::")[1]: t["outcome"]
+               for t in json.loads((pytester.path / "report.json").read_text())["tests"]}
+    assert outcome == {"test_t1_all_skip": "skipped", "test_t2_all_skip": "skipped",
+                       "test_t1_all_skip_and_an_empty_loop": "skipped", "test_t1_one_ran_without_a_gate": "failed",
+                       "test_t1_gated_in_a_subtest": "passed"}, outcome
+    assert "test_x.py:13: vgct: every subtest skipped (no cuda:0 here) and no gate ran outside them: nothing was " \
+           "checked" in out, out
     result.stdout.fnmatch_lines(["FAILED test_x.py::test_t1_one_ran_without_a_gate - Failed: vgct: "
                                  "test_x.py::test_t1_one_ran_without_a_gate is marked t1 but called no gate*"])
     assert "vgct ERROR" not in out
