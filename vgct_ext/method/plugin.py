@@ -373,6 +373,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) 
 def pytest_runtest_call(item: pytest.Item):
     session = item.config.stash[STATE]
     session.phase_test = None  # the setup is over (its teardown sets it again: a fixture's gates there)
+    item.stash[LOST] = []  # (a rerun's subtests report before this call sets it: not the failed attempt's)
     paired = _is_paired(item)
     ctx = _context.TestContext(nodeid=item.nodeid, path=Path(str(item.path)),
                                component=_marker_arg(item, "component"), feature=_marker_arg(item, "feature"),

@@ -1850,6 +1850,32 @@ def test_flaky_fixture_gate(flaky_setup, vgct):
             "passed in the last") in result.stdout.str()
 
 
+def test_a_rerun_with_subtests_is_judged_by_its_own_attempt(pytester, run):
+    """Planted (hostile review of 2026-12-05): a t1 test that called no gate on its first attempt (failed by the t1
+    rule) and gated on the rerun passed -- unless it used subtests: the rerun's subtest reports came before its
+    call reset what the first attempt lost, and the session failed with the first attempt's "called no gate" as
+    a failure no test reported.  Now the call starts from nothing lost; with and without subtests the same."""
+    pytest.importorskip("pytest_rerunfailures", reason="pytest-rerunfailures (scripts/test.sh installs it)")
+    pytester.makepyfile(test_r=HEADER + _FIRST_ATTEMPT + """
+pytestmark = [pytest.mark.component("c"), pytest.mark.feature("f")]
+
+@pytest.mark.t1
+def test_with_subtests(vgct, subtests):
+    with subtests.test("cuda"):
+        for a in ([] if first("sub") else [E.copy()]):  # the first attempt captured nothing
+            vgct.assert_t1(a, E)
+
+@pytest.mark.t1
+def test_without(vgct):
+    for a in ([] if first("plain") else [E.copy()]):
+        vgct.assert_t1(a, E)
+""")
+    result = run("--reruns", "1")
+    assert result.parseoutcomes().get("passed") == 2 and result.parseoutcomes().get("rerun") == 2, \
+        result.stdout.str()
+    assert result.ret == pytest.ExitCode.OK and "vgct ERROR" not in result.stdout.str(), result.stdout.str()
+
+
 @pytest.mark.parametrize("option", ["--vgct-calibrate", "--vgct-repeat=2"])
 def test_a_unittest_testcase_outcome_is_reported_once_under_seeds_and_repeats(pytester, run, option):
     """Planted (carried note of 2026-12-05): a unittest TestCase marked as a paired test runs once per seed
