@@ -41,7 +41,9 @@ itself (normal). With n = 1 only the first term exists. The spread term is cappe
 the worst run (16 times for 1 - cosine, which scales like relative L2 squared): a seed that measured far less
 drift than the others (a cache that did not hit, a feature inactive on that input) widens the log-scale spread
 without bound, and an uncapped bar would then pass any bug (a 50 % scale error passed one). A capped entry
-gets a warning to investigate, and a cosine bar is never below -1. When all runs are bitwise identical (the test ignores
+gets a warning to investigate, and a cosine bar is never below -1. A run at ``OUTLIER_RATIO`` = 8 times the median of
+the others (64 for 1 - cosine) gets a warning naming its test and seed, for T2 bars and T1 floors alike (bars follow
+the worst run: a bug present on some inputs while calibrating becomes the bar). When all runs are bitwise identical (the test ignores
 ``vgct.seed``) the entry gets a warning; when they all measured no difference at all (a bit-identical feature, which
 looks the same whether or not the inputs vary) the warning says so and that the bars are 0.
 
@@ -78,6 +80,7 @@ import inspect
 import json
 import math
 import os
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -1195,6 +1198,36 @@ def _legacy_test(old: Mapping[str, Any]) -> Optional[str]:
     return tests[0] if len(tests) == 1 else None
 
 
+#: A run whose statistic is this many times the median of the other runs is named in a warning (the cosine's
+#: 1 - cosine: its square, as for the spread cap): bars and floors follow the worst run, so a bug present on
+#: some inputs when calibrating becomes the bar (new-user trial of 2026-12-05: one bugged seed of five raised a
+#: T1 floor 66x without a word, and the only warning said a seed measured far *less* drift).
+OUTLIER_RATIO = 8.0
+
+
+def _outliers(runs: Sequence[Mapping[str, Any]]) -> Dict[str, str]:
+    """For each statistic whose worst run measured at least ``OUTLIER_RATIO`` times the median of the others
+    (three runs or more), a warning naming that run's test and seed."""
+    out: Dict[str, str] = {}
+    for k in UPPER + ("cosine",):
+        vals = [(1.0 - float(r[k]) if k == "cosine" else float(r[k]), r) for r in runs
+                if _finite_number(r.get(k))]
+        if len(vals) < 3:
+            continue
+        vals.sort(key=lambda v: v[0])
+        worst, wrun = vals[-1]
+        rest = [v for v, _ in vals[:-1]]
+        med = statistics.median(rest)
+        ratio = OUTLIER_RATIO ** 2 if k == "cosine" else OUTLIER_RATIO
+        if med > 0.0 and worst >= ratio * med:
+            what = "1 - cosine" if k == "cosine" else k
+            out[k] = (f"{k}: one run measured {worst / med:.3g}x the median of the others' {what} ({wrun.get('test')}, "
+                      f"seed {wrun.get('seed')}): the bars follow the worst run, so a bug present on some inputs "
+                      f"when calibrating becomes the bar -- check that input (rerun the seed against known-good "
+                      f"code) before trusting these bars")
+    return out
+
+
 def _runs_identical(runs: Sequence[Mapping[str, Any]]) -> bool:
     if len(runs) < 2:
         return False
@@ -1293,6 +1326,8 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
                               "kept_tests": sorted({str(r.get("test")) for r in kept}),
                               "seeds": sorted({r.get("seed") for r in new_runs if r.get("seed") is not None}),
                               "runs": len(runs), "identical_runs": bool(warnings), "warnings": warnings}
+    outliers = _outliers(runs)
+    warnings.extend(outliers[k] for k in sorted(outliers))
     if kind == "t1_floor":
         entry["floor"] = _floor_of(runs)
         old_vals = dict((old or {}).get("floor") or {})
@@ -1317,7 +1352,7 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
             entry["investigation"] = None
             change["note_dropped"] = True
         change["needs_investigation"] = cos is not None and cos < 0.99 and not entry["investigation"]
-        for k in sorted(summ["capped"]):
+        for k in sorted(set(summ["capped"]) - set(outliers)):  # (a capped outlier: its warning above says which)
             warnings.append(f"{k}: the runs spread so widely (a seed measured far less drift than the worst: is "
                             f"the feature inactive on some inputs? or, for a small tensor such as one channel "
                             f"slice, few pairs per run: more --vgct-calibrate-runs) that the spread term was "

@@ -435,7 +435,7 @@ def _unchecked(item: pytest.Item, session: _context.Session, ctx: _context.TestC
     skipped, the caller skips the test with their reason instead of failing it: its checks all skip here, no CUDA
     say, and pytest would report it passed.)  A gate that ran counts whatever its verdict, and so does one
     that could not run for want of evidence (``ctx.evidence_gates``); for t1, so do the records a function-scoped
-    fixture's setup made (before the test's context existed)."""
+    fixture's setup made (before the test's context existed) when they gate the test's own component and feature."""
     if getattr(item, "_excinfo", None) or ctx.evidence_gates:
         return None
     if item.get_closest_marker("t2") is not None:
@@ -444,13 +444,20 @@ def _unchecked(item: pytest.Item, session: _context.Session, ctx: _context.TestC
                 "condition that never held? (a test that gates only on the method's T1 bands is marked t1)")
     if item.get_closest_marker("t1") is None:
         return None
-    records = session.records[item.stash[SETUP_RECORDS]:] if SETUP_RECORDS in item.stash else ctx.records
+    # the test's own gates, and a function-scoped fixture's from its setup when they gate the test's own component
+    # and feature: an oracle check of the reference in a fixture is not the feature's check (new-user trial: with
+    # one, a test whose feature gate sat in a skipped subtest or an empty loop passed having checked nothing)
+    own = {id(r) for r in ctx.records}
+    setup = session.records[item.stash[SETUP_RECORDS]:] if SETUP_RECORDS in item.stash else []
+    records = ctx.records + [r for r in setup if id(r) not in own
+                             and ctx.component in (None, r.get("component")) and ctx.feature in (None, r.get("feature"))]
     if not any(r.get("kind") in GATE_KINDS for r in records):
         return ("marked t1 but called no gate (assert_t1, vgct.assert_t1, or a T2 gate): nothing was checked "
                 "against the method's bars -- a loop over an empty list of outputs, or a gate behind a condition "
                 "that never held? (an exact check that needs no bars, such as an index oracle, is not marked t1: "
                 "its component and feature markers keep it a paired test; a gate in a function-scoped fixture "
-                "counts from its setup, not from its teardown, which runs after this check)")
+                "counts from its setup when it gates this test's component and feature -- a check of the reference "
+                "against an oracle does not -- and not from its teardown, which runs after this check)")
     return None
 
 

@@ -735,6 +735,7 @@ def test_a_t1_test_that_calls_no_gate_fails(pytester, run, monkeypatch):
     empty, a gate behind a condition that never held -- passed having checked nothing, as a t2 test did before
     its rule.  Now it fails naming the test and what to do; a T1 gate counts whatever its verdict (one a
     planted-fault block expects to fail, one pytest.raises catches, one a fixture's setup runs), so does a T2 gate;
+    a gate of another feature in a fixture (the reference against an oracle, new-user trial) does not count;
     a t1 test that skips (unittest's SkipTest and expectedFailure too, hostile review), a tightened gate without
     a floor (EvidenceMissing: called, as for t2), and an exact check with only component/feature markers (an index
     oracle), are left alone; an xfail that absorbs the failure fails the session instead.  Without the rule the empty loop passes;
@@ -782,6 +783,15 @@ def gated_in_setup():
 def test_gate_in_a_fixture(gated_in_setup):
     pass
 
+@pytest.fixture
+def oracle_checked():  # the reference against a float64 oracle: another feature's gate (new-user trial)
+    assert_t1(E.copy(), E, component="c", feature="float64 oracle")
+
+@pytest.mark.t1
+def test_fixture_gates_another_feature(oracle_checked, vgct):
+    for a in []:  # the feature's captured outputs: none
+        vgct.assert_t1(a, E)
+
 @pytest.mark.t1
 def test_tightened_without_a_floor():  # a gate that could not run is a gate called (as for t2)
     from vgct_ext.gates import expect_evidence_missing
@@ -809,10 +819,10 @@ def test_xfail_empty(vgct):
         vgct.assert_t1(a, E)
 """)
     result = run()
-    result.assert_outcomes(passed=6, failed=2, skipped=2, xfailed=2)
+    result.assert_outcomes(passed=6, failed=3, skipped=2, xfailed=2)
     why = ("marked t1 but called no gate (assert_t1, vgct.assert_t1, or a T2 gate): nothing was checked against "
            "the method's bars")
-    for name in ("test_empty_loop", "test_never_held"):
+    for name in ("test_empty_loop", "test_never_held", "test_fixture_gates_another_feature"):
         result.stdout.fnmatch_lines([f"FAILED test_x.py::{name} - Failed: vgct: test_x.py::{name} is {why}*"])
     assert f"vgct ERROR (no test failed with it; the session fails): test_x.py::test_xfail_empty (xfailed): " \
            f"{why}" in result.stdout.str()
@@ -878,6 +888,39 @@ def test_t1_gated_in_a_subtest(vgct, subtests):
     result.stdout.fnmatch_lines(["FAILED test_x.py::test_t1_one_ran_without_a_gate - Failed: vgct: "
                                  "test_x.py::test_t1_one_ran_without_a_gate is marked t1 but called no gate*"])
     assert "vgct ERROR" not in out
+
+
+def test_a_calibration_run_far_above_the_others_is_named(pytester, run, monkeypatch):
+    """Planted (new-user trial of 2026-12-05): a bug present on one seed of a first calibration raised a T1 floor
+    66x and loosened the T2 bars without a word naming that seed.  Now the calibration prints a warning for each
+    statistic whose worst run is OUTLIER_RATIO x the median of the others, naming the test and the seed -- for
+    the T2 bars and for a T1 floor; clean seeds print none."""
+    monkeypatch.setenv("COLUMNS", "250")
+    pytester.makepyfile(test_x=HEADER + """
+pytestmark = [pytest.mark.component("c"), pytest.mark.feature("f")]
+BUG = float(os.environ.get("VGCT_FAULT", "1"))
+
+@pytest.mark.t2
+def test_drift(vgct):
+    vgct.assert_t2(drift(vgct.seed, BUG if vgct.seed == 0 else 1.0), E)
+
+@pytest.mark.t2
+def test_floor(vgct):  # float32 rounding, within the T1 band; seed 0's scale error 25x larger (BUG 20)
+    k = BUG if vgct.seed == 0 else 1.0
+    x = (E * (1 + 2.5e-8 * k) + 1e-9 * np.random.default_rng(vgct.seed).standard_normal(E.shape)).astype(np.float32)
+    vgct.assert_t1(x, E, name="floor", tighten=10)
+""")
+    result = _run_faulty(run, "20", "--vgct-calibrate")
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    for key, test in (("c | f", "test_drift"), ("T1 floor | c | f | floor", "test_floor")):
+        assert f"vgct WARNING [{key}]" in out and f"(test_x.py::{test}, seed 0): the bars follow the worst run" in out, out
+    assert "rel_l2: one run measured" in out
+    for f in pytester.path.glob("*.vgct-evidence.json"):
+        f.unlink()
+    result = run("--vgct-calibrate")
+    result.assert_outcomes(passed=2)
+    assert "one run measured" not in result.stdout.str()
 
 
 def test_calibration_records_only_tests_that_passed_and_nothing_when_interrupted(pytester, run, monkeypatch,

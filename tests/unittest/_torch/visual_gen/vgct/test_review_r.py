@@ -47,6 +47,22 @@ def test_a_capped_bar_is_recorded_with_a_warning():
     assert ev.bar_summary(runs_close, 0.5)["capped"] == {}
 
 
+def test_a_run_far_above_the_others_is_named_in_a_warning():
+    """Planted (new-user trial of 2026-12-05): one bugged seed of five raised a T1 floor 66x and loosened the T2
+    bars 3.5-10x without a word naming it (the only warning, the spread cap's, said a seed measured far *less*
+    drift).  A run at OUTLIER_RATIO x the median of the others (1 - cosine: its square) is named with its test
+    and seed; a close spread and a low outlier are not (the cap's warning covers that one)."""
+    base = [1.0e-3, 1.1e-3, 0.9e-3, 1.2e-3]
+    out = ev._outliers(_runs(base + [1.0e-2]))  # seed 4: ~9.5x the median of the others
+    assert set(out) == {"rel_l2", "p99", "max_abs_err", "cosine"}, out
+    assert "one run measured 9.52x the median of the others' rel_l2 (t.py::t, seed 4): the bars follow the " \
+           "worst run, so a bug present on some inputs when calibrating becomes the bar" in out["rel_l2"]
+    assert ev._outliers(_runs(base + [7.0e-3])) == {}  # ~6.7x: below the ratio (1 - cosine ~45x: below its square)
+    assert ev._outliers(_runs(base + [1.05e-3])) == {}
+    assert ev._outliers(_runs(base + [1e-6])) == {}  # low: the spread cap's case
+    assert ev._outliers(_runs([1.0e-3, 1.0e-2])) == {}  # two runs: no median of the others to speak of
+
+
 def test_validate_refuses_a_negative_statistic_in_a_recorded_run():
     doc = {"format": ev.FORMAT, "entries": {"c | f": {STRATUM: {
         "kind": "t2", "component": "c", "feature": "f", "case": None, "dtype_actual": "float64",
