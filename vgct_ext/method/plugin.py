@@ -303,6 +303,17 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     rep = yield
+    st = item.config.stash.get(STATE, None)
+    ctx_now = item.stash.get(CONTEXT, None)
+    # a report made while the test's call still runs is a subtest's (pytest's subtests): its failure is reported,
+    # not caught -- not to be named again as caught (_swallowed_missing)
+    if call.excinfo is not None and st is not None and ctx_now is not None and \
+            any(c is ctx_now for c in st.test_stack):
+        for e in _unhandled.exceptions_in(call.excinfo.value):
+            try:
+                e._vgct_reported = True  # type: ignore[attr-defined]  (_swallowed_missing)
+            except AttributeError:  # (an exception type with __slots__)
+                pass
     # a skip or an xfail (raised, by its marker, or a teardown error's) must not hide lost gate failures
     key = {"call": LOST, "teardown": LOST_IN_TEARDOWN}.get(call.when)
     lost = item.stash.get(key, None) if key is not None else None
@@ -480,11 +491,12 @@ def _swallowed_missing(ctx: _context.TestContext, raised: Optional[BaseException
     return [f"a gate could not run, and its EvidenceMissing was caught before it failed the test (a broad "
             f"except or pytest.raises(Exception); a planted fault goes inside expect_gate_failure, a check of "
             f"EvidenceMissing itself inside expect_evidence_missing): {(str(e).splitlines() or [''])[0]}"
-            for e in ctx.missing if id(e) not in out and not getattr(e, "_expected", False)] + [
+            for e in ctx.missing if id(e) not in out and not getattr(e, "_expected", False)
+            and not getattr(e, "_vgct_reported", False)] + [
         f"a gate refused its arguments and measured nothing, and the test caught the refusal before it failed "
         f"the test (a broad except or pytest.raises(Exception) around a planted fault passes without any fault "
         f"so; a test of the gates' own refusals has no vgct markers or fixture): {_first(e)}"
-        for e in ctx.refused if id(e) not in out]
+        for e in ctx.refused if id(e) not in out and not getattr(e, "_vgct_reported", False)]
 
 
 def _first(e: BaseException) -> str:

@@ -1876,6 +1876,33 @@ def test_without(vgct):
     assert result.ret == pytest.ExitCode.OK and "vgct ERROR" not in result.stdout.str(), result.stdout.str()
 
 
+def test_a_gate_error_a_subtest_reports_is_not_called_caught(pytester, run, monkeypatch):
+    """Planted (new-user trial of 2026-12-05): an EvidenceMissing (or a gate's refusal) raised inside a subtest
+    fails the subtest, and then the test was failed a second time for having "caught" it "(a broad except or
+    pytest.raises(Exception))" -- the subtest reported it; nothing caught it.  Now only the subtest's failure is
+    shown; one caught by pytest.raises(Exception) inside a subtest is still named."""
+    monkeypatch.setenv("COLUMNS", "250")
+    pytester.makepyfile(test_m=HEADER + """
+pytestmark = [pytest.mark.t2, pytest.mark.component("c"), pytest.mark.feature("f")]
+
+def test_missing_in_a_subtest(vgct, subtests):
+    with subtests.test("cpu"):
+        vgct.assert_t2(E.copy(), E)
+
+def test_missing_caught_in_a_subtest(vgct, subtests):
+    with subtests.test("cpu"):
+        with pytest.raises(Exception):
+            vgct.assert_t2(E.copy(), E)
+""")
+    result = run()
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(["FAILED test_m.py::test_missing_in_a_subtest - contains 1 failed subtest*"])
+    result.stdout.fnmatch_lines(["FAILED test_m.py::test_missing_caught_in_a_subtest - Failed: vgct: gate failures "
+                                 "this test never reported*"])
+    assert out.count("its EvidenceMissing was caught before it failed the test") == 2, out  # (the caught one:
+    # in its report section and its failure)
+
+
 @pytest.mark.parametrize("option", ["--vgct-calibrate", "--vgct-repeat=2"])
 def test_a_unittest_testcase_outcome_is_reported_once_under_seeds_and_repeats(pytester, run, option):
     """Planted (carried note of 2026-12-05): a unittest TestCase marked as a paired test runs once per seed
