@@ -544,6 +544,9 @@ def _calibrate_hint(stratum: str, key: Optional[str] = None) -> str:
         return (f"This gate runs inside expect_gate_failure (a planted-fault test), which records no "
                 f"evidence: record it {where} by calibrating the clean test that gates {what} (and "
                 f"commit the JSON file), e.g.\n    pytest --vgct-calibrate -k <that test>")
+    if t is None and _context.current_session() is not None:  # a fixture's gate (new-user trial: "<test id>")
+        return ("This gate runs outside a test's call (a fixture, at import), which records and owns no evidence: "
+                "gate in the test's body, then calibrate that test (pytest --vgct-calibrate \"<its test id>\").")
     tid = t.nodeid if t is not None else "<test id>"
     return f"Record it {where} (and commit the JSON file):\n    pytest --vgct-calibrate \"{tid}\""
 

@@ -39,7 +39,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 from . import _context
 from ._blocks import gate_block
 from ._hardware import describe_device, stratum_of
-from .evidence import PER_CHANNEL, RELATIVE
+from .evidence import PER_CHANNEL, RELATIVE, AmbiguousGate
 from ..core._stats import PairedStats
 
 #: What a gate returns: the PairedStats of a single tensor, or ``{leaf path: PairedStats}`` for a structure.
@@ -55,6 +55,7 @@ __all__ = [
     "GateFailure",
     "TransparencyFinding",
     "EvidenceMissing",
+    "AmbiguousGate",
     "expect_evidence_missing",
     "assert_t1",
     "assert_t2",

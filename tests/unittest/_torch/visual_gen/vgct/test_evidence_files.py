@@ -923,6 +923,28 @@ def test_floor(vgct):  # float32 rounding, within the T1 band; seed 0's scale er
     assert "one run measured" not in result.stdout.str()
 
 
+def test_a_t2_gate_in_a_fixture_without_evidence_says_to_gate_in_the_body(pytester, run, monkeypatch):
+    """Planted (new-user trial of 2026-12-05): a T2 gate in a fixture, before any evidence existed, said to run
+    ``pytest --vgct-calibrate "<test id>"`` -- a literal placeholder, and a calibration that then refuses the
+    fixture's gate anyway (a fixture's run belongs to no test).  Now it says the gate runs outside a test's call
+    and to gate in the test's body."""
+    monkeypatch.setenv("COLUMNS", "250")
+    pytester.makepyfile(test_x=HEADER + """
+@pytest.fixture
+def reference_checked():
+    assert_t2(E.copy(), E, component="c", feature="f")
+
+def test_a(reference_checked):
+    pass
+""")
+    result = run()
+    result.assert_outcomes(errors=1)
+    out = result.stdout.str()
+    assert "This gate runs outside a test's call (a fixture, at import), which records and owns no evidence: gate " \
+           "in the test's body" in out, out
+    assert '--vgct-calibrate "<test id>"' not in out
+
+
 def test_calibration_records_only_tests_that_passed_and_nothing_when_interrupted(pytester, run, monkeypatch,
                                                                                  request):
     """Planted (hostile review, 2026-12-05): (1) a test that gated and then was xfailed (or skipped) had its runs

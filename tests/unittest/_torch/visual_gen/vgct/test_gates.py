@@ -1006,3 +1006,13 @@ def test_a_soft_block_closed_by_generator_exit_reports_its_failures():
     lost = g._test_end(state)
     assert len(lost) == 1 and "layer 0" in lost[0], lost
     assert g._test_end(g._test_begin()) == []  # reported once
+
+
+def test_ambiguous_gate_is_importable_where_the_other_gate_errors_are():
+    """docs/method.md: everything a gate raises is importable from vgct_ext.gates and vgct_ext; AmbiguousGate
+    (a second gate of one key in one run) was only in vgct_ext.evidence (new-user trial of 2026-12-05)."""
+    from vgct_ext import AmbiguousGate as top
+    from vgct_ext.evidence import AmbiguousGate as home
+    from vgct_ext.gates import AmbiguousGate as gates_one
+
+    assert top is gates_one is home and issubclass(top, ValueError)
