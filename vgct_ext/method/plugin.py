@@ -51,7 +51,6 @@ SKIPPED_HERE = pytest.StashKey[bool]()  # skipped by this plugin: the report nam
 LOST = pytest.StashKey[List[str]]()  # what the test's call lost (gates._test_end), for its report
 LOST_IN_TEARDOWN = pytest.StashKey[List[str]]()  # what an erring teardown lost, for its report's outcome
 CONTEXT = pytest.StashKey[_context.TestContext]()  # the test's context, for its report (the refusals it caught)
-SETUP_RECORDS = pytest.StashKey[int]()  # the session's record count when the test's setup began (the t1 rule)
 UNHANDLED = pytest.StashKey[Any]()  # undoes the hooks of _unhandled (threads, futures, event loops) when set
 
 
@@ -286,8 +285,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     s = item.config.stash.get(STATE, None)
-    if s is not None:  # (a gate in a fixture's setup runs before the test's context exists: the t1 rule counts it)
-        item.stash[SETUP_RECORDS] = len(s.records)
+    if s is not None:
         s.phase_test = item.nodeid  # (its records are this test's: _context.record; cleared after the teardown)
     unmet = skips.unmet_requirement(item)
     if unmet is None:
@@ -305,14 +303,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     rep = yield
     st = item.config.stash.get(STATE, None)
     ctx_now = item.stash.get(CONTEXT, None)
-    # a report made while the test's call still runs is a subtest's (pytest's subtests): its failure is reported,
-    # not caught -- not to be named again as caught (_swallowed_missing)
-    if call.excinfo is not None and st is not None and ctx_now is not None and \
+    # a failed report made while the test's call still runs is a subtest's (pytest's subtests): its failure is
+    # reported, not caught -- not to be named again as caught (_swallowed_missing).  Not a skip's or an xfail's:
+    # `except EvidenceMissing: pytest.skip()` swallowed the error (hostile review of 9f08869)
+    if rep.failed and call.excinfo is not None and st is not None and ctx_now is not None and \
             any(c is ctx_now for c in st.test_stack):
         for e in _unhandled.exceptions_in(call.excinfo.value):
             try:
                 e._vgct_reported = True  # type: ignore[attr-defined]  (_swallowed_missing)
-            except AttributeError:  # (an exception type with __slots__)
+            except Exception:  # (__slots__, or a __setattr__ that refuses)
                 pass
     # a skip or an xfail (raised, by its marker, or a teardown error's) must not hide lost gate failures
     key = {"call": LOST, "teardown": LOST_IN_TEARDOWN}.get(call.when)
@@ -424,12 +423,13 @@ def pytest_runtest_call(item: pytest.Item):
         _record_properties(item, ctx.records)
     if lost:  # (reached only when the test itself passed)
         pytest.fail("vgct: " + lost_text, pytrace=False)
-    why = _unchecked(item, session, ctx)
+    why = _unchecked(item, ctx)
     sub = session.tests.get(item.nodeid, {}).get("subtests")
     if why and sub and sub["skipped"] and not sub["ran"]:  # its checks all skipped here: skipped, not passed
         item.stash[SKIPPED_HERE] = True
-        pytest.skip(f"vgct: every subtest skipped ({sub['reason']}) and no gate ran outside them: nothing was "
-                    f"checked")
+        what = "T2 gate" if item.get_closest_marker("t2") is not None else "gate"
+        pytest.skip(f"vgct: every subtest skipped ({sub['reason']}) and the test called no {what} outside them: "
+                    f"nothing was checked")
     if why:
         item.stash[LOST] = [why]  # (an xfail that absorbs the failure below fails the session: makereport)
         pytest.fail(f"vgct: {item.nodeid} is {why}", pytrace=False)
@@ -438,15 +438,16 @@ def pytest_runtest_call(item: pytest.Item):
     return result
 
 
-def _unchecked(item: pytest.Item, session: _context.Session, ctx: _context.TestContext) -> Optional[str]:
+def _unchecked(item: pytest.Item, ctx: _context.TestContext) -> Optional[str]:
     """Why a test marked t2 or t1 that completed checked nothing: a t2 test that called no T2 gate, a t1 test that
     called no gate at all (a loop over an empty list of outputs, a gate behind a condition that never held); None
     when it did, or when its call ended in a unittest skip or expected failure (pytest keeps those in
     ``item._excinfo`` instead of raising them here).  (When every subtest it opened -- pytest's ``subtests`` --
     skipped, the caller skips the test with their reason instead of failing it: its checks all skip here, no CUDA
-    say, and pytest would report it passed.)  A gate that ran counts whatever its verdict, and so does one
-    that could not run for want of evidence (``ctx.evidence_gates``); for t1, so do the records a function-scoped
-    fixture's setup made (before the test's context existed) when they gate the test's own component and feature."""
+    say, and pytest would report it passed.)  A gate the test's call ran counts whatever its verdict, and so does
+    one that could not run for want of evidence (``ctx.evidence_gates``); a fixture's gate does not (two reviews
+    of 2026-12-05: a fixture checking the reference against an oracle -- with the test's own markers, through
+    the vgct fixture -- let a test whose feature gate sat in a skipped subtest or an empty loop pass)."""
     if getattr(item, "_excinfo", None) or ctx.evidence_gates:
         return None
     if item.get_closest_marker("t2") is not None:
@@ -455,20 +456,12 @@ def _unchecked(item: pytest.Item, session: _context.Session, ctx: _context.TestC
                 "condition that never held? (a test that gates only on the method's T1 bands is marked t1)")
     if item.get_closest_marker("t1") is None:
         return None
-    # the test's own gates, and a function-scoped fixture's from its setup when they gate the test's own component
-    # and feature: an oracle check of the reference in a fixture is not the feature's check (new-user trial: with
-    # one, a test whose feature gate sat in a skipped subtest or an empty loop passed having checked nothing)
-    own = {id(r) for r in ctx.records}
-    setup = session.records[item.stash[SETUP_RECORDS]:] if SETUP_RECORDS in item.stash else []
-    records = ctx.records + [r for r in setup if id(r) not in own
-                             and ctx.component in (None, r.get("component")) and ctx.feature in (None, r.get("feature"))]
-    if not any(r.get("kind") in GATE_KINDS for r in records):
+    if not any(r.get("kind") in GATE_KINDS for r in ctx.records):
         return ("marked t1 but called no gate (assert_t1, vgct.assert_t1, or a T2 gate): nothing was checked "
                 "against the method's bars -- a loop over an empty list of outputs, or a gate behind a condition "
                 "that never held? (an exact check that needs no bars, such as an index oracle, is not marked t1: "
-                "its component and feature markers keep it a paired test; a gate in a function-scoped fixture "
-                "counts from its setup when it gates this test's component and feature -- a check of the reference "
-                "against an oracle does not -- and not from its teardown, which runs after this check)")
+                "its component and feature markers keep it a paired test; a gate in a fixture does not count -- a "
+                "check of the reference against an oracle there is not this test's check: gate in the test's body)")
     return None
 
 

@@ -61,6 +61,13 @@ def test_a_run_far_above_the_others_is_named_in_a_warning():
     assert ev._outliers(_runs(base + [1.05e-3])) == {}
     assert ev._outliers(_runs(base + [1e-6])) == {}  # low: the spread cap's case
     assert ev._outliers(_runs([1.0e-3, 1.0e-2])) == {}  # two runs: no median of the others to speak of
+    # exact on most seeds, not on one (a review): named too
+    out = ev._outliers(_runs([0.0, 0.0, 0.0, 0.0, 0.2]))
+    assert "rel_l2: one run measured rel_l2 0.2 where the median of the others is 0 (t.py::t, seed 4)" in out["rel_l2"]
+    # the per-channel mean shift is a signed mean near 0 under unbiased noise: its ratios say nothing (one
+    # channel: 4-5 % of clean bf16 calibrations warned)
+    runs = [dict(r, channel_mean_shift=m) for r, m in zip(_runs(base + [1.05e-3]), [1e-6, 2e-6, 1e-6, 1e-6, 5e-5])]
+    assert "channel_mean_shift" not in ev._outliers(runs)
 
 
 def test_validate_refuses_a_negative_statistic_in_a_recorded_run():
