@@ -1215,6 +1215,8 @@ def _outliers(runs: Sequence[Mapping[str, Any]]) -> Dict[str, str]:
     """For each statistic whose worst run measured at least ``OUTLIER_RATIO`` times the median of the others
     (three runs or more), a warning naming that run's test and seed."""
     out: Dict[str, str] = {}
+    why = (": the bars follow the worst run, so a bug present on some inputs when calibrating becomes the bar -- "
+           "check that input (rerun the seed against known-good code) before trusting these bars")
     for k in UPPER + ("cosine",):
         if k == "channel_mean_shift":  # a signed mean near 0 under unbiased noise: its ratios are unbounded on clean
             continue  # data (one channel: 4-5 % of clean bf16 calibrations warned; a review); rel_l2 shows a bug
@@ -1228,8 +1230,6 @@ def _outliers(runs: Sequence[Mapping[str, Any]]) -> Dict[str, str]:
         ratio = OUTLIER_RATIO ** 2 if k == "cosine" else OUTLIER_RATIO
         what = "1 - cosine" if k == "cosine" else k
         where = f"({wrun.get('test')}, seed {wrun.get('seed')})"
-        why = (": the bars follow the worst run, so a bug present on some inputs when calibrating becomes the bar -- "
-               "check that input (rerun the seed against known-good code) before trusting these bars")
         if med > 0.0 and worst >= ratio * med:
             out[k] = f"{k}: one run measured {worst / med:.3g}x the median of the others' {what} {where}{why}"
         elif med == 0.0 and worst > 0.0:  # the feature exact on most seeds, and not on this one (a review)

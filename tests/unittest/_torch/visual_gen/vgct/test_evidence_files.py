@@ -740,7 +740,7 @@ def test_a_t1_test_that_calls_no_gate_fails(pytester, run, monkeypatch):
     a t1 test that skips (unittest's SkipTest and expectedFailure too, hostile review), a tightened gate without
     a floor (EvidenceMissing: called, as for t2), and an exact check with only component/feature markers (an index
     oracle), are left alone; an xfail that absorbs the failure fails the session instead.  Without the rule the empty loop passes;
-    counting only the test's own calls fails the fixture's case."""
+    counting a fixture's gates passes the three fixture cases."""
     monkeypatch.setenv("COLUMNS", "250")
     pytester.makepyfile(test_x=HEADER + """
 from vgct_ext import expect_gate_failure

@@ -58,19 +58,26 @@ def _scratch(tmp_path, fail_every=0, sleep=0.0):
                  "STRESS_DIR": str(tmp_path / "logs"), "TMPDIR": str(tmp_path)}
 
 
-def _run(tmp_path, *args, fail_every=0, sleep=0.0):
-    """gpu_stress.sh's result and the run log; in its own process group, killed whole (its workers and their
-    pytest processes too) if it runs past 600 s."""
-    ran, env = _scratch(tmp_path, fail_every, sleep)
-    p = subprocess.Popen(["bash", str(SCRIPT), *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+def _in_group(args, timeout, **popen):
+    """``args`` run to completion (stdout, stderr, status) in its own process group, killed whole -- its workers
+    and their pytest processes too -- if it runs past ``timeout`` s, which fails the test."""
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         **popen)
     try:
-        out, err = p.communicate(timeout=600)
+        out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
-        pytest.fail(f"gpu_stress.sh ran past 600 s (its process group killed):\n{out[-3000:]}{err[-2000:]}")
-    return subprocess.CompletedProcess(p.args, p.returncode, out, err), ran.read_text().splitlines()
+        pytest.fail(f"{os.path.basename(str(args[1]))} ran past {timeout} s (its process group killed):\n"
+                    + out[-3000:] + err[-2000:])
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def _run(tmp_path, *args, fail_every=0, sleep=0.0):
+    """gpu_stress.sh's result and the run log (_in_group: at most 600 s)."""
+    ran, env = _scratch(tmp_path, fail_every, sleep)
+    p = _in_group(["bash", str(SCRIPT), *args], 600, cwd=tmp_path, env=env)
+    return p, ran.read_text().splitlines()
 
 
 def _window(tmp_path, jobs):
@@ -153,23 +160,12 @@ def _repeat_env() -> dict:
 
 
 def _repeat(*args, plant=None, device="cpu", timeout=300):
-    """gpu_repeat_check.py's result (stdout, stderr, status); in its own process group, killed
-    whole (its workers too) if it runs past `timeout` s."""
+    """gpu_repeat_check.py's result (stdout, stderr, status); _in_group: at most `timeout` s."""
     pytest.importorskip("torch")
     env = _repeat_env()
     if plant is not None:
         env["VGCT_REPEAT_PLANT"] = str(plant)
-    p = subprocess.Popen([sys.executable, str(REPEAT), "--device", device, *args], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        pytest.fail(f"gpu_repeat_check.py ran past {timeout} s (its process group killed):\n"
-                    + out[-3000:] + err[-2000:])
-    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+    return _in_group([sys.executable, str(REPEAT), "--device", device, *args], timeout, env=env)
 
 
 @pytest.mark.parametrize("p99", [False, True])
