@@ -38,8 +38,8 @@
  *                  64 chunks (32 for wider pairs) -- a transposed matrix, rows
  *                  apart in memory, the slices of row mode (per-channel
  *                  statistics) -- a warp step copied one bulk copy a row it
- *                  touches (vg_ring_load), each chunk's flat index made from
- *                  its row (vg_ring_index).
+ *                  touches (vg_ring_load), each chunk's flat index stepped
+ *                  along its row (VgRowCur).
  *                  Each warp streams its own runs of chunks through a ring of 2
  *                  or 3 shared-memory stages filled by the copy engine
  *                  (cp.async.bulk + mbarrier; while a warp folds one stage,
@@ -874,12 +874,19 @@ template <int DA, int DE, int WIN = 0, int RL = 0> struct vg_bulk {
  *   vg_ring_load   start the copies of chunks [cb, cb + nf) into a stage,
  *                  chunk i at byte 16 NV i of the operand's part, whatever
  *                  row it is in;
- *   vg_ring_index  the flat logical index of chunk cc's first pair (i0 =
- *                  cc * CH): FLAT, f0 + i0 * sf; else the row's flat offset
- *                  plus the chunk's column times the inner axis's flat stride.
- *                  (Made once a step by lane 0 and read from shared memory
- *                  instead, it ran more instructions, not fewer: ncu,
- *                  docs/performance.md, 2026-12-03 10:50-11:50 UTC.)
+ *   fi             the flat logical index of chunk cc's first pair (i0 =
+ *                  cc * CH): FLAT, f0 + i0 * sf; otherwise the row's flat
+ *                  offset plus the chunk's column times the inner axis's
+ *                  flat stride, each lane's stepped by a cursor (VgRowCur,
+ *                  cuda/vgct_cuda_internal.cuh: a step's chunks cb + lane +
+ *                  32 u, u < RB, cross one row end at most) instead of a
+ *                  division a chunk (~25 instructions: 3% of the transposed
+ *                  and latent rows' time, H100, docs/performance.md,
+ *                  2026-12-05 19:05 UTC; vg_ring_load's division, once a
+ *                  step by lane 0, is kept: a second cursor for it was
+ *                  slower).  (Made once a step by lane 0 and read from shared
+ *                  memory instead, the index ran more instructions, not
+ *                  fewer: ncu, 2026-12-03 10:50-11:50 UTC.)
  * The row code is compiled out of FLAT (compiled in, it cost the fused
  * variants 8-byte spills, ptxas sm_90, and the flat run's bf16 row ~5%). */
 template <int CH, int ISA, int ISE, int NVA, int NVE, int BA, bool FLAT>
@@ -901,15 +908,6 @@ __device__ __forceinline__ void vg_ring_load(const RArgs &A, const char *pa, con
                                     (unsigned)(n * 16 * NVE), b);
                      });
   }
-}
-
-template <int CH, bool FLAT>
-__device__ __forceinline__ int64_t vg_ring_index(const RArgs &A, int64_t jf, int64_t cc,
-                                                 int64_t i0) {
-  const IterSpec &it = A.it;
-  if (FLAT) return it.f0 + i0 * it.sf[0];
-  const int64_t row = (int64_t)vg_div((uint64_t)cc, A.cprd);
-  return jf + row * it.sf[0] + (cc - row * A.cpr) * CH * it.sf[1];
 }
 
 template <int DA, int DE, int SC, int WIN = 0, int RL = 0>
@@ -992,6 +990,12 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
   };
   int64_t cb = c0 + (int64_t)w * B::CW;
   int rem = (int)(cfull - cb);
+  /* RL 1: the flat index of this lane's chunks cb + lane + 32 u, stepped
+     (a chunk 32 u <= ROWC <= cpr columns on crosses one row end at most) */
+  static_assert(FLAT || 32 * (B::RB - 1) <= B::ROWC, "VgRowCur: one row end a chunk");
+  VgRowCur rc;
+  if constexpr (!FLAT)
+    rc = vg_rowcur_init(cb + lane, A.cpr, A.cprd, jf, it.sf[0], G::CH * it.sf[1], CSTEP);
   if (lane == 0)
     for (int k = 0; k < B::BP && k < nstep; ++k) issue(cb + k * CSTEP, rem - k * CSTEP, k);
   int p = 0;
@@ -1032,7 +1036,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
       const int64_t cc = cb + j, i0 = cc * G::CH;
       if (j < nf) {
         if constexpr (LAZY) read(j);
-        const int64_t fi = vg_ring_index<G::CH, FLAT>(A, jf, cc, i0);
+        const int64_t fi = FLAT ? it.f0 + i0 * it.sf[0] : vg_rowcur_at(rc, 32 * u);
         if constexpr (WIN == 1) {
           slow |= vg_fold_vec<DA, DE, SC>(h, gate, cold, ch, fi, sf, A.rtol, A.atol, &lk);
           vg_win_cand<DA, DE>(sa + j * G::NVA, se + j * G::NVE, lk, wc, A.wf, wsh, w); /* per lane */
@@ -1074,6 +1078,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
     pt_slow += __any_sync(0xffffffffu, slow) ? 1 : 0;
 #endif
     vg_thread_step<DA, DE, SC, SO>(gate, h, part, acc, slow, since, B::RB * G::CH);
+    if constexpr (!FLAT) vg_rowcur_step(rc);
   }
 #ifdef VGCT_PHASE_TRACE
   if (lane == 0 && blockIdx.x < VG_PT_BLOCKS) { /* per warp: entry, loop end (ns), SM, slow steps */
@@ -1551,7 +1556,7 @@ static int bulk_rowc(int da, int de) {
  * for bfloat16 (docs/performance.md, 2026-12-03 08:00 UTC); one inner axis
  * in row mode, and rows that are one memory run but not of ROWC's multiple
  * (a transposed 1024 x 1000 bf16 matrix: 125 chunks a row).
- * The kernel's RL 1 code (vg_ring_load, vg_ring_index) assumes exactly this
+ * The kernel's RL 1 code (vg_ring_load, VgRowCur) assumes exactly this
  * layout: widen it here only together with that code. */
 static bool ring_layout(const DevWS *ws, const IterSpec &it, int64_t cpr, int64_t ch) {
   const int bs = bulk_smem(it.da, it.de);

@@ -87,6 +87,57 @@ __host__ __device__ __forceinline__ void vg_ring_segments(int64_t row, int64_t c
   }
 }
 
+/* The flat logical index of a ring lane's chunks over rows (cuda/reduce.cu
+ * k_reduce_bulk, RL 1), stepped instead of divided.  Rows of cpr chunks;
+ * chunk col of row r (chunk c = r cpr + col) starts at flat index
+ * f0 + r sf0 + col w (w: a chunk's flat extent along its row, CH times the
+ * inner axis's flat stride).  A lane folds chunks c + du (0 <= du < 32 RB) of
+ * each step, c advancing by cstep chunks a step:
+ *   vg_rowcur_init  the cursor at chunk c (two divisions, once a thread);
+ *   vg_rowcur_at    the flat index of chunk c + du, 0 <= du <= cpr: one row
+ *                   end crossed at most;
+ *   vg_rowcur_step  c += cstep: cstep = qs cpr + rs, qs whole rows and rs <
+ *                   cpr columns, so one row end at most past them.
+ * It replaces a vg_div a chunk (a 64-bit multiply-high and its branches,
+ * ~25 instructions against a bfloat16 chunk's fold of ~200).  Requires
+ * cpr >= 1, c >= 0, cstep >= 0.  The host check (17) runs it against the
+ * division on every row length and start the ring can meet. */
+struct VgRowCur {
+  int64_t col, f;       /* chunk c: its column (0 <= col < cpr), its flat index */
+  int64_t cpr, w, wrap; /* wrap = sf0 - cpr w: the flat step across a row end   */
+  int64_t rs, fs;       /* a step: rs = cstep mod cpr columns, fs its flat step */
+};
+
+__host__ __device__ __forceinline__ VgRowCur vg_rowcur_init(int64_t c, int64_t cpr,
+                                                            const FastDiv &cprd, int64_t f0,
+                                                            int64_t sf0, int64_t w,
+                                                            int64_t cstep) {
+  VgRowCur r;
+  const int64_t row = (int64_t)vg_div((uint64_t)c, cprd);
+  const int64_t qs = (int64_t)vg_div((uint64_t)cstep, cprd);
+  r.col = c - row * cpr;
+  r.f = f0 + row * sf0 + r.col * w;
+  r.cpr = cpr;
+  r.w = w;
+  r.wrap = sf0 - cpr * w;
+  r.rs = cstep - qs * cpr;
+  r.fs = qs * sf0 + r.rs * w;
+  return r;
+}
+
+__host__ __device__ __forceinline__ int64_t vg_rowcur_at(const VgRowCur &r, int64_t du) {
+  return r.f + du * r.w + (r.col + du >= r.cpr ? r.wrap : 0);
+}
+
+__host__ __device__ __forceinline__ void vg_rowcur_step(VgRowCur &r) {
+  r.col += r.rs;
+  r.f += r.fs;
+  if (r.col >= r.cpr) {
+    r.col -= r.cpr;
+    r.f += r.wrap;
+  }
+}
+
 /* ---- the prepared iteration space ------------------------------------- */
 struct IterSpec {
   const char *pa, *pe;   /* element (0,...,0) of slice 0, after flips      */

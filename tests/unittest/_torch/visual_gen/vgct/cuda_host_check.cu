@@ -79,6 +79,14 @@
  *     rows of a multiple of 64 chunks (96-chunk steps, 16-bit pairs) and one
  *     when it is at most 32 chunks (wider pairs); a planted split that does
  *     not reset the column at a row end must fail (teeth).
+ * 17. the ring's flat index over rows (VgRowCur, which cuda/reduce.cu's
+ *     k_reduce_bulk steps for each lane instead of dividing a chunk): for
+ *     rows of 32 .. 1024 chunks (multiples of 32) and a few others, steps of
+ *     the kernel's 256 and 768 chunks and others, every start in the first
+ *     three rows and beyond plus random far ones, flat strides of either
+ *     sign, 24 steps each: the flat index of chunk c + du (du 0, 32, 64 and
+ *     random, up to a row) equals f0 + (c / cpr) sf0 + (c % cpr) w; a planted
+ *     cursor that forgets the row end inside a step must fail (teeth).
  * Prints "N passed, M failed" last; exit status 1 on any failure.
  */
 #include <math.h>
@@ -1187,6 +1195,57 @@ static int check_ring_segments(long *n_steps, long *n_two, long *teeth) {
   return bad != 0;
 }
 
+/* 17: one cursor (init, at, step: VgRowCur or a planted copy) against the
+ * division; the failures and the indices checked. */
+template <class Init, class At, class Step>
+static long rowcur_failures(Init init, At at, Step step, long *n_idx) {
+  long bad = 0;
+  std::vector<int64_t> cprs;
+  for (int64_t cpr = 32; cpr <= 1024; cpr += 32) cprs.push_back(cpr);
+  for (int64_t cpr : {1, 3, 7, 64 * 3 + 5, 2048, 4096, 1 << 20}) cprs.push_back(cpr);
+  for (int64_t cpr : cprs) {
+    const FastDiv d = vg_make_div((uint64_t)cpr);
+    std::vector<int64_t> starts;
+    for (int64_t c = 0; c < std::min<int64_t>(3 * cpr + 97, 4000); ++c) starts.push_back(c);
+    for (int i = 0; i < 64; ++i) starts.push_back((int64_t)(R() >> 24));
+    for (int64_t cstep : {(int64_t)256, (int64_t)768, (int64_t)1, cpr, 2 * cpr + 5}) {
+      for (int64_t c : starts) {
+        if (c % 7 != 0 && c > 3 * cpr + 97 && c < 4000) continue;
+        const int64_t f0 = (int64_t)(R() % 100000) - 50000;
+        const int64_t sf0 = (R() % 2 ? 1 : -1) * (int64_t)(R() % (1u << 20));
+        const int64_t w = (R() % 2 ? 1 : -1) * (int64_t)(1 + R() % 64);
+        auto r = init(c, cpr, d, f0, sf0, w, cstep);
+        for (int k = 0; k < 24; ++k, c += cstep) {
+          const int64_t dus[4] = {0, std::min<int64_t>(32, cpr), std::min<int64_t>(64, cpr),
+                                  (int64_t)(R() % (uint64_t)(cpr + 1))};
+          for (int64_t du : dus) {
+            const int64_t cc = c + du, want = f0 + (cc / cpr) * sf0 + (cc % cpr) * w;
+            bad += at(r, du) != want;
+            ++*n_idx;
+          }
+          step(r);
+        }
+      }
+    }
+  }
+  return bad;
+}
+
+static int check_rowcur(long *n_idx, long *teeth) {
+  const long bad = rowcur_failures(vg_rowcur_init, vg_rowcur_at, vg_rowcur_step, n_idx);
+  long ni = 0;
+  *teeth = rowcur_failures( /* planted: a step's row end not crossed */
+      vg_rowcur_init, vg_rowcur_at,
+      [](VgRowCur &r) {
+        r.col += r.rs;
+        r.f += r.fs;
+        if (r.col >= r.cpr) r.col -= r.cpr;
+      },
+      &ni);
+  if (bad) printf("ring index cursor: %ld indices wrong\n", bad);
+  return bad != 0;
+}
+
 int main() {
   int passed = 0, failed = 0;
   long nc = 0;
@@ -1214,7 +1273,10 @@ int main() {
   const int r16 = check_ring_segments(&nrs, &nr2, &nrt) + (nr2 < 5000) + (nrt < 100000);
   printf("ring segments: %ld steps, %ld of the kernel's starts take two copies; the planted split "
          "fails %ld\n", nrs, nr2, nrt);
-  const char *names[16] = {"register accumulator == vgct_acc_update (bitwise)",
+  long nci = 0, nct = 0;
+  const int r17 = check_rowcur(&nci, &nct) + (nci < 10000000) + (nct < 100000);
+  printf("ring index cursor: %ld indices; the planted cursor gets %ld wrong\n", nci, nct);
+  const char *names[17] = {"register accumulator == vgct_acc_update (bitwise)",
                           "periodic flushes: maxima/counters exact, sums 1e-13",
                           "FastDiv == '/'",
                           "narrow-dtype chunk fast path: maxima/counters exact, sums 1e-13",
@@ -1229,9 +1291,10 @@ int main() {
                           "vgct_bf16_of_word == bfloat16's decoded fields (every pattern, both halves)",
                           "the fast kernels' flush (vg_hot_flush_sums) == vg_hot_flush (bitwise)",
                           "16-bit words: vg_min16_key and vg_fast_chunk<P16> == the float32 loop (bitwise)",
-                          "ring steps over rows: vg_ring_segments copies each chunk once, from its row"};
-  for (int i = 0; i < 16; ++i) {
-    const int ri = i < 15 ? r[i] : r16;
+                          "ring steps over rows: vg_ring_segments copies each chunk once, from its row",
+                          "ring index over rows: VgRowCur == the division (c / cpr, c % cpr)"};
+  for (int i = 0; i < 17; ++i) {
+    const int ri = i < 15 ? r[i] : i == 15 ? r16 : r17;
     printf("%s: %s\n", names[i], ri ? "FAIL" : "ok");
     ri ? ++failed : ++passed;
   }

@@ -15,7 +15,9 @@ and the bfloat16 conversion of the loaders and of the vector path (vgct_bf16_of_
 format's fields on every bfloat16 pattern, in both halves of a word, and the fast kernels' flush
 (vg_hot_flush_sums: sums and counters added) against vg_hot_flush, bit for bit, and the ring
 kernel's copies of a step over rows (vg_ring_segments: each chunk once, from its own row; at most two
-copies from the kernel's step starts; a planted split that keeps the column at a row end fails).
+copies from the kernel's step starts; a planted split that keeps the column at a row end fails),
+and the flat index that kernel steps along its rows for each lane (VgRowCur) against the division
+on every start and row length it can meet (a planted cursor that misses a row end fails).
 Skips when nvcc is not found.
 """
 
@@ -48,4 +50,4 @@ def test_cuda_helpers_on_the_host(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"nvcc failed:\n{r.stdout}\n{r.stderr}"
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and r.stdout.rstrip().endswith("16 passed, 0 failed"), r.stdout + r.stderr
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("17 passed, 0 failed"), r.stdout + r.stderr

@@ -273,10 +273,10 @@ RUN_LAYOUTS = {  # name: (base shape, view of the base, dim, the kernel: 4 the r
 @pytest.mark.parametrize("layout", list(RUN_LAYOUTS))
 def test_ring_reads_rows_slices_and_runs_in_another_order(layout, dt_a, dt_e, lean_max, kernel_last):
     """The ring kernel (k_reduce_bulk) reads more than a flat run (cuda/reduce.cu ring_layout,
-    vg_ring_load, vg_ring_index): a transposed matrix whose memory is one run in another logical
+    vg_ring_load, VgRowCur): a transposed matrix whose memory is one run in another logical
     order, rows apart in memory, and the slices of row mode (per-channel statistics, dim=) -- a
     warp step's chunks copied one bulk copy a row they touch (16-bit pairs: 96-chunk steps over
-    rows of 64, 128, 2048 chunks), each chunk's flat index made from its row. Rows that are not a
+    rows of 64, 128, 2048 chunks), each chunk's flat index stepped along its row. Rows that are not a
     multiple of 64 chunks (16-bit pairs; 32 wider), a misaligned run, one inner axis in row mode,
     or three inner axes keep the general kernel. The
     fast path forced (lean off). Planted where memory order and logical order disagree: an exact
@@ -324,7 +324,7 @@ def test_ring_reads_rows_slices_and_runs_in_another_order(layout, dt_a, dt_e, le
 @pytest.mark.parametrize("layout", ["transposed", "latent_channels"])
 def test_ring_index_at_random_positions_of_long_runs(layout, dt, lean_max, kernel_last):
     """The ring's flat index on runs of many warp steps (cuda/reduce.cu k_reduce_bulk, RL 1:
-    each chunk's index from its row, vg_ring_index, while the stages of VG_BP steps rotate).
+    each chunk's index stepped along its row by a lane's cursor, VgRowCur, while the stages of VG_BP steps rotate).
     2^24 pairs: 16-32 steps a warp, where test_ring_reads_rows_slices_and_runs_in_another_order's
     inputs take one or two, so an index that goes wrong only in later steps, or in some stage or
     phase of the ring, is likely caught: 24 positions sample the (warp, step) pairs, they do not
