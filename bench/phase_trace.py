@@ -20,9 +20,13 @@ same build every warp stamps its entry and the end of its pair loop, with its SM
 which one of its lanes fell back, and the grid's last block prints them (``VGPW`` lines). For bf16
 pairs of ``e + 1e-3 noise`` (rounding ties), ``e + 1e-2 noise`` and ``e`` itself (--sizes, e.g.
 26,28) it prints, per call, the spread of the warps' loop times and of the SMs' last loop ends --
-where a few slow warps or an uneven SM hold the kernel's end.
+where a few slow warps or an uneven SM hold the kernel's end. ``--layouts`` adds the ring over
+rows (RL 1) on the noise pair read as bench_gpu.py's rows: ``transposed`` (a square matrix through
+``.t()``: rows back to back) and ``latent`` ((2, 16, 2^(lg-13), 16, 16), ``dim=1``: the slices of row
+mode, each channel two rows of 2^(lg-5) elements apart in memory -- the iteration of bench_gpu.py's
+(2, 16, 256, 128, 256)).
 
-    python bench/phase_trace.py --ring [--sizes 26,28] [--calls 3]
+    python bench/phase_trace.py --ring [--sizes 26,28] [--calls 3] [--layouts flat,transposed,latent]
 """
 import argparse
 import statistics
@@ -68,22 +72,36 @@ def child(sizes, calls):
     print("END", flush=True)
 
 
-def ring_child(sizes, calls):
+def ring_cases(torch, lg, layouts):
+    """(name, actual, expected, dim) of the --ring cases at 2^lg bf16 pairs."""
+    g = torch.Generator(device="cuda").manual_seed(lg)
+    e32 = torch.randn(1 << lg, device="cuda", generator=g)
+    z = torch.randn(1 << lg, device="cuda", generator=g)
+    e = e32.to(torch.bfloat16)
+    noise = (e32 + 1e-2 * z).to(torch.bfloat16)
+    if "flat" in layouts:
+        yield "ties", (e32 + 1e-3 * z).to(torch.bfloat16), e, None
+        yield "noise", noise, e, None
+        yield "identical", e.clone(), e, None
+    if "transposed" in layouts:  # bench_gpu.py's: a square matrix read through .t()
+        side = 1 << (lg // 2)
+        yield "noise-transposed", noise.view(side, -1).t(), e.view(side, -1).t(), None
+    if "latent" in layouts:  # bench_gpu.py's latent, per-channel statistics
+        shape = (2, 16, 1 << (lg - 13), 16, 16)
+        yield "noise-latent-dim1", noise.view(shape), e.view(shape), 1
+
+
+def ring_child(sizes, calls, layouts):
     torch, vgct_ext, sync = _traced()
     for lg in sizes:
-        g = torch.Generator(device="cuda").manual_seed(lg)
-        e32 = torch.randn(1 << lg, device="cuda", generator=g)
-        z = torch.randn(1 << lg, device="cuda", generator=g)
-        e = e32.to(torch.bfloat16)
-        for name, a in (("ties", (e32 + 1e-3 * z).to(torch.bfloat16)),
-                        ("noise", (e32 + 1e-2 * z).to(torch.bfloat16)), ("identical", e.clone())):
+        for name, a, e, dim in ring_cases(torch, lg, layouts):
             print("CASE skip", flush=True)  # the warm-up calls' lines are not counted
             for _ in range(3):
-                vgct_ext.compare(a, e, quantiles=None)
+                vgct_ext.compare(a, e, quantiles=None, dim=dim)
             sync()
             for r in range(calls):
                 print(f"CASE {lg} {name} {r}", flush=True)
-                vgct_ext.compare(a, e, quantiles=None)
+                vgct_ext.compare(a, e, quantiles=None, dim=dim)
                 sync()
     print("END", flush=True)
 
@@ -136,16 +154,22 @@ def main():
     ap.add_argument("--sizes", default="12,16,20")
     ap.add_argument("--calls", type=int, default=None, help="calls a size (200; --ring: 3)")
     ap.add_argument("--ring", action="store_true", help="the ring kernel, warp by warp")
+    ap.add_argument("--layouts", default="flat",
+                    help="--ring: flat (ties, noise, identical), transposed, latent (noise)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.calls is None:
         args.calls = 3 if args.ring else 200
     if args.child:
-        (ring_child if args.ring else child)(sizes, args.calls)
+        if args.ring:
+            ring_child(sizes, args.calls, args.layouts.split(","))
+        else:
+            child(sizes, args.calls)
         return 0
     r = subprocess.run([sys.executable, __file__, "--child", "--sizes", args.sizes,
-                        "--calls", str(args.calls)] + (["--ring"] if args.ring else []),
+                        "--calls", str(args.calls)] +
+                       (["--ring", "--layouts", args.layouts] if args.ring else []),
                        capture_output=True, text=True)
     if r.returncode != 0:
         sys.stderr.write(r.stdout[-2000:] + r.stderr[-4000:])

@@ -38,8 +38,9 @@
  *                  64 chunks (32 for wider pairs) -- a transposed matrix, rows
  *                  apart in memory, the slices of row mode (per-channel
  *                  statistics) -- a warp step copied one bulk copy a row it
- *                  touches (vg_ring_load), each chunk's flat index stepped
- *                  along its row (VgRowCur).
+ *                  touches (vg_ring_load; one copy when the rows are back to
+ *                  back in memory, A.rrun: a transposed matrix), each chunk's
+ *                  flat index stepped along its row (VgRowCur).
  *                  Each warp streams its own runs of chunks through a ring of 2
  *                  or 3 shared-memory stages filled by the copy engine
  *                  (cp.async.bulk + mbarrier; while a warp folds one stage,
@@ -108,6 +109,9 @@ struct RArgs {
   double rtol, atol;
   float r32;      /* vg_f32_down(rtol), made by the host: the fast path's HotGate::r32 */
   int vec;        /* flat: both bases 16-byte aligned                   */
+  int rrun;       /* k_reduce_bulk over rows (RL 1): the rows back to back in
+                     both operands (a row's stride cpr * CH elements), so a
+                     step's chunks are one memory run (vg_ring_load)        */
   int slice_mode; /* 0 none, 1 row mode (gen), 2 column mode (col)      */
   vgct_acc *part;
   unsigned *counter;
@@ -873,7 +877,13 @@ template <int DA, int DE, int WIN = 0, int RL = 0> struct vg_bulk {
  * number; a helper's simulation of every start, 2026-12-05: never three).
  *   vg_ring_load   start the copies of chunks [cb, cb + nf) into a stage,
  *                  chunk i at byte 16 NV i of the operand's part, whatever
- *                  row it is in;
+ *                  row it is in; when the rows are back to back in both
+ *                  operands (A.rrun, the host's: a row's stride is its
+ *                  length, as in a transposed contiguous matrix, whose memory
+ *                  is one run read in another logical order) one copy an
+ *                  operand, as FLAT: lane 0's division and split a step
+ *                  (~6% of the transposed row's time, H100, docs/
+ *                  performance.md 2026-12-05 19:27 UTC) only for rows apart;
  *   fi             the flat logical index of chunk cc's first pair (i0 =
  *                  cc * CH): FLAT, f0 + i0 * sf; otherwise the row's flat
  *                  offset plus the chunk's column times the inner axis's
@@ -898,6 +908,10 @@ __device__ __forceinline__ void vg_ring_load(const RArgs &A, const char *pa, con
     const char *qa = it.pa + cb * CH * ISA, *qe = it.pe + cb * CH * ISE;
     vg_bulk_load(st, qa, (unsigned)(nf * 16 * NVA), b);
     vg_bulk_load(st + BA, qe, (unsigned)(nf * 16 * NVE), b);
+  } else if (A.rrun) { /* rows back to back (a transposed matrix, the slices of a
+                          contiguous tensor): one copy an operand, as FLAT */
+    vg_bulk_load(st, pa + cb * CH * ISA, (unsigned)(nf * 16 * NVA), b);
+    vg_bulk_load(st + BA, pe + cb * CH * ISE, (unsigned)(nf * 16 * NVE), b);
   } else {
     const int64_t row = (int64_t)vg_div((uint64_t)cb, A.cprd);
     vg_ring_segments(row, cb - row * A.cpr, nf, A.cpr, /* one copy an operand a row touched */
@@ -1820,7 +1834,10 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
          with rows of whole chunks, a multiple of ROWC; the grid above is the general kernel's, which
          the ring folds the same way (docs/performance.md 2026-12-03 08:00
          UTC: the transposed and latent rows) */
-      if (!lean && A.cpb < VG_RING_CPB && ring_layout(ws, it, A.cpr, CH)) lk = 3;
+      if (!lean && A.cpb < VG_RING_CPB && ring_layout(ws, it, A.cpr, CH)) {
+        lk = 3;
+        A.rrun = it.sa[0] == A.cpr * CH && it.se[0] == A.cpr * CH; /* (it.k == 2) */
+      }
     } else {
       A.slice_mode = 2;
       A.rows = it.m / it.sh[it.k - 1];

@@ -276,7 +276,8 @@ def test_ring_reads_rows_slices_and_runs_in_another_order(layout, dt_a, dt_e, le
     vg_ring_load, VgRowCur): a transposed matrix whose memory is one run in another logical
     order, rows apart in memory, and the slices of row mode (per-channel statistics, dim=) -- a
     warp step's chunks copied one bulk copy a row they touch (16-bit pairs: 96-chunk steps over
-    rows of 64, 128, 2048 chunks), each chunk's flat index stepped along its row. Rows that are not a
+    rows of 64, 128, 2048 chunks), or one copy when the rows are back to back (A.rrun: the
+    transposed matrix), each chunk's flat index stepped along its row. Rows that are not a
     multiple of 64 chunks (16-bit pairs; 32 wider), a misaligned run, one inner axis in row mode,
     or three inner axes keep the general kernel. The
     fast path forced (lean off). Planted where memory order and logical order disagree: an exact
@@ -318,6 +319,27 @@ def test_ring_reads_rows_slices_and_runs_in_another_order(layout, dt_a, dt_e, le
     assert st.max_abs_err == 64.0 and st.max_abs_err_index == at(late)
     assert st.worst_mismatch_index == at(late) and st.max_rel_err_index == rel
     assert (st.nan_actual, st.posinf_expected, st.n_finite) == (1, 1, n - 2)
+
+
+@pytest.mark.parametrize("run_side", ["actual", "expected"])
+def test_ring_one_run_only_when_both_operands_are_one(run_side, lean_max, kernel_last):
+    """The ring over rows copies a step as one memory run (cuda/reduce.cu vg_ring_load, A.rrun)
+    only when the rows are back to back in BOTH operands: here one operand is a transposed
+    contiguous matrix (rows of 1024 bfloat16, one run) and the other the same values with its rows
+    1536 apart (a column slice), so the ring must split that one's steps at its row ends. A
+    host test of only the first operand's strides reads the gaps between the other's rows. Every
+    field and quantile equals the CPU engine's and the float64 oracle's; the kernel is the ring."""
+    lean_max.value = 0
+    a0, e0 = pair((1000, 1024), torch.bfloat16, seed=11)
+    run = {"a": a0.t(), "e": e0.t()}  # (1024, 1000), strides (1, 1024)
+    wide = {k: torch.zeros((1000, 1536), dtype=torch.bfloat16, device=DEV) for k in "ae"}
+    for k, x in (("a", a0), ("e", e0)):
+        wide[k][:, 256:1280] = x
+    apart = {k: wide[k][:, 256:1280].t() for k in "ae"}  # (1024, 1000), strides (1, 1536)
+    a, e = (run["a"], apart["e"]) if run_side == "actual" else (apart["a"], run["e"])
+    assert a.stride() != e.stride() and torch.equal(a, run["a"]) and torch.equal(e, run["e"])
+    check3(a, e, quantiles=(0.5, 0.99))
+    assert kernel_last.value == 4, f"kernel {kernel_last.value}, expected the ring (4)"
 
 
 @pytest.mark.parametrize("dt", ["bfloat16", "float32"])
