@@ -50,24 +50,45 @@ def test_a_capped_bar_is_recorded_with_a_warning():
 def test_a_run_far_above_the_others_is_named_in_a_warning():
     """Planted (new-user trial of 2026-12-05): one bugged seed of five raised a T1 floor 66x and loosened the T2
     bars 3.5-10x without a word naming it (the only warning, the spread cap's, said a seed measured far *less*
-    drift).  A run at OUTLIER_RATIO x the median of the others (1 - cosine: its square) is named with its test
+    drift).  A run at OUTLIER_RATIO x the low median of the runs (1 - cosine: its square) is named with its test
     and seed; a close spread and a low outlier are not (the cap's warning covers that one)."""
     base = [1.0e-3, 1.1e-3, 0.9e-3, 1.2e-3]
-    out = ev._outliers(_runs(base + [1.0e-2]))  # seed 4: ~9.5x the median of the others
+    out = ev._outliers(_runs(base + [1.0e-2]))  # seed 4: ~9.1x the low median of the runs (1.1e-3)
     assert set(out) == {"rel_l2", "p99", "max_abs_err", "cosine"}, out
-    assert "one run measured 9.52x the median of the others' rel_l2 (t.py::t, seed 4): the bars follow the " \
+    assert "one run measured 9.09x the median of the runs' rel_l2 (t.py::t, seed 4): the bars follow the " \
            "worst run, so a bug present on some inputs when calibrating becomes the bar" in out["rel_l2"]
-    assert ev._outliers(_runs(base + [7.0e-3])) == {}  # ~6.7x: below the ratio (1 - cosine ~45x: below its square)
+    assert ev._outliers(_runs(base + [7.0e-3])) == {}  # ~6.4x: below the ratio (1 - cosine ~40x: below its square)
     assert ev._outliers(_runs(base + [1.05e-3])) == {}
     assert ev._outliers(_runs(base + [1e-6])) == {}  # low: the spread cap's case
-    assert ev._outliers(_runs([1.0e-3, 1.0e-2])) == {}  # two runs: no median of the others to speak of
+    assert ev._outliers(_runs([1.0e-3, 1.0e-2])) == {}  # two runs: no median to speak of
     # exact on most seeds, not on one (a review): named too
     out = ev._outliers(_runs([0.0, 0.0, 0.0, 0.0, 0.2]))
-    assert "rel_l2: one run measured rel_l2 0.2 where the median of the others is 0 (t.py::t, seed 4)" in out["rel_l2"]
+    assert "rel_l2: one run measured rel_l2 0.2 where the median of the runs is 0 (t.py::t, seed 4)" in out["rel_l2"]
     # the per-channel mean shift is a signed mean near 0 under unbiased noise: its ratios say nothing (one
     # channel: 4-5 % of clean bf16 calibrations warned)
     runs = [dict(r, channel_mean_shift=m) for r, m in zip(_runs(base + [1.05e-3]), [1e-6, 2e-6, 1e-6, 1e-6, 5e-5])]
     assert "channel_mean_shift" not in ev._outliers(runs)
+
+
+def test_every_bugged_seed_is_named_while_fewer_than_half_are():
+    """Carried note (2026-12-05): the warning named only the worst run, against the median of the others, so of
+    two bugged seeds of five the second went unnamed -- and its bug still set the bars had the first been fixed
+    alone. Against the low median of all the runs every run at OUTLIER_RATIO x it is named, worst first, while
+    the bugged seeds are fewer than half (two of five, two of four, one of three); with most runs bugged the
+    median is a bug's and nothing is named (inherent: the bars' reference is then the bug)."""
+    clean = [1.0e-3, 1.1e-3, 0.9e-3]
+    out = ev._outliers(_runs(clean + [2.0e-2, 1.0e-2]))  # seeds 3 and 4 bugged
+    assert "rel_l2: 2 runs measured 18.2x / 9.09x the median of the runs' rel_l2 (t.py::t, seed 3), " \
+           "(t.py::t, seed 4): the bars follow" in out["rel_l2"], out["rel_l2"]
+    assert set(out) == {"rel_l2", "p99", "max_abs_err", "cosine"}, out
+    out = ev._outliers(_runs([1.0e-3, 1.1e-3, 2.0e-2, 1.0e-2]))  # two of four: the low median is a clean run's
+    assert "2 runs measured" in out["rel_l2"] and "seed 2), (t.py::t, seed 3)" in out["rel_l2"], out
+    out = ev._outliers(_runs([0.0, 0.0, 0.0, 0.3, 0.2]))  # exact on three seeds, not on two
+    assert "rel_l2: 2 runs measured rel_l2 0.3 / 0.2 where the median of the runs is 0 (t.py::t, seed 3), " \
+           "(t.py::t, seed 4)" in out["rel_l2"], out["rel_l2"]
+    assert ev._outliers(_runs([1.0e-3, 2.0e-2, 1.0e-2])) == {}  # two of three bugged: the median is a bug's
+    # a close clean spread of five stays silent (the false alarms the median guards against)
+    assert ev._outliers(_runs([1.0e-3, 1.5e-3, 2.0e-3, 3.0e-3, 4.0e-3])) == {}
 
 
 def test_the_mean_shift_cap_warns_no_more_on_clean_rounding():
