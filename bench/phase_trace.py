@@ -159,11 +159,18 @@ def main():
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    layouts = args.layouts.split(",")
+    if set(layouts) - {"flat", "transposed", "latent"}:
+        ap.error(f"--layouts: {args.layouts!r}; expected names among flat, transposed, latent")
+    if args.ring and "transposed" in layouts and any(lg % 2 for lg in sizes):
+        ap.error(f"--layouts transposed: a square matrix needs even --sizes, got {args.sizes}")
+    if args.ring and "latent" in layouts and min(sizes) < 13:
+        ap.error(f"--layouts latent: (2, 16, 2^(lg-13), 16, 16) needs --sizes of 13 or more, got {args.sizes}")
     if args.calls is None:
         args.calls = 3 if args.ring else 200
     if args.child:
         if args.ring:
-            ring_child(sizes, args.calls, args.layouts.split(","))
+            ring_child(sizes, args.calls, layouts)
         else:
             child(sizes, args.calls)
         return 0

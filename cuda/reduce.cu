@@ -35,7 +35,7 @@
  *                  host's reordering (contiguous, or reversed), both bases
  *                  16-byte aligned (RL = 0); or (RL = 1, ring_layout) two
  *                  inner axes whose rows, 16-byte aligned, hold a multiple of
- *                  64 chunks (32 for wider pairs) -- a transposed matrix, rows
+ *                  64 chunks (32 for pairs read as RB 1) -- a transposed matrix, rows
  *                  apart in memory, the slices of row mode (per-channel
  *                  statistics) -- a warp step copied one bulk copy a row it
  *                  touches (vg_ring_load; one copy when the rows are back to
@@ -908,8 +908,8 @@ __device__ __forceinline__ void vg_ring_load(const RArgs &A, const char *pa, con
     const char *qa = it.pa + cb * CH * ISA, *qe = it.pe + cb * CH * ISE;
     vg_bulk_load(st, qa, (unsigned)(nf * 16 * NVA), b);
     vg_bulk_load(st + BA, qe, (unsigned)(nf * 16 * NVE), b);
-  } else if (A.rrun) { /* rows back to back (a transposed matrix, the slices of a
-                          contiguous tensor): one copy an operand, as FLAT */
+  } else if (A.rrun) { /* rows back to back (a transposed contiguous matrix, or its
+                          slices): one copy an operand from the slice's base, as FLAT */
     vg_bulk_load(st, pa + cb * CH * ISA, (unsigned)(nf * 16 * NVA), b);
     vg_bulk_load(st + BA, pe + cb * CH * ISE, (unsigned)(nf * 16 * NVE), b);
   } else {
@@ -1562,8 +1562,10 @@ static int bulk_rowc(int da, int de) {
  * tensor of two inner axes, or the slices of row mode; cpr chunks of ch
  * pairs a row) -- vg_ring_load's layout: a typed pair whose ring this device
  * runs, exactly two inner axes, a unit-stride inner axis whose rows hold
- * whole chunks, a multiple of vg_bulk::ROWC of them (64 for 16-bit pairs,
- * 32 wider: a step crosses at most one row end), every row's and slice's
+ * whole chunks, a multiple of vg_bulk::ROWC of them (64 for the pairs read
+ * three chunks a lane, RB 3: one 16-byte vector an operand a chunk, as
+ * bfloat16, float16 and float64 pairs; 32 for RB 1, float32 and mixed
+ * pairs: a step crosses at most one row end), every row's and slice's
  * first element 16-byte aligned (the bulk copies' alignment).  Not
  * (k_reduce_gen keeps them): three or more inner axes (an NCHW tensor read as
  * NHWC), where the ring measured slower for float32 (+7-11%) and no faster

@@ -99,9 +99,11 @@ __host__ __device__ __forceinline__ void vg_ring_segments(int64_t row, int64_t c
  *   vg_rowcur_step  c += cstep: cstep = qs cpr + rs, qs whole rows and rs <
  *                   cpr columns, so one row end at most past them.
  * It replaces a vg_div a chunk (a 64-bit multiply-high and its branches,
- * ~25 instructions against a bfloat16 chunk's fold of ~200).  Requires
+ * ~25 instructions against a bfloat16 chunk's fold of ~250).  Requires
  * cpr >= 1, c >= 0, cstep >= 0.  The host check (17) runs it against the
- * division on every row length and start the ring can meet. */
+ * division: rows of 32 .. 1024 chunks and others, every start of the first
+ * three rows and random far ones, steps of the kernel's 256 and 768 chunks
+ * and others. */
 struct VgRowCur {
   int64_t col, f;       /* chunk c: its column (0 <= col < cpr), its flat index */
   int64_t cpr, w, wrap; /* wrap = sf0 - cpr w: the flat step across a row end   */

@@ -77,16 +77,17 @@
  *     own row and column, none past a row's end; a step that starts at a
  *     multiple of 32 chunks, as the kernel's do, takes at most two copies over
  *     rows of a multiple of 64 chunks (96-chunk steps, 16-bit pairs) and one
- *     when it is at most 32 chunks (wider pairs); a planted split that does
+ *     when it is at most 32 chunks (RB 1 pairs); a planted split that does
  *     not reset the column at a row end must fail (teeth).
  * 17. the ring's flat index over rows (VgRowCur, which cuda/reduce.cu's
  *     k_reduce_bulk steps for each lane instead of dividing a chunk): for
  *     rows of 32 .. 1024 chunks (multiples of 32) and a few others, steps of
- *     the kernel's 256 and 768 chunks and others, every start in the first
- *     three rows and beyond plus random far ones, flat strides of either
- *     sign, 24 steps each: the flat index of chunk c + du (du 0, 32, 64 and
- *     random, up to a row) equals f0 + (c / cpr) sf0 + (c % cpr) w; a planted
- *     cursor that forgets the row end inside a step must fail (teeth).
+ *     the kernel's 256 and 768 chunks and others, every start below three
+ *     rows and 97 chunks (at most 4000) plus 64 random far ones, flat strides
+ *     of either sign, 24 steps each: the flat index of chunk c + du (du 0,
+ *     32, 64 and random, up to a row) equals f0 + (c / cpr) sf0 + (c % cpr)
+ *     w; a planted cursor that forgets the row end inside a step, and one
+ *     that forgets it past a chunk, must fail (teeth).
  * Prints "N passed, M failed" last; exit status 1 on any failure.
  */
 #include <math.h>
@@ -1210,7 +1211,6 @@ static long rowcur_failures(Init init, At at, Step step, long *n_idx) {
     for (int i = 0; i < 64; ++i) starts.push_back((int64_t)(R() >> 24));
     for (int64_t cstep : {(int64_t)256, (int64_t)768, (int64_t)1, cpr, 2 * cpr + 5}) {
       for (int64_t c : starts) {
-        if (c % 7 != 0 && c > 3 * cpr + 97 && c < 4000) continue;
         const int64_t f0 = (int64_t)(R() % 100000) - 50000;
         const int64_t sf0 = (R() % 2 ? 1 : -1) * (int64_t)(R() % (1u << 20));
         const int64_t w = (R() % 2 ? 1 : -1) * (int64_t)(1 + R() % 64);
@@ -1231,7 +1231,7 @@ static long rowcur_failures(Init init, At at, Step step, long *n_idx) {
   return bad;
 }
 
-static int check_rowcur(long *n_idx, long *teeth) {
+static int check_rowcur(long *n_idx, long *teeth, long *teeth_at) {
   const long bad = rowcur_failures(vg_rowcur_init, vg_rowcur_at, vg_rowcur_step, n_idx);
   long ni = 0;
   *teeth = rowcur_failures( /* planted: a step's row end not crossed */
@@ -1241,6 +1241,9 @@ static int check_rowcur(long *n_idx, long *teeth) {
         r.f += r.fs;
         if (r.col >= r.cpr) r.col -= r.cpr;
       },
+      &ni);
+  *teeth_at = rowcur_failures( /* planted: a chunk past its row end given the row's index */
+      vg_rowcur_init, [](const VgRowCur &r, int64_t du) { return r.f + du * r.w; }, vg_rowcur_step,
       &ni);
   if (bad) printf("ring index cursor: %ld indices wrong\n", bad);
   return bad != 0;
@@ -1273,9 +1276,10 @@ int main() {
   const int r16 = check_ring_segments(&nrs, &nr2, &nrt) + (nr2 < 5000) + (nrt < 100000);
   printf("ring segments: %ld steps, %ld of the kernel's starts take two copies; the planted split "
          "fails %ld\n", nrs, nr2, nrt);
-  long nci = 0, nct = 0;
-  const int r17 = check_rowcur(&nci, &nct) + (nci < 10000000) + (nct < 100000);
-  printf("ring index cursor: %ld indices; the planted cursor gets %ld wrong\n", nci, nct);
+  long nci = 0, nct = 0, ncta = 0;
+  const int r17 = check_rowcur(&nci, &nct, &ncta) + (nci < 10000000) + (nct < 100000) + (ncta < 100000);
+  printf("ring index cursor: %ld indices; the planted cursors get %ld (a step's row end) and %ld (a "
+         "chunk's) wrong\n", nci, nct, ncta);
   const char *names[17] = {"register accumulator == vgct_acc_update (bitwise)",
                           "periodic flushes: maxima/counters exact, sums 1e-13",
                           "FastDiv == '/'",

@@ -17,7 +17,8 @@ format's fields on every bfloat16 pattern, in both halves of a word, and the fas
 kernel's copies of a step over rows (vg_ring_segments: each chunk once, from its own row; at most two
 copies from the kernel's step starts; a planted split that keeps the column at a row end fails),
 and the flat index that kernel steps along its rows for each lane (VgRowCur) against the division
-on every start and row length it can meet (a planted cursor that misses a row end fails).
+(rows of 32..1024 chunks and others, every start of the first three rows and random far ones; a
+planted cursor that misses a row end inside a step, or one past a chunk's, fails).
 Skips when nvcc is not found.
 """
 

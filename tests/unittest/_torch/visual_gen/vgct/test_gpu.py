@@ -256,7 +256,7 @@ RUN_LAYOUTS = {  # name: (base shape, view of the base, dim, the kernel: 4 the r
     "latent_channels": ((2, 16, 64, 256), lambda x: x, 1, 4),  # row mode: 16 slices of 2 rows apart
     "channels_of_nhwc": ((2, 16, 32, 64), lambda x: x.permute(0, 2, 3, 1), 3, 4),  # row mode, k = 2 a slice
     # not (yet) given to the ring -- ring_layout: two inner axes, rows of a multiple of 64 chunks
-    # (16-bit pairs; 32 wider)
+    # (RB 3: bfloat16, float16, float64 pairs; 32 for RB 1: float32 and mixed pairs)
     "rows_of_125_chunks": ((1024, 1000), lambda x: x.t(), None, 2),  # one run, cpr 125 (float64 500)
     "slices_of_one_axis": ((16, 8192), lambda x: x, 0, 2),  # row mode, k = 1 a slice
     "rows_not_whole_chunks": ((1000, 1021), lambda x: x.t(), None, 2),  # 1021 % CH != 0 for every CH
@@ -278,7 +278,7 @@ def test_ring_reads_rows_slices_and_runs_in_another_order(layout, dt_a, dt_e, le
     warp step's chunks copied one bulk copy a row they touch (16-bit pairs: 96-chunk steps over
     rows of 64, 128, 2048 chunks), or one copy when the rows are back to back (A.rrun: the
     transposed matrix), each chunk's flat index stepped along its row. Rows that are not a
-    multiple of 64 chunks (16-bit pairs; 32 wider), a misaligned run, one inner axis in row mode,
+    multiple of 64 chunks (RB 3 pairs; 32 for RB 1), a misaligned run, one inner axis in row mode,
     or three inner axes keep the general kernel. The
     fast path forced (lean off). Planted where memory order and logical order disagree: an exact
     tie of max |a - e| and of the worst mismatch (|a - e| = 64, the same |e|) at two elements, the
