@@ -283,9 +283,11 @@ def cmd_evidence(args: argparse.Namespace) -> int:
                     o, n = ("-" if v is None else ev.fmt_exact(name, v) for v in (old, new))
                     print(f"  {name}: {o} -> {n}" + ("  LOOSER" if name in c["looser"] else ""))
                 if c["note_dropped"]:
-                    print(f"  the investigation note was dropped: it was written for the old cosine bar, and the "
-                          f"new one is looser and under 0.99; investigate and annotate it again (evidence annotate "
-                          f"... --stratum {c['stratum']} --investigation \"...\") or the gate refuses it")
+                    why = ("it was written for other outlier runs than the entry holds now"
+                           if c["note_dropped"] == "outliers" else
+                           "it was written for the old cosine bar, and the new one is looser and under 0.99")
+                    print(f"  the investigation note was dropped: {why}; investigate and annotate it again (evidence "
+                          f"annotate ... --stratum {c['stratum']} --investigation \"...\") or the gate refuses it")
                 for w in c["warnings"]:
                     print(f"  warning: {w}")
             return 0

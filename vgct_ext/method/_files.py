@@ -51,7 +51,11 @@ def locked(path: PathLike, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     Raises ``TimeoutError`` naming the lock file when another process holds it for more than ``timeout``
     seconds (``filelock.Timeout`` is a ``TimeoutError``); ``OSError`` (``ELOOP``) naming it when the lock file
     itself is a symbolic link, which the lock does not follow (filelock's ``O_NOFOLLOW`` gave a bare "Too many
-    levels of symbolic links" that said neither what nor why)."""
+    levels of symbolic links" that said neither what nor why); ``FileNotFoundError`` / ``NotADirectoryError``
+    naming the path when its folder does not exist or a component of it is a file (filelock made the missing
+    folders -- a typo became a new tree -- or said "File exists"); ``OSError`` with the reason when the lock file
+    cannot be created (a read-only place: filelock retried it as if another process held it, for ``timeout``
+    seconds -- new-user trial of 2026-12-05)."""
     from filelock import FileLock
 
     target = os.path.realpath(path)  # (a link: its target's lock)
@@ -60,9 +64,35 @@ def locked(path: PathLike, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
         raise OSError(errno.ELOOP, f"the lock file {lock} is a symbolic link (to {os.readlink(lock)}), which the "
                       f"evidence lock does not follow; remove the link (a lock file holds no data: the next writer "
                       f"creates it again)", lock)
+    _check_folder(target)
+    try:  # (whether it can be made at all: filelock treats every failure to open it as "held by another")
+        os.close(os.open(lock, os.O_RDWR | os.O_CREAT, 0o666))
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot create the lock file {lock} ({exc.strerror}), so nothing can be written "
+                      f"beside it: a read-only place, or a path that is not a file", lock) from None
     with FileLock(lock, timeout=timeout):
         _remove_orphans(target)
         yield
+
+
+def _check_folder(target: str) -> None:
+    """Raise unless the folder of ``target`` exists: ``NotADirectoryError`` naming the first component that is a
+    file, ``FileNotFoundError`` naming the missing folder (nothing is created: a mistyped path is an error, not a
+    new tree of folders)."""
+    folder = os.path.dirname(target) or "."
+    if os.path.isdir(folder):
+        return
+    probe = folder
+    while probe and not os.path.lexists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if probe and os.path.lexists(probe) and not os.path.isdir(probe):
+        raise NotADirectoryError(errno.ENOTDIR, f"{probe} is not a folder, so {target} cannot be written under it",
+                                 probe)
+    raise FileNotFoundError(errno.ENOENT, f"the folder {folder} of {target} does not exist; create it first (a "
+                            f"mistyped path is not made into new folders)", folder)
 
 
 def _remove_orphans(target: str) -> None:

@@ -1211,15 +1211,22 @@ def terminal_files(tr: Any, s: _context.Session) -> None:
                           f"present while calibrating passes every later gate; review the evidence diff before "
                           f"committing it", yellow=True)
         if w.get("note_dropped"):
-            tr.write_line(f"vgct: the investigation note of [{w['key']}] {w['stratum']} was dropped: it explained "
-                          f"the old cosine bar, and the new one is looser", yellow=True)
+            why = ("other runs than the ones it explained are outliers now" if w["note_dropped"] == "outliers"
+                   else "it explained the old cosine bar, and the new one is looser")
+            tr.write_line(f"vgct: the investigation note of [{w['key']}] {w['stratum']} was dropped: {why}",
+                          yellow=True)
         for warning in w.get("warnings", []):
             tr.write_line(f"vgct WARNING [{w['key']}] {w['stratum']}: {warning}", yellow=True)
         if w.get("needs_investigation"):
-            tr.write_line(f"vgct: cosine bar {fmt_exact('cosine', w['bars']['cosine'])} < 0.99 for {w['key']}: the "
-                          f"gate will fail until an investigation note is recorded: python -m vgct_ext evidence "
-                          f"annotate {w['file']} \"{w['key']}\" --stratum {w['stratum']} --investigation \"...\"",
-                          yellow=True)
+            cos = (w.get("bars") or {}).get("cosine")
+            why = [f"cosine bar {fmt_exact('cosine', cos)} < 0.99"] if cos is not None and cos < 0.99 else []
+            if w.get("outlier_runs"):
+                why.append("outlier run(s) " + ", ".join(f"({t}, seed {sd})" for t, sd in w["outlier_runs"]))
+            tr.write_line(f"vgct: {' and '.join(why)} for {w['key']}: the gate will fail until an investigation "
+                          f"note is recorded" + (" (or the entry recalibrated without the outliers' cause)"
+                                                 if w.get("outlier_runs") else "") +
+                          f": python -m vgct_ext evidence annotate {w['file']} \"{w['key']}\" --stratum "
+                          f"{w['stratum']} --investigation \"...\"", yellow=True)
     for u in s.evidence_unused:
         why = ("stale? its test(s) ran in this session and did not gate it; remove with: python -m vgct_ext "
                f"evidence remove {u['file']} \"{u['key']}\" --stratum {u['stratum']}" if u["stale"]
