@@ -1327,11 +1327,12 @@ def _looser_bars(old: Mapping[str, Any], new: Mapping[str, Any]) -> List[str]:
 
 
 def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_runs: List[Dict[str, Any]],
-                *, headroom: float, command: str, now: str, key: str, stratum: str,
-                path: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+                *, headroom: float, command: str, now: str, key: str, stratum: str, path: str,
+                old_runs: Optional[List[Mapping[str, Any]]] = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """``(entry, change)``: ``old`` with the runs of the tests in ``new_runs`` replaced by them, the runs of
     other tests kept, and the bars re-derived. Raises :class:`AmbiguousGate` when kept runs belong to another
-    experiment (dtype, shape or dim)."""
+    experiment (dtype, shape or dim). ``old_runs``: for a re-derivation of an entry's own runs (remove_test, which
+    passes ``old`` without runs), those runs -- what its investigation note explained."""
     meta = dict(slot["meta"])
     kind = meta.pop("kind", "t2")
     rerun = {r.get("test") for r in new_runs}
@@ -1401,11 +1402,7 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
                               "runs": len(runs), "identical_runs": bool(warnings), "warnings": warnings}
     outliers = _outliers(runs)
     warnings.extend(outliers[k] for k in sorted(outliers))
-    # an investigation note explains the outliers it was written for: other outliers drop it (the gate asks again)
     out_runs = _outlier_runs(runs)
-    if out_runs and entry["investigation"] and out_runs != _outlier_runs([r for r in (old or {}).get("runs") or [] if isinstance(r, dict)]):
-        entry["investigation"] = None
-        change["note_dropped"] = "outliers"
     change["outlier_runs"] = out_runs
     if kind == "t1_floor":
         entry["floor"] = _floor_of(runs)
@@ -1413,7 +1410,6 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
         change["values"] = [(k, old_vals.get(k), v) for k, v in entry["floor"].items()]
         change["bars"] = entry["floor"]
         change["looser"] = _looser_bars(old_vals, entry["floor"])
-        change["needs_investigation"] = bool(out_runs) and not entry["investigation"]
     else:
         summ = bar_summary(runs, headroom, meta.get("dim"))
         entry.update({"observed_worst": summ["worst"], "observed_log_mean": summ["log_mean"],
@@ -1430,7 +1426,6 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
             # drift kept the note, and the gate passed a bar nobody investigated): the gate asks for a new note
             entry["investigation"] = None
             change["note_dropped"] = "cosine"
-        change["needs_investigation"] = ((cos is not None and cos < 0.99) or bool(out_runs)) and not entry["investigation"]
         # (not the per-channel mean shift: a signed mean near 0 under unbiased noise, one seed's far smaller
         # than another's on clean bf16 rounding -- a carried note; its bar is still capped, and an input where
         # the feature was inactive shows in relative L2's spread, warned here)
@@ -1450,6 +1445,19 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
                             f"per run: more --vgct-calibrate-runs) that the spread term was capped at "
                             f"{SPREAD_CAP:g}x the worst run{' squared' if k == 'cosine' else ''}; investigate")
         change["warnings"] = warnings
+    # an investigation note explains the outliers it was written for, at the bars they set: an outlier run it did not
+    # explain, or (new runs: a calibration) bars looser than those -- the same seeds, worse -- drop it; the gate asks
+    # again. (old_runs given: the entry's own runs re-derived without some, remove_test -- no new measurement, and
+    # fewer runs loosen the bars by the rule alone)
+    rederived = old_runs is not None
+    if old_runs is None:
+        old_runs = [r for r in (old or {}).get("runs") or [] if isinstance(r, dict)]
+    if out_runs and entry["investigation"] and (not set(out_runs) <= set(_outlier_runs(old_runs)) or
+                                                (change["looser"] and not rederived)):
+        entry["investigation"] = None
+        change["note_dropped"] = "outliers"
+    cos = (entry.get("bars") or {}).get("cosine") if kind != "t1_floor" else None
+    change["needs_investigation"] = ((cos is not None and cos < 0.99) or bool(out_runs)) and not entry["investigation"]
     if warnings:
         entry["warnings"] = warnings
     return entry, change
@@ -1629,7 +1637,7 @@ def remove_test(path: Union[str, "os.PathLike[str]"], key: str, test: str, strat
     the new ones, and a run that measured more drift keeps every bar looser than the tests now there give.
     Fewer runs can also give a LOOSER bar (the spread term); each change lists every bar old -> new.  The
     investigation note is kept unless the cosine bar loosened below 0.99 (the note was about the old bar: the
-    gate then asks for a new one).  A stratum left without runs is removed, an entry without strata too.
+    gate then asks for a new one) or an outlier run is left that it did not explain.  A stratum left without runs is removed, an entry without strata too.
 
     Returns one dict per stratum touched: ``stratum``, ``removed``, ``left`` (runs), ``kind``, ``bars``
     (``[(name, old, new)]``), ``looser`` (names of bars that loosened), ``note_dropped``, ``warnings``.
@@ -1681,7 +1689,8 @@ def remove_test(path: Union[str, "os.PathLike[str]"], key: str, test: str, strat
                 new, change = merge_entry({**entry, "runs": []}, {"meta": meta}, left,
                                           headroom=float(entry.get("headroom", 0.5)),
                                           command=str(entry.get("command", "")), now=_now(), key=key, stratum=s,
-                                          path=str(path))
+                                          path=str(path),
+                                          old_runs=[r for r in entry.get("runs") or [] if isinstance(r, dict)])
             except AmbiguousGate as exc:
                 raise AmbiguousGate(f"{exc} (after removing {test!r}'s runs; nothing was written)") from exc
             except ValueError as exc:
@@ -1695,7 +1704,7 @@ def remove_test(path: Union[str, "os.PathLike[str]"], key: str, test: str, strat
             info["bars"] += [(name, old_bars.get(name), new_bars.get(name))
                              for name in sorted(set(old_bars) | set(new_bars))]
             # (merge_entry's rule: a note that explained a cosine bar now looser and under 0.99 is dropped)
-            info.update(looser=change["looser"], note_dropped=bool(change.get("note_dropped")),
+            info.update(looser=change["looser"], note_dropped=change.get("note_dropped") or False,
                         warnings=list(change.get("warnings") or []))
             strata[s] = new
         if not done:

@@ -2140,6 +2140,38 @@ def test_recalibrating_one_test_of_an_entry_with_runs_older_than_a_gated_statist
     assert "channel_rel_l2" in entry["bars"]  # both recalibrated: written
 
 
+def test_an_outlier_note_explains_its_runs_at_their_bars(tmp_path):
+    """The investigation note that lets an entry with outlier runs gate (evidence.outlier_refusal) explains those
+    runs at the bars they set: a recalibration where the same seed is an outlier but worse (looser bars) drops
+    it, as one with another outlier seed does; one with the same outlier and no looser bar keeps it; removing
+    another test's runs (evidence remove --test) keeps it while the outliers left are the ones it explained."""
+    def run(test, seed, k=1.0):
+        x = 0.001 * (1 + 0.05 * seed) * (k if seed == 3 else 1.0)
+        return {"rel_l2": x, "cosine": 1 - x * x / 2, "p99": 2 * x, "max_abs_err": 5 * x, "test": test, "seed": seed}
+
+    meta = {"kind": "t2", "component": "c", "feature": "f", "case": None, "dtype_actual": "float32",
+            "dtype_expected": "float32", "shape": [4, 8], "dim": None, "device": "cpu"}
+    kw = dict(headroom=0.5, command="pytest", now="x", key="c | f", stratum="cpu", path="p")
+    entry, change = ev.merge_entry(None, {"meta": dict(meta)}, [run("t.py::a", s, 6.0) for s in range(5)], **kw)
+    assert change["outlier_runs"] == [("t.py::a", "3")] and change["needs_investigation"]
+    entry["investigation"] = "seed 3 is a harder input"
+    same, change = ev.merge_entry(entry, {"meta": dict(meta)}, [run("t.py::a", s, 6.0) for s in range(5)], **kw)
+    assert same["investigation"] and not change.get("note_dropped") and not change["needs_investigation"]
+    worse, change = ev.merge_entry(entry, {"meta": dict(meta)}, [run("t.py::a", s, 9.0) for s in range(5)], **kw)
+    assert "rel_l2" in change["looser"] and change["note_dropped"] == "outliers" and worse["investigation"] is None
+    assert change["needs_investigation"]
+    # an entry of two tests whose seed 3 is harder for both, the note written for both: removing b's runs leaves
+    # a's outlier, which it explained -- kept
+    both, _ = ev.merge_entry(None, {"meta": dict(meta)}, [run(t, s, 6.0) for t in ("t.py::a", "t.py::b")
+                                                          for s in range(5)], **kw)
+    both["investigation"] = "seed 3 is a harder input"
+    path = tmp_path / "x.vgct-evidence.json"
+    path.write_text(ev.dump({"format": ev.FORMAT, "entries": {"c | f": {"cpu": both}}}))
+    (info,) = ev.remove_test(path, "c | f", "t.py::b")
+    left = ev.load(path)["entries"]["c | f"]["cpu"]
+    assert not info["note_dropped"] and left["investigation"] == "seed 3 is a harder input", (info, left)
+
+
 def test_recalibrating_a_same_named_test_of_another_folder_keeps_the_first_tests_runs():
     # two tests with one id relative to their folders (a/test_x.py::test_f, b/test_x.py::test_f run from
     # their own folders) sharing one evidence file through evidence=: calibrating b's must not replace a's
