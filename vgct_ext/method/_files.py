@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Iterator, Union
 
-__all__ = ["LOCK_SUFFIX", "LOCK_TIMEOUT_S", "locked", "atomic_write_text", "check_writable"]
+__all__ = ["LOCK_SUFFIX", "LOCK_TIMEOUT_S", "locked", "check_lockable", "atomic_write_text", "check_writable"]
 
 LOCK_SUFFIX = ".lock"
 LOCK_TIMEOUT_S = 300.0
@@ -58,6 +58,18 @@ def locked(path: PathLike, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     seconds -- new-user trial of 2026-12-05)."""
     from filelock import FileLock
 
+    lock = check_lockable(path)
+    with FileLock(lock, timeout=timeout):
+        _remove_orphans(lock[:-len(LOCK_SUFFIX)])
+        yield
+
+
+def check_lockable(path: PathLike) -> str:
+    """The lock file of ``path`` (for a symbolic link, its target's), after checking that it can be taken -- what
+    :func:`locked` raises, without waiting (a calibration checks at its first run, not when the session ends
+    with every run measured): ``OSError`` (``ELOOP``) when the lock file is a symbolic link;
+    ``FileNotFoundError`` / ``NotADirectoryError`` when the folder does not exist or a component is a file;
+    ``OSError`` with the reason when the lock file cannot be created (a read-only place)."""
     target = os.path.realpath(path)  # (a link: its target's lock)
     lock = target + LOCK_SUFFIX
     if os.path.islink(lock):  # (refused here, whatever the filelock: one that followed it would lock its target)
@@ -70,9 +82,7 @@ def locked(path: PathLike, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     except OSError as exc:
         raise OSError(exc.errno, f"cannot create the lock file {lock} ({exc.strerror}), so nothing can be written "
                       f"beside it: a read-only place, or a path that is not a file", lock) from None
-    with FileLock(lock, timeout=timeout):
-        _remove_orphans(target)
-        yield
+    return lock
 
 
 def _check_folder(target: str) -> None:

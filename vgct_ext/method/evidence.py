@@ -1002,7 +1002,7 @@ def add_calibration_run(session: Any, path: Path, key: str, stratum: str, stats:
     what = "calibration" if kind == "t2" else "T1 floor calibration"
     from . import _files
 
-    _files._check_folder(os.path.realpath(path))  # (the write at the session's end needs it: fail this test now)
+    _files.check_lockable(path)  # (the write at the session's end needs it: fail this test now)
     t = _context.current_test()
     if t is None:  # (a fixture's gate, a collection-time one: a run of no test)
         raise ValueError(f"{what} of {key!r} on {stratum} refused: the gate runs outside a test's call (in a "
@@ -1248,17 +1248,19 @@ def _owner_groups(runs: Sequence[Mapping[str, Any]]) -> List[List[Mapping[str, A
     return list(groups.values())
 
 
-def _outlier_findings(runs: Sequence[Mapping[str, Any]], *, refuse: bool = False,
-                      floor_u: Optional[float] = None) -> Dict[str, Tuple[str, List[Mapping[str, Any]]]]:
+def _outlier_findings(runs: Sequence[Mapping[str, Any]], *, refuse: bool = False, floor_u: Optional[float] = None,
+                      zero_u: Optional[float] = None) -> Dict[str, Tuple[str, List[Mapping[str, Any]]]]:
     """For each statistic some of whose runs measured at least its ratio times the low median of their test's
     runs (``statistics.median_low``: a run's own value when their number is odd, the lower middle one when it
     is even; three runs of the test or more) -- relative L2 ``OUTLIER_RATIO``, the others ``WARN_RATIO`` (1 -
     cosine its square; not the per-channel mean shift, a signed mean near 0) -- or, for a warning, above 0
     where that median is 0: ``(text, runs)``, a sentence naming every such run's test and seed, worst first,
-    and those runs. ``refuse``: relative L2 alone, no zero-median rule (what :func:`outlier_refusal` refuses);
-    ``floor_u``: values raised to it first (a T1 floor's resolution: below it the gate is the same). The low
-    median is a clean run's while fewer than half the runs are bugged (two of five, two of four), so each bugged
-    seed is named; with most runs bugged the bugs are the bars' reference and nothing here can tell them."""
+    and those runs. ``refuse``: relative L2 alone (what :func:`outlier_refusal` refuses), where the median is 0
+    only a run above ``zero_u`` (the pair's unit roundoff: a real error, not a few ties rounded the other way);
+    ``floor_u``: values raised to it first (a T1 floor's resolution: below it the gate is the same). A test with
+    fewer than three runs in a pooled entry is compared with the low median of all the runs. The low median is a
+    clean run's while fewer than half the runs are bugged (two of five, two of four), so each bugged seed is
+    named; with most runs bugged the bugs are the bars' reference and nothing here can tell them."""
     out: Dict[str, Tuple[str, List[Mapping[str, Any]]]] = {}
     groups = _owner_groups(runs)
     for k in (("rel_l2",) if refuse else UPPER + ("cosine",)):
@@ -1266,15 +1268,23 @@ def _outlier_findings(runs: Sequence[Mapping[str, Any]], *, refuse: bool = False
             continue  # data (one channel: 4-5 % of clean bf16 calibrations warned; a review); rel_l2 shows a bug
         ratio = OUTLIER_RATIO if k == "rel_l2" else WARN_RATIO ** 2 if k == "cosine" else WARN_RATIO
         hits: List[Tuple[float, float, Mapping[str, Any]]] = []  # (value, its test's median, run)
+
+        def values(rs: Sequence[Mapping[str, Any]]) -> List[Tuple[float, Mapping[str, Any]]]:
+            vals = [(1.0 - float(r[k]) if k == "cosine" else float(r[k]), r) for r in rs if _finite_number(r.get(k))]
+            return [(max(v, floor_u), r) for v, r in vals] if floor_u is not None else vals
+
+        pooled = [v for v, _ in values(runs)]
         for g in groups:
-            vals = [(1.0 - float(r[k]) if k == "cosine" else float(r[k]), r) for r in g if _finite_number(r.get(k))]
-            if floor_u is not None:
-                vals = [(max(v, floor_u), r) for v, r in vals]
-            if len(vals) < 3:
+            vals = values(g)
+            if len(vals) >= 3:
+                med = statistics.median_low([v for v, _ in vals])
+            elif len(groups) > 1 and len(pooled) >= 3:  # (a test of one or two runs: against the pool's)
+                med = statistics.median_low(pooled)
+            else:
                 continue
-            med = statistics.median_low([v for v, _ in vals])
-            # (med == 0: the feature exact on most seeds, and not on these -- a review; warned, not refused)
-            hits += [(v, med, r) for v, r in vals if (v >= ratio * med if med > 0.0 else (v > 0.0 and not refuse))]
+            # (med == 0: the feature exact on most seeds, and not on these -- warned; refused above zero_u)
+            zero = 0.0 if not refuse else (zero_u if zero_u is not None else math.inf)
+            hits += [(v, med, r) for v, r in vals if (v >= ratio * med if med > 0.0 else v > zero)]
         if not hits:
             continue
         hits.sort(key=lambda h: -h[0])
@@ -1291,16 +1301,18 @@ def _outlier_findings(runs: Sequence[Mapping[str, Any]], *, refuse: bool = False
     return out
 
 
-def _outliers(runs: Sequence[Mapping[str, Any]]) -> Dict[str, str]:
-    """The calibration's warnings of :func:`_outlier_findings`, one a statistic."""
-    return {k: text + _OUTLIER_WHY for k, (text, _) in _outlier_findings(runs).items()}
+def _outliers(runs: Sequence[Mapping[str, Any]], floor_u: Optional[float] = None) -> Dict[str, str]:
+    """The calibration's warnings of :func:`_outlier_findings`, one a statistic (a T1 floor's: its values raised
+    to ``floor_u`` first, as the gate uses them)."""
+    return {k: text + _OUTLIER_WHY for k, (text, _) in _outlier_findings(runs, floor_u=floor_u).items()}
 
 
-def _outlier_runs(runs: Sequence[Mapping[str, Any]], floor_u: Optional[float] = None) -> List[Tuple[str, Any]]:
+def _outlier_runs(runs: Sequence[Mapping[str, Any]], floor_u: Optional[float] = None,
+                  zero_u: Optional[float] = None) -> List[Tuple[str, Any]]:
     """The (test, seed) of every run :func:`outlier_refusal` refuses for, sorted: what an investigation note
     explains (a recalibration with an outlier it did not explain drops the note)."""
-    return sorted({(str(r.get("test")), str(r.get("seed")))
-                   for _, rs in _outlier_findings(runs, refuse=True, floor_u=floor_u).values() for r in rs})
+    return sorted({(str(r.get("test")), str(r.get("seed"))) for _, rs in
+                   _outlier_findings(runs, refuse=True, floor_u=floor_u, zero_u=zero_u).values() for r in rs})
 
 
 def _has_note(entry: Mapping[str, Any]) -> bool:
@@ -1319,7 +1331,8 @@ def outlier_refusal(entry: Mapping[str, Any], path: Any, key: str, stratum: str,
         return None
     runs = entry.get("runs")
     runs = [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
-    found = _outlier_findings(runs, refuse=True, floor_u=_pair_u(entry) if what == "T1 floor" else None)
+    u = _pair_u(entry)
+    found = _outlier_findings(runs, refuse=True, floor_u=u if what == "T1 floor" else None, zero_u=u)
     if not found:
         return None
     return (f"{what} evidence for {key!r} on {stratum} in {path} was calibrated with runs far above the others "
@@ -1429,10 +1442,10 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
                               "kept_tests": sorted({str(r.get("test")) for r in kept}),
                               "seeds": sorted({r.get("seed") for r in new_runs if r.get("seed") is not None}),
                               "runs": len(runs), "identical_runs": bool(warnings), "warnings": warnings}
-    outliers = _outliers(runs)
-    warnings.extend(outliers[k] for k in sorted(outliers))
     floor_u = _pair_u(meta) if kind == "t1_floor" else None
-    out_runs = _outlier_runs(runs, floor_u)
+    outliers = _outliers(runs, floor_u)
+    warnings.extend(outliers[k] for k in sorted(outliers))
+    out_runs = _outlier_runs(runs, floor_u, _pair_u(meta))
     change["outlier_runs"] = out_runs
     if kind == "t1_floor":
         entry["floor"] = _floor_of(runs)
@@ -1482,7 +1495,8 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
     rederived = old_runs is not None
     if old_runs is None:
         old_runs = [r for r in (old or {}).get("runs") or [] if isinstance(r, dict)]
-    if out_runs and entry["investigation"] and (not set(out_runs) <= set(_outlier_runs(old_runs, floor_u)) or
+    if out_runs and entry["investigation"] and (not set(out_runs) <= set(_outlier_runs(old_runs, floor_u,
+                                                                                        _pair_u(meta))) or
                                                 (change["looser"] and not rederived)):
         entry["investigation"] = None
         change["note_dropped"] = "outliers"

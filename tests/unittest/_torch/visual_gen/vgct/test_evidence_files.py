@@ -1487,11 +1487,16 @@ pytestmark = [pytest.mark.component("c"), pytest.mark.feature("f")]
 @pytest.mark.t2
 def test_drift(vgct):
     vgct.assert_t2(drift(vgct.seed), E, evidence="newdir/ev.json")
+
+@pytest.mark.t2
+def test_read_only_place(vgct):  # (a folder where no lock file can be created; /proc even for root)
+    vgct.assert_t2(drift(vgct.seed), E, evidence="/proc/ev.json")
 """)
     result = run("--vgct-calibrate")
-    result.assert_outcomes(failed=1)
-    assert f"the folder {pytester.path / 'newdir'} of {pytester.path / 'newdir' / 'ev.json'} does not exist" \
-           in result.stdout.str(), result.stdout.str()
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    assert f"the folder {pytester.path / 'newdir'} of {pytester.path / 'newdir' / 'ev.json'} does not exist" in out, out
+    assert "cannot create the lock file /proc/ev.json.lock" in out, out
     assert not (pytester.path / "newdir").exists()
 
 

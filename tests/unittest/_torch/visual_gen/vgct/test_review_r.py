@@ -120,10 +120,19 @@ def test_the_refusal_is_relative_l2_against_its_own_tests_runs():
     why = ev.outlier_refusal(entry(runs("t.py::a", [30 * v for v in clean]) + runs("t.py::b", b_bug)), "p", "k",
                              "cpu", "T2")
     assert why and "rel_l2: 2 runs measured" in why and "(t.py::b, seed 3), (t.py::b, seed 4)" in why, why
+    # exact on four seeds, a real error on the fifth (relative L2 above the pair's unit roundoff): refused
+    bug_on_exact = runs("t.py::a", [0.0, 0.0, 0.0, 0.0, 2e-2])
+    why = ev.outlier_refusal(entry(bug_on_exact), "p", "k", "cpu", "T2")
+    assert why and "rel_l2: one run measured rel_l2 0.02 where the median of the runs is 0 (t.py::a, seed 4)" in why
+    # a test of two runs pooled with another's five: against the pool's low median (a re-review: never checked)
+    small = runs("t.py::a", [1.0e-2, 1.2e-2, 1.1e-2, 1.3e-2, 1.4e-2]) + runs("t.py::b", [1e-2, 8e-2])
+    why = ev.outlier_refusal(entry(small), "p", "k", "cpu", "T2")
+    assert why and "(t.py::b, seed 1)" in why and "t.py::a" not in why.split("others (")[1].split(")")[0], why
     # a T1 floor below the pair's unit roundoff (float32: 2^-24) is the same floor to the gate: not refused
     tiny = runs("t.py::a", [1e-9, 1e-9, 2e-9, 1e-9, 5e-8])
     assert ev.outlier_refusal(entry(tiny), "p", "k", "cpu", "T1 floor") is None
     assert ev.outlier_refusal(entry(tiny), "p", "k", "cpu", "T2") is not None  # (a T2 bar is not raised)
+    assert "rel_l2" not in ev._outliers(tiny, ev._pair_u(entry(tiny)))  # nor is the floor's warning
 
 
 def test_the_mean_shift_cap_warns_no_more_on_clean_rounding():
