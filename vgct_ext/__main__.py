@@ -283,9 +283,7 @@ def cmd_evidence(args: argparse.Namespace) -> int:
                     o, n = ("-" if v is None else ev.fmt_exact(name, v) for v in (old, new))
                     print(f"  {name}: {o} -> {n}" + ("  LOOSER" if name in c["looser"] else ""))
                 if c["note_dropped"]:
-                    why = ("it was written for other outlier runs than the entry holds now"
-                           if c["note_dropped"] == "outliers" else
-                           "it was written for the old cosine bar, and the new one is looser and under 0.99")
+                    why = ev.NOTE_DROPPED_WHY.get(c["note_dropped"], ev.NOTE_DROPPED_WHY["cosine"])
                     print(f"  the investigation note was dropped: {why}; investigate and annotate it again (evidence "
                           f"annotate ... --stratum {c['stratum']} --investigation \"...\") or the gate refuses it")
                 for w in c["warnings"]:

@@ -1239,6 +1239,20 @@ _OUTLIER_WHY = (": the bars follow the worst run, so a bug present on some input
                 "-- check that input (rerun the seed against known-good code) before trusting these bars")
 
 
+#: Why :func:`merge_entry` (calibration, ``evidence remove --test``) dropped an entry's investigation note, by
+#: its ``change["note_dropped"]``: the summary and the CLI say it in these words.
+NOTE_DROPPED_WHY = {
+    "cosine": "it explained the old cosine bar, and the new one is looser and under 0.99",
+    "outliers": "it explained other outlier runs, or the same ones at tighter bars, than the entry holds now",
+}
+
+
+def _stat_values(runs: Sequence[Mapping[str, Any]], k: str) -> List[Tuple[float, Mapping[str, Any]]]:
+    """``(value, run)`` for each run with a finite statistic ``k`` -- for ``"cosine"`` its 1 - cosine, the
+    drift that grows like the others."""
+    return [(1.0 - float(r[k]) if k == "cosine" else float(r[k]), r) for r in runs if _finite_number(r.get(k))]
+
+
 def _owner_groups(runs: Sequence[Mapping[str, Any]]) -> List[List[Mapping[str, Any]]]:
     """The runs by the test that recorded them (an entry pooling several tests: each is compared with its own
     runs, whose drift may differ from another test's by more than the outlier ratio, clean)."""
@@ -1263,6 +1277,8 @@ def _outlier_findings(runs: Sequence[Mapping[str, Any]], *, refuse: bool = False
     named; with most runs bugged the bugs are the bars' reference and nothing here can tell them."""
     out: Dict[str, Tuple[str, List[Mapping[str, Any]]]] = {}
     groups = _owner_groups(runs)
+    # (a median of 0: the feature exact on most seeds, and not on these -- warned; refused above zero_u)
+    zero = 0.0 if not refuse else (zero_u if zero_u is not None else math.inf)
     for k in (("rel_l2",) if refuse else UPPER + ("cosine",)):
         if k == "channel_mean_shift":  # a signed mean near 0 under unbiased noise: its ratios are unbounded on clean
             continue  # data (one channel: 4-5 % of clean bf16 calibrations warned; a review); rel_l2 shows a bug
@@ -1270,7 +1286,7 @@ def _outlier_findings(runs: Sequence[Mapping[str, Any]], *, refuse: bool = False
         hits: List[Tuple[float, float, Mapping[str, Any]]] = []  # (value, its test's median, run)
 
         def values(rs: Sequence[Mapping[str, Any]]) -> List[Tuple[float, Mapping[str, Any]]]:
-            vals = [(1.0 - float(r[k]) if k == "cosine" else float(r[k]), r) for r in rs if _finite_number(r.get(k))]
+            vals = _stat_values(rs, k)
             return [(max(v, floor_u), r) for v, r in vals] if floor_u is not None else vals
 
         pooled = [v for v, _ in values(runs)]
@@ -1282,8 +1298,6 @@ def _outlier_findings(runs: Sequence[Mapping[str, Any]], *, refuse: bool = False
                 med = statistics.median_low(pooled)
             else:
                 continue
-            # (med == 0: the feature exact on most seeds, and not on these -- warned; refused above zero_u)
-            zero = 0.0 if not refuse else (zero_u if zero_u is not None else math.inf)
             hits += [(v, med, r) for v, r in vals if (v >= ratio * med if med > 0.0 else v > zero)]
         if not hits:
             continue
@@ -1442,10 +1456,11 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
                               "kept_tests": sorted({str(r.get("test")) for r in kept}),
                               "seeds": sorted({r.get("seed") for r in new_runs if r.get("seed") is not None}),
                               "runs": len(runs), "identical_runs": bool(warnings), "warnings": warnings}
-    floor_u = _pair_u(meta) if kind == "t1_floor" else None
+    u = _pair_u(meta)
+    floor_u = u if kind == "t1_floor" else None
     outliers = _outliers(runs, floor_u)
     warnings.extend(outliers[k] for k in sorted(outliers))
-    out_runs = _outlier_runs(runs, floor_u, _pair_u(meta))
+    out_runs = _outlier_runs(runs, floor_u, u)
     change["outlier_runs"] = out_runs
     if kind == "t1_floor":
         entry["floor"] = _floor_of(runs)
@@ -1475,8 +1490,7 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
         for k in sorted(set(summ["capped"]) - {"channel_mean_shift"}):
             # (which way: the worst run far above the others -- a bug on its input, named by _outliers too --
             # or one far below -- the feature inactive there; a new-user trial read only the second)
-            vals = sorted(((1.0 - float(r[k]) if k == "cosine" else float(r[k]), r) for r in runs
-                           if _finite_number(r.get(k))), key=lambda v: v[0])
+            vals = sorted(_stat_values(runs, k), key=lambda v: v[0])
             spread = ""
             if len(vals) >= 2:
                 (lo, lrun), (hi, hrun) = vals[0], vals[-1]
@@ -1495,8 +1509,7 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
     rederived = old_runs is not None
     if old_runs is None:
         old_runs = [r for r in (old or {}).get("runs") or [] if isinstance(r, dict)]
-    if out_runs and entry["investigation"] and (not set(out_runs) <= set(_outlier_runs(old_runs, floor_u,
-                                                                                        _pair_u(meta))) or
+    if out_runs and entry["investigation"] and (not set(out_runs) <= set(_outlier_runs(old_runs, floor_u, u)) or
                                                 (change["looser"] and not rederived)):
         entry["investigation"] = None
         change["note_dropped"] = "outliers"
@@ -1681,7 +1694,8 @@ def remove_test(path: Union[str, "os.PathLike[str]"], key: str, test: str, strat
     the new ones, and a run that measured more drift keeps every bar looser than the tests now there give.
     Fewer runs can also give a LOOSER bar (the spread term); each change lists every bar old -> new.  The
     investigation note is kept unless the cosine bar loosened below 0.99 (the note was about the old bar: the
-    gate then asks for a new one) or an outlier run is left that it did not explain.  A stratum left without runs is removed, an entry without strata too.
+    gate then asks for a new one) or an outlier run is left that it did not explain (``NOTE_DROPPED_WHY``).  A
+    stratum left without runs is removed, an entry without strata too.
 
     Returns one dict per stratum touched: ``stratum``, ``removed``, ``left`` (runs), ``kind``, ``bars``
     (``[(name, old, new)]``), ``looser`` (names of bars that loosened), ``note_dropped``, ``warnings``.

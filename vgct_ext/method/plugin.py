@@ -1191,7 +1191,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 def terminal_files(tr: Any, s: _context.Session) -> None:
     """The files part of the summary: each evidence entry written (a diff: runs added/replaced/kept, each
     bar old -> new, with every digit), warnings, unused entries of the touched files, errors, the report."""
-    from .evidence import fmt_exact
+    from .evidence import NOTE_DROPPED_WHY, fmt_exact
 
     for w in s.evidence_written:
         what = "T1 floor" if w.get("kind") == "t1_floor" else "bars"
@@ -1211,8 +1211,7 @@ def terminal_files(tr: Any, s: _context.Session) -> None:
                           f"present while calibrating passes every later gate; review the evidence diff before "
                           f"committing it", yellow=True)
         if w.get("note_dropped"):
-            why = ("other runs than the ones it explained are outliers now" if w["note_dropped"] == "outliers"
-                   else "it explained the old cosine bar, and the new one is looser")
+            why = NOTE_DROPPED_WHY.get(w["note_dropped"], NOTE_DROPPED_WHY["cosine"])
             tr.write_line(f"vgct: the investigation note of [{w['key']}] {w['stratum']} was dropped: {why}",
                           yellow=True)
         for warning in w.get("warnings", []):
