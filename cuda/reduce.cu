@@ -109,9 +109,10 @@ struct RArgs {
   double rtol, atol;
   float r32;      /* vg_f32_down(rtol), made by the host: the fast path's HotGate::r32 */
   int vec;        /* flat: both bases 16-byte aligned                   */
-  int rrun;       /* k_reduce_bulk over rows (RL 1): the rows back to back in
-                     both operands (a row's stride cpr * CH elements), so a
-                     step's chunks are one memory run (vg_ring_load)        */
+  int rrun;       /* k_reduce_bulk over rows (RL 1): each block's chunks one
+                     memory run an operand (vg_ring_load) -- the rows back
+                     to back in both (a row's stride cpr * CH elements), or
+                     each block inside one row (cpb divides cpr)            */
   int slice_mode; /* 0 none, 1 row mode (gen), 2 column mode (col)      */
   vgct_acc *part;
   unsigned *counter;
@@ -901,17 +902,20 @@ template <int DA, int DE, int WIN = 0, int RL = 0> struct vg_bulk {
  * variants 8-byte spills, ptxas sm_90, and the flat run's bf16 row ~5%). */
 template <int CH, int ISA, int ISE, int NVA, int NVE, int BA, bool FLAT>
 __device__ __forceinline__ void vg_ring_load(const RArgs &A, const char *pa, const char *pe,
-                                             int64_t cb, int nf, char *st, uint64_t *b) {
+                                             const char *ra, const char *re, int64_t cb, int nf,
+                                             char *st, uint64_t *b) {
   /* nf > 0 (the caller's test) */
   const IterSpec &it = A.it;
   if constexpr (FLAT) { /* one copy an operand, from the parameter's own pointers */
     const char *qa = it.pa + cb * CH * ISA, *qe = it.pe + cb * CH * ISE;
     vg_bulk_load(st, qa, (unsigned)(nf * 16 * NVA), b);
     vg_bulk_load(st + BA, qe, (unsigned)(nf * 16 * NVE), b);
-  } else if (A.rrun) { /* rows back to back (a transposed contiguous matrix, or its
-                          slices): one copy an operand from the slice's base, as FLAT */
-    vg_bulk_load(st, pa + cb * CH * ISA, (unsigned)(nf * 16 * NVA), b);
-    vg_bulk_load(st + BA, pe + cb * CH * ISE, (unsigned)(nf * 16 * NVE), b);
+  } else if (A.rrun) { /* the block's chunks one run an operand (rows back to back: a
+                          transposed contiguous matrix, or its slices; or the block
+                          inside one row): one copy an operand from the run's base
+                          (ra, re: the kernel's), as FLAT */
+    vg_bulk_load(st, ra + cb * CH * ISA, (unsigned)(nf * 16 * NVA), b);
+    vg_bulk_load(st + BA, re + cb * CH * ISE, (unsigned)(nf * 16 * NVE), b);
   } else {
     const int64_t row = (int64_t)vg_div((uint64_t)cb, A.cprd);
     vg_ring_segments(row, cb - row * A.cpr, nf, A.cpr, /* one copy an operand a row touched */
@@ -982,6 +986,17 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
   const int64_t jf = it.f0 + j * it.ssf;
   const int64_t m = it.m, sf = FLAT ? it.sf[0] : it.sf[1]; /* (RL 1: it.k == 2) */
   const int64_t cfull = min(c1, m / G::CH); /* chunks below it are whole */
+  /* RL 1, A.rrun: the base of the block's run an operand -- chunk cb at
+     ra + cb CH: the slice's base moved by r0 (sa[0] - L) elements, r0 the
+     block's row, L = cpr CH the row's length (0 when the rows are back to
+     back: any r0) */
+  const char *ra = pa, *re = pe;
+  if constexpr (!FLAT)
+    if (A.rrun) {
+      const int64_t r0 = (int64_t)vg_div((uint64_t)c0, A.cprd), L = A.cpr * G::CH;
+      ra = pa + r0 * (it.sa[0] - L) * G::ISA;
+      re = pe + r0 * (it.se[0] - L) * G::ISE;
+    }
   constexpr int CSTEP = RT * B::RB; /* chunks of the block per step */
   /* step k of warp w: chunks [cb, cb + CW) with cb = c0 + k*RT*RB + w*CW; lane l
      folds chunks cb + l + 32u.  Lane 0 arms stage k % BP with the bytes of
@@ -1000,7 +1015,8 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
     char *st = ring + p * B::STAGE;
     uint64_t *b = &bar[w][p];
     vg_mbar_arrive_tx(b, (unsigned)(nf * 16 * (G::NVA + G::NVE)));
-    if (nf > 0) vg_ring_load<G::CH, G::ISA, G::ISE, G::NVA, G::NVE, B::BA, FLAT>(A, pa, pe, cb, nf, st, b);
+    if (nf > 0)
+      vg_ring_load<G::CH, G::ISA, G::ISE, G::NVA, G::NVE, B::BA, FLAT>(A, pa, pe, ra, re, cb, nf, st, b);
   };
   int64_t cb = c0 + (int64_t)w * B::CW;
   int rem = (int)(cfull - cb);
@@ -1384,6 +1400,9 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_lean(const __grid_constant__ R
  * test can tell which kernel its layout took. */
 extern "C" {
 __attribute__((visibility("default"))) long long vgct_cuda_test_kernel_last = 0;
+/* ... and how the last k_reduce_bulk launch copied a step: 0 the flat run, 1
+ * over rows split at row ends, 2 over rows as one run (A.rrun) */
+__attribute__((visibility("default"))) long long vgct_cuda_test_ring_run_last = 0;
 }
 
 /* One k_reduce_bulk variant (WIN 0: no window; 1, 2: the fused window's two
@@ -1394,6 +1413,7 @@ static cudaError_t launch_bulk(int grid, const RArgs &A, cudaStream_t s, int *do
   cudaError_t e = vg_smem_optin(k_reduce_bulk<DA, DE, SC, WIN, RL>, done, bytes);
   if (e != cudaSuccess) return e;
   vgct_cuda_test_kernel_last = 4;
+  vgct_cuda_test_ring_run_last = RL ? (A.rrun ? 2 : 1) : 0;
   k_reduce_bulk<DA, DE, SC, WIN, RL><<<grid, RT, bytes, s>>>(A);
   return cudaGetLastError();
 }
@@ -1838,7 +1858,10 @@ int vg_reduce_run(CallCtx &cx, const vgct_view *a, const vgct_view *e, const vgc
          UTC: the transposed and latent rows) */
       if (!lean && A.cpb < VG_RING_CPB && ring_layout(ws, it, A.cpr, CH)) {
         lk = 3;
-        A.rrun = it.sa[0] == A.cpr * CH && it.se[0] == A.cpr * CH; /* (it.k == 2) */
+        /* (it.k == 2) one run an operand a block: the rows back to back, or
+           every block inside one row (cpb, a multiple of RT, divides cpr:
+           the latent's channels, two rows of 2^20 chunks apart) */
+        A.rrun = (it.sa[0] == A.cpr * CH && it.se[0] == A.cpr * CH) || A.cpr % A.cpb == 0;
       }
     } else {
       A.slice_mode = 2;

@@ -229,6 +229,29 @@ def test_float32_strided_inner_dimension_one_chunk_in_flight(side, dim, reduce_m
         check3(a, e, dim=dim)
 
 
+#: how the ring copies a step of each RUN_LAYOUTS layout it takes (cuda/reduce.cu
+#: vgct_cuda_test_ring_run_last): 2 one memory run a block (A.rrun: rows back to back in both
+#: operands), 1 or 2 where the rows are apart (2 when the grid puts every block inside one row:
+#: the block size, hence the choice, follows the device's SM count)
+RING_RUN = {"transposed": (2,), "transposed_batch": (2,), "rows_of_64_chunks": (2,),
+            "transposed_slices": (2,), "rows_apart": (1, 2), "latent_channels": (1, 2),
+            "channels_of_nhwc": (1, 2)}
+
+
+@pytest.fixture
+def ring_run_last():
+    """The reduce's record of how the last ring launch copied a step (cuda/reduce.cu
+    vgct_cuda_test_ring_run_last: 0 the flat run, 1 rows split at row ends, 2 rows as one run)."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    h = ctypes.c_longlong.in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_ring_run_last")
+    h.value = -1
+    yield h
+    h.value = 0
+
+
 @pytest.fixture
 def kernel_last():
     """The reduce's record of the kernel the last reduction launched (cuda/reduce.cu
@@ -254,6 +277,9 @@ RUN_LAYOUTS = {  # name: (base shape, view of the base, dim, the kernel: 4 the r
     # step crosses a row end at its 32nd or 64th chunk -- two bulk copies an operand (vg_ring_load)
     "rows_of_64_chunks": ((1000, 512), lambda x: x.t(), None, 4),
     "latent_channels": ((2, 16, 64, 256), lambda x: x, 1, 4),  # row mode: 16 slices of 2 rows apart
+    # row mode over slices whose rows are back to back: 4 slices of a transposed 1000 x 1024 each,
+    # one copy a step from each slice's own base (A.rrun with S > 1)
+    "transposed_slices": ((4, 1000, 1024), lambda x: x.transpose(1, 2), 0, 4),
     "channels_of_nhwc": ((2, 16, 32, 64), lambda x: x.permute(0, 2, 3, 1), 3, 4),  # row mode, k = 2 a slice
     # not (yet) given to the ring -- ring_layout: two inner axes, rows of a multiple of 64 chunks
     # (RB 3: bfloat16, float16, float64 pairs; 32 for RB 1: float32 and mixed pairs)
@@ -271,13 +297,15 @@ RUN_LAYOUTS = {  # name: (base shape, view of the base, dim, the kernel: 4 the r
                                        ("float64", None), ("bfloat16", "float32"),
                                        ("float16", "float32")])
 @pytest.mark.parametrize("layout", list(RUN_LAYOUTS))
-def test_ring_reads_rows_slices_and_runs_in_another_order(layout, dt_a, dt_e, lean_max, kernel_last):
+def test_ring_reads_rows_slices_and_runs_in_another_order(layout, dt_a, dt_e, lean_max, kernel_last,
+                                                          ring_run_last):
     """The ring kernel (k_reduce_bulk) reads more than a flat run (cuda/reduce.cu ring_layout,
     vg_ring_load, VgRowCur): a transposed matrix whose memory is one run in another logical
     order, rows apart in memory, and the slices of row mode (per-channel statistics, dim=) -- a
     warp step's chunks copied one bulk copy a row they touch (16-bit pairs: 96-chunk steps over
     rows of 64, 128, 2048 chunks), or one copy when the rows are back to back (A.rrun: the
-    transposed matrix), each chunk's flat index stepped along its row. Rows that are not a
+    transposed matrices, and the slices of transposed ones from each slice's base -- which of the
+    two, RING_RUN), each chunk's flat index stepped along its row. Rows that are not a
     multiple of 64 chunks (RB 3 pairs; 32 for RB 1), a misaligned run, one inner axis in row mode,
     or three inner axes keep the general kernel. The
     fast path forced (lean off). Planted where memory order and logical order disagree: an exact
@@ -316,13 +344,15 @@ def test_ring_reads_rows_slices_and_runs_in_another_order(layout, dt_a, dt_e, le
     e[at(int(order[n - 9]))] = float("inf")
     st = check3(a, e, quantiles=(0.5, 0.99), dim=dim)
     assert kernel_last.value == kernel, f"{layout}: kernel {kernel_last.value}, expected {kernel}"
+    if kernel == 4:
+        assert ring_run_last.value in RING_RUN[layout], f"{layout}: ring copies {ring_run_last.value}"
     assert st.max_abs_err == 64.0 and st.max_abs_err_index == at(late)
     assert st.worst_mismatch_index == at(late) and st.max_rel_err_index == rel
     assert (st.nan_actual, st.posinf_expected, st.n_finite) == (1, 1, n - 2)
 
 
 @pytest.mark.parametrize("run_side", ["actual", "expected"])
-def test_ring_one_run_only_when_both_operands_are_one(run_side, lean_max, kernel_last):
+def test_ring_one_run_only_when_both_operands_are_one(run_side, lean_max, kernel_last, ring_run_last):
     """The ring over rows copies a step as one memory run (cuda/reduce.cu vg_ring_load, A.rrun)
     only when the rows are back to back in BOTH operands: here one operand is a transposed
     contiguous matrix (rows of 1024 bfloat16, one run) and the other the same values with its rows
@@ -340,6 +370,7 @@ def test_ring_one_run_only_when_both_operands_are_one(run_side, lean_max, kernel
     assert a.stride() != e.stride() and torch.equal(a, run["a"]) and torch.equal(e, run["e"])
     check3(a, e, quantiles=(0.5, 0.99))
     assert kernel_last.value == 4, f"kernel {kernel_last.value}, expected the ring (4)"
+    assert ring_run_last.value == 1, f"ring copies {ring_run_last.value}, expected split at row ends (1)"
 
 
 @pytest.mark.parametrize("dt", ["bfloat16", "float32"])
@@ -347,7 +378,7 @@ def test_ring_one_run_only_when_both_operands_are_one(run_side, lean_max, kernel
 def test_ring_index_at_random_positions_of_long_runs(layout, dt, lean_max, kernel_last):
     """The ring's flat index on runs of many warp steps (cuda/reduce.cu k_reduce_bulk, RL 1:
     each chunk's index stepped along its row by a lane's cursor, VgRowCur, while the stages of VG_BP steps rotate).
-    2^24 pairs: 16-32 steps a warp, where test_ring_reads_rows_slices_and_runs_in_another_order's
+    2^24 pairs (the latent 1.5 x 2^24): 16-32 steps a warp, where test_ring_reads_rows_slices_and_runs_in_another_order's
     inputs take one or two, so an index that goes wrong only in later steps, or in some stage or
     phase of the ring, is likely caught: 24 positions sample the (warp, step) pairs, they do not
     cover them (a planted fault in a per-step index tried and not merged -- step k's slot read
@@ -355,8 +386,10 @@ def test_ring_index_at_random_positions_of_long_runs(layout, dt, lean_max, kerne
     drawn at random in memory: the transposed matrix (4096 x 4096 `.t()`) gets an exact tie of max |a - e| and of the
     worst mismatch (|a - e| = 64, the same |e|) at the position and at the element one memory row
     earlier and one column on -- earlier in memory, higher flat index: the position must win; the
-    latent (2, 16, 512, 1024) with dim=1 (row mode, 16 slices) one largest |a - e| at the
-    position. The maxima's indices must be the planted position's, the kernel the ring."""
+    latent (3, 16, 512, 1024) with dim=1 (row mode, 16 slices of three rows of 2^19 elements apart,
+    whose row ends fall inside blocks and steps: 12288-chunk blocks of bf16, 2^16-chunk rows) one
+    largest |a - e| at the position. The maxima's indices must be the planted position's, the
+    kernel the ring."""
     lean_max.value = 0
     tdt = getattr(torch, dt)
     if layout == "transposed":
@@ -364,7 +397,7 @@ def test_ring_index_at_random_positions_of_long_runs(layout, dt, lean_max, kerne
         C = a0.shape[1]
         a, e, dim = a0.t(), e0.t(), None
     else:
-        a0, e0 = pair((2, 16, 512, 1024), tdt, seed=12)
+        a0, e0 = pair((3, 16, 512, 1024), tdt, seed=12)
         a, e, dim = a0, e0, 1
     af, ef = a0.view(-1), e0.view(-1)  # memory order
     n = af.numel()
@@ -389,6 +422,30 @@ def test_ring_index_at_random_positions_of_long_runs(layout, dt, lean_max, kerne
         assert st.worst_mismatch_index == want, f"{layout} {dt}: memory position {p}"
         for q, (x, y) in zip(touched, saved):
             af[q], ef[q] = x, y
+
+
+@pytest.mark.parametrize("apart", [False, True])
+def test_ring_index_rows_wrapping_inside_one_chunk_steps(apart, lean_max, kernel_last):
+    """The ring's flat index where a one-chunk-a-lane step (RB 1: float32 pairs, 8 pairs a chunk,
+    256-chunk steps) crosses a row end inside most steps (cuda/reduce.cu k_reduce_bulk, VgRowCur):
+    rows of 1280 float32 elements are 160 chunks, so a lane's cursor moves 96 columns on a step and
+    wraps every few steps (RUN_LAYOUTS' rows of 64-256 chunks divide the 256-chunk step: no wrap
+    inside a step; a review of 2026-12-05). The rows back to back (a transposed 2000 x 1280 matrix:
+    one run, A.rrun) or 1536 apart (the split copies). At 24 positions drawn at random in memory, a
+    largest |a - e| (64, exact): its index must be the position's, the kernel the ring."""
+    lean_max.value = 0
+    a0, e0 = pair((2000, 1536 if apart else 1280), torch.float32, seed=13)
+    a0, e0 = a0[:, :1280], e0[:, :1280]
+    a, e = a0.t(), e0.t()  # (1280, 2000): memory rows of 1280, the inner axis
+    rng = np.random.default_rng(6)
+    for p in rng.choice(2000 * 1280, 24, replace=False).tolist():
+        r, c = divmod(p, 1280)
+        saved = (a0[r, c].clone(), e0[r, c].clone())
+        e0[r, c], a0[r, c] = 0.5, 64.5
+        st = vgct_ext.compare(a, e, quantiles=None)
+        assert kernel_last.value == 4, f"apart={apart}: kernel {kernel_last.value}, expected the ring"
+        assert st.max_abs_err == 64.0 and st.max_abs_err_index == (c, r), f"apart={apart}: position {p}"
+        a0[r, c], e0[r, c] = saved
 
 
 def test_negative_strides_cupy():
