@@ -329,6 +329,11 @@ struct FastGate {
   GateHeld *held;
   unsigned *glob;
   unsigned k; /* the warp's steps so far (vg_gate_refresh's poll) */
+  /* the grid's words lane 0 asked for at the last refresh (vg_gate_ask) and
+     the next refresh takes (vg_gate_take): pend, warp-uniform, says one is
+     in flight; q0..q2 (lane 0's; 0 elsewhere, and 0 raises nothing) */
+  uint32_t q0, q1, q2;
+  bool pend;
 };
 
 /* The grid's shared thresholds: three words in the workspace (bits of the
@@ -349,23 +354,57 @@ __device__ __forceinline__ unsigned vg_ld_relaxed(const unsigned *p) {
   return v;
 }
 
-__device__ __forceinline__ void vg_gate_exchange(HotGate &g, unsigned *glob, bool publish) {
-  uint32_t m0 = 0, m1 = 0, m2 = 0;
+/* Lane 0's half of an exchange: it publishes the warp's thresholds g
+ * (atomicMax, whose old words it keeps) or reads the words (relaxed
+ * device-scope loads: other blocks raise them meanwhile) into m0..m2; the
+ * other lanes' stay as they are. */
+__device__ __forceinline__ void vg_gate_words(const HotGate &g, unsigned *glob, bool publish,
+                                              uint32_t &m0, uint32_t &m1, uint32_t &m2) {
   if ((threadIdx.x & 31u) == 0) {
     if (publish) {
       m0 = atomicMax(glob + 0, g.mxb);
       m1 = atomicMax(glob + 1, vgct_bits_from_f32(g.crel));
       m2 = atomicMax(glob + 2, vgct_bits_from_f32(g.wx32));
-    } else { /* relaxed device-scope loads: other blocks raise the words meanwhile */
+    } else {
       m0 = vg_ld_relaxed(glob + 0);
       m1 = vg_ld_relaxed(glob + 1);
       m2 = vg_ld_relaxed(glob + 2);
     }
   }
+}
+
+/* The other half: lane 0's words to every lane, taken into g. */
+__device__ __forceinline__ void vg_gate_bcast(HotGate &g, uint32_t m0, uint32_t m1, uint32_t m2) {
   m0 = __shfl_sync(0xffffffffu, m0, 0);
   m1 = __shfl_sync(0xffffffffu, m1, 0);
   m2 = __shfl_sync(0xffffffffu, m2, 0);
   vg_gate_max(g, m0, m1, m2);
+}
+
+/* The whole exchange at once: the warp waits for the L2 round trip. */
+__device__ __forceinline__ void vg_gate_exchange(HotGate &g, unsigned *glob, bool publish) {
+  uint32_t m0 = 0, m1 = 0, m2 = 0;
+  vg_gate_words(g, glob, publish, m0, m1, m2);
+  vg_gate_bcast(g, m0, m1, m2);
+}
+
+/* The exchange in two halves a step apart (k_reduce_bulk, DEFER), so that no
+ * warp waits for the L2 round trip (an atomic's or a load's: ~1 us, against
+ * a step's ~2.5 us; ncu's stall samples put ~3% of the ring kernel's on the
+ * shuffle that waited for it, docs/performance.md 2026-12-05): vg_gate_ask,
+ * lane 0's words into fg.q0..q2, not used yet; vg_gate_take, at the warp's
+ * next refresh, broadcasts and takes them (vg_gate_max: a threshold only
+ * rises, and one taken a step late changes a chunk's path, never a result).
+ * The other kernels keep vg_gate_exchange: the three words live across
+ * their loops made k_reduce_gen and k_reduce_flat spill (ptxas sm_90). */
+__device__ __forceinline__ void vg_gate_ask(FastGate &fg, bool publish) {
+  vg_gate_words(fg.g, fg.glob, publish, fg.q0, fg.q1, fg.q2);
+  fg.pend = true;
+}
+
+__device__ __forceinline__ void vg_gate_take(FastGate &fg) {
+  vg_gate_bcast(fg.g, fg.q0, fg.q1, fg.q2);
+  fg.pend = false;
 }
 
 /* r32: vg_f32_down(rtol), which the host computed into RArgs::r32 -- the same
@@ -373,7 +412,7 @@ __device__ __forceinline__ void vg_gate_exchange(HotGate &g, unsigned *glob, boo
  * compiler then uses it where vg_fast_chunk needs it instead of redoing the
  * rounding (a widening, a float64 compare and a select) in every chunk to
  * spare a register (ptxas sm_90: 4-5 instructions a chunk). */
-template <int DA, int DE, int SC>
+template <int DA, int DE, int SC, bool DEFER = false>
 __device__ __forceinline__ void vg_gate_start(FastGate &fg, GateHeld *warp_held, unsigned *glob,
                                               double rtol, float r32) {
   if constexpr (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok) {
@@ -383,9 +422,14 @@ __device__ __forceinline__ void vg_gate_start(FastGate &fg, GateHeld *warp_held,
     fg.held = warp_held;
     fg.glob = glob;
     fg.k = 0u;
+    fg.q0 = fg.q1 = fg.q2 = 0u;
+    fg.pend = false;
     if ((threadIdx.x & 31u) == 0) *warp_held = none;
     __syncwarp();
-    if (glob) vg_gate_exchange(fg.g, glob, false);
+    if (glob) {
+      if (DEFER) vg_gate_ask(fg, false); /* taken after the first step */
+      else vg_gate_exchange(fg.g, glob, false);
+    }
   }
 }
 
@@ -397,10 +441,11 @@ __device__ __forceinline__ void vg_gate_start(FastGate &fg, GateHeld *warp_held,
  * below).  The loops below are warp-uniform (all 32 lanes run the same
  * number of steps, so fg.k is the same in every lane), so the full mask is
  * exact. */
-template <int DA, int DE, int SC>
+template <int DA, int DE, int SC, bool DEFER = false>
 __device__ __forceinline__ void vg_gate_refresh(FastGate &fg, const vgct_acc *acc, bool slow) {
   if constexpr (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok) {
     const unsigned k = fg.k++; /* the step just folded: 0, 1, 2, ... */
+    if (DEFER && fg.pend) vg_gate_take(fg); /* the words asked for a step ago */
     if (__any_sync(0xffffffffu, slow)) {
       GateHeld m;
       vg_held_from_acc(m, acc);
@@ -408,12 +453,25 @@ __device__ __forceinline__ void vg_gate_refresh(FastGate &fg, const vgct_acc *ac
       __syncwarp(); /* every lane is done reading the previous maxima */
       if ((threadIdx.x & 31u) == 0) *fg.held = m;
       __syncwarp();
-      vg_gate_derive(fg.g, m);
-      if (fg.glob) vg_gate_exchange(fg.g, fg.glob, true);
+      if (DEFER) {
+        /* the warp's own thresholds, kept above the grid's words taken before
+           (vg_gate_max: each is some held maximum's; the words asked for now
+           come a step later) */
+        HotGate own = fg.g;
+        vg_gate_derive(own, m);
+        vg_gate_max(fg.g, own.mxb, vgct_bits_from_f32(own.crel), vgct_bits_from_f32(own.wx32));
+      } else {
+        vg_gate_derive(fg.g, m); /* (raised to the grid's words just below) */
+      }
+      if (fg.glob) {
+        if (DEFER) vg_gate_ask(fg, true);
+        else vg_gate_exchange(fg.g, fg.glob, true);
+      }
     } else if (fg.glob && (k & (k + 1u)) == 0u) {
       /* the poll: the grid's thresholds read again without a fallback,
          after steps 0, 1, 3, 7, 15, ... (k & (k + 1) == 0): a threshold the
-         grid raised is taken at most k + 1 steps after step k.  Warps
+         grid raised is taken at most k + 2 steps after step k (its
+         words come a step after they are asked for: vg_gate_ask).  Warps
          typically fall back in their first step (no maximum held yet) and
          publish and read the grid's words at about the same time; a warp
          whose read came before the few warps holding the largest |d|
@@ -429,9 +487,21 @@ __device__ __forceinline__ void vg_gate_refresh(FastGate &fg, const vgct_acc *ac
          trip while the ring streams); these reads are a few a warp.
          Measured (docs/performance.md, 2026-12-05): bf16 ties at 2^28
          0.80x, their default p99 0.87x, float32 pairs 0.95x. */
-      vg_gate_exchange(fg.g, fg.glob, false);
+      if (DEFER) vg_gate_ask(fg, false);
+      else vg_gate_exchange(fg.g, fg.glob, false);
     }
   }
+}
+
+/* After the warp's last step (DEFER): the words asked for at its last
+ * refresh taken now -- lane 0 waits for its atomicMax's old words, so that
+ * the atomic is done before the block's arrival at the grid's counter,
+ * after which the last block resets the words for the next launch (a late
+ * atomic would leave a threshold of this call's data to the next call). */
+template <int DA, int DE, int SC>
+__device__ __forceinline__ void vg_gate_finish(FastGate &fg) {
+  if constexpr (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok)
+    if (fg.pend) vg_gate_take(fg);
 }
 
 /* Finish a narrow-dtype chunk by vg_fast_chunk's outcome; true when it
@@ -540,14 +610,14 @@ __device__ __forceinline__ bool vg_fold_scalar(HotAcc &h, const FastGate &g, vgc
  *   vg_thread_step   the end of a warp-uniform step of `pairs` pairs a
  *                    thread: the gate refresh, and every VG_FLUSH pairs a
  *                    flush (two-level sums). */
-template <int DA, int DE, int SC>
+template <int DA, int DE, int SC, bool DEFER = false>
 __device__ __forceinline__ vgct_acc *vg_thread_start(VAcc *vsm, HotAcc &h, FastGate &gate,
                                                      GateHeld *warp_held, unsigned *glob,
                                                      double rtol, float r32, vgct_acc &part) {
   vgct_acc *acc = &vsm[threadIdx.x].a;
   vgct_acc_init(acc, VG_SCALED(SC));
   vg_hot_init(h);
-  vg_gate_start<DA, DE, SC>(gate, warp_held, glob, rtol, r32);
+  vg_gate_start<DA, DE, SC, DEFER>(gate, warp_held, glob, rtol, r32);
   vgct_acc_init(&part, VG_SCALED(SC));
   return acc;
 }
@@ -569,10 +639,10 @@ __device__ __forceinline__ void vg_thread_flush(HotAcc &h, vgct_acc &part, vgct_
   else vg_hot_flush(h, acc);
 }
 
-template <int DA, int DE, int SC, bool SO>
+template <int DA, int DE, int SC, bool SO, bool DEFER = false>
 __device__ __forceinline__ void vg_thread_step(FastGate &gate, HotAcc &h, vgct_acc &part,
                                                vgct_acc *acc, bool slow, int &since, int pairs) {
-  vg_gate_refresh<DA, DE, SC>(gate, acc, slow);
+  vg_gate_refresh<DA, DE, SC, DEFER>(gate, acc, slow);
   if ((since += pairs) >= VG_FLUSH) {
     since = 0;
     vg_thread_flush<SC, SO>(h, part, acc);
@@ -974,7 +1044,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
   FastGate gate;
   vgct_acc part; /* scaled path only (local memory) */
   unsigned *const glob = !FLAT && A.slice_mode == 1 ? (A.sgate ? A.sgate + 3 * j : NULL) : A.gate;
-  vgct_acc *acc = vg_thread_start<DA, DE, SC>(vsm, h, gate, &held[w], glob, A.rtol, A.r32, part);
+  vgct_acc *acc = vg_thread_start<DA, DE, SC, true>(vsm, h, gate, &held[w], glob, A.rtol, A.r32, part);
   vgct_acc *cold = VG_SCALED(SC) ? &part : acc; /* where vg_pair sends the definition path */
   int since = 0;                     /* pairs since the last flush */
   constexpr bool SO = vg_sums_only<DA, DE, SC>::v; /* (vg_thread_flush) */
@@ -1107,7 +1177,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
 #ifdef VGCT_PHASE_TRACE
     pt_slow += __any_sync(0xffffffffu, slow) ? 1 : 0;
 #endif
-    vg_thread_step<DA, DE, SC, SO>(gate, h, part, acc, slow, since, B::RB * G::CH);
+    vg_thread_step<DA, DE, SC, SO, true>(gate, h, part, acc, slow, since, B::RB * G::CH);
     if constexpr (!FLAT) vg_rowcur_step(rc);
   }
 #ifdef VGCT_PHASE_TRACE
@@ -1120,6 +1190,7 @@ __global__ void __launch_bounds__(RT, 2) k_reduce_bulk(const __grid_constant__ R
     r[2] = ((unsigned long long)smid << 40) | ((unsigned long long)pt_slow << 20) | (unsigned)nstep;
   }
 #endif
+  vg_gate_finish<DA, DE, SC>(gate);
   if constexpr (WIN) vg_win_end(A.wf, wsh, wc, w, lane);
   vg_thread_flush<SC, SO>(h, part, acc);
   vg_reduce_finish<SC>(A, vsm);
