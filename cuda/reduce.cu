@@ -39,7 +39,8 @@
  *                  apart in memory, the slices of row mode (per-channel
  *                  statistics) -- a warp step copied one bulk copy a row it
  *                  touches (vg_ring_load; one copy when the rows are back to
- *                  back in memory, A.rrun: a transposed matrix), each chunk's
+ *                  back in memory, a transposed matrix, or when every block
+ *                  lies inside one row: A.rrun), each chunk's
  *                  flat index stepped along its row (VgRowCur).
  *                  Each warp streams its own runs of chunks through a ring of 2
  *                  or 3 shared-memory stages filled by the copy engine
@@ -494,9 +495,11 @@ __device__ __forceinline__ void vg_gate_refresh(FastGate &fg, const vgct_acc *ac
 }
 
 /* After the warp's last step (DEFER): the words asked for at its last
- * refresh taken now -- lane 0 waits for its atomicMax's old words, so that
- * the atomic is done before the block's arrival at the grid's counter,
- * after which the last block resets the words for the next launch (a late
+ * refresh taken now.  What orders a pending atomicMax before the last
+ * block's reset of the words for the next launch is the block barrier and
+ * the arrival's release at the grid's counter (vg_last_block), which the
+ * last block acquires -- as for every atomic before this change; the take
+ * only adds that lane 0 has its old words (a review, 2026-12-05: a late
  * atomic would leave a threshold of this call's data to the next call). */
 template <int DA, int DE, int SC>
 __device__ __forceinline__ void vg_gate_finish(FastGate &fg) {
@@ -949,9 +952,11 @@ template <int DA, int DE, int WIN = 0, int RL = 0> struct vg_bulk {
  *   vg_ring_load   start the copies of chunks [cb, cb + nf) into a stage,
  *                  chunk i at byte 16 NV i of the operand's part, whatever
  *                  row it is in; when the rows are back to back in both
- *                  operands (A.rrun, the host's: a row's stride is its
- *                  length, as in a transposed contiguous matrix, whose memory
- *                  is one run read in another logical order) one copy an
+ *                  operands (a row's stride is its length, as in a
+ *                  transposed contiguous matrix, whose memory is one run read
+ *                  in another logical order), or every block lies inside one
+ *                  row (cpb divides cpr: row mode's channels), A.rrun, the
+ *                  host's: one copy an
  *                  operand, as FLAT: lane 0's division and split a step
  *                  (~6% of the transposed row's time, H100, docs/
  *                  performance.md 2026-12-05 19:27 UTC) only for rows apart;
