@@ -124,12 +124,19 @@ def test_device_props_on_cpu_only_build():
         _C.device_props(0)
 
 
+def _nvcc():
+    """nvcc as setup.py's _find_nvcc finds it ($CUDA_HOME or $CUDA_PATH /bin, else PATH), or None."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        home = os.environ.get(var)
+        if home and os.access(os.path.join(home, "bin", "nvcc"), os.X_OK):
+            return os.path.join(home, "bin", "nvcc")
+    return shutil.which("nvcc")
+
+
 def test_nvcc_presence_decides_cuda_build():
     """A tree with cuda/*.cu built where nvcc exists (and VGCT_CUDA != 0) has CUDA compiled in."""
     cu = list((ROOT / "cuda").glob("*.cu"))
-    nvcc = (os.environ.get("CUDA_HOME") and os.path.exists(os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc"))) \
-        or shutil.which("nvcc")
-    if not (cu and nvcc) or os.environ.get("VGCT_CUDA") == "0":
+    if not (cu and _nvcc()) or os.environ.get("VGCT_CUDA") == "0":
         pytest.skip("no nvcc or no cuda/*.cu, or VGCT_CUDA=0: CPU-only build expected")
     assert vgct_ext.build_info()["cuda_compiled"], "nvcc and cuda/*.cu present but the module has no CUDA"
 
@@ -349,3 +356,57 @@ def test_the_completion_word_is_stored_last_after_a_system_fence():
         assert "}" not in block, block  # the call is in that block, after everything it stores
         wanted = ["*A.res = sm[0].a;", "A.gate[0] = A.gate[1] = A.gate[2] = 0u;"] + (["*A.counter = 0;"] if k else [])
         assert all(w in block for w in wanted), (k, block)
+
+
+def _ring_kernel_spills(source: str, tmp_path: Path) -> dict:
+    """{k_reduce_bulk instantiation (mangled): (registers, spill store bytes, spill load bytes)} from
+    ptxas -v on ``source`` (a cuda/reduce.cu text) compiled for sm_90 as setup.py compiles it."""
+    src = tmp_path / "reduce.cu"
+    src.write_text(source)
+    cmd = [_nvcc(), "-O3", "-std=c++17", "-ftz=false", "-I", str(ROOT / "csrc"), "-I", str(ROOT / "cuda"),
+           "-gencode", "arch=compute_90,code=sm_90", "-Xptxas", "-v", "-cubin", "-o", str(tmp_path / "r.cubin"),
+           str(src)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0 and "Unsupported gpu architecture" in out.stderr:
+        pytest.skip(f"this nvcc ({_nvcc()}) does not target sm_90, the ring kernel's architecture")
+    assert out.returncode == 0, out.stderr[-2000:]
+    found, cur = {}, None
+    for line in out.stderr.splitlines():
+        m = re.search(r"(?:Compiling entry function|Function properties for) '?(\w+)'?", line)
+        if m:
+            cur = m.group(1) if "k_reduce_bulk" in m.group(1) else None
+            continue
+        if cur is None:
+            continue
+        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            regs, _, _ = found.get(cur, (None, 0, 0))
+            found[cur] = (regs, int(m.group(1)), int(m.group(2)))
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            _, st, ld = found.get(cur, (None, 0, 0))
+            found[cur] = (int(m.group(1)), st, ld)
+    return found
+
+
+#: the ring kernel's spills known and measured (bytes stored, loaded): the fused window's every-pair
+#: variant (WIN 2) for float16 and bfloat16 pairs, 4 bytes (one store before the loop, one load in the
+#: gate's held-maxima merge: docs/performance.md, 2026-12-05 14:10-14:40 UTC); every other variant none
+RING_SPILL_KNOWN = {"_Z13k_reduce_bulkILi6ELi6ELi0ELi2ELi0EEv5RArgs": (4, 4),
+                    "_Z13k_reduce_bulkILi7ELi7ELi0ELi2ELi0EEv5RArgs": (4, 4)}
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="no nvcc here: ptxas reports the kernels' registers")
+def test_ring_kernels_do_not_spill_more(tmp_path):
+    """The ring kernel (cuda/reduce.cu k_reduce_bulk, every instantiation) holds its state in registers
+    under __launch_bounds__(256, 2) (at most 128 a thread): a spill puts local-memory traffic in the
+    hot loop of every large call (a review of 2026-12-05: four variants sit at 127-128 registers since
+    the gate words were deferred). ptxas -v for sm_90, as setup.py compiles it (~40 s): no variant may
+    spill more than RING_SPILL_KNOWN says; planted: the same source at three blocks an SM (85
+    registers) spills in all 22 (checked 2026-12-05)."""
+    found = _ring_kernel_spills((ROOT / "cuda" / "reduce.cu").read_text(), tmp_path)
+    assert len(found) >= 20, f"k_reduce_bulk instantiations not found in ptxas -v: {sorted(found)}"
+    over = {k: v for k, v in found.items()
+            if v[1] > RING_SPILL_KNOWN.get(k, (0, 0))[0] or v[2] > RING_SPILL_KNOWN.get(k, (0, 0))[1]}
+    assert not over, f"k_reduce_bulk spills beyond RING_SPILL_KNOWN (registers, store bytes, load bytes): {over}"
+    assert all(v[0] is not None and v[0] <= 128 for v in found.values()), found
