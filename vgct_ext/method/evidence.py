@@ -83,6 +83,7 @@ import inspect
 import json
 import math
 import os
+import shlex
 import statistics
 import threading
 import time
@@ -632,11 +633,24 @@ def _no_file(path: Path, given: Union[str, "os.PathLike[str]", None] = None) -> 
     return f": no such file ({full}{rel})"
 
 
+#: what to do with an evidence file that is not one (malformed JSON, a merge's conflict markers, a field of the
+#: wrong kind): a calibration merges into the file and stops at the same error, so it must be mended first
+UNREADABLE_FIX = ("A calibration merges into this file and stops at the same error: restore the file from version "
+                  "control (e.g. git checkout -- FILE, or finish the merge that left conflict markers in it), or "
+                  "remove it if it holds nothing worth keeping, then record the evidence again.")
+
+
+def _unreadable_fix(path: Union[str, "os.PathLike[str]"]) -> str:
+    return UNREADABLE_FIX.replace("FILE", shlex.quote(os.fspath(path)))
+
+
 def _find_entry(path: Path, key: str, stratum: str, what: str,
                 given: Union[str, "os.PathLike[str]", None] = None) -> Tuple[Optional[dict], Optional[str]]:
     try:
         data = _load_for_gate(path)
-    except (OSError, ValueError) as exc:
+    except ValueError as exc:  # not an evidence file: calibrating first would fail the same way
+        return None, f"evidence file unreadable: {exc}. {_unreadable_fix(path)} {_calibrate_hint(stratum, key)}"
+    except OSError as exc:
         return None, f"evidence file unreadable: {exc}. {_calibrate_hint(stratum, key)}"
     strata = data["entries"].get(key)
     if not strata:
@@ -1539,6 +1553,10 @@ def _passed(session: Any, test: Any) -> bool:
     return t.get("outcome") == "passed" and t.get("call") == "passed" and not t.get("rerun")
 
 
+class _Unreadable(Exception):
+    """write_calibration: the evidence file exists and is not one (its ValueError the cause)."""
+
+
 def write_calibration(session: Any, command: str) -> List[Dict[str, Any]]:
     """Merge every queued calibration into its evidence file (runs of tests that did not pass are dropped) under the
     file's lock, write each file atomically, and return what changed (one dict per entry, see
@@ -1561,7 +1579,10 @@ def write_calibration(session: Any, command: str) -> List[Dict[str, Any]]:
     for path, items in sorted(by_file.items()):
         try:
             with locked(path):
-                data = load(path)
+                try:
+                    data = load(path)
+                except ValueError as exc:  # not an evidence file (OSError: as every other write error)
+                    raise _Unreadable() from exc
                 data["format"] = FORMAT
                 changes = []
                 for key, stratum, slot in items:
@@ -1590,6 +1611,8 @@ def write_calibration(session: Any, command: str) -> List[Dict[str, Any]]:
                             stale = bool(tests) and all(t in ran and t not in session.failed_tests for t in tests)
                             unused.append({"file": path, "key": key, "stratum": stratum, "tests": tests,
                                            "stale": stale})
+        except _Unreadable as exc:
+            errors.append(f"evidence not written to {path}: {exc.__cause__}. {_unreadable_fix(path)}")
         except (OSError, ValueError) as exc:
             errors.append(f"evidence not written to {path}: {exc}")
     session.evidence_errors = errors

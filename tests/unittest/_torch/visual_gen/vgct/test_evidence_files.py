@@ -1633,6 +1633,9 @@ GOOD = {"dtype_actual": "float64", "dtype_expected": "float64", "shape": [16], "
      f"field entries['c | f']['{STRATUM}'].investigation"),
 ])
 def test_malformed_evidence_names_file_and_field(tmp_path, capsys, text, field):
+    """A file that is not evidence is refused naming the file and the field, by load, the gate and the CLI; the
+    gate's message says to restore or remove the file before calibrating (a calibration merges into it and stops
+    at the same error: the calibrate command alone, which the message used to offer, fails; 2026-12-05)."""
     path = tmp_path / "bad.vgct-evidence.json"
     path.write_text(text)
     with pytest.raises(ValueError) as ei:
@@ -1642,6 +1645,8 @@ def test_malformed_evidence_names_file_and_field(tmp_path, capsys, text, field):
     with expect_evidence_missing() as gi:  # the gate fails with the same words, never AttributeError
         assert_t2(e, e, component="c", feature="f", evidence=path)
     assert str(path) in str(gi.value) and field in str(gi.value)
+    fix = ev.UNREADABLE_FIX.replace("FILE", str(path))
+    assert fix in str(gi.value) and str(gi.value).index(fix) < str(gi.value).index("--vgct-calibrate")
     assert cli(["evidence", "show", str(path)]) == 2 and field in capsys.readouterr().err
 
 
@@ -1722,7 +1727,9 @@ def test_f(vgct):
     assert result.ret == pytest.ExitCode.TESTS_FAILED  # (not 3, pytest's INTERNAL_ERROR)
     result.stdout.fnmatch_lines([f"*vgct ERROR: evidence not written to {pa}: {pa}: evidence field entries[[]"
                                  f"'c | f'[]][[]'{STRATUM}'[]].runs[[]0[]].p99: expected a finite number (a float64) "
-                                 f"or null, got an integer of 401 digits"])
+                                 f"or null, got an integer of 401 digits. A calibration merges into this file and "
+                                 f"stops at the same error: restore the file from version control (e.g. git checkout "
+                                 f"-- {pa}, *"])
     assert pa.read_text() == before
     assert "c | f" in _evidence(pytester, "test_b")["entries"]
     report = json.loads((pytester.path / "r.json").read_text())
