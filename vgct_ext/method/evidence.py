@@ -733,8 +733,7 @@ def _unusable(entry: Mapping[str, Any], path: Path, key: str, stratum: str, kind
         if not headroom_ok(h):
             return (f"T2 evidence for {key!r} on {stratum} in {path} was derived with headroom {h!r}, outside "
                     f"[0, {MAX_HEADROOM:g}]: its bars are wider than the method allows. {hint}")
-    runs = entry.get("runs")
-    runs = [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
+    runs = _entry_runs(entry)
     dev = str(entry.get("device") or "")
     if not described_in_stratum(dev, stratum):
         return (f"{kind} evidence for {key!r} on {stratum} in {path} cannot gate: it was recorded on {dev!r}, "
@@ -1343,6 +1342,12 @@ def _outlier_runs(runs: Sequence[Mapping[str, Any]], floor_u: Optional[float] = 
                    _outlier_findings(runs, refuse=True, floor_u=floor_u, zero_u=zero_u).values() for r in rs})
 
 
+def _entry_runs(entry: Mapping[str, Any]) -> List[Mapping[str, Any]]:
+    """The entry's runs that are records (a hand-edited file may hold anything: the gate's checks name it)."""
+    runs = entry.get("runs")
+    return [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
+
+
 def _has_note(entry: Mapping[str, Any]) -> bool:
     note = entry.get("investigation")
     return isinstance(note, str) and bool(note.strip())
@@ -1357,8 +1362,7 @@ def outlier_refusal(entry: Mapping[str, Any], path: Any, key: str, stratum: str,
     seeds). ``what``: "T2" or "T1 floor"."""
     if _has_note(entry):
         return None
-    runs = entry.get("runs")
-    runs = [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
+    runs = _entry_runs(entry)
     u = _pair_u(entry)
     found = _outlier_findings(runs, refuse=True, floor_u=u if what == "T1 floor" else None, zero_u=u)
     if not found:
@@ -1522,7 +1526,7 @@ def merge_entry(old: Optional[Mapping[str, Any]], slot: Mapping[str, Any], new_r
     # fewer runs loosen the bars by the rule alone)
     rederived = old_runs is not None
     if old_runs is None:
-        old_runs = [r for r in (old or {}).get("runs") or [] if isinstance(r, dict)]
+        old_runs = _entry_runs(old or {})
     if out_runs and entry["investigation"] and (not set(out_runs) <= set(_outlier_runs(old_runs, floor_u, u)) or
                                                 (change["looser"] and not rederived)):
         entry["investigation"] = None
@@ -1553,10 +1557,6 @@ def _passed(session: Any, test: Any) -> bool:
     return t.get("outcome") == "passed" and t.get("call") == "passed" and not t.get("rerun")
 
 
-class _Unreadable(Exception):
-    """write_calibration: the evidence file exists and is not one (its ValueError the cause)."""
-
-
 def write_calibration(session: Any, command: str) -> List[Dict[str, Any]]:
     """Merge every queued calibration into its evidence file (runs of tests that did not pass are dropped) under the
     file's lock, write each file atomically, and return what changed (one dict per entry, see
@@ -1582,7 +1582,8 @@ def write_calibration(session: Any, command: str) -> List[Dict[str, Any]]:
                 try:
                     data = load(path)
                 except ValueError as exc:  # not an evidence file (OSError: as every other write error)
-                    raise _Unreadable() from exc
+                    errors.append(f"evidence not written to {path}: {exc}. {_unreadable_fix(path)}")
+                    continue
                 data["format"] = FORMAT
                 changes = []
                 for key, stratum, slot in items:
@@ -1611,8 +1612,6 @@ def write_calibration(session: Any, command: str) -> List[Dict[str, Any]]:
                             stale = bool(tests) and all(t in ran and t not in session.failed_tests for t in tests)
                             unused.append({"file": path, "key": key, "stratum": stratum, "tests": tests,
                                            "stale": stale})
-        except _Unreadable as exc:
-            errors.append(f"evidence not written to {path}: {exc.__cause__}. {_unreadable_fix(path)}")
         except (OSError, ValueError) as exc:
             errors.append(f"evidence not written to {path}: {exc}")
     session.evidence_errors = errors
@@ -1771,7 +1770,7 @@ def remove_test(path: Union[str, "os.PathLike[str]"], key: str, test: str, strat
                                           headroom=float(entry.get("headroom", 0.5)),
                                           command=str(entry.get("command", "")), now=_now(), key=key, stratum=s,
                                           path=str(path),
-                                          old_runs=[r for r in entry.get("runs") or [] if isinstance(r, dict)])
+                                          old_runs=_entry_runs(entry))
             except AmbiguousGate as exc:
                 raise AmbiguousGate(f"{exc} (after removing {test!r}'s runs; nothing was written)") from exc
             except ValueError as exc:
