@@ -189,12 +189,19 @@ def evidence_path(explicit: Union[str, "os.PathLike[str]", None] = None) -> Path
     writes it at the session's end, when the directory may be another), else ``<module stem>.vgct-evidence.json``
     next to the running test's module (from the pytest plugin), else next to the calling file. Raises
     ``RuntimeError`` if none is known, ``ValueError`` for an empty ``explicit`` (``os.path.abspath("")`` is the
-    working directory, which read as evidence= a folder)."""
+    working directory, which read as evidence= a folder), ``IsADirectoryError`` for an ``explicit`` that names an
+    existing folder (``Path("")`` is ``"."``, the working directory: it failed later as an "unreadable" file
+    whose advice was to restore or remove it)."""
     if explicit is not None:
         if not os.fspath(explicit):
             raise ValueError("evidence='' is an empty path; expected the evidence file's path (or leave evidence= "
                              "out for <test module>.vgct-evidence.json next to the test)")
-        return Path(os.path.abspath(explicit))
+        path = Path(os.path.abspath(explicit))
+        if path.is_dir():
+            raise IsADirectoryError(f"evidence={os.fspath(explicit)!r} names the folder {path}; expected the "
+                                    f"evidence JSON file's path in it, e.g. {path / ('<test module>' + SUFFIX)} "
+                                    f"(or leave evidence= out for that file next to the test)")
+        return path
     t = _context.current_test()
     module = t.path if t is not None and t.path is not None else _caller_file()
     if module is None:

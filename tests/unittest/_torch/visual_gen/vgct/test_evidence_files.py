@@ -8,6 +8,7 @@ import errno
 import json
 import multiprocessing
 import os
+import re
 import time
 from pathlib import Path
 
@@ -1472,6 +1473,10 @@ def test_a_bad_evidence_path_fails_at_once_and_creates_nothing(tmp_path):
             pass
     with pytest.raises(ValueError, match="evidence='' is an empty path"):
         ev.evidence_path("")
+    for folder in (Path(""), ".", str(tmp_path), tmp_path):  # Path("") is "." (a carried note)
+        with pytest.raises(IsADirectoryError, match=f"evidence='{re.escape(os.fspath(folder))}' names the folder "
+                           f"{re.escape(os.path.abspath(folder))}; expected the evidence JSON file's path"):
+            ev.evidence_path(folder)
     with _files.locked(tmp_path / "ok.json"):  # an existing folder: as before
         assert (tmp_path / ("ok.json" + _files.LOCK_SUFFIX)).exists()
 
