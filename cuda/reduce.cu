@@ -500,7 +500,10 @@ __device__ __forceinline__ void vg_gate_refresh(FastGate &fg, const vgct_acc *ac
  * the arrival's release at the grid's counter (vg_last_block), which the
  * last block acquires -- as for every atomic before this change; the take
  * only adds that lane 0 has its old words (a review, 2026-12-05: a late
- * atomic would leave a threshold of this call's data to the next call). */
+ * atomic would leave a threshold of this call's data to the next call).
+ * Dropped, the grid's words still read zero after every call (test_gpu.py
+ * test_gate_words_left_zero_after_every_call), but the 2^28 rows ran
+ * 1.005-1.018x slower (H200, 2026-12-06 docs/performance.md): kept. */
 template <int DA, int DE, int SC>
 __device__ __forceinline__ void vg_gate_finish(FastGate &fg) {
   if constexpr (SC == VG_MODE_FAST && vg_fast<DA, DE>::ok)
@@ -1733,8 +1736,8 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_signal = 0;
 }
 
 /* workspace layout (bytes from d_ws) */
-/* (WS_COUNTER 0, WS_RES 4096: vgct_cuda_internal.cuh, used by the chained kernels) */
-#define WS_GATE 16 /* 3 words: the grid's shared gate thresholds */
+/* (WS_COUNTER 0, WS_GATE 16, WS_RES 4096: vgct_cuda_internal.cuh, used by the
+   chained kernels and a test hook) */
 #define WS_SRES (WS_RES + 256)
 #define WS_PART (WS_SRES + (size_t)VG_SLICE_CHUNK * sizeof(vgct_slice_acc) + 256)
 #define WS_SGATE (WS_PART + (size_t)VG_MAX_PARTS * sizeof(vgct_acc)) /* 3 words per slice */

@@ -2528,6 +2528,10 @@ __attribute__((visibility("default"))) long long vgct_cuda_test_cbuf_last[2] = {
    error) -- zero, unless a kernel that arrived at it (the reduction's blocks,
    k_sel_coop's with nothing to select) did not leave it so */
 __attribute__((visibility("default"))) long long vgct_cuda_test_counter[2] = {0, -1};
+/* vgct_cuda_test_gate_words[0] = 1: the same, for the whole-tensor gate
+   thresholds' three words (WS_GATE) into [1..3] -- zero after every call: a
+   word left raised would gate the next call's pairs with this call's maxima */
+__attribute__((visibility("default"))) long long vgct_cuda_test_gate_words[4] = {0, -1, -1, -1};
 /* the host round trips (runtime.cu vgct_cuda_test_syncs) the last vgct_cuda_compare made
    before its reduction's launch: 0 since the fused window's way is chosen on the device */
 __attribute__((visibility("default"))) long long vgct_cuda_test_syncs_pre_last = -1;
@@ -3562,6 +3566,14 @@ extern "C" int vgct_cuda_compare(const vgct_view *a, const vgct_view *e, const v
         !cx.check(cx.sync(), "cudaStreamSynchronize (test hook: the counter)"))
       return cx.rc;
     vgct_cuda_test_counter[1] = c;
+  }
+  if (vgct_cuda_test_gate_words[0]) { /* test hook: the gate words after the call */
+    unsigned w[3] = {0xffffffffu, 0xffffffffu, 0xffffffffu};
+    if (!cx.check(cudaMemcpyAsync(w, ws->d_ws + WS_GATE, sizeof w, cudaMemcpyDeviceToHost, cx.stream),
+                  "cudaMemcpyAsync (test hook: the gate words)") ||
+        !cx.check(cx.sync(), "cudaStreamSynchronize (test hook: the gate words)"))
+      return cx.rc;
+    for (int i = 0; i < 3; ++i) vgct_cuda_test_gate_words[1 + i] = w[i];
   }
   if (chain.launched) { /* the hooks of the selection it replaces */
     for (int i = 0; i < 6; ++i) vgct_cuda_test_sel_last[i] = 0;

@@ -180,8 +180,10 @@ int vg_prepare(const vgct_view *a, const vgct_view *e, int slice_dim, IterSpec *
 /* The reduction's words of the workspace (bytes from DevWS.d_ws) that a
  * kernel chained behind it reads (VgChain; the rest of reduce.cu's layout is
  * there): its last-block counter, left zero by every launch's last block, and
- * its result record. */
+ * its result record; and the grid's three gate words (cuda/reduce.cu), left
+ * zero by the same block (select.cu's test hook reads them back). */
 #define WS_COUNTER 0
+#define WS_GATE 16
 #define WS_RES 4096
 
 struct DevWS {

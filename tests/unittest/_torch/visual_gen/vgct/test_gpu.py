@@ -518,6 +518,79 @@ def test_shared_thresholds_reset_between_calls(dt, lean_max):
            quantiles=(0.5,))  # the general kernel (rows of 1021: not whole chunks)
 
 
+@pytest.fixture
+def gate_words():
+    """The whole-tensor gate words read back after every compare (cuda/select.cu
+    vgct_cuda_test_gate_words): a function returning the last three; the hook off after."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    h = (ctypes.c_longlong * 4).in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_gate_words")
+    h[0] = 1
+    yield lambda: (h[1], h[2], h[3])
+    h[0], h[1], h[2], h[3] = 0, -1, -1, -1
+
+
+@pytest.fixture
+def blocks_per_sm():
+    """The reduce's grid hook (cuda/reduce.cu vgct_cuda_test_bpsm): .value = k aims the fast
+    kernels' grids at k blocks an SM (k > 2: several waves); reset to the default after."""
+    import ctypes
+
+    from vgct_ext import _C
+
+    h = ctypes.c_longlong.in_dll(ctypes.CDLL(_C.__file__), "vgct_cuda_test_bpsm")
+    yield h
+    h.value = 0
+
+
+def test_gate_words_left_zero_after_every_call(lean_max, gate_words, blocks_per_sm, kernel_last,
+                                               fuse_hooks):
+    """The grid's gate words (cuda/reduce.cu: raised by atomicMax from every warp that falls back,
+    read by the others, reset by the last block for the next launch; k_reduce_bulk takes a
+    warp's words a step after it asks for them, vg_gate_ask) must read zero after every call,
+    whatever the kernel, grid or timing: a word left raised -- an atomic landing after the reset
+    -- gates the next call's pairs with this call's maxima, which skips its own (a review of
+    2026-12-05 asked for this check; test_shared_thresholds_reset_between_calls sees only a
+    leak that changes a result). |a - e| grows with the flat index (every warp raises its maxima
+    in its last step, so its last publish is the one in flight at its end), 2^23 pairs: the flat
+    ring (bf16, fp32, and a bf16 p99 through the fused window, hook vgct_cuda_test_fuse 5), its
+    rows (a transposed matrix), the general kernel (rows of 2045), one block, each asserted by
+    the kernel hook; grids of 2 and 8 blocks an SM alternately (8: several waves, blocks ending
+    while others run), 40 rounds; every tenth round a small-|d| call after them is checked
+    against the CPU engine."""
+    lean_max.value = 0
+    fuse_off, fuse_last = fuse_hooks
+    n = 1 << 23
+    ramp = torch.linspace(0.0, 1.0, n, device=DEV, dtype=torch.float64)
+    base = torch.randn(n, generator=_gen(GEN_SEED + 91), device=DEV, dtype=torch.float64)
+    cases = []  # (name, a, e, quantiles, the kernel hook's value, fused)
+    for dt in (torch.bfloat16, torch.float32):
+        e = base.to(dt)
+        a = (base + ramp * 4.0).to(dt)
+        cases.append((f"{dt} flat", a, e, None, 4, False))
+        if dt == torch.bfloat16:
+            cases.append((f"{dt} flat p99", a, e, (0.99,), 4, True))
+        cases.append((f"{dt} transposed", a.view(4096, -1).t(), e.view(4096, -1).t(), None, 4, False))
+        cases.append((f"{dt} general", a.view(4096, -1)[:, 3:].t(), e.view(4096, -1)[:, 3:].t(), None, 2,
+                      False))
+        cases.append((f"{dt} one block", a[:4096], e[:4096], None, 4, False))
+    small = pair((1 << 20,), torch.bfloat16, rel=1e-4, seed=92)
+    for rnd in range(40):
+        blocks_per_sm.value = (0, 8)[rnd % 2]
+        for name, a, e, qs, kernel, fused in cases:
+            fuse_off.value = 5 if fused else 0
+            vgct_ext.compare(a, e, quantiles=qs)
+            assert kernel_last.value == kernel, f"{name}: kernel {kernel_last.value}, expected {kernel}"
+            assert (fuse_last.value != 0) == fused, f"{name}: fused {fuse_last.value}"
+            assert gate_words() == (0, 0, 0), f"round {rnd}, {name}: gate words {gate_words()} left raised"
+        if rnd % 10 == 9:
+            fuse_off.value = 0
+            check3(*small, quantiles=(0.5,), oracle=False)
+            assert gate_words() == (0, 0, 0)
+
+
 @pytest.mark.parametrize("dt", ["bfloat16", "float32"])
 def test_polled_thresholds_keep_the_lowest_index_of_a_tied_maximum(dt, lean_max, kernel_last):
     lean_max.value = 0  # the shared thresholds live in the fast-path kernels only
