@@ -42,7 +42,8 @@ the worst run (16 times for 1 - cosine, which scales like relative L2 squared): 
 drift than the others (a cache that did not hit, a feature inactive on that input) widens the log-scale spread
 without bound, and an uncapped bar would then pass any bug (a 50 % scale error passed one). A capped entry
 gets a warning to investigate, and a cosine bar is never below -1. A run whose relative L2 is ``OUTLIER_RATIO`` = 4
-times the low median of its test's runs is named with its test and seed, for T2 bars and T1 floors alike (bars follow
+times the low median of its test's runs, or whose per-channel relative L2 is ``CHANNEL_OUTLIER_RATIO`` = 3 times
+theirs (a bug in one channel), is named with its test and seed, for T2 bars and T1 floors alike (bars follow
 the worst run: a bug present on some inputs while calibrating becomes the bar), and the entry gates nothing until an
 investigation note explains it or a recalibration removes it (:func:`outlier_refusal`); a run at ``WARN_RATIO`` = 8
 times the low median of another statistic (64 for 1 - cosine; or non-zero where that median is 0; not the
@@ -1245,12 +1246,22 @@ def _legacy_test(old: Mapping[str, Any]) -> Optional[str]:
 #: bars and floors follow the worst run, so a bug present on some inputs when calibrating becomes the bar
 #: (new-user trials of 2026-12-05: one bugged seed of five raised a T1 floor 66x without a word; at 8x, a seed
 #: at 7.85x loosened the bars 21x unnamed, and a calibration's warnings were never seen again when gating).
-#: Relative L2 alone: it averages over the tensor, so clean seeds agree -- the repository's 14 entries of 3+
+#: Relative L2 (and the per-channel one, CHANNEL_OUTLIER_RATIO): it averages over the tensor, so clean seeds agree -- the repository's 14 entries of 3+
 #: runs measure worst / low median 1.07-1.44, and bf16 rounding of normal, Student-t(3), log-normal and softmax
 #: data of 8-4096 elements reaches 4x in 0-2 % of 5-seed calibrations (8 elements; 0 from 64 on); a maximum
 #: (max abs error), 1 - cosine of a peaked tensor, or one exact seed among inexact ones vary far more on clean
 #: data (a review: 5-90 % of such calibrations), and are only warned about (WARN_RATIO).
 OUTLIER_RATIO = 4.0
+#: The same for the per-channel relative L2 (``channel_rel_l2``, the largest of the channels' relative L2 errors):
+#: each channel's error averages over that channel, so clean seeds agree as they do for relative L2, while a bug in
+#: one channel moves it alone (a new-user trial of 2026-12-06: an offset in one channel of 64 on one seed of five
+#: measured 3.6x the others' per-channel relative L2 and 1.2x their relative L2, and loosened the per-channel bars
+#: 9-15x without a word; the bug then passed on every seed). Measured clean: bf16 rounding of normal, Student-t(3),
+#: log-normal and softmax data, 4-320 channels of 16-4096 elements, 40 five-seed calibrations each (1920): the
+#: worst run never reached 2.5x the low median (medians 1.01-1.24x); the repository's entries: at most 1.66x.
+CHANNEL_OUTLIER_RATIO = 3.0
+#: The statistics :func:`outlier_refusal` refuses for, and their ratios.
+REFUSE_RATIOS = {"rel_l2": OUTLIER_RATIO, "channel_rel_l2": CHANNEL_OUTLIER_RATIO}
 #: The other statistics' warning ratio (1 - cosine: its square); a run non-zero where the others' low median
 #: is 0 is warned about too.
 WARN_RATIO = 8.0
@@ -1286,10 +1297,11 @@ def _outlier_findings(runs: Sequence[Mapping[str, Any]], *, refuse: bool = False
                       zero_u: Optional[float] = None) -> Dict[str, Tuple[str, List[Mapping[str, Any]]]]:
     """For each statistic some of whose runs measured at least its ratio times the low median of their test's
     runs (``statistics.median_low``: a run's own value when their number is odd, the lower middle one when it
-    is even; three runs of the test or more) -- relative L2 ``OUTLIER_RATIO``, the others ``WARN_RATIO`` (1 -
-    cosine its square; not the per-channel mean shift, a signed mean near 0) -- or, for a warning, above 0
-    where that median is 0: ``(text, runs)``, a sentence naming every such run's test and seed, worst first,
-    and those runs. ``refuse``: relative L2 alone (what :func:`outlier_refusal` refuses), where the median is 0
+    is even; three runs of the test or more) -- relative L2 ``OUTLIER_RATIO``, the per-channel relative L2
+    ``CHANNEL_OUTLIER_RATIO``, the others ``WARN_RATIO`` (1 - cosine its square; not the per-channel mean shift, a
+    signed mean near 0) -- or, for a warning, above 0 where that median is 0: ``(text, runs)``, a sentence naming
+    every such run's test and seed, worst first, and those runs. ``refuse``: those two statistics alone
+    (``REFUSE_RATIOS``, what :func:`outlier_refusal` refuses), where the median is 0
     only a run above ``zero_u`` (the pair's unit roundoff: a real error, not a few ties rounded the other way);
     ``floor_u``: values raised to it first (a T1 floor's resolution: below it the gate is the same). A test with
     fewer than three runs in a pooled entry is compared with the low median of all the runs. The low median is a
@@ -1299,10 +1311,10 @@ def _outlier_findings(runs: Sequence[Mapping[str, Any]], *, refuse: bool = False
     groups = _owner_groups(runs)
     # (a median of 0: the feature exact on most seeds, and not on these -- warned; refused above zero_u)
     zero = 0.0 if not refuse else (zero_u if zero_u is not None else math.inf)
-    for k in (("rel_l2",) if refuse else UPPER + ("cosine",)):
+    for k in (tuple(REFUSE_RATIOS) if refuse else UPPER + ("cosine",)):
         if k == "channel_mean_shift":  # a signed mean near 0 under unbiased noise: its ratios are unbounded on clean
             continue  # data (one channel: 4-5 % of clean bf16 calibrations warned; a review); rel_l2 shows a bug
-        ratio = OUTLIER_RATIO if k == "rel_l2" else WARN_RATIO ** 2 if k == "cosine" else WARN_RATIO
+        ratio = REFUSE_RATIOS.get(k, WARN_RATIO ** 2 if k == "cosine" else WARN_RATIO)
         hits: List[Tuple[float, float, Mapping[str, Any]]] = []  # (value, its test's median, run)
 
         def values(rs: Sequence[Mapping[str, Any]]) -> List[Tuple[float, Mapping[str, Any]]]:
@@ -1362,7 +1374,8 @@ def _has_note(entry: Mapping[str, Any]) -> bool:
 
 def outlier_refusal(entry: Mapping[str, Any], path: Any, key: str, stratum: str, what: str) -> Optional[str]:
     """Why ``entry`` must not gate, or None: a run's relative L2 is ``OUTLIER_RATIO`` x the low median of its
-    test's runs (:func:`_outlier_findings` with ``refuse``; a T1 floor's raised to the pair's unit roundoff
+    test's runs, or its per-channel relative L2 ``CHANNEL_OUTLIER_RATIO`` x theirs (:func:`_outlier_findings`
+    with ``refuse``; a T1 floor's raised to the pair's unit roundoff
     first, as the gate uses it) and the entry has no investigation note. The bars follow the worst run, so a bug present on some inputs while calibrating
     would be the bar for every later gate -- the calibration's warning scrolls past, and the gate kept
     passing on those bars (new-user trial of 2026-12-05: a 10 % scale error passed on bars set by two bugged

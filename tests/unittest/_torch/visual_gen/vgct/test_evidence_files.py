@@ -999,6 +999,43 @@ def test_floor(vgct):  # float32 rounding, within the T1 band; seed SEED's scale
     run().assert_outcomes(passed=2)
 
 
+def test_a_bug_in_one_channel_on_one_calibration_seed_gates_nothing(pytester, run, monkeypatch):
+    """Planted (new-user trial of 2026-12-06): an offset in one channel of 64 on one calibration seed of five
+    moved the relative L2 1.2x and the per-channel relative L2 3.6x -- under both outlier ratios then (4x, and 8x
+    for a warning) -- and the bars it set (per-channel 9-15x looser) passed the same bug on every seed, without a
+    word. A run whose per-channel relative L2 is CHANNEL_OUTLIER_RATIO (3) x the low median of its test's runs is
+    now an outlier as relative L2's is: named when calibrating, and the entry gates nothing until investigated
+    or recalibrated. A clean calibration of the same test is not refused (clean seeds agree per channel)."""
+    monkeypatch.setenv("COLUMNS", "300")
+    pytester.makepyfile(test_x=HEADER + """
+pytestmark = [pytest.mark.component("c"), pytest.mark.feature("f")]
+BUG = float(os.environ.get("VGCT_FAULT", "0"))
+REF = np.random.default_rng(100).standard_normal((2, 64, 256))
+
+@pytest.mark.t2
+def test_channels(vgct):  # drift 0.004 in every channel; on seed 3, channel 5 offset by BUG
+    out = REF + 0.004 * np.random.default_rng(vgct.seed).standard_normal(REF.shape)
+    if vgct.seed == 3:
+        out[:, 5] += BUG
+    vgct.assert_t2(out, REF, dim=1)
+""")
+    result = _run_faulty(run, "0.016", "--vgct-calibrate")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "channel_rel_l2: one run measured" in out and "(test_x.py::test_channels, seed 3)" in out, out
+    assert "rel_l2: one run measured" not in out.replace("channel_rel_l2: one run measured", ""), out
+    result = run()  # no bug now: the bars the bugged seed set must not gate
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "was calibrated with runs far above the others (channel_rel_l2: one run measured" in out, out
+    assert "the median of the runs' channel_rel_l2 (test_x.py::test_channels, seed 3)" in out, out
+    result = run("--vgct-calibrate")  # recalibrated without the bug: nothing named, the gate passes
+    result.assert_outcomes(passed=1)
+    assert "one run measured" not in result.stdout.str(), result.stdout.str()
+    run().assert_outcomes(passed=1)
+    _run_faulty(run, "0.016", "--vgct-seed=3").assert_outcomes(failed=1)  # and the clean bars catch the bug
+
+
 def test_a_t2_gate_in_a_fixture_without_evidence_says_to_gate_in_the_body(pytester, run, monkeypatch):
     """Planted (new-user trial of 2026-12-05): a T2 gate in a fixture, before any evidence existed, said to run
     ``pytest --vgct-calibrate "<test id>"`` -- a literal placeholder, and a calibration that then refuses the
