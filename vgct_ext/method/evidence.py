@@ -85,6 +85,7 @@ import json
 import math
 import os
 import shlex
+import stat
 import statistics
 import threading
 import time
@@ -519,12 +520,35 @@ def validate(data: Any, path: Any = "<evidence>") -> Dict[str, Any]:
     return data
 
 
+def _open_regular(name: str) -> Any:
+    """``name`` opened for binary reading, refused unless it is a regular file (after symbolic links): a FIFO
+    would block the open and the read forever, and ``/dev/zero`` or ``/dev/urandom`` (a link named
+    ``*.vgct-evidence.json`` to one) would be read until memory runs out (an attack of 2026-12-06). Opened
+    without blocking (``O_NONBLOCK``: a FIFO's open returns at once) and checked on the open file (``fstat``).
+    Raises ``FileNotFoundError`` as ``open``, ``OSError`` naming the file and what it is otherwise."""
+    fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode) else
+                    "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else
+                    "a folder" if stat.S_ISDIR(mode) else "not a regular file")
+            raise OSError(f"{name} is {kind}, not a regular file: expected the evidence JSON file "
+                          f"(a regular file, or a symbolic link to one)")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def load(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
     """Read and :func:`validate` an evidence file (``{"format", "entries": {}}`` when absent).
-    Raises ``ValueError`` naming the file (and the field) for a file that is not valid evidence."""
+    Raises ``ValueError`` naming the file (and the field) for a file that is not valid evidence, ``OSError``
+    for one that cannot be read or is not a regular file (a FIFO, a device: :func:`_open_regular`)."""
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        with _open_regular(os.fspath(p)) as f:
+            raw = f.read()
     except FileNotFoundError:
         return {"format": FORMAT, "entries": {}}
     return _parse(raw, p)
@@ -596,7 +620,7 @@ def _load_for_gate(path: Path) -> Dict[str, Any]:
     name = os.path.abspath(path)
     p = Path(name)
     try:
-        with open(name, "rb") as f:
+        with _open_regular(name) as f:
             st = os.fstat(f.fileno())
             now = time.time_ns()  # before the read: a rewrite during the read is within the racy window too
             ident = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)

@@ -97,6 +97,11 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
             pluginmanager.set_blocked(other)
 
 
+#: The largest input seed (``--vgct-seed``, and the last of a calibration's): numpy's legacy ``RandomState`` takes
+#: seeds below 2^32, the narrowest of the common seeding calls (``torch.manual_seed``: 2^64).
+SEED_MAX = (1 << 32) - 1
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("vgct", "vgct_ext component-test method")
     g.addoption("--vgct-report", metavar="FILE.json", default=None,
@@ -106,7 +111,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--vgct-calibrate-runs", type=int, default=5, metavar="N",
                 help="--vgct-calibrate runs each paired test with seeds S..S+N-1 (vgct.seed; default 5, at least 3)")
     g.addoption("--vgct-seed", type=int, default=0, metavar="S",
-                help="input seed of the runs (vgct.seed; default 0); the first seed under --vgct-calibrate")
+                help="input seed of the runs (vgct.seed; default 0, at most 2^32 - 1); the first seed under "
+                     "--vgct-calibrate")
     g.addoption("--vgct-headroom", type=float, default=0.5, metavar="H",
                 help="headroom for --vgct-calibrate: bar = max(worst x (1+H), 99%% prediction bound of the runs); "
                      "cosine on 1 - cosine (default 0.5, at most 4)")
@@ -137,7 +143,14 @@ def pytest_configure(config: pytest.Config) -> None:
     seed = int(config.getoption("--vgct-seed"))
     if seed < 0:
         raise pytest.UsageError(f"--vgct-seed must be >= 0, got {seed}")
+    last = seed + (runs - 1 if config.getoption("--vgct-calibrate") else 0)
+    if last > SEED_MAX:  # (an attack: 10^23 was taken, and every test then failed in its own seeding call)
+        raise pytest.UsageError(f"--vgct-seed must be at most {SEED_MAX} (2^32 - 1, numpy's legacy seed range, the "
+                                f"narrowest of the common seeding calls) with the calibration's seeds after it, "
+                                f"got {seed}" + (f" (last seed {last})" if last != seed else ""))
     report = config.getoption("--vgct-report")
+    if report is not None and not report.strip():  # (an attack: --vgct-report= wrote nothing and said nothing)
+        raise pytest.UsageError("--vgct-report= is empty; expected the report's path (FILE.json)")
     if report and not _is_xdist_worker(config):
         p = _report_path(config, report)
         try:

@@ -1518,6 +1518,43 @@ def test_a_bad_evidence_path_fails_at_once_and_creates_nothing(tmp_path):
         assert (tmp_path / ("ok.json" + _files.LOCK_SUFFIX)).exists()
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs and /dev/zero (POSIX)")
+def test_an_evidence_path_that_is_not_a_regular_file_is_refused_at_once(tmp_path):
+    """An attack of 2026-12-06: evidence= a FIFO blocked the gate forever, and a link to /dev/zero or /dev/urandom
+    was read until memory ran out (7.5 GB in 15 s). Both are refused at once, naming what the path is, by the gate
+    (EvidenceMissing) and by load (OSError); run in a child process with a time and memory limit, so that a
+    regression fails here instead of hanging or exhausting the machine."""
+    import subprocess
+    import sys
+
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    child = r"""
+import resource, sys
+import numpy as np
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+from vgct_ext.gates import EvidenceMissing, assert_t2
+from vgct_ext import evidence as ev
+a = np.ones(100, np.float32)
+for name, kind in (("fifo.json", "a FIFO"), ("zero.json", "a character device")):
+    path = sys.argv[1] + "/" + name
+    try:
+        assert_t2(a, a, component="c", feature="f", evidence=path)
+        raise SystemExit("the gate passed")
+    except EvidenceMissing as exc:
+        want = f"evidence file unreadable: {path} is {kind}, not a regular file: expected the evidence JSON file"
+        assert want in str(exc), str(exc)
+    try:
+        ev.load(path)
+        raise SystemExit("load read it")
+    except OSError as exc:
+        assert f"{path} is {kind}, not a regular file" in str(exc), str(exc)
+print("refused")
+"""
+    out = subprocess.run([sys.executable, "-c", child, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "refused", out.stdout + out.stderr
+
+
 def test_a_missing_evidence_folder_fails_the_first_calibration_run(pytester, run, monkeypatch):
     """A review of 2026-12-05: with the folder check only in the lock, calibrating into evidence="newdir/ev.json"
     ran every test and lost them all at the session's end ("evidence not written"); the first run now fails its

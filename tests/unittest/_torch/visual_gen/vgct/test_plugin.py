@@ -1460,6 +1460,24 @@ def test_bad_options_are_usage_errors(pytester, run):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
+@pytest.mark.parametrize("args, message", [
+    (("--vgct-seed=99999999999999999999999",), "*--vgct-seed must be at most 4294967295 (2^32 - 1, numpy's legacy "
+                                              "seed range*got 99999999999999999999999"),
+    (("--vgct-seed=4294967295", "--vgct-calibrate"), "*--vgct-seed must be at most 4294967295*got 4294967295 "
+                                                     "(last seed 4294967299)"),
+    (("--vgct-report=",), "*--vgct-report= is empty; expected the report's path (FILE.json)*"),
+])
+def test_a_seed_out_of_range_or_an_empty_report_path_is_a_usage_error(pytester, run, args, message):
+    """An attack of 2026-12-06: --vgct-seed=10^23 was taken and every test then failed in its own seeding call
+    (OverflowError), and --vgct-report= (empty) wrote no report without a word. Both are refused at startup; the
+    largest seeds still run."""
+    pytester.makepyfile(test_x="def test_a(vgct):\n    assert vgct.seed >= 0\n")
+    result = run(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    run("--vgct-seed=4294967295").assert_outcomes(passed=1)
+
+
 @pytest.mark.parametrize("h", ["inf", "nan", "-0.1", "4.01", "1000"])
 def test_headroom_outside_0_to_4_is_a_usage_error_before_any_test(pytester, run, h):
     """--vgct-headroom opens every calibrated bar to worst x (1 + H): above 4 (the spread cap's reach), NaN or
