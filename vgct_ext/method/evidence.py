@@ -1601,6 +1601,48 @@ def _passed(session: Any, test: Any) -> bool:
     return t.get("outcome") == "passed" and t.get("call") == "passed" and not t.get("rerun")
 
 
+def ungated_entries(session: Any) -> List[str]:
+    """A gating (not calibrating) session's calibrated entries that their tests passed without gating: one line
+    each. An entry counts when its file was read by a gate of this session, its stratum is one gated here, no gate
+    of this session read it, and every test that recorded it (the entry's ``tests``) ran here and passed at the
+    first attempt with no subtest skipped -- a case the test calibrated and no longer gates: an output dropped on
+    both sides (a dict that lost a key), a loop over layers that ran fewer times (an attack of 2026-12-06: the
+    test passed checking one of its three calibrated gates, and nothing said so). Files that cannot be read are
+    the gates' own errors, skipped here."""
+    gated = set()
+    strata: Dict[str, set] = {}
+    for r in getattr(session, "records", []) or []:
+        f, k, st = r.get("evidence"), r.get("evidence_key"), r.get("stratum")
+        if f and k and st and not r.get("calibrating"):
+            gated.add((f, k, st))
+            strata.setdefault(f, set()).add(st)
+    outcomes = getattr(session, "tests", None) or {}
+
+    def clean(t: Any) -> bool:
+        o = outcomes.get(t)
+        return (o is not None and _passed(session, t) and not (o.get("subtests") or {}).get("skipped")
+                and not o.get("reruns"))
+
+    out = []
+    for f in sorted(strata):
+        try:
+            data = load(f)
+        except (OSError, ValueError):
+            continue
+        for key, per in sorted(data["entries"].items()):
+            for st, entry in sorted(per.items()):
+                if st not in strata[f] or (f, key, st) in gated or not isinstance(entry, dict):
+                    continue
+                tests = [t for t in entry.get("tests") or [] if isinstance(t, str)]
+                if tests and all(clean(t) for t in tests):
+                    out.append(f"{', '.join(tests)} passed without gating the evidence it calibrated: {f} [{key}] "
+                               f"stratum {st} was read by no gate of this run -- a case that is no longer gated "
+                               f"(an output dropped on both sides, a loop that ran fewer times) lets its bug pass. "
+                               f"Gate it again, or if the case is gone for good remove it: python -m vgct_ext "
+                               f"evidence remove {shlex.quote(f)} {shlex.quote(key)} --stratum {st}")
+    return out
+
+
 def write_calibration(session: Any, command: str) -> List[Dict[str, Any]]:
     """Merge every queued calibration into its evidence file (runs of tests that did not pass are dropped) under the
     file's lock, write each file atomically, and return what changed (one dict per entry, see

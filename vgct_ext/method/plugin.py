@@ -813,6 +813,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                               f"without reruns" for t, o in sorted(s.tests.items()) if o.get("rerun") and t in queued]
 
         s.evidence_written = write_calibration(s, _command(config))
+    elif not s.calibrate and not s.interrupted:
+        from .evidence import ungated_entries
+
+        s.gate_errors += ungated_entries(s)
     s.gate_errors += _verdicts_across_reruns(s)
     if s.gate_errors and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a gate failed where no test could report it

@@ -1518,6 +1518,54 @@ def test_a_bad_evidence_path_fails_at_once_and_creates_nothing(tmp_path):
         assert (tmp_path / ("ok.json" + _files.LOCK_SUFFIX)).exists()
 
 
+def test_a_calibrated_case_the_test_no_longer_gates_fails_the_session(pytester, run, monkeypatch):
+    """An attack of 2026-12-06: a test gating one case a layer calibrated three; run with one layer (a loop that
+    ran fewer times, or an output dict that lost a key on both sides) it passed and nothing said so -- a bug in
+    the layers it no longer gates passes. Every entry a test calibrated and passed without gating now fails the
+    session, naming the entry and the way out (gate it, or remove it); not an entry whose test did not run here,
+    nor one of a stratum not gated here, nor when the entry is removed."""
+    monkeypatch.setenv("COLUMNS", "300")
+    pytester.makepyfile(test_x=HEADER + """
+pytestmark = [pytest.mark.component("c"), pytest.mark.feature("f")]
+N = int(os.environ.get("VGCT_FAULT", "3"))
+
+@pytest.mark.t2
+def test_layers(vgct):
+    for i in range(N):
+        vgct.assert_t2(drift(10 * vgct.seed + i), E, case=f"layer{i}")
+
+@pytest.mark.t2
+def test_other(vgct):
+    vgct.assert_t2(drift(vgct.seed), E, case="other")
+""")
+    run("--vgct-calibrate").assert_outcomes(passed=2)
+    run().assert_outcomes(passed=2)
+    assert run().ret == pytest.ExitCode.OK
+    path = pytester.path / "test_x.vgct-evidence.json"
+    result = _run_faulty(run, "1")  # layers 1 and 2 no longer gated
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    out = result.stdout.str()
+    for i in (1, 2):
+        assert (f"test_x.py::test_layers passed without gating the evidence it calibrated: {path} [c | f | layer{i}] "
+                f"stratum {STRATUM} was read by no gate of this run") in out, out
+        assert f"python -m vgct_ext evidence remove {path} 'c | f | layer{i}' --stratum {STRATUM}" in out, out
+    assert "layer0] stratum" not in out and "[c | f | other]" not in out, out
+    os.environ["VGCT_FAULT"] = "1"  # the same under pytest-xdist (the workers' records reach the controller)
+    try:
+        result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
+    finally:
+        del os.environ["VGCT_FAULT"]
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert f"[c | f | layer2] stratum {STRATUM} was read by no gate of this run" in result.stdout.str()
+    assert _run_faulty(run, "1", "-k", "other").ret == pytest.ExitCode.OK  # test_layers did not run: no finding
+    from vgct_ext.__main__ import main
+
+    for i in (1, 2):
+        assert main(["evidence", "remove", str(path), f"c | f | layer{i}", "--stratum", STRATUM]) == 0
+    assert _run_faulty(run, "1").ret == pytest.ExitCode.OK
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs and /dev/zero (POSIX)")
 def test_an_evidence_path_that_is_not_a_regular_file_is_refused_at_once(tmp_path):
     """An attack of 2026-12-06: evidence= a FIFO blocked the gate forever, and a link to /dev/zero or /dev/urandom
