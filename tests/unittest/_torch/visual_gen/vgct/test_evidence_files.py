@@ -1566,6 +1566,31 @@ def test_other(vgct):
     assert _run_faulty(run, "1").ret == pytest.ExitCode.OK
 
 
+def test_one_evidence_file_by_two_spellings_is_one_file_for_the_ungated_check(pytester, run, monkeypatch):
+    """A review of 2026-12-06: a test naming its module's evidence file through a link to its folder (or a resolved
+    path under a linked checkout) was told it had not gated the entries another test gated through the plain
+    path -- the check compared path strings. Paths are compared resolved."""
+    monkeypatch.setenv("COLUMNS", "300")
+    (pytester.path.parent / (pytester.path.name + "-link")).symlink_to(pytester.path)
+    pytester.makepyfile(test_x=HEADER + """
+from pathlib import Path
+pytestmark = [pytest.mark.component("c"), pytest.mark.feature("f")]
+LINKED = Path(__file__).parent.parent / (Path(__file__).parent.name + "-link") / "test_x.vgct-evidence.json"
+
+@pytest.mark.t2
+def test_a(vgct):
+    vgct.assert_t2(drift(vgct.seed), E, case="a")
+
+@pytest.mark.t2
+def test_b(vgct):
+    vgct.assert_t2(drift(vgct.seed + 7), E, case="b", evidence=LINKED)
+""")
+    run("--vgct-calibrate").assert_outcomes(passed=2)
+    result = run()
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs and /dev/zero (POSIX)")
 def test_an_evidence_path_that_is_not_a_regular_file_is_refused_at_once(tmp_path):
     """An attack of 2026-12-06: evidence= a FIFO blocked the gate forever, and a link to /dev/zero or /dev/urandom

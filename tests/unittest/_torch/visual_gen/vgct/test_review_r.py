@@ -273,3 +273,29 @@ def test_evidence_command_on_a_missing_file_leaves_no_lock(tmp_path, capsys, act
     rc = main(["evidence", action[0], str(path), "c | f", *action[1:]])
     assert rc == 2 and "no such evidence file" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_per_channel_refusal_and_an_exact_feature_with_one_tie():
+    """A review of 2026-12-06: an exact feature (median 0) with one tie rounded the other way on one seed, in a
+    small channel, measures a per-channel relative L2 of a unit roundoff or two of that channel -- the u bound
+    that guards relative L2 over the tensor cannot tell it from a bug, and 3-100 % of such clean calibrations
+    were refused (1-8 elements a channel). With a median of 0 the per-channel relative L2 is warned only (the
+    relative L2 refuses a real error there); with a non-zero median CHANNEL_OUTLIER_RATIO (3x) refuses."""
+    def runs(rel, ch):
+        return [{"rel_l2": r, "cosine": 1 - r * r / 2, "p99": r, "max_abs_err": r, "channel_rel_l2": c,
+                 "test": "t.py::t", "seed": i} for i, (r, c) in enumerate(zip(rel, ch))]
+
+    entry = {"dtype_actual": "bfloat16", "dtype_expected": "bfloat16"}
+    tie = runs([0.0, 0.0, 0.0, 0.0, 5.6e-4], [0.0, 0.0, 0.0, 0.0, 4.5e-3])  # 1 ulp of bf16 in one channel
+    assert ev.outlier_refusal(dict(entry, runs=tie), "p", "k", "cpu", "T2") is None
+    assert "channel_rel_l2" in ev._outliers(tie)  # named in a warning
+    bug = runs([0.0, 0.0, 0.0, 0.0, 2e-2], [0.0, 0.0, 0.0, 0.0, 0.1])  # a real error: relative L2 refuses it
+    why = ev.outlier_refusal(dict(entry, runs=bug), "p", "k", "cpu", "T2")
+    assert why and "rel_l2: one run measured rel_l2 0.02 where the median of the runs is 0" in why, why
+    clean = [1.0e-3, 1.1e-3, 0.9e-3, 1.2e-3]
+    one_channel = runs(clean + [1.2e-3], [2e-3, 2.2e-3, 1.9e-3, 2.1e-3, 6.6e-3])  # 3.14x the low median (2.1e-3)
+    why = ev.outlier_refusal(dict(entry, runs=one_channel), "p", "k", "cpu", "T2")
+    assert why and "channel_rel_l2: one run measured 3.14x the median of the runs' channel_rel_l2 (t.py::t, " \
+                   "seed 4)" in why, why
+    assert ev.outlier_refusal(dict(entry, runs=runs(clean + [1.2e-3], [2e-3, 2.2e-3, 1.9e-3, 2.1e-3, 6.0e-3])),
+                              "p", "k", "cpu", "T2") is None  # 2.86x: under the ratio
