@@ -492,7 +492,19 @@ def _measured(records: List[Dict[str, Any]]) -> str:
         lines.append(f"  {r.get('gate') or r.get('kind')} gate {label}: " + "; ".join(rows))
     if not lines:
         return "\n  (no gate ran in this block's thread)"
-    return "\nwhat the block's gates measured (all within their bars):\n" + "\n".join(lines)
+    return ("\nwhat the block's gates measured (all within their bars):\n" + "\n".join(lines) + "\n" +
+            PLANTED_FAULT_FIX)
+
+
+#: What to try when a planted fault passes its gates (a new-user trial of 2026-12-06: the message said the fault
+#: passed, not what to do about it). docs/method.md: the per-channel statistics and their detection limits.
+PLANTED_FAULT_FIX = (
+    "what to try: the bars are looser than this fault. For a T2 gate, check its calibration first (a bug on some "
+    "seeds while calibrating becomes the bars: rerun those seeds against known-good code, read the calibration's "
+    "warnings and the evidence diff); pass dim= (the channel axis) so that an error in one channel is gated per "
+    "channel; gate where the fault is not diluted (the sublayer's output, its own case=); an exact feature belongs "
+    "under a T1 gate (tighten= from a calibrated floor). Make the planted fault larger only if smaller ones of its "
+    "kind do not matter.")
 
 
 @gate_block

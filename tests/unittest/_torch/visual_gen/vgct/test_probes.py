@@ -625,6 +625,9 @@ def test_expect_gate_failure_checks_the_failing_statistics():
     a64 = (e * (1 + 2e-7)).astype(np.float64)
     want = float(np.linalg.norm(a64 - e) / np.linalg.norm(e.astype(np.float64)))
     assert float(m.group(1)) == pytest.approx(want, rel=1e-6) and float(m.group(2)) == 2.0 ** -24 * 16
+    from vgct_ext.probes import PLANTED_FAULT_FIX  # and what to try (a new-user trial: it said only that it passed)
+
+    assert str(ei.value).endswith("\n" + PLANTED_FAULT_FIX) and "pass dim= (the channel axis)" in PLANTED_FAULT_FIX
     with pytest.raises(AssertionError, match=r"not on \['non_finite_pairs'\]"):
         with expect_gate_failure(statistics=("non_finite_pairs",)):
             assert_t1(e * 1.01, e, component="c", feature="f")
