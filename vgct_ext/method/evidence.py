@@ -1333,12 +1333,16 @@ def _outlier_findings(runs: Sequence[Mapping[str, Any]], *, refuse: bool = False
     named; with most runs bugged the bugs are the bars' reference and nothing here can tell them."""
     out: Dict[str, Tuple[str, List[Mapping[str, Any]]]] = {}
     groups = _owner_groups(runs)
-    # (a median of 0: the feature exact on most seeds, and not on these -- warned; refused above zero_u)
-    zero = 0.0 if not refuse else (zero_u if zero_u is not None else math.inf)
     for k in (tuple(REFUSE_RATIOS) if refuse else UPPER + ("cosine",)):
         if k == "channel_mean_shift":  # a signed mean near 0 under unbiased noise: its ratios are unbounded on clean
             continue  # data (one channel: 4-5 % of clean bf16 calibrations warned; a review); rel_l2 shows a bug
         ratio = REFUSE_RATIOS.get(k, WARN_RATIO ** 2 if k == "cosine" else WARN_RATIO)
+        # (a median of 0: the feature exact on most seeds, and not on these -- warned; relative L2 refused above
+        # zero_u. The per-channel relative L2 there is warned only: one tie rounded the other way in a small
+        # channel is 1-2 unit roundoffs of that channel, which no bound on u tells from a bug, and relative L2
+        # over the tensor refuses a real error there; a review of 2026-12-06: 3-100 % of such clean calibrations
+        # were refused at 1-8 elements a channel)
+        zero = 0.0 if not refuse else zero_u if zero_u is not None and k == "rel_l2" else math.inf
         hits: List[Tuple[float, float, Mapping[str, Any]]] = []  # (value, its test's median, run)
 
         def values(rs: Sequence[Mapping[str, Any]]) -> List[Tuple[float, Mapping[str, Any]]]:
@@ -1354,12 +1358,7 @@ def _outlier_findings(runs: Sequence[Mapping[str, Any]], *, refuse: bool = False
                 med = statistics.median_low(pooled)
             else:
                 continue
-            # (a median of 0 and the per-channel relative L2: warned only -- one tie rounded the other way in a
-            # small channel is 1-2 unit roundoffs of that channel, which no bound on u tells from a bug; relative
-            # L2 over the tensor refuses a real error there; a review of 2026-12-06: 3-100 % of such clean
-            # calibrations were refused at 1-8 elements a channel)
-            z = math.inf if refuse and k == "channel_rel_l2" else zero
-            hits += [(v, med, r) for v, r in vals if (v >= ratio * med if med > 0.0 else v > z)]
+            hits += [(v, med, r) for v, r in vals if (v >= ratio * med if med > 0.0 else v > zero)]
         if not hits:
             continue
         hits.sort(key=lambda h: -h[0])
@@ -1624,10 +1623,8 @@ def ungated_entries(session: Any) -> List[str]:
             strata.setdefault(f, set()).add(st)
     outcomes = getattr(session, "tests", None) or {}
 
-    def clean(t: Any) -> bool:
-        o = outcomes.get(t)
-        return (o is not None and _passed(session, t) and not (o.get("subtests") or {}).get("skipped")
-                and not o.get("reruns"))
+    def clean(t: Any) -> bool:  # (_passed: the call passed at the first attempt)
+        return t in outcomes and _passed(session, t) and not (outcomes[t].get("subtests") or {}).get("skipped")
 
     out = []
     for f in sorted(strata):

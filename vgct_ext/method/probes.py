@@ -482,8 +482,8 @@ def _statistic_names(names: Any, arg: str) -> Tuple[str, ...]:
 
 
 def _measured(records: List[Dict[str, Any]]) -> str:
-    """What the gates of a planted-fault block measured against their bars, one line a gate, for the
-    "planted fault not caught" message (or that no gate ran in the block's thread)."""
+    """What the gates of a planted-fault block measured against their bars, one line a gate, and what to try
+    (PLANTED_FAULT_FIX), for the "planted fault not caught" message (or that no gate ran in the block's thread)."""
     lines = []
     for r in records:
         label = f"{r.get('component')} / {r.get('feature')}" + (f" [{r['name']}]" if r.get("name") else "")
